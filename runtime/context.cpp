@@ -1,0 +1,130 @@
+#include "context.h"
+
+#include <pthread.h>
+
+#include <cstdlib>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define WEFT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_TSAN 1
+#endif
+#endif
+
+#ifdef WEFT_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef WEFT_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace weft::detail {
+
+using boost::context::detail::jump_fcontext;
+using boost::context::detail::make_fcontext;
+using boost::context::detail::transfer_t;
+
+namespace {
+
+// Carried across a switch on the switching side's stack. The resumed side
+// copies it before running the action: once the action has run, the
+// switched-away context may be resumed elsewhere and its stack reused.
+struct SwitchMessage {
+  ExecutionContext* from;
+  SwitchAction action;
+};
+
+// Before the jump: tell the sanitizers where we are going. A finishing
+// context passes no fake-stack slot, so ASan frees its fake stack.
+inline void announce_switch([[maybe_unused]] ExecutionContext& from, [[maybe_unused]] ExecutionContext& to,
+                            [[maybe_unused]] bool finishing) {
+#ifdef WEFT_ASAN
+  __sanitizer_start_switch_fiber(finishing ? nullptr : &from.asan_fake_stack, to.stack_bottom, to.stack_size);
+#endif
+#ifdef WEFT_TSAN
+  __tsan_switch_to_fiber(to.tsan_fiber, 0);
+#endif
+}
+
+inline void finish_switch(ExecutionContext& self, transfer_t transfer) {
+#ifdef WEFT_ASAN
+  __sanitizer_finish_switch_fiber(self.asan_fake_stack, nullptr, nullptr);
+#else
+  (void)self;
+#endif
+  SwitchMessage message = *static_cast<SwitchMessage*>(transfer.data);
+  message.from->saved = transfer.fctx;
+  if (message.action.run != nullptr) message.action.run(message.action.arg);
+}
+
+}  // namespace
+
+void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, ContextEntry entry, void* sanitizer_fiber) {
+  ctx.stack_bottom = bottom;
+  ctx.stack_size = size;
+  ctx.asan_fake_stack = nullptr;
+  ctx.tsan_fiber = sanitizer_fiber;
+  ctx.saved = make_fcontext(static_cast<char*>(bottom) + size, size, entry);
+}
+
+void adopt_thread_context(ExecutionContext& ctx) {
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* bottom = nullptr;
+    std::size_t size = 0;
+    pthread_attr_getstack(&attr, &bottom, &size);
+    pthread_attr_destroy(&attr);
+    ctx.stack_bottom = bottom;
+    ctx.stack_size = size;
+  }
+#ifdef WEFT_TSAN
+  ctx.tsan_fiber = __tsan_get_current_fiber();
+#endif
+}
+
+void* new_sanitizer_fiber() {
+#ifdef WEFT_TSAN
+  return __tsan_create_fiber(0);
+#else
+  return nullptr;
+#endif
+}
+
+void delete_sanitizer_fiber([[maybe_unused]] void* fiber) {
+#ifdef WEFT_TSAN
+  if (fiber != nullptr) __tsan_destroy_fiber(fiber);
+#endif
+}
+
+void switch_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
+  SwitchMessage message{&from, action};
+  announce_switch(from, to, false);
+  transfer_t back = jump_fcontext(to.saved, &message);
+  finish_switch(from, back);
+}
+
+void exit_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
+  SwitchMessage message{&from, action};
+  announce_switch(from, to, true);
+  jump_fcontext(to.saved, &message);
+  std::abort();  // a finished context is never resumed
+}
+
+void complete_switch(ExecutionContext& self, transfer_t transfer) { finish_switch(self, transfer); }
+
+void unpoison_stack([[maybe_unused]] void* bottom, [[maybe_unused]] std::size_t size) {
+#ifdef WEFT_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(bottom, size);
+#endif
+}
+
+}  // namespace weft::detail

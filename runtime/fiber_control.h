@@ -1,0 +1,122 @@
+// FiberControl: the control block of one fiber. It outlives the fiber's
+// stack: a finished fiber hands its stack back at once, and only this small
+// block waits for join() (or for the dump to let go of it).
+//
+// Ownership: two references, one for the runtime (dropped after the fiber's
+// last switch) and one for the weft::Fiber handle (dropped by join/detach).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../sched/snapshot.h"
+#include "../sched/wait_list.h"
+#include "context.h"
+#include "spin_lock.h"
+#include "stack.h"
+
+namespace weft {
+class Scheduler;
+}
+
+namespace weft::detail {
+
+class SchedulerCore;
+class Worker;
+
+enum class FiberState : std::uint8_t { runnable, running, parked, done };
+const char* to_string(FiberState state) noexcept;
+
+// Written only by the thread running the fiber (steal_fail: by the thief
+// that failed); read by the dump. Relaxed atomics: counts, not fences.
+struct FiberCounters {
+  std::atomic<std::uint64_t> active{0};      // times switched in
+  std::atomic<std::uint64_t> steal{0};       // times it resumed on another worker
+  std::atomic<std::uint64_t> steal_fail{0};  // times a thief found it pinned
+  std::atomic<std::uint64_t> preempt{0};     // times preempted at a checkpoint
+  std::atomic<std::uint64_t> park{0};        // times parked
+};
+
+// What a parked fiber waits on: the primitive's kind, its address and the
+// operation, all static strings or addresses, for the dump.
+struct WaitSite {
+  const char* kind = nullptr;  // "weft::BlockingQueue"
+  const void* object = nullptr;
+  const char* operation = nullptr;  // "take"
+};
+
+struct FiberLocalValue {
+  void* value = nullptr;
+  void (*destroy)(void*) = nullptr;
+};
+
+struct FiberControl {
+  FiberControl(SchedulerCore& core, std::uint64_t fiber_id) : scheduler(&core), id(fiber_id) {}
+  FiberControl(const FiberControl&) = delete;
+  FiberControl& operator=(const FiberControl&) = delete;
+
+  // --- scheduling -------------------------------------------------------
+  ExecutionContext context;
+  SchedulerCore* const scheduler;
+  std::atomic<Worker*> worker{nullptr};  // the worker it runs or last ran on
+  FiberControl* link = nullptr;          // intrusive link for worker inboxes
+  std::atomic<std::uint32_t> pin_count{0};
+  std::atomic<FiberState> state{FiberState::runnable};
+  FiberCounters counters;
+
+  // --- identity ---------------------------------------------------------
+  const std::uint64_t id;
+  std::string name() const;  // "fiber-<id>" unless set
+  void set_name(std::string_view name) noexcept;
+  // Async-signal-safe copy of the name into `out` (NUL-terminated).
+  void copy_name(char* out, std::size_t size) const noexcept;
+
+  // --- what it waits on (read by the dump) ------------------------------
+  std::atomic<const char*> wait_kind{nullptr};
+  std::atomic<const void*> wait_object{nullptr};
+  std::atomic<const char*> wait_operation{nullptr};
+  std::atomic<std::int64_t> parked_since_ns{0};  // steady_clock, 0: not parked
+  void record_wait(const WaitSite& site) noexcept;
+  void clear_wait() noexcept;
+
+  // --- body -------------------------------------------------------------
+  Stack stack;
+  void (*body)(void* callable) = nullptr;  // runs and destroys the callable
+  void* callable = nullptr;                // placed at the top of `stack`
+  std::vector<FiberLocalValue> locals;     // indexed by FiberLocal slot
+
+  // --- end of life ------------------------------------------------------
+  enum EndFlags : std::uint32_t { finished = 1, detached = 2 };
+  std::atomic<int> refs{2};
+  std::atomic<std::uint32_t> end_flags{0};
+  std::exception_ptr exception;  // written before `finished`, read after
+  SpinLock join_lock;
+  WaitList joiners;
+
+  // --- registry of live fibers (for the dump), guarded by its shard -----
+  FiberControl* registry_prev = nullptr;
+  FiberControl* registry_next = nullptr;
+  unsigned registry_shard = 0;
+
+  void release_reference() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+ private:
+  mutable SpinLock name_lock_;
+  char name_[48] = {};  // empty: the default name
+};
+
+FiberCounts read_counts(const FiberControl& fiber) noexcept;
+FiberSnapshot take_snapshot(const FiberControl& fiber);
+
+// The fiber running on this thread, or null on a plain thread.
+FiberControl* current_fiber() noexcept;
+
+}  // namespace weft::detail

@@ -1,0 +1,136 @@
+#include "stack.h"
+
+#include "context.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace weft::detail {
+namespace {
+
+// Linux 6.13+ installs guard regions inside an existing mapping, so a guard
+// costs no extra VMA (each mprotect'ed guard splits the mapping in two and
+// counts against vm.max_map_count). Older kernels answer EINVAL.
+constexpr int kMadvGuardInstall = 102;
+
+enum class GuardMethod { unknown, madvise, mprotect };
+std::atomic<GuardMethod> guard_method{GuardMethod::unknown};
+
+std::size_t page_size() noexcept {
+  static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+std::string read_max_map_count() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  std::string value;
+  return (in >> value) ? value : std::string("unknown");
+}
+
+[[noreturn]] void throw_stack_error(const char* what, std::size_t size, int error) {
+  std::string message = "weft: cannot ";
+  message += what;
+  message += " a fiber stack of " + std::to_string(size / 1024) + " KiB: ";
+  message += std::strerror(error);
+  if (error == ENOMEM) {
+    message += " (out of memory, or out of mappings: vm.max_map_count is " + read_max_map_count() +
+               "; raise it, or use smaller or fewer stacks)";
+  }
+  throw StackError(message);
+}
+
+void install_guard(char* base, std::size_t mapping_size) {
+  const std::size_t guard = page_size();
+  if (guard_method.load(std::memory_order_relaxed) != GuardMethod::mprotect) {
+    if (::madvise(base, guard, kMadvGuardInstall) == 0) {
+      guard_method.store(GuardMethod::madvise, std::memory_order_relaxed);
+      return;
+    }
+    if (errno != EINVAL) {
+      const int error = errno;
+      ::munmap(base, mapping_size);
+      throw_stack_error("guard", mapping_size - guard, error);
+    }
+    guard_method.store(GuardMethod::mprotect, std::memory_order_relaxed);
+  }
+  if (::mprotect(base, guard, PROT_NONE) != 0) {
+    const int error = errno;
+    ::munmap(base, mapping_size);
+    throw_stack_error("guard", mapping_size - guard, error);
+  }
+}
+
+}  // namespace
+
+std::size_t Stack::guard_size() noexcept { return page_size(); }
+
+Stack Stack::allocate(std::size_t usable_size) {
+  const std::size_t page = page_size();
+  const std::size_t usable = (usable_size + page - 1) / page * page;
+  const std::size_t mapping_size = usable + page;
+  void* memory = ::mmap(nullptr, mapping_size, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (memory == MAP_FAILED) throw_stack_error("map", usable, errno);
+  install_guard(static_cast<char*>(memory), mapping_size);
+  Stack stack;
+  stack.base_ = static_cast<char*>(memory);
+  stack.mapping_size_ = mapping_size;
+  return stack;
+}
+
+Stack& Stack::operator=(Stack&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    base_ = other.base_;
+    mapping_size_ = other.mapping_size_;
+    sanitizer_fiber_ = other.sanitizer_fiber_;
+    other.base_ = nullptr;
+    other.mapping_size_ = 0;
+    other.sanitizer_fiber_ = nullptr;
+  }
+  return *this;
+}
+
+Stack::~Stack() { unmap(); }
+
+void Stack::unmap() noexcept {
+  if (base_ != nullptr) ::munmap(base_, mapping_size_);
+  delete_sanitizer_fiber(sanitizer_fiber_);
+  base_ = nullptr;
+  sanitizer_fiber_ = nullptr;
+}
+
+void* Stack::sanitizer_fiber() {
+  if (sanitizer_fiber_ == nullptr) sanitizer_fiber_ = new_sanitizer_fiber();
+  return sanitizer_fiber_;
+}
+
+Stack StackPool::acquire(std::size_t size) {
+  if (size == 0 || size == stack_size_) {
+    std::lock_guard guard(lock_);
+    if (!free_.empty()) {
+      Stack stack = std::move(free_.back());
+      free_.pop_back();
+      return stack;
+    }
+  }
+  return Stack::allocate(size == 0 ? stack_size_ : size);
+}
+
+void StackPool::release(Stack stack) noexcept {
+  const std::size_t page = page_size();
+  if (!stack || stack.usable_size() != (stack_size_ + page - 1) / page * page) return;
+  std::lock_guard guard(lock_);
+  if (free_.size() < capacity_) {
+    if (free_.capacity() == 0) free_.reserve(capacity_);
+    free_.push_back(std::move(stack));
+  }
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,48 @@
+// weft::Config: how a Scheduler is built. A plain struct: set the fields you
+// care about and leave the rest at their defaults.
+//
+//   weft::Config cfg;
+//   cfg.workers = 2;
+//   cfg.name = "rpc";
+//   weft::Scheduler sched{cfg};
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace weft {
+
+// What the Scheduler's destructor does when fibers are still alive after
+// Config::shutdown_grace. Either way the stuck fibers are first reported on
+// stderr by name, state and wait reason.
+enum class ShutdownPolicy {
+  wait,   // keep waiting, and report again every grace period
+  abort,  // std::abort(): a hang is worse than a crash for this service
+};
+
+// Called with the fiber's name and id when an exception escapes a detached
+// fiber. Without a handler the process terminates, as with std::thread.
+using UnhandledExceptionHandler = std::function<void(std::string_view name, std::uint64_t id, std::exception_ptr)>;
+
+struct Config {
+  // Worker threads (the M of M:N). 0 is rejected.
+  unsigned workers = std::thread::hardware_concurrency() == 0 ? 1 : std::thread::hardware_concurrency();
+  // Shown by weft-dump and in error messages.
+  std::string name = "weft";
+  // Default usable stack per fiber; address space only, committed as used.
+  std::size_t stack_size = 256 * 1024;
+  // Finished fibers' stacks kept for reuse (per scheduler).
+  std::size_t stack_pool_size = 1024;
+  // How long shutdown waits for fibers before reporting them.
+  std::chrono::milliseconds shutdown_grace{10'000};
+  ShutdownPolicy shutdown_policy = ShutdownPolicy::wait;
+  UnhandledExceptionHandler on_unhandled_exception;
+};
+
+}  // namespace weft

@@ -1,0 +1,41 @@
+// FiberRegistry: every live fiber of a scheduler, so that weft-dump can list
+// them. Sharded (one shard per worker, one for plain threads) so that
+// spawns on different workers do not contend on one lock.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "../runtime/fiber_control.h"
+#include "../runtime/spin_lock.h"
+
+namespace weft::detail {
+
+class FiberRegistry {
+ public:
+  explicit FiberRegistry(unsigned shards) : shards_(std::make_unique<Shard[]>(shards)), shard_count_(shards) {}
+
+  void add(FiberControl* fiber, unsigned shard) noexcept;
+  void remove(FiberControl* fiber) noexcept;
+  std::size_t size() const noexcept;
+
+  // Calls fn(FiberControl&) for every live fiber, one shard locked at a time.
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    for (unsigned i = 0; i < shard_count_; ++i) {
+      std::lock_guard guard(shards_[i].lock);
+      for (FiberControl* f = shards_[i].head; f != nullptr; f = f->registry_next) fn(*f);
+    }
+  }
+
+ private:
+  struct Shard {
+    mutable SpinLock lock;
+    FiberControl* head = nullptr;
+    std::size_t count = 0;
+  };
+  std::unique_ptr<Shard[]> shards_;
+  unsigned shard_count_;
+};
+
+}  // namespace weft::detail

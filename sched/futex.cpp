@@ -1,0 +1,35 @@
+#include "futex.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+
+namespace weft::detail {
+
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, Clock::time_point deadline) noexcept {
+  timespec ts;
+  timespec* timeout = nullptr;
+  if (deadline != Clock::time_point::max()) {
+    // steady_clock is CLOCK_MONOTONIC on Linux; FUTEX_WAIT_BITSET takes an
+    // absolute time on that clock.
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    if (ns <= 0) return;
+    ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    timeout = &ts;
+  }
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected,
+            timeout, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, count == INT_MAX ? INT_MAX : count,
+            nullptr, nullptr, 0);
+}
+
+}  // namespace weft::detail

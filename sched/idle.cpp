@@ -1,0 +1,70 @@
+#include "idle.h"
+
+#include <algorithm>
+
+#include "futex.h"
+
+namespace weft::detail {
+
+bool IdleWorkers::begin_search() noexcept {
+  unsigned searching = searching_.load(std::memory_order_relaxed);
+  do {
+    if (2 * searching >= workers_ && workers_ > 1) return false;
+  } while (!searching_.compare_exchange_weak(searching, searching + 1, std::memory_order_seq_cst));
+  return true;
+}
+
+void IdleWorkers::prepare_sleep(IdleSlot& slot) noexcept {
+  slot.wake_word.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard guard(lock_);
+    slot.listed = true;
+    sleepers_.push_back(&slot);
+    sleeping_.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void IdleWorkers::cancel_sleep(IdleSlot& slot) noexcept {
+  std::lock_guard guard(lock_);
+  if (!slot.listed) return;  // already woken: the wake is simply absorbed
+  slot.listed = false;
+  sleepers_.erase(std::find(sleepers_.begin(), sleepers_.end(), &slot));
+  sleeping_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void IdleWorkers::wait(IdleSlot& slot) noexcept {
+  while (slot.wake_word.load(std::memory_order_acquire) == 0) futex_wait(slot.wake_word, 0);
+}
+
+void IdleWorkers::wake_locked(IdleSlot& slot) noexcept {
+  slot.listed = false;
+  sleeping_.fetch_sub(1, std::memory_order_relaxed);
+  slot.wake_word.store(1, std::memory_order_release);
+  futex_wake(slot.wake_word);
+}
+
+void IdleWorkers::wake_one() noexcept {
+  std::lock_guard guard(lock_);
+  if (sleepers_.empty()) return;
+  IdleSlot* slot = sleepers_.back();
+  sleepers_.pop_back();
+  wake_locked(*slot);
+}
+
+void IdleWorkers::notify_worker(IdleSlot& slot) noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard guard(lock_);
+  if (!slot.listed) return;
+  sleepers_.erase(std::find(sleepers_.begin(), sleepers_.end(), &slot));
+  wake_locked(slot);
+}
+
+void IdleWorkers::wake_all() noexcept {
+  std::lock_guard guard(lock_);
+  for (IdleSlot* slot : sleepers_) wake_locked(*slot);
+  sleepers_.clear();
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,100 @@
+#include "park.h"
+
+#include "scheduler_core.h"
+#include "timers.h"
+#include "worker.h"
+
+namespace weft::detail {
+namespace {
+
+// What the parking fiber leaves for the SwitchAction that runs once it has
+// been switched out. It lives in the parked fiber's frame: read it before
+// anything can resume that fiber.
+struct ParkRequest {
+  SpinLock* lock;
+  TimerNode* timer;
+  TimerQueue* timers;
+};
+
+void after_switch_out(void* arg) {
+  auto* request = static_cast<ParkRequest*>(arg);
+  SpinLock* lock = request->lock;
+  TimerNode* timer = request->timer;
+  // Arm before unlocking: until the lock is released no waker can find the
+  // waiter, so the fiber cannot resume (and pop the frame that holds the
+  // node) before the node is armed. After arm(), the request may be gone.
+  if (timer != nullptr) request->timers->arm(*timer);
+  if (lock != nullptr) lock->unlock();
+}
+
+// Timer callback: the deadline passed; time the waiter out unless a waker
+// got there first.
+void time_out(TimerNode& node) {
+  auto* waiter = static_cast<Waiter*>(node.context);
+  FiberControl* fiber = waiter->fiber;
+  std::uint32_t expected = Waiter::waiting;
+  if (waiter->state.compare_exchange_strong(expected, Waiter::timed_out, std::memory_order_acq_rel))
+    fiber->scheduler->ready(fiber);
+}
+
+WakeReason park_thread(Waiter& waiter, SpinLock* lock, Clock::time_point deadline) {
+  waiter.fiber = nullptr;
+  if (lock != nullptr) lock->unlock();
+  for (;;) {
+    const std::uint32_t state = waiter.state.load(std::memory_order_acquire);
+    if (state != Waiter::waiting) return state == Waiter::notified ? WakeReason::notified : WakeReason::timed_out;
+    if (deadline != no_deadline && Clock::now() >= deadline) {
+      std::uint32_t expected = Waiter::waiting;
+      if (waiter.state.compare_exchange_strong(expected, Waiter::timed_out, std::memory_order_acq_rel))
+        return WakeReason::timed_out;
+      continue;  // a waker won the race
+    }
+    futex_wait(waiter.state, Waiter::waiting, deadline);
+  }
+}
+
+}  // namespace
+
+WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline) {
+  Worker* worker = current_worker();
+  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
+  if (self == nullptr) return park_thread(waiter, lock, deadline);
+
+  waiter.fiber = self;
+  TimerNode timer;
+  ParkRequest request{lock, nullptr, &self->scheduler->timers()};
+  if (deadline != no_deadline) {
+    timer.deadline = deadline;
+    timer.fire = &time_out;
+    timer.context = &waiter;
+    request.timer = &timer;
+  }
+  self->record_wait(site);
+  worker->park_current(SwitchAction{&after_switch_out, &request});
+  // Resumed, perhaps on another worker: `worker` is stale from here on.
+  self->clear_wait();
+  const std::uint32_t state = waiter.state.load(std::memory_order_acquire);
+  if (state == Waiter::notified) {
+    // The timer may be firing right now: cancel() waits for it, so the node
+    // is not touched once we return.
+    if (request.timer != nullptr) self->scheduler->timers().cancel(timer);
+    return WakeReason::notified;
+  }
+  return WakeReason::timed_out;
+}
+
+bool unpark(Waiter& waiter) noexcept {
+  FiberControl* fiber = waiter.fiber;
+  std::uint32_t expected = Waiter::waiting;
+  if (!waiter.state.compare_exchange_strong(expected, Waiter::notified, std::memory_order_acq_rel)) return false;
+  if (fiber != nullptr) fiber->scheduler->ready(fiber);
+  else futex_wake(waiter.state);
+  return true;
+}
+
+void park_until(Clock::time_point deadline, const WaitSite& site) {
+  Waiter waiter;
+  park(waiter, nullptr, site, deadline);
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,264 @@
+#include "scheduler_core.h"
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "../runtime/overflow_handler.h"
+#include "park.h"
+#include "scheduler.h"
+#include "worker.h"
+
+namespace weft::detail {
+namespace {
+
+std::atomic<std::uint64_t> next_fiber_id{1};
+
+const Config& validated(const Config& config) {
+  if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
+  if (config.stack_size < 16 * 1024)
+    throw std::invalid_argument("weft::Config::stack_size must be at least 16 KiB, got " +
+                                std::to_string(config.stack_size) + " bytes");
+  return config;
+}
+
+void destroy_fiber_locals(FiberControl* fiber) noexcept {
+  // Destroy in reverse slot order; a destructor may touch other locals.
+  for (auto it = fiber->locals.rbegin(); it != fiber->locals.rend(); ++it) {
+    if (it->value != nullptr) it->destroy(it->value);
+    it->value = nullptr;
+  }
+  fiber->locals.clear();
+  fiber->locals.shrink_to_fit();
+}
+
+// Every fiber starts here, on its own stack.
+void fiber_main(boost::context::detail::transfer_t transfer) {
+  FiberControl* self = current_worker()->current();
+  complete_switch(self->context, transfer);
+  try {
+    self->body(self->callable);
+  } catch (...) {
+    self->exception = std::current_exception();
+  }
+  destroy_fiber_locals(self);
+  self->scheduler->finish_fiber(self);
+}
+
+}  // namespace
+
+SchedulerCore::SchedulerCore(Config config)
+    : config_(validated(config)),
+      stacks_(config_.stack_size, config_.stack_pool_size),
+      registry_(config_.workers + 1),
+      idle_(config_.workers) {
+  install_overflow_handler();
+  workers_.reserve(config_.workers);
+  for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
+  timers_.start();
+  for (auto& worker : workers_) worker->start();
+}
+
+SchedulerCore::~SchedulerCore() { shutdown(); }
+
+FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::size_t callable_size,
+                                           std::size_t callable_align) {
+  live_.fetch_add(1, std::memory_order_seq_cst);
+  if (stopping_.load(std::memory_order_seq_cst)) {
+    fiber_exited();
+    throw std::logic_error("weft: spawn on scheduler \"" + config_.name + "\" after it was shut down");
+  }
+  FiberControl* fiber = nullptr;
+  try {
+    Stack stack = stacks_.acquire(options.stack_size);
+    if (callable_size + callable_align + 4096 > stack.usable_size())
+      throw std::invalid_argument("weft: the fiber's callable does not fit on its stack");
+    fiber = new FiberControl(*this, next_fiber_id.fetch_add(1, std::memory_order_relaxed));
+    fiber->stack = std::move(stack);
+  } catch (...) {
+    delete fiber;
+    fiber_exited();
+    throw;
+  }
+  if (!options.name.empty()) fiber->set_name(options.name);
+  unpoison_stack(fiber->stack.bottom(), fiber->stack.usable_size());
+  auto top = reinterpret_cast<std::uintptr_t>(fiber->stack.top());
+  const std::size_t align = callable_align < 16 ? 16 : callable_align;
+  fiber->callable = reinterpret_cast<void*>((top - callable_size) & ~(align - 1));
+  return fiber;
+}
+
+void SchedulerCore::abandon_fiber(FiberControl* fiber) noexcept {
+  stacks_.release(std::move(fiber->stack));
+  delete fiber;
+  fiber_exited();
+}
+
+void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexcept {
+  fiber->body = body;
+  char* bottom = fiber->stack.bottom();
+  make_context(fiber->context, bottom, static_cast<std::size_t>(static_cast<char*>(fiber->callable) - bottom),
+               &fiber_main, fiber->stack.sanitizer_fiber());
+  Worker* worker = current_worker();
+  const bool on_own_worker = worker != nullptr && &worker->core() == this;
+  registry_.add(fiber, on_own_worker ? worker->index() + 1 : 0);
+  if (on_own_worker) {
+    worker->push_local(fiber);
+  } else {
+    push_global(fiber);
+    idle_.notify_work();
+  }
+}
+
+void SchedulerCore::ready(FiberControl* fiber) noexcept {
+  fiber->state.store(FiberState::runnable, std::memory_order_relaxed);
+  if (fiber->pin_count.load(std::memory_order_relaxed) != 0) {
+    fiber->worker.load(std::memory_order_relaxed)->push_inbox(fiber);
+    return;
+  }
+  Worker* worker = current_worker();
+  if (worker != nullptr && &worker->core() == this) {
+    worker->push_next(fiber);
+    return;
+  }
+  push_global(fiber);
+  idle_.notify_work();
+}
+
+void SchedulerCore::push_global(FiberControl* fiber) noexcept {
+  global_.enqueue(fiber);
+  global_size_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void SchedulerCore::push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept {
+  if (count == 0) return;
+  global_.enqueue_bulk(fibers, count);
+  global_size_.fetch_add(static_cast<std::int64_t>(count), std::memory_order_relaxed);
+}
+
+std::size_t SchedulerCore::pop_global_bulk(FiberControl** out, std::size_t max) noexcept {
+  const std::size_t n = global_.try_dequeue_bulk(out, max);
+  if (n > 0) global_size_.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+  return n;
+}
+
+void SchedulerCore::finish_fiber(FiberControl* fiber) noexcept {
+  registry_.remove(fiber);
+  std::uint32_t flags;
+  {
+    std::lock_guard guard(fiber->join_lock);
+    flags = fiber->end_flags.fetch_or(FiberControl::finished, std::memory_order_acq_rel);
+    fiber->state.store(FiberState::done, std::memory_order_release);
+    while (Waiter* joiner = fiber->joiners.pop_front()) unpark(*joiner);
+  }
+  if ((flags & FiberControl::detached) != 0 && fiber->exception) report_unhandled(fiber);
+  current_worker()->exit_current(SwitchAction{&release_finished, fiber});
+}
+
+// After the fiber's last switch, on whatever runs next on its worker: its
+// stack goes back to the pool at once; only the control block waits for
+// the handle.
+void SchedulerCore::release_finished(void* arg) noexcept {
+  auto* fiber = static_cast<FiberControl*>(arg);
+  SchedulerCore* core = fiber->scheduler;
+  core->stacks_.release(std::move(fiber->stack));
+  fiber->release_reference();
+  core->fiber_exited();
+}
+
+void SchedulerCore::fiber_exited() noexcept {
+  if (live_.fetch_sub(1, std::memory_order_seq_cst) == 1 && shutting_down_.load(std::memory_order_seq_cst)) {
+    std::lock_guard guard(shutdown_lock_);
+    all_exited_.notify_all();
+  }
+}
+
+void SchedulerCore::report_unhandled(FiberControl* fiber) noexcept {
+  const std::string name = fiber->name();
+  if (config_.on_unhandled_exception) {
+    try {
+      config_.on_unhandled_exception(name, fiber->id, fiber->exception);
+      return;
+    } catch (...) {
+      std::fprintf(stderr, "weft: the unhandled-exception handler threw\n");
+      std::terminate();
+    }
+  }
+  std::string what = "an exception not derived from std::exception";
+  try {
+    std::rethrow_exception(fiber->exception);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  std::fprintf(stderr, "weft: uncaught exception in detached fiber \"%s\" #%llu: %s\n", name.c_str(),
+               static_cast<unsigned long long>(fiber->id), what.c_str());
+  std::fflush(stderr);
+  std::terminate();
+}
+
+void SchedulerCore::report_stuck_fibers() {
+  std::string report = "weft: scheduler \"" + config_.name + "\" is shutting down but " +
+                       std::to_string(live_fibers()) + " fiber(s) are still alive after " +
+                       std::to_string(config_.shutdown_grace.count()) + " ms:\n";
+  const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  registry_.for_each([&](FiberControl& fiber) {
+    report += "  \"" + fiber.name() + "\" #" + std::to_string(fiber.id) + " " +
+              to_string(fiber.state.load(std::memory_order_relaxed));
+    if (const char* kind = fiber.wait_kind.load(std::memory_order_relaxed)) {
+      char address[32];
+      std::snprintf(address, sizeof(address), "%p", fiber.wait_object.load(std::memory_order_relaxed));
+      const auto since = fiber.parked_since_ns.load(std::memory_order_relaxed);
+      report += std::string(", waiting on ") + kind + "@" + address + " (" +
+                fiber.wait_operation.load(std::memory_order_relaxed) + ") for " +
+                std::to_string((now_ns - since) / 1'000'000) + " ms";
+    }
+    report += "\n";
+  });
+  report += config_.shutdown_policy == ShutdownPolicy::abort ? "weft: aborting (ShutdownPolicy::abort)\n"
+                                                             : "weft: still waiting (ShutdownPolicy::wait)\n";
+  std::fputs(report.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+void SchedulerCore::shutdown() {
+  {
+    std::lock_guard guard(shutdown_lock_);
+    if (stopped_) return;
+  }
+  Worker* caller = current_worker();
+  if (caller != nullptr && &caller->core() == this) {
+    std::fprintf(stderr, "weft: scheduler \"%s\" shut down from one of its own fibers: it would wait for itself\n",
+                 config_.name.c_str());
+    std::terminate();
+  }
+  shutting_down_.store(true, std::memory_order_seq_cst);
+  for (;;) {
+    std::unique_lock guard(shutdown_lock_);
+    const auto deadline = Clock::now() + config_.shutdown_grace;
+    all_exited_.wait_until(guard, deadline, [this] { return live_.load(std::memory_order_seq_cst) == 0; });
+    if (live_.load(std::memory_order_seq_cst) == 0) {
+      stopping_.store(true, std::memory_order_seq_cst);
+      if (live_.load(std::memory_order_seq_cst) == 0) break;
+      stopping_.store(false, std::memory_order_seq_cst);  // a spawn raced with us
+      continue;
+    }
+    guard.unlock();
+    report_stuck_fibers();
+    if (config_.shutdown_policy == ShutdownPolicy::abort) std::abort();
+  }
+  idle_.wake_all();
+  for (auto& worker : workers_) worker->join();
+  timers_.stop();
+  std::lock_guard guard(shutdown_lock_);
+  stopped_ = true;
+}
+
+SchedulerCore& current_scheduler(const char* what) {
+  Worker* worker = current_worker();
+  if (worker == nullptr)
+    throw std::logic_error(std::string(what) + " must be called from a weft fiber, not from a plain thread");
+  return worker->core();
+}
+
+}  // namespace weft::detail

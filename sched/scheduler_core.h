@@ -1,0 +1,142 @@
+// The scheduler: how weft runs many fibers on a few worker threads.
+//
+// Glossary
+//   fiber    a stackful green thread (runtime/fiber_control.h).
+//   worker   an OS thread that runs fibers, one at a time (sched/worker.h).
+//   ready    a fiber that can run; it sits in exactly one queue.
+//   park     a fiber gives up its worker until someone unparks it
+//            (sched/park.h); its worker runs another fiber meanwhile.
+//
+// Where a ready fiber waits (Go's runtime and tokio's scheduler are the
+// models; see docs/architecture.md for the picture):
+//   next slot   per worker, one fiber: the one that the running fiber just
+//               woke. It runs as soon as the waker parks, so a ping-pong
+//               pair stays on one worker and in cache. Capped at 3
+//               consecutive runs, after which it goes to the back of the
+//               ring so that a pair cannot starve the rest. Not stealable.
+//   ring        per worker, 256 fibers, owner push/pop and thieves steal
+//               half (sched/run_queue.h). Yielded and spawned fibers go here.
+//   inbox       per worker, for pinned fibers woken elsewhere: only their
+//               worker may run them.
+//   global      one moodycamel::ConcurrentQueue per scheduler: spawns from
+//               plain threads, wakes from plain threads and timers, and
+//               overflow from full rings. Checked every 61 ticks even when
+//               the local queues are busy, and whenever they are empty.
+//
+// A worker's loop: pick_next (next slot, inbox, ring, global, steal); if
+// nothing, search briefly (at most half the workers at once), then sleep
+// on a futex (sched/idle.h has the no-lost-wakeup protocol). A fiber that
+// parks or yields picks its successor itself and switches to it directly:
+// one context switch per hand-off; only when there is nothing to run does
+// it switch back to the worker's own stack to search and sleep.
+//
+// Rejected alternatives
+//   - One shared queue (a thread pool's design): every switch contends on
+//     it, and it cannot keep a ping-pong pair on one core.
+//   - Switching through the worker's stack on every hand-off (g0 in Go):
+//     two switches where one does.
+//   - Waking a worker for every fiber put in a next slot (Go's wakep):
+//     the woken worker finds nothing to steal and goes back to sleep, and
+//     a ping-pong pair pays a cross-core futex wake per round trip.
+//
+// Memory ordering: the rings publish with release/acquire (run_queue.h);
+// sleeping and waking use a seq_cst fence on both sides (idle.h); park and
+// unpark decide with one CAS on the waiter's state (park.h).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include <concurrentqueue/concurrentqueue.h>
+
+#include "../runtime/fiber_control.h"
+#include "../runtime/stack.h"
+#include "config.h"
+#include "fiber_registry.h"
+#include "idle.h"
+#include "timers.h"
+
+namespace weft {
+struct SpawnOptions;
+}
+
+namespace weft::detail {
+
+class Worker;
+
+class SchedulerCore {
+ public:
+  explicit SchedulerCore(Config config);
+  SchedulerCore(const SchedulerCore&) = delete;
+  SchedulerCore& operator=(const SchedulerCore&) = delete;
+  ~SchedulerCore();
+
+  const Config& config() const noexcept { return config_; }
+
+  // --- fibers' lives ----------------------------------------------------
+  // A new fiber with a stack and room for its callable (f->callable);
+  // throws StackError, or std::logic_error once the scheduler has stopped.
+  FiberControl* prepare_fiber(const SpawnOptions& options, std::size_t callable_size, std::size_t callable_align);
+  // Undoes prepare_fiber when the callable could not be constructed.
+  void abandon_fiber(FiberControl* fiber) noexcept;
+  // Makes a prepared fiber runnable.
+  void launch_fiber(FiberControl* fiber, void (*body)(void*)) noexcept;
+
+  // Makes a parked fiber runnable again, from any thread.
+  void ready(FiberControl* fiber) noexcept;
+
+  // Waits for every fiber, then stops the workers (see Config).
+  void shutdown();
+
+  // --- parts, for the worker and park -----------------------------------
+  std::vector<std::unique_ptr<Worker>>& workers() noexcept { return workers_; }
+  TimerQueue& timers() noexcept { return timers_; }
+  IdleWorkers& idle() noexcept { return idle_; }
+  FiberRegistry& registry() noexcept { return registry_; }
+  StackPool& stacks() noexcept { return stacks_; }
+
+  void push_global(FiberControl* fiber) noexcept;
+  void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
+  std::size_t pop_global_bulk(FiberControl** out, std::size_t max) noexcept;
+  bool global_empty() const noexcept { return global_size() <= 0; }
+  std::int64_t global_size() const noexcept { return global_size_.load(std::memory_order_relaxed); }
+  bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
+
+  // Runs on the fiber's own stack when its body has returned.
+  [[noreturn]] void finish_fiber(FiberControl* fiber) noexcept;
+  std::uint64_t live_fibers() const noexcept { return live_.load(std::memory_order_relaxed); }
+  // An exception escaped a detached fiber: the Config's handler, or terminate.
+  void report_unhandled(FiberControl* fiber) noexcept;
+
+ private:
+  static void release_finished(void* fiber) noexcept;
+  void report_stuck_fibers();
+  void fiber_exited() noexcept;
+
+  const Config config_;
+  StackPool stacks_;
+  FiberRegistry registry_;
+  IdleWorkers idle_;
+  TimerQueue timers_;
+  moodycamel::ConcurrentQueue<FiberControl*> global_;
+  std::atomic<std::int64_t> global_size_{0};
+  std::vector<std::unique_ptr<Worker>> workers_;
+
+  std::atomic<std::uint64_t> live_{0};
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> stopping_{false};
+  std::mutex shutdown_lock_;
+  std::condition_variable all_exited_;
+  bool stopped_ = false;
+};
+
+// The scheduler of the calling fiber; throws std::logic_error on a thread
+// that is not a weft worker. `what` names the caller in the message.
+SchedulerCore& current_scheduler(const char* what);
+
+}  // namespace weft::detail

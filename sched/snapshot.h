@@ -1,0 +1,54 @@
+// Snapshots of a scheduler's workers and fibers, for tests, tools and
+// weft-dump. Taken without stopping anything: each value is read on its
+// own, so a snapshot taken while fibers migrate is consistent per fiber
+// (one fiber appears once) but not a single instant across fibers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+struct FiberCounts {
+  std::uint64_t active = 0;      // times switched in
+  std::uint64_t steal = 0;       // times resumed on another worker than before
+  std::uint64_t steal_fail = 0;  // times a thief found it pinned
+  std::uint64_t preempt = 0;     // times preempted at a checkpoint
+  std::uint64_t park = 0;        // times parked
+};
+
+struct FiberSnapshot {
+  std::uint64_t id = 0;
+  const void* address = nullptr;  // the control block
+  std::string name;
+  std::string state;  // runnable, running, parked, done
+  int worker = -1;    // worker index it runs or last ran on; -1: never ran
+  bool pinned = false;
+  FiberCounts counts;
+  // When parked: what on, and since when.
+  std::string wait_kind;  // "weft::BlockingQueue"
+  const void* wait_object = nullptr;
+  std::string wait_operation;  // "take"
+  double waiting_ms = 0;
+};
+
+struct WorkerSnapshot {
+  unsigned index = 0;
+  int os_thread_id = 0;
+  std::string state;  // running, searching, sleeping, stopped
+  std::uint32_t queue_length = 0;
+  std::uint64_t fibers_run = 0;
+  std::uint64_t steals = 0;
+  std::uint64_t failed_steals = 0;
+  std::uint64_t parks = 0;
+  std::uint64_t preempts = 0;
+};
+
+struct SchedulerSnapshot {
+  std::string name;
+  std::vector<WorkerSnapshot> workers;
+  std::vector<FiberSnapshot> fibers;  // live fibers only
+};
+
+}  // namespace weft

@@ -1,0 +1,297 @@
+#include "worker.h"
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "../runtime/overflow_handler.h"
+#include "scheduler_core.h"
+
+namespace weft::detail {
+namespace {
+
+[[gnu::tls_model("initial-exec")]] thread_local Worker* tls_worker = nullptr;
+
+// Tokio caps its LIFO slot at 3: enough to keep a ping-pong pair hot,
+// little enough that the ring behind it still moves.
+constexpr unsigned kNextStreakLimit = 3;
+// Go's schedule(): a prime, so it does not beat with periodic workloads.
+constexpr std::uint32_t kGlobalCheckInterval = 61;
+// Rounds of looking for work before going to sleep.
+constexpr int kSearchRounds = 16;
+constexpr int kPausesPerRound = 32;
+constexpr std::size_t kGlobalBatch = 32;
+
+// Counters are written by one thread at a time: a plain load and store, not
+// a locked read-modify-write, keeps them off the hot path's critical cost.
+inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
+  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
+bool not_pinned(FiberControl* fiber) noexcept { return fiber->pin_count.load(std::memory_order_relaxed) == 0; }
+
+void requeue(void* fiber) { current_worker()->push_local(static_cast<FiberControl*>(fiber), false); }
+
+}  // namespace
+
+// Not inlined, and with a compiler barrier: a fiber can resume on another
+// thread, and the compiler must not reuse a TLS address computed before.
+[[gnu::noinline]] Worker* current_worker() noexcept {
+  asm volatile("" ::: "memory");
+  return tls_worker;
+}
+
+FiberControl* current_fiber() noexcept {
+  Worker* worker = current_worker();
+  return worker != nullptr ? worker->current() : nullptr;
+}
+
+const char* to_string(WorkerState state) noexcept {
+  switch (state) {
+    case WorkerState::running: return "running";
+    case WorkerState::searching: return "searching";
+    case WorkerState::sleeping: return "sleeping";
+    case WorkerState::stopped: return "stopped";
+  }
+  return "unknown";
+}
+
+Worker::Worker(SchedulerCore& core, unsigned index)
+    : core_(core), index_(index), random_state_(0x9E3779B97F4A7C15ull * (index + 1)) {}
+
+void Worker::start() { thread_ = std::thread([this] { run_loop(); }); }
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+std::uint32_t Worker::queue_length() const noexcept {
+  return ring_.size() + (next_.load(std::memory_order_relaxed) != nullptr ? 1 : 0);
+}
+
+void Worker::run_loop() {
+  tls_worker = this;
+  tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
+  const std::string thread_name = (core_.config().name + "/" + std::to_string(index_)).substr(0, 15);
+  pthread_setname_np(pthread_self(), thread_name.c_str());
+  adopt_thread_context(loop_context_);
+  AltSignalStack alt_stack;
+
+  for (;;) {
+    FiberControl* next = pick_next();
+    if (next == nullptr) next = wait_for_work();
+    if (next == nullptr) break;
+    switch_in(next);
+    switch_context(loop_context_, next->context, SwitchAction{});
+    // Back on the thread's own stack: a fiber found nothing to hand off to.
+  }
+  state_.store(WorkerState::stopped, std::memory_order_relaxed);
+  tls_worker = nullptr;
+}
+
+void Worker::switch_in(FiberControl* next) noexcept {
+  current_ = next;
+  state_.store(WorkerState::running, std::memory_order_relaxed);
+  Worker* last = next->worker.load(std::memory_order_relaxed);
+  if (last != this) {
+    if (last != nullptr) bump(next->counters.steal);
+    next->worker.store(this, std::memory_order_relaxed);
+  }
+  bump(next->counters.active);
+  bump(counters_.fibers_run);
+  next->state.store(FiberState::running, std::memory_order_relaxed);
+}
+
+void Worker::switch_away(SwitchAction action) {
+  FiberControl* self = current_;
+  FiberControl* next = pick_next();
+  if (next != nullptr) {
+    switch_in(next);
+    switch_context(self->context, next->context, action);
+  } else {
+    current_ = nullptr;
+    switch_context(self->context, loop_context_, action);
+  }
+  // Resumed, perhaps on another worker: `this` may no longer be ours.
+}
+
+void Worker::yield_current() {
+  FiberControl* next = pick_next();
+  if (next == nullptr) return;  // nothing else wants this worker
+  FiberControl* self = current_;
+  self->state.store(FiberState::runnable, std::memory_order_relaxed);
+  switch_in(next);
+  switch_context(self->context, next->context, SwitchAction{&requeue, self});
+}
+
+void Worker::park_current(SwitchAction after) {
+  FiberControl* self = current_;
+  self->state.store(FiberState::parked, std::memory_order_relaxed);
+  bump(self->counters.park);
+  bump(counters_.parks);
+  switch_away(after);
+}
+
+void Worker::exit_current(SwitchAction after) {
+  FiberControl* self = current_;
+  FiberControl* next = pick_next();
+  if (next != nullptr) {
+    switch_in(next);
+    exit_context(self->context, next->context, after);
+  }
+  current_ = nullptr;
+  exit_context(self->context, loop_context_, after);
+}
+
+void Worker::push_local(FiberControl* fiber, bool notify) {
+  auto owner = ring_.owner();
+  if (!owner.push(fiber)) {
+    // Full: move the older half to the global queue (pinned fibers to our
+    // inbox, since no other worker may run them), then there is room.
+    FiberControl* half[RunQueue<FiberControl*>::capacity / 2];
+    const std::uint32_t n = owner.take_half(half);
+    FiberControl* movable[RunQueue<FiberControl*>::capacity / 2];
+    std::size_t movable_count = 0;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (not_pinned(half[i])) movable[movable_count++] = half[i];
+      else push_inbox(half[i]);
+    }
+    core_.push_global_bulk(movable, movable_count);
+    owner.push(fiber);
+    notify = true;
+  }
+  if (notify) core_.idle().notify_work();
+}
+
+void Worker::push_next(FiberControl* fiber) {
+  FiberControl* previous = next_.load(std::memory_order_relaxed);
+  next_.store(fiber, std::memory_order_relaxed);
+  if (previous != nullptr) push_local(previous);
+}
+
+void Worker::push_inbox(FiberControl* fiber) noexcept {
+  FiberControl* head = inbox_.load(std::memory_order_relaxed);
+  do {
+    fiber->link = head;
+  } while (!inbox_.compare_exchange_weak(head, fiber, std::memory_order_seq_cst, std::memory_order_relaxed));
+  if (current_worker() != this) core_.idle().notify_worker(idle_slot_);
+}
+
+FiberControl* Worker::pick_global() {
+  FiberControl* batch[kGlobalBatch];
+  const std::size_t workers = core_.workers().size();
+  std::size_t want = kGlobalBatch;
+  if (workers > 1) {
+    // Take a fair share, not everything: others may be idle too.
+    const auto share = static_cast<std::size_t>(core_.global_size() / static_cast<std::int64_t>(workers)) + 1;
+    if (share < want) want = share;
+  }
+  const std::size_t n = core_.pop_global_bulk(batch, want);
+  if (n == 0) return nullptr;
+  auto owner = ring_.owner();
+  for (std::size_t i = 1; i < n; ++i) {
+    if (!owner.push(batch[i])) push_local(batch[i]);
+  }
+  if (n > 1) core_.idle().notify_work();
+  return batch[0];
+}
+
+FiberControl* Worker::steal() {
+  auto& workers = core_.workers();
+  const std::size_t count = workers.size();
+  if (count < 2) return nullptr;
+  random_state_ ^= random_state_ << 13;
+  random_state_ ^= random_state_ >> 7;
+  random_state_ ^= random_state_ << 17;
+  const std::size_t start = random_state_ % count;
+  auto owner = ring_.owner();
+  for (std::size_t i = 0; i < count; ++i) {
+    Worker& victim = *workers[(start + i) % count];
+    if (&victim == this) continue;
+    const auto result = victim.ring_.thief().steal_into(owner, not_pinned);
+    if (result.blocked != nullptr) {
+      // Charged to the pinned fiber by its own worker (see pick_next): a
+      // thief must not touch a fiber it does not own.
+      victim.pinned_steal_fails_.fetch_add(1, std::memory_order_relaxed);
+      bump(counters_.failed_steals);
+    }
+    if (result.taken > 0) {
+      bump(counters_.steals, result.taken);
+      return owner.pop();
+    }
+  }
+  return nullptr;
+}
+
+FiberControl* Worker::pick_next() {
+  ++tick_;
+  if (tick_ % kGlobalCheckInterval == 0 && !core_.global_empty()) {
+    if (FiberControl* fiber = pick_global()) return fiber;
+  }
+  if (FiberControl* next = next_.load(std::memory_order_relaxed)) {
+    next_.store(nullptr, std::memory_order_relaxed);
+    if (next_streak_ < kNextStreakLimit) {
+      ++next_streak_;
+      return next;
+    }
+    push_local(next, false);
+  }
+  next_streak_ = 0;
+  if (inbox_fifo_ == nullptr && inbox_.load(std::memory_order_relaxed) != nullptr) {
+    // Drain the inbox stack, reversing it into arrival order.
+    FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);
+    while (stack != nullptr) {
+      FiberControl* below = stack->link;
+      stack->link = inbox_fifo_;
+      inbox_fifo_ = stack;
+      stack = below;
+    }
+  }
+  if (FiberControl* fiber = inbox_fifo_) {
+    inbox_fifo_ = fiber->link;
+    fiber->link = nullptr;
+    return fiber;
+  }
+  if (FiberControl* fiber = ring_.owner().pop()) {
+    if (pinned_steal_fails_.load(std::memory_order_relaxed) != 0 && !not_pinned(fiber))
+      bump(fiber->counters.steal_fail, pinned_steal_fails_.exchange(0, std::memory_order_relaxed));
+    return fiber;
+  }
+  if (!core_.global_empty()) {
+    if (FiberControl* fiber = pick_global()) return fiber;
+  }
+  return steal();
+}
+
+FiberControl* Worker::wait_for_work() {
+  IdleWorkers& idle = core_.idle();
+  for (;;) {
+    if (idle.begin_search()) {
+      state_.store(WorkerState::searching, std::memory_order_relaxed);
+      for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
+        if (FiberControl* fiber = pick_next()) {
+          idle.end_search();
+          return fiber;
+        }
+        for (int i = 0; i < kPausesPerRound; ++i) cpu_relax();
+      }
+      idle.end_search();
+    }
+    state_.store(WorkerState::sleeping, std::memory_order_relaxed);
+    idle.prepare_sleep(idle_slot_);
+    if (core_.stopping()) {
+      idle.cancel_sleep(idle_slot_);
+      return nullptr;
+    }
+    if (FiberControl* fiber = pick_next()) {
+      idle.cancel_sleep(idle_slot_);
+      return fiber;
+    }
+    idle.wait(idle_slot_);
+    if (core_.stopping()) return nullptr;
+  }
+}
+
+}  // namespace weft::detail

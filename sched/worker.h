@@ -1,0 +1,111 @@
+// Worker: one OS thread of a scheduler, the loop that runs fibers on it,
+// and the queues it owns. Everything here runs on the worker's own thread
+// except what says "any thread".
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#include "../runtime/context.h"
+#include "../runtime/fiber_control.h"
+#include "../runtime/stack.h"
+#include "idle.h"
+#include "run_queue.h"
+
+namespace weft::detail {
+
+class SchedulerCore;
+
+enum class WorkerState : std::uint8_t { running, searching, sleeping, stopped };
+const char* to_string(WorkerState state) noexcept;
+
+// Written by the worker's thread, read by the dump.
+struct WorkerCounters {
+  std::atomic<std::uint64_t> fibers_run{0};     // fibers switched in
+  std::atomic<std::uint64_t> steals{0};         // fibers taken from other workers
+  std::atomic<std::uint64_t> failed_steals{0};  // steals stopped by a pinned fiber
+  std::atomic<std::uint64_t> parks{0};
+  std::atomic<std::uint64_t> preempts{0};
+};
+
+class Worker {
+ public:
+  Worker(SchedulerCore& core, unsigned index);
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void start();
+  void join();
+
+  SchedulerCore& core() const noexcept { return core_; }
+  unsigned index() const noexcept { return index_; }
+  FiberControl* current() const noexcept { return current_; }
+
+  // --- on this worker's thread, from a fiber ----------------------------
+  // Puts the running fiber at the back of the local queue and runs another.
+  void yield_current();
+  // Switches the running fiber out; `after` runs once it is saved.
+  void park_current(SwitchAction after);
+  // The running fiber has finished: switch away for good.
+  [[noreturn]] void exit_current(SwitchAction after);
+
+  // --- on this worker's thread ------------------------------------------
+  // Back of the ring (spills half to global when full); `notify` wakes an
+  // idle worker to steal it.
+  void push_local(FiberControl* fiber, bool notify = true);
+  void push_next(FiberControl* fiber);   // run next: the fiber just woken
+
+  // --- any thread -------------------------------------------------------
+  // Hands a pinned fiber to this worker, the only one allowed to run it.
+  void push_inbox(FiberControl* fiber) noexcept;
+  IdleSlot& idle_slot() noexcept { return idle_slot_; }
+
+  // --- read by the dump (any thread) ------------------------------------
+  WorkerState state() const noexcept { return state_.load(std::memory_order_relaxed); }
+  int os_thread_id() const noexcept { return tid_.load(std::memory_order_relaxed); }
+  std::uint32_t queue_length() const noexcept;
+  const WorkerCounters& counters() const noexcept { return counters_; }
+  WorkerCounters& counters() noexcept { return counters_; }
+
+ private:
+  void run_loop();
+  // Next fiber to run, without blocking: next slot, inbox, ring, global
+  // queue, then stealing. Null if there is nothing.
+  FiberControl* pick_next();
+  FiberControl* pick_global();
+  FiberControl* steal();
+  // Searches briefly, then sleeps; null when the scheduler stops.
+  FiberControl* wait_for_work();
+  bool has_work_for_me() noexcept;
+  // Bookkeeping for `next`, which is about to run here.
+  void switch_in(FiberControl* next) noexcept;
+  void switch_away(SwitchAction action);
+
+  SchedulerCore& core_;
+  const unsigned index_;
+  std::thread thread_;
+  std::atomic<int> tid_{0};
+  std::atomic<WorkerState> state_{WorkerState::running};
+
+  ExecutionContext loop_context_;  // the thread's own stack
+  FiberControl* current_ = nullptr;
+
+  RunQueue<FiberControl*> ring_;
+  std::atomic<FiberControl*> next_{nullptr};  // written by the owner only
+  unsigned next_streak_ = 0;      // consecutive runs from next_
+  std::atomic<FiberControl*> inbox_{nullptr};  // pinned fibers (LIFO stack)
+  FiberControl* inbox_fifo_ = nullptr;         // drained inbox, oldest first
+  std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
+
+  std::uint32_t tick_ = 0;
+  std::uint64_t random_state_;
+  IdleSlot idle_slot_;
+  WorkerCounters counters_;
+};
+
+// The worker whose thread is calling, or null on a plain thread. Never
+// cached across a switch: a fiber may resume on another worker.
+Worker* current_worker() noexcept;
+
+}  // namespace weft::detail

@@ -1,0 +1,362 @@
+// The scheduler: spawning, joining, yielding, sleeping, stealing, pinning,
+// counters and shutdown, over 1, 2, 4 and 8 workers.
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::WorkersTest;
+
+// The OS thread now running the caller. Not std::this_thread::get_id():
+// glibc declares pthread_self() const, so the compiler may reuse a value
+// read before a suspension point, after which the fiber may have moved.
+int os_thread() { return static_cast<int>(::syscall(SYS_gettid)); }
+
+TEST_P(WorkersTest, SpawnAndJoinManyFibers) {
+  const std::uint64_t count = test::scaled(100'000);
+  std::vector<std::atomic<int>> ran(count);
+  std::vector<Fiber> fibers;
+  fibers.reserve(count);
+  for (std::uint64_t i = 0; i < count; ++i) fibers.push_back(sched().spawn([&ran, i] { ran[i].fetch_add(1); }));
+  for (auto& f : fibers) f.join();
+  for (std::uint64_t i = 0; i < count; ++i) ASSERT_EQ(ran[i].load(), 1) << "fiber " << i;
+}
+
+TEST_P(WorkersTest, SpawnFromPlainThreads) {
+  std::atomic<int> total{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      std::vector<Fiber> fibers;
+      for (int i = 0; i < 500; ++i) fibers.push_back(sched().spawn([&] { total.fetch_add(1); }));
+      for (auto& f : fibers) f.join();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(total.load(), 2000);
+}
+
+TEST_P(WorkersTest, NestedSpawnsUseTheCurrentScheduler) {
+  std::atomic<int> leaves{0};
+  // A tree of depth 4 and fan-out 5: 625 leaves.
+  std::function<void(int)> grow = [&](int depth) {
+    if (depth == 0) {
+      leaves.fetch_add(1);
+      return;
+    }
+    std::vector<Fiber> children;
+    for (int i = 0; i < 5; ++i) children.push_back(weft::spawn([&, depth] { grow(depth - 1); }));
+    for (auto& c : children) c.join();
+  };
+  sched().spawn([&] { grow(4); }).join();
+  EXPECT_EQ(leaves.load(), 625);
+}
+
+TEST_P(WorkersTest, TwoYieldingFibersBothProgress) {
+  // On one worker only yield lets the other run: each fiber waits until the
+  // other has moved, so this finishes only if yield hands over.
+  std::atomic<int> a{0}, b{0};
+  const int rounds = 1000;
+  Fiber fa = sched().spawn([&] {
+    for (int i = 0; i < rounds; ++i) {
+      a.store(i + 1);
+      while (b.load() < i) this_fiber::yield();
+    }
+  });
+  Fiber fb = sched().spawn([&] {
+    for (int i = 0; i < rounds; ++i) {
+      b.store(i + 1);
+      while (a.load() < i) this_fiber::yield();
+    }
+  });
+  fa.join();
+  fb.join();
+  EXPECT_EQ(a.load(), rounds);
+  EXPECT_EQ(b.load(), rounds);
+}
+
+TEST_P(WorkersTest, SleepsNeverWakeEarly) {
+  std::vector<Fiber> fibers;
+  std::atomic<int> early{0};
+  for (int i = 0; i < 50; ++i) {
+    fibers.push_back(sched().spawn([&, i] {
+      const auto duration = std::chrono::microseconds(100 * (i % 10) + 50);
+      const auto start = std::chrono::steady_clock::now();
+      this_fiber::sleep_for(duration);
+      if (std::chrono::steady_clock::now() - start < duration) early.fetch_add(1);
+    }));
+  }
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(early.load(), 0);
+}
+
+TEST_P(WorkersTest, SleepUntilAnotherClockAndPastDeadlines) {
+  sched()
+      .spawn([] {
+        const auto deadline = std::chrono::system_clock::now() + 2ms;
+        this_fiber::sleep_until(deadline);
+        EXPECT_GE(std::chrono::system_clock::now(), deadline);
+        this_fiber::sleep_for(-5ms);  // returns at once
+        this_fiber::sleep_until(std::chrono::steady_clock::now() - 1s);
+      })
+      .join();
+}
+
+TEST_P(WorkersTest, ExceptionsReachJoin) {
+  Fiber f = sched().spawn([] { throw std::runtime_error("boom in fiber"); });
+  try {
+    f.join();
+    FAIL() << "join did not rethrow";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "boom in fiber");
+  }
+  EXPECT_FALSE(f.joinable());
+}
+
+TEST_P(WorkersTest, DetachedExceptionGoesToTheHandler) {
+  std::atomic<int> handled{0};
+  std::string seen_name;
+  Config config = test::config_with(workers());
+  config.on_unhandled_exception = [&](std::string_view name, std::uint64_t, std::exception_ptr e) {
+    seen_name = std::string(name);
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::logic_error&) {
+      handled.fetch_add(1);
+    }
+  };
+  {
+    Scheduler own{config};
+    own.spawn({.name = "doomed"}, [] { throw std::logic_error("escaped"); }).detach();
+  }  // the destructor waits for the detached fiber
+  EXPECT_EQ(handled.load(), 1);
+  EXPECT_EQ(seen_name, "doomed");
+}
+
+TEST_P(WorkersTest, NamesAndIds) {
+  Fiber named = sched().spawn({.name = "rpc-3"}, [] {
+    EXPECT_EQ(this_fiber::name(), "rpc-3");
+    this_fiber::set_name("renamed");
+    EXPECT_EQ(this_fiber::name(), "renamed");
+  });
+  Fiber plain = sched().spawn([] { EXPECT_EQ(this_fiber::name(), "fiber-" + std::to_string(this_fiber::id())); });
+  EXPECT_NE(named.id(), plain.id());
+  EXPECT_NE(named.id(), 0u);
+  const auto id = named.id();
+  named.join();
+  plain.join();
+  EXPECT_EQ(named.id(), id);
+}
+
+TEST_P(WorkersTest, PinnedFiberNeverChangesWorker) {
+  std::atomic<bool> stop{false};
+  std::vector<Fiber> noise;
+  // Busy fibers keep every worker hungry enough to steal.
+  for (unsigned i = 0; i < workers() * 4; ++i) {
+    noise.push_back(sched().spawn([&] {
+      while (!stop.load()) this_fiber::yield();
+    }));
+  }
+  Fiber pinned = sched().spawn([&] {
+    auto guard = this_fiber::pin();
+    std::set<int> tids;
+    for (int i = 0; i < 2000; ++i) {
+      tids.insert(os_thread());
+      if (i % 2 == 0) this_fiber::yield();
+      else this_fiber::sleep_for(10us);
+    }
+    EXPECT_EQ(tids.size(), 1u);
+  });
+  pinned.join();
+  EXPECT_EQ(pinned.counts().steal, 0u);
+  stop.store(true);
+  for (auto& f : noise) f.join();
+}
+
+TEST_P(WorkersTest, ActiveCountsSwitchesIn) {
+  Fiber f = sched().spawn([] {
+    for (int i = 0; i < 10; ++i) this_fiber::sleep_for(100us);
+  });
+  f.join();
+  // Switched in once to start, then once after each of the 10 sleeps.
+  EXPECT_EQ(f.counts().active, 11u);
+  EXPECT_EQ(f.counts().park, 10u);
+}
+
+TEST_P(WorkersTest, StealCountsMigrations) {
+  // Many sleepers woken by the timer thread land in the global queue, where
+  // any worker may pick them: with several workers some must migrate, and
+  // a migration is counted exactly when the worker changed.
+  std::vector<Fiber> fibers;
+  std::atomic<std::uint64_t> observed_moves{0};
+  for (int i = 0; i < 40; ++i) {
+    fibers.push_back(sched().spawn([&] {
+      int where = os_thread();
+      std::uint64_t moves = 0;
+      for (int k = 0; k < 20; ++k) {
+        this_fiber::sleep_for(50us);
+        const int now = os_thread();
+        if (now != where) ++moves;
+        where = now;
+      }
+      observed_moves.fetch_add(moves);
+    }));
+  }
+  std::uint64_t counted = 0;
+  for (auto& f : fibers) {
+    f.join();
+    counted += f.counts().steal;
+  }
+  EXPECT_EQ(counted, observed_moves.load());
+  if (workers() == 1) {
+    EXPECT_EQ(counted, 0u);
+  }
+}
+
+TEST_P(WorkersTest, IdleWorkersStealFromABusyOne) {
+  if (workers() < 2) GTEST_SKIP() << "needs a second worker";
+  std::atomic<int> done{0};
+  sched()
+      .spawn([&] {
+        std::vector<Fiber> children;
+        for (int i = 0; i < 64; ++i) {
+          children.push_back(weft::spawn([&] {
+            for (int k = 0; k < 20; ++k) {
+              volatile int sink = 0;
+              for (int j = 0; j < 20000; ++j) sink = sink + j;
+              this_fiber::yield();
+            }
+            done.fetch_add(1);
+          }));
+        }
+        for (auto& c : children) c.join();
+      })
+      .join();
+  EXPECT_EQ(done.load(), 64);
+  std::uint64_t steals = 0;
+  for (const auto& w : sched().snapshot().workers) steals += w.steals;
+  EXPECT_GT(steals, 0u);
+}
+
+TEST_P(WorkersTest, FiberLocalIsPerFiber) {
+  static FiberLocal<std::string> local;
+  std::vector<Fiber> fibers;
+  std::atomic<int> mismatches{0};
+  for (int i = 0; i < 100; ++i) {
+    fibers.push_back(sched().spawn([&, i] {
+      *local = "value-" + std::to_string(i);
+      for (int k = 0; k < 10; ++k) this_fiber::yield();
+      if (*local != "value-" + std::to_string(i)) mismatches.fetch_add(1);
+    }));
+  }
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_THROW(local.get(), std::logic_error);  // not a fiber here
+}
+
+TEST_P(WorkersTest, SnapshotListsLiveFibers) {
+  std::atomic<bool> release{false};
+  Fiber f = sched().spawn({.name = "snapshot-me"}, [&] {
+    while (!release.load()) this_fiber::sleep_for(200us);
+  });
+  bool found = false;
+  for (int attempt = 0; attempt < 1000 && !found; ++attempt) {
+    for (const auto& fiber : sched().snapshot().fibers) found |= fiber.name == "snapshot-me";
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(sched().snapshot().workers.size(), workers());
+  release.store(true);
+  f.join();
+}
+
+WEFT_WORKER_COUNTS(WorkersTest);
+
+TEST(Scheduler, SeveralIndependentSchedulers) {
+  Scheduler a{test::config_with(1)};
+  Scheduler b{test::config_with(2)};
+  std::atomic<int> total{0};
+  Fiber fa = a.spawn([&] {
+    // A fiber of one scheduler spawning on another.
+    b.spawn([&] { total.fetch_add(1); }).join();
+    total.fetch_add(1);
+  });
+  fa.join();
+  EXPECT_EQ(total.load(), 2);
+}
+
+TEST(Scheduler, RejectsBadConfig) {
+  Config zero;
+  zero.workers = 0;
+  EXPECT_THROW(Scheduler{zero}, std::invalid_argument);
+  Config tiny;
+  tiny.stack_size = 1024;
+  EXPECT_THROW(Scheduler{tiny}, std::invalid_argument);
+}
+
+TEST(Scheduler, SpawnAfterShutdownThrows) {
+  Scheduler s{test::config_with(1)};
+  s.shutdown();
+  EXPECT_THROW(s.spawn([] {}), std::logic_error);
+}
+
+TEST(Scheduler, FiberOnlyCallsFromAPlainThread) {
+  EXPECT_FALSE(this_fiber::is_fiber());
+  EXPECT_EQ(this_fiber::id(), 0u);
+  EXPECT_THROW(this_fiber::name(), std::logic_error);
+  EXPECT_THROW(this_fiber::set_name("x"), std::logic_error);
+  EXPECT_THROW((void)this_fiber::pin(), std::logic_error);
+  EXPECT_THROW(weft::spawn([] {}), std::logic_error);
+  this_fiber::yield();                  // std::this_thread::yield
+  this_fiber::checkpoint();             // no-op
+  const auto start = std::chrono::steady_clock::now();
+  this_fiber::sleep_for(2ms);           // std::this_thread::sleep_for
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 2ms);
+}
+
+TEST(Scheduler, JoinMisuseIsReported) {
+  Scheduler s{test::config_with(1)};
+  Fiber f = s.spawn([] {});
+  f.join();
+  EXPECT_THROW(f.join(), std::logic_error);
+  EXPECT_THROW(f.detach(), std::logic_error);
+}
+
+TEST(SchedulerDeathTest, DroppingAJoinableHandleTerminates) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(1)};
+        Fiber f = s.spawn([] {});
+      },
+      "joinable weft::Fiber");
+}
+
+TEST(SchedulerDeathTest, ShutdownReportsStuckFibers) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Config config = test::config_with(1);
+        config.shutdown_grace = 100ms;
+        config.shutdown_policy = ShutdownPolicy::abort;
+        Scheduler s{config};
+        s.spawn({.name = "sleeps-forever"}, [] { this_fiber::sleep_for(1h); }).detach();
+      },
+      "\"sleeps-forever\" #[0-9]+ parked, waiting on weft::this_fiber@.*\\(sleep\\)");
+}
+
+}  // namespace
+}  // namespace weft

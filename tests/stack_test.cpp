@@ -1,0 +1,107 @@
+// Stacks: guard pages, pooling, overflow reporting and mapping failures.
+#include <sys/resource.h>
+
+#include <weft/weft.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+TEST(Stack, GuardPageSitsBelowTheUsableRange) {
+  detail::Stack stack = detail::Stack::allocate(64 * 1024);
+  EXPECT_GE(stack.usable_size(), 64u * 1024);
+  EXPECT_TRUE(stack.guard_contains(stack.bottom() - 1));
+  EXPECT_FALSE(stack.guard_contains(stack.bottom()));
+  std::memset(stack.bottom(), 0xab, stack.usable_size());  // all of it is writable
+}
+
+TEST(Stack, PoolReusesReleasedStacks) {
+  detail::StackPool pool{64 * 1024, 2};
+  detail::Stack a = pool.acquire();
+  char* top = a.top();
+  pool.release(std::move(a));
+  detail::Stack b = pool.acquire();
+  EXPECT_EQ(b.top(), top);
+  detail::Stack other_size = pool.acquire(128 * 1024);
+  EXPECT_GE(other_size.usable_size(), 128u * 1024);
+}
+
+TEST(Stack, PerSpawnStackSize) {
+  Scheduler s{test::config_with(1)};
+  // 1 MiB of locals needs more than the 256 KiB default.
+  s.spawn({.name = "big", .stack_size = 2 * 1024 * 1024},
+          [] {
+            volatile char buffer[1024 * 1024];
+            buffer[0] = 1;
+            buffer[sizeof(buffer) - 1] = 2;
+            EXPECT_EQ(buffer[0] + buffer[sizeof(buffer) - 1], 3);
+          })
+      .join();
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+[[gnu::noinline]] int recurse(int depth) {
+  volatile char frame[512];
+  frame[0] = static_cast<char>(depth);
+  if (depth == -1) return 0;  // never: keeps the compiler from calling this infinite
+  return recurse(depth + 1) + frame[0];
+}
+
+TEST(StackDeathTest, OverflowNamesTheFiber) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers report the overflow themselves";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(1)};
+        s.spawn({.name = "rpc-3"}, [] { recurse(0); }).join();
+      },
+      "weft: stack overflow in fiber \"rpc-3\" #[0-9]+");
+}
+
+TEST(StackDeathTest, OtherFaultsKeepTheirDefaultAction) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers report the fault themselves";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Scheduler s{test::config_with(1)};
+        s.spawn([] {
+           volatile int* null = nullptr;
+           *null = 1;
+         }).join();
+      },
+      ::testing::KilledBySignal(SIGSEGV), "");
+}
+
+// Runs in the death test's child: limits the address space, then asks
+// for a stack that cannot fit.
+void spawn_beyond_address_space() {
+  Scheduler s{test::config_with(1)};
+  const rlimit limit{1ull << 30, 1ull << 30};  // 1 GiB of address space
+  setrlimit(RLIMIT_AS, &limit);
+  try {
+    s.spawn({.stack_size = 4ull << 30}, [] {}).join();  // 4 GiB cannot map
+  } catch (const StackError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::exit(3);
+  }
+  std::exit(0);
+}
+
+TEST(StackDeathTest, OutOfAddressSpaceIsAClearError) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers reserve address space of their own";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(spawn_beyond_address_space(), ::testing::ExitedWithCode(3), "cannot map a fiber stack of 4194304 KiB");
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,49 @@
+// Shared by the tests: the worker-count fixture (1, 2, 4, 8: more workers
+// than cores on purpose) and a scale for loop counts under ThreadSanitizer,
+// which runs 5-15x slower; the checks themselves never change.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <weft/weft.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+namespace weft::test {
+
+#if defined(__SANITIZE_THREAD__)
+constexpr std::uint64_t kSlowdown = 10;
+#else
+constexpr std::uint64_t kSlowdown = 1;
+#endif
+constexpr std::uint64_t scaled(std::uint64_t n) { return n / kSlowdown; }
+
+inline Config config_with(unsigned workers) {
+  Config config;
+  config.workers = workers;
+  config.name = "test";
+  config.shutdown_grace = std::chrono::seconds(30);
+  config.shutdown_policy = ShutdownPolicy::abort;  // a hang fails the test
+  return config;
+}
+
+class WorkersTest : public ::testing::TestWithParam<unsigned> {
+ protected:
+  unsigned workers() const { return GetParam(); }
+  void SetUp() override { sched_ = std::make_unique<Scheduler>(config_with(workers())); }
+  Scheduler& sched() { return *sched_; }
+  void TearDown() override { sched_.reset(); }
+
+ private:
+  std::unique_ptr<Scheduler> sched_;
+};
+
+inline std::string worker_count_name(const ::testing::TestParamInfo<unsigned>& info) {
+  return std::to_string(info.param) + "_workers";
+}
+
+#define WEFT_WORKER_COUNTS(Fixture) \
+  INSTANTIATE_TEST_SUITE_P(Workers, Fixture, ::testing::Values(1u, 2u, 4u, 8u), ::weft::test::worker_count_name)
+
+}  // namespace weft::test

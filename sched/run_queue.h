@@ -12,7 +12,12 @@
 // tail_; consumers read tail_ with acquire before reading slots. A thief
 // copies the slots it wants, then claims them with one CAS on head_: if the
 // CAS fails someone else consumed first and the copy is discarded. Slots are
-// relaxed atomics so that this speculative copy is not a data race.
+// relaxed atomics so that this speculative copy is not a data race. For
+// the same reason a thief's `can_take` must judge an entry by its value
+// alone: by the time the thief looks, the entry's fiber may have been
+// popped, run and freed.
+//
+// T is a small trivially copyable value; T{} means "none".
 #pragma once
 
 #include <array>
@@ -32,7 +37,7 @@ class RunQueue {
   // What a steal found.
   struct StealResult {
     std::uint32_t taken = 0;  // moved into the thief's queue
-    T blocked = nullptr;      // the first candidate, when it could not be taken
+    T blocked{};              // the first candidate, when it could not be taken
   };
 
   class Thief;
@@ -55,7 +60,7 @@ class RunQueue {
       std::uint32_t head = q_.head_.load(std::memory_order_acquire);
       for (;;) {
         const std::uint32_t tail = q_.tail_.load(std::memory_order_relaxed);
-        if (tail == head) return nullptr;
+        if (tail == head) return T{};
         T item = q_.slots_[head % Capacity].load(std::memory_order_relaxed);
         if (q_.head_.compare_exchange_weak(head, head + 1, std::memory_order_acq_rel, std::memory_order_acquire))
           return item;
@@ -117,7 +122,7 @@ class RunQueue {
         }
         if (taken == 0) {
           // Confirm the blocked item was still queued when we looked.
-          if (q_.head_.load(std::memory_order_acquire) != head) result.blocked = nullptr;
+          if (q_.head_.load(std::memory_order_acquire) != head) result.blocked = T{};
           return result;
         }
         if (q_.head_.compare_exchange_weak(head, head + taken, std::memory_order_acq_rel, std::memory_order_acquire)) {

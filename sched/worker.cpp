@@ -31,6 +31,7 @@ inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noex
 }
 
 bool not_pinned(FiberControl* fiber) noexcept { return fiber->pin_count.load(std::memory_order_relaxed) == 0; }
+bool stealable(RingEntry entry) noexcept { return !entry.pinned(); }
 
 void requeue(void* fiber) { current_worker()->push_local(static_cast<FiberControl*>(fiber), false); }
 
@@ -147,19 +148,20 @@ void Worker::exit_current(SwitchAction after) {
 
 void Worker::push_local(FiberControl* fiber, bool notify) {
   auto owner = ring_.owner();
-  if (!owner.push(fiber)) {
+  if (!owner.push(RingEntry(fiber))) {
     // Full: move the older half to the global queue (pinned fibers to our
     // inbox, since no other worker may run them), then there is room.
-    FiberControl* half[RunQueue<FiberControl*>::capacity / 2];
+    constexpr std::uint32_t half_capacity = RunQueue<RingEntry>::capacity / 2;
+    RingEntry half[half_capacity];
     const std::uint32_t n = owner.take_half(half);
-    FiberControl* movable[RunQueue<FiberControl*>::capacity / 2];
+    FiberControl* movable[half_capacity];
     std::size_t movable_count = 0;
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (not_pinned(half[i])) movable[movable_count++] = half[i];
-      else push_inbox(half[i]);
+      if (!half[i].pinned()) movable[movable_count++] = half[i].fiber();
+      else push_inbox(half[i].fiber());
     }
     core_.push_global_bulk(movable, movable_count);
-    owner.push(fiber);
+    owner.push(RingEntry(fiber));
     notify = true;
   }
   if (notify) core_.idle().notify_work();
@@ -192,7 +194,7 @@ FiberControl* Worker::pick_global() {
   if (n == 0) return nullptr;
   auto owner = ring_.owner();
   for (std::size_t i = 1; i < n; ++i) {
-    if (!owner.push(batch[i])) push_local(batch[i]);
+    if (!owner.push(RingEntry(batch[i]))) push_local(batch[i]);
   }
   if (n > 1) core_.idle().notify_work();
   return batch[0];
@@ -210,8 +212,8 @@ FiberControl* Worker::steal() {
   for (std::size_t i = 0; i < count; ++i) {
     Worker& victim = *workers[(start + i) % count];
     if (&victim == this) continue;
-    const auto result = victim.ring_.thief().steal_into(owner, not_pinned);
-    if (result.blocked != nullptr) {
+    const auto result = victim.ring_.thief().steal_into(owner, stealable);
+    if (result.blocked.fiber() != nullptr) {
       // Charged to the pinned fiber by its own worker (see pick_next): a
       // thief must not touch a fiber it does not own.
       victim.pinned_steal_fails_.fetch_add(1, std::memory_order_relaxed);
@@ -219,7 +221,7 @@ FiberControl* Worker::steal() {
     }
     if (result.taken > 0) {
       bump(counters_.steals, result.taken);
-      return owner.pop();
+      return owner.pop().fiber();
     }
   }
   return nullptr;
@@ -254,7 +256,7 @@ FiberControl* Worker::pick_next() {
     fiber->link = nullptr;
     return fiber;
   }
-  if (FiberControl* fiber = ring_.owner().pop()) {
+  if (FiberControl* fiber = ring_.owner().pop().fiber()) {
     if (pinned_steal_fails_.load(std::memory_order_relaxed) != 0 && !not_pinned(fiber))
       bump(fiber->counters.steal_fail, pinned_steal_fails_.exchange(0, std::memory_order_relaxed));
     return fiber;

@@ -17,6 +17,21 @@ namespace weft::detail {
 
 class SchedulerCore;
 
+// A run-queue entry: the fiber with its pinned flag in the low bit, so that
+// a thief can pass over a pinned fiber without dereferencing it.
+class RingEntry {
+ public:
+  RingEntry() noexcept = default;
+  explicit RingEntry(FiberControl* fiber) noexcept
+      : bits_(reinterpret_cast<std::uintptr_t>(fiber) |
+              (fiber->pin_count.load(std::memory_order_relaxed) != 0 ? 1u : 0u)) {}
+  FiberControl* fiber() const noexcept { return reinterpret_cast<FiberControl*>(bits_ & ~std::uintptr_t{1}); }
+  bool pinned() const noexcept { return (bits_ & 1u) != 0; }
+
+ private:
+  std::uintptr_t bits_ = 0;
+};
+
 enum class WorkerState : std::uint8_t { running, searching, sleeping, stopped };
 const char* to_string(WorkerState state) noexcept;
 
@@ -91,7 +106,7 @@ class Worker {
   ExecutionContext loop_context_;  // the thread's own stack
   FiberControl* current_ = nullptr;
 
-  RunQueue<FiberControl*> ring_;
+  RunQueue<RingEntry> ring_;
   std::atomic<FiberControl*> next_{nullptr};  // written by the owner only
   unsigned next_streak_ = 0;      // consecutive runs from next_
   std::atomic<FiberControl*> inbox_{nullptr};  // pinned fibers (LIFO stack)

@@ -96,7 +96,8 @@ FiberSnapshot take_snapshot(const FiberControl& fiber) {
   snap.id = fiber.id;
   snap.address = &fiber;
   snap.name = fiber.name();
-  snap.state = to_string(fiber.state.load(std::memory_order_relaxed));
+  const FiberState state = fiber.state.load(std::memory_order_relaxed);
+  snap.state = to_string(state);
   snap.pinned = fiber.pin_count.load(std::memory_order_relaxed) != 0;
   snap.counts = read_counts(fiber);
   if (const char* kind = fiber.wait_kind.load(std::memory_order_relaxed)) {
@@ -106,6 +107,10 @@ FiberSnapshot take_snapshot(const FiberControl& fiber) {
     const std::int64_t since = fiber.parked_since_ns.load(std::memory_order_relaxed);
     if (since != 0) snap.waiting_ms = static_cast<double>(monotonic_ns() - since) / 1e6;
   }
+  // park() clears the wait only once the fiber runs again, so a runnable
+  // fiber that still has one was woken and waits for a worker.
+  if (state == FiberState::parked) snap.park_state = -1;
+  else if (state == FiberState::runnable && !snap.wait_kind.empty()) snap.park_state = 1;
   return snap;
 }
 

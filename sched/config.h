@@ -43,6 +43,9 @@ struct Config {
   std::chrono::milliseconds shutdown_grace{10'000};
   ShutdownPolicy shutdown_policy = ShutdownPolicy::wait;
   UnhandledExceptionHandler on_unhandled_exception;
+  // Answer weft-dump on a private Unix socket (sched/dump_server.h). The
+  // environment variable WEFT_DUMP=0 turns it off for the whole process.
+  bool dump = true;
 };
 
 }  // namespace weft

@@ -32,31 +32,7 @@ Scheduler::~Scheduler() { core_->shutdown(); }
 
 void Scheduler::shutdown() { core_->shutdown(); }
 
-SchedulerSnapshot Scheduler::snapshot() const {
-  SchedulerSnapshot snap;
-  snap.name = core_->config().name;
-  for (const auto& worker : core_->workers()) {
-    WorkerSnapshot w;
-    w.index = worker->index();
-    w.os_thread_id = worker->os_thread_id();
-    w.state = detail::to_string(worker->state());
-    w.queue_length = worker->queue_length();
-    const auto& c = worker->counters();
-    w.fibers_run = c.fibers_run.load(std::memory_order_relaxed);
-    w.steals = c.steals.load(std::memory_order_relaxed);
-    w.failed_steals = c.failed_steals.load(std::memory_order_relaxed);
-    w.parks = c.parks.load(std::memory_order_relaxed);
-    w.preempts = c.preempts.load(std::memory_order_relaxed);
-    snap.workers.push_back(w);
-  }
-  core_->registry().for_each([&](const detail::FiberControl& fiber) {
-    FiberSnapshot f = detail::take_snapshot(fiber);
-    if (const detail::Worker* worker = fiber.worker.load(std::memory_order_relaxed))
-      f.worker = static_cast<int>(worker->index());
-    snap.fibers.push_back(std::move(f));
-  });
-  return snap;
-}
+SchedulerSnapshot Scheduler::snapshot() const { return core_->snapshot(); }
 
 const Config& Scheduler::config() const noexcept { return core_->config(); }
 

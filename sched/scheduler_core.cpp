@@ -57,6 +57,7 @@ SchedulerCore::SchedulerCore(Config config)
   for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
   timers_.start();
   for (auto& worker : workers_) worker->start();
+  dump_registration_.attach(*this);
 }
 
 SchedulerCore::~SchedulerCore() { shutdown(); }

@@ -57,6 +57,7 @@
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
 #include "config.h"
+#include "dump_server.h"
 #include "fiber_registry.h"
 #include "idle.h"
 #include "timers.h"
@@ -92,6 +93,10 @@ class SchedulerCore {
 
   // Waits for every fiber, then stops the workers (see Config).
   void shutdown();
+
+  // Every worker and live fiber, from any thread, without the workers'
+  // help (sched/snapshot.cpp).
+  SchedulerSnapshot snapshot();
 
   // --- parts, for the worker and park -----------------------------------
   std::vector<std::unique_ptr<Worker>>& workers() noexcept { return workers_; }
@@ -133,6 +138,8 @@ class SchedulerCore {
   std::mutex shutdown_lock_;
   std::condition_variable all_exited_;
   bool stopped_ = false;
+  // Last: weft-dump stops seeing this scheduler before any part of it dies.
+  DumpRegistration dump_registration_;
 };
 
 // The scheduler of the calling fiber; throws std::logic_error on a thread

@@ -23,6 +23,9 @@ struct FiberSnapshot {
   const void* address = nullptr;  // the control block
   std::string name;
   std::string state;  // runnable, running, parked, done
+  // -1: parked (waiting), 0: not parked, 1: woken but not yet running again
+  // (the second number of weft-dump's park=A/B; docs/dump.md).
+  int park_state = 0;
   int worker = -1;    // worker index it runs or last ran on; -1: never ran
   bool pinned = false;
   FiberCounts counts;
@@ -49,6 +52,14 @@ struct SchedulerSnapshot {
   std::string name;
   std::vector<WorkerSnapshot> workers;
   std::vector<FiberSnapshot> fibers;  // live fibers only
+};
+
+// What weft-dump receives: the process and every scheduler it runs.
+struct ProcessSnapshot {
+  int pid = 0;
+  std::string name;               // /proc/self/comm
+  std::int64_t unix_time_ms = 0;  // when the snapshot was taken
+  std::vector<SchedulerSnapshot> schedulers;
 };
 
 }  // namespace weft

@@ -1,0 +1,211 @@
+#include "dump_format.h"
+
+#include <cstdio>
+#include <ctime>
+
+namespace weft::detail {
+namespace {
+
+// Just enough JSON writing for the dump: objects, arrays, strings and
+// numbers, appended to one string. Commas are tracked per nesting level.
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::size_t reserve) { out_.reserve(reserve); }
+
+  void begin_object() { open('{'); }
+  void end_object() { close('}'); }
+  void begin_array() { open('['); }
+  void end_array() { close(']'); }
+
+  void key(const char* name) {
+    separate();
+    write_string(name);
+    out_ += ':';
+    after_key_ = true;
+  }
+  void value(const std::string& text) {
+    separate();
+    write_string(text);
+  }
+  void value(const char* text) { value(std::string(text)); }
+  void value(std::uint64_t number) { raw(std::to_string(number)); }
+  void value(std::int64_t number) { raw(std::to_string(number)); }
+  void value(int number) { raw(std::to_string(number)); }
+  void value(unsigned number) { raw(std::to_string(number)); }
+  void value(bool flag) { raw(flag ? "true" : "false"); }
+  void value(double number) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.3f", number);
+    raw(buffer);
+  }
+  // Addresses as hex strings: JSON numbers are doubles to most readers.
+  void address(const void* pointer) {
+    char buffer[24];
+    std::snprintf(buffer, sizeof(buffer), "%p", pointer);
+    value(std::string(pointer != nullptr ? buffer : "0x0"));
+  }
+  void null() { raw("null"); }
+
+  template <class T>
+  void field(const char* name, const T& v) {
+    key(name);
+    value(v);
+  }
+
+  std::string take() { return std::move(out_); }
+
+ private:
+  void open(char c) {
+    separate();
+    out_ += c;
+    first_ = true;
+  }
+  void close(char c) {
+    out_ += c;
+    first_ = false;
+  }
+  void raw(const std::string& text) {
+    separate();
+    out_ += text;
+  }
+  void separate() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (!first_) out_ += ',';
+    first_ = false;
+  }
+  void write_string(const std::string& text) {
+    out_ += '"';
+    for (const char ch : text) {
+      const auto c = static_cast<unsigned char>(ch);
+      if (c == '"' || c == '\\') {
+        out_ += '\\';
+        out_ += ch;
+      } else if (c < 0x20) {
+        char buffer[8];
+        std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+        out_ += buffer;
+      } else {
+        out_ += ch;  // UTF-8 passes through; names are user-chosen bytes
+      }
+    }
+    out_ += '"';
+  }
+
+  std::string out_;
+  bool first_ = true;
+  bool after_key_ = false;
+};
+
+std::string iso_time(std::int64_t unix_time_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_time_ms / 1000);
+  std::tm utc{};
+  ::gmtime_r(&seconds, &utc);
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(unix_time_ms % 1000));
+  return buffer;
+}
+
+void write_worker(JsonWriter& json, const WorkerSnapshot& w) {
+  json.begin_object();
+  json.field("index", w.index);
+  json.field("os_thread_id", w.os_thread_id);
+  json.field("state", w.state);
+  json.field("queue_length", static_cast<unsigned>(w.queue_length));
+  json.field("fibers_run", w.fibers_run);
+  json.field("steals", w.steals);
+  json.field("failed_steals", w.failed_steals);
+  json.field("parks", w.parks);
+  json.field("preempts", w.preempts);
+  json.end_object();
+}
+
+void write_fiber(JsonWriter& json, const FiberSnapshot& f) {
+  json.begin_object();
+  json.field("id", f.id);
+  json.key("address");
+  json.address(f.address);
+  json.field("name", f.name);
+  json.field("state", f.state);
+  json.field("worker", f.worker);
+  json.field("pinned", f.pinned);
+  json.field("active", f.counts.active);
+  json.field("steal", f.counts.steal);
+  json.field("steal_fail", f.counts.steal_fail);
+  json.field("preempt", f.counts.preempt);
+  json.field("park", f.counts.park);
+  json.field("park_state", f.park_state);
+  json.key("wait");
+  if (f.wait_kind.empty()) {
+    json.null();
+  } else {
+    json.begin_object();
+    json.field("kind", f.wait_kind);
+    json.key("object");
+    if (f.wait_object != nullptr)
+      json.address(f.wait_object);
+    else
+      json.null();
+    json.field("operation", f.wait_operation);
+    json.field("ms", f.waiting_ms);
+    json.end_object();
+  }
+  json.end_object();
+}
+
+}  // namespace
+
+std::string to_json(const ProcessSnapshot& snapshot, DumpDetail detail) {
+  std::size_t fibers = 0;
+  for (const auto& s : snapshot.schedulers) fibers += s.fibers.size();
+  JsonWriter json(1024 + (detail == DumpDetail::full ? fibers * 320 : 0));
+  json.begin_object();
+  json.field("weft_dump", kDumpFormatVersion);
+  json.key("process");
+  json.begin_object();
+  json.field("pid", snapshot.pid);
+  json.field("name", snapshot.name);
+  json.field("time", iso_time(snapshot.unix_time_ms));
+  json.field("unix_time_ms", snapshot.unix_time_ms);
+  json.end_object();
+  json.key("schedulers");
+  json.begin_array();
+  for (const auto& s : snapshot.schedulers) {
+    json.begin_object();
+    json.field("name", s.name);
+    json.field("worker_count", static_cast<unsigned>(s.workers.size()));
+    json.field("fiber_count", static_cast<std::uint64_t>(s.fibers.size()));
+    if (detail == DumpDetail::full) {
+      json.key("workers");
+      json.begin_array();
+      for (const auto& w : s.workers) write_worker(json, w);
+      json.end_array();
+      json.key("fibers");
+      json.begin_array();
+      for (const auto& f : s.fibers) write_fiber(json, f);
+      json.end_array();
+    }
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+  std::string out = json.take();
+  out += '\n';
+  return out;
+}
+
+std::string error_json(const std::string& message) {
+  JsonWriter json(64 + message.size());
+  json.begin_object();
+  json.field("weft_dump", kDumpFormatVersion);
+  json.field("error", message);
+  json.end_object();
+  std::string out = json.take();
+  out += '\n';
+  return out;
+}
+
+}  // namespace weft::detail

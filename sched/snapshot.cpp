@@ -1,0 +1,41 @@
+// How a scheduler's snapshot is taken: from any thread, reading only the
+// workers' relaxed counters and the fibers under their registry shard's lock.
+// No worker is asked for anything, so a stuck worker cannot stall a dump.
+#include "snapshot.h"
+
+#include "scheduler_core.h"
+#include "worker.h"
+
+namespace weft::detail {
+
+SchedulerSnapshot SchedulerCore::snapshot() {
+  SchedulerSnapshot snap;
+  snap.name = config_.name;
+  snap.workers.reserve(workers_.size());
+  for (const auto& worker : workers_) {
+    WorkerSnapshot w;
+    w.index = worker->index();
+    w.os_thread_id = worker->os_thread_id();
+    w.state = to_string(worker->state());
+    w.queue_length = worker->queue_length();
+    const auto& c = worker->counters();
+    w.fibers_run = c.fibers_run.load(std::memory_order_relaxed);
+    w.steals = c.steals.load(std::memory_order_relaxed);
+    w.failed_steals = c.failed_steals.load(std::memory_order_relaxed);
+    w.parks = c.parks.load(std::memory_order_relaxed);
+    w.preempts = c.preempts.load(std::memory_order_relaxed);
+    snap.workers.push_back(w);
+  }
+  // A fiber stays in the shard it was registered in for its whole life, so
+  // it appears exactly once however it migrates meanwhile.
+  snap.fibers.reserve(registry_.size());
+  registry_.for_each([&](const FiberControl& fiber) {
+    FiberSnapshot f = take_snapshot(fiber);
+    if (const Worker* worker = fiber.worker.load(std::memory_order_relaxed))
+      f.worker = static_cast<int>(worker->index());
+    snap.fibers.push_back(std::move(f));
+  });
+  return snap;
+}
+
+}  // namespace weft::detail

@@ -26,6 +26,9 @@
 // weft::BlockingQueue@0x... (take) for 12.4 ms") and counts the park.
 #pragma once
 
+#include <chrono>
+#include <type_traits>
+
 #include "../runtime/fiber_control.h"
 #include "../runtime/spin_lock.h"
 #include "futex.h"
@@ -46,5 +49,66 @@ bool unpark(Waiter& waiter) noexcept;
 
 // Sleeps the calling fiber until `deadline` (a fiber only).
 void park_until(Clock::time_point deadline, const WaitSite& site);
+
+}  // namespace weft::detail
+
+namespace weft::detail {
+
+// Converts a relative timeout to a deadline, saturating instead of
+// overflowing (a timeout of duration::max() means "never").
+template <class Rep, class Period>
+Clock::time_point deadline_after(const std::chrono::duration<Rep, Period>& timeout) {
+  if (timeout <= timeout.zero()) return Clock::now();
+  const auto now = Clock::now();
+  using Wide = std::chrono::duration<long double, std::nano>;
+  if (Wide(timeout) >= Wide(no_deadline - now)) return no_deadline;
+  return now + std::chrono::ceil<Clock::duration>(timeout);
+}
+
+// A deadline on another clock, converted once to steady_clock.
+template <class OtherClock, class Duration>
+Clock::time_point to_deadline(const std::chrono::time_point<OtherClock, Duration>& deadline) {
+  if constexpr (std::is_same_v<OtherClock, Clock>) {
+    return std::chrono::time_point_cast<Clock::duration>(deadline);
+  } else {
+    return deadline_after(deadline - OtherClock::now());
+  }
+}
+
+// The common shape of a blocking operation: with `lock` held, link `waiter`
+// into `list` and park. Returns true when notified; on timeout the waiter
+// has been unlinked again and false is returned. Either way `lock` is
+// released on return.
+inline bool wait_in(WaitList& list, SpinLock& lock, Waiter& waiter, const WaitSite& site,
+                    Clock::time_point deadline = no_deadline) {
+  list.push_back(waiter);
+  if (park(waiter, &lock, site, deadline) == WakeReason::notified) return true;
+  lock.lock();
+  list.remove(waiter);
+  lock.unlock();
+  return false;
+}
+
+// Wakes the first waiter in `list` that can still be woken (one that timed
+// out is skipped). `give(w)` runs before the wake (hand the waiter its item,
+// permit or lock); `take_back(w)` undoes it when that waiter turns out to
+// have timed out. Call with the list's lock held. False if nobody was woken.
+template <class Give, class TakeBack>
+bool wake_first(WaitList& list, Give&& give, TakeBack&& take_back) {
+  while (Waiter* waiter = list.pop_front()) {
+    give(*waiter);
+    if (unpark(*waiter)) return true;
+    take_back(*waiter);
+  }
+  return false;
+}
+
+inline bool wake_first(WaitList& list) {
+  return wake_first(list, [](Waiter&) {}, [](Waiter&) {});
+}
+
+inline void wake_all(WaitList& list) {
+  while (Waiter* waiter = list.pop_front()) unpark(*waiter);
+}
 
 }  // namespace weft::detail

@@ -1,0 +1,39 @@
+#include "semaphore.h"
+
+#include <mutex>
+
+namespace weft {
+
+bool Semaphore::try_acquire() {
+  std::lock_guard guard(lock_);
+  if (permits_ == 0) return false;
+  --permits_;
+  return true;
+}
+
+bool Semaphore::acquire_until(detail::Clock::time_point deadline) {
+  lock_.lock();
+  if (permits_ > 0) {  // only possible with nobody waiting: release() hands permits over
+    --permits_;
+    lock_.unlock();
+    return true;
+  }
+  detail::Waiter waiter;
+  return detail::wait_in(waiters_, lock_, waiter, {"weft::Semaphore", this, "acquire"}, deadline);
+}
+
+void Semaphore::release(std::uint64_t n) {
+  std::lock_guard guard(lock_);
+  permits_ += n;
+  while (permits_ > 0 && !waiters_.empty()) {
+    --permits_;  // handed to the woken waiter
+    if (!detail::wake_first(waiters_)) ++permits_;
+  }
+}
+
+std::uint64_t Semaphore::available() const {
+  std::lock_guard guard(lock_);
+  return permits_;
+}
+
+}  // namespace weft

@@ -1,0 +1,33 @@
+#include "wait_group.h"
+
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace weft {
+
+void WaitGroup::add(std::int64_t delta) {
+  std::lock_guard guard(lock_);
+  if (counter_ + delta < 0)
+    throw std::logic_error("weft::WaitGroup: counter would go below zero (" + std::to_string(counter_) + " " +
+                           (delta < 0 ? "- " + std::to_string(-delta) : "+ " + std::to_string(delta)) + ")");
+  counter_ += delta;
+  if (counter_ == 0) detail::wake_all(waiters_);
+}
+
+bool WaitGroup::wait_until_deadline(detail::Clock::time_point deadline) {
+  lock_.lock();
+  if (counter_ == 0) {
+    lock_.unlock();
+    return true;
+  }
+  detail::Waiter waiter;
+  return detail::wait_in(waiters_, lock_, waiter, {"weft::WaitGroup", this, "wait"}, deadline);
+}
+
+std::int64_t WaitGroup::count() const {
+  std::lock_guard guard(lock_);
+  return counter_;
+}
+
+}  // namespace weft

@@ -1,0 +1,221 @@
+// weft::Mutex and weft::ConditionVariable.
+#include <weft/weft.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "sync_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Caller;
+
+class MutexTest : public test::SyncTest {};
+
+TEST(Mutex, WorksWithTheStdLockTypes) {
+  Mutex a, b;
+  {
+    std::lock_guard guard(a);
+    EXPECT_FALSE(a.try_lock());
+  }
+  {
+    std::scoped_lock both(a, b);
+    EXPECT_FALSE(b.try_lock());
+  }
+  std::unique_lock lock(a, std::defer_lock);
+  EXPECT_TRUE(lock.try_lock_for(1ms));
+  lock.unlock();
+  EXPECT_TRUE(lock.try_lock_until(std::chrono::system_clock::now() + 1ms));
+}
+
+// 1,000 fibers each increment a Mutex-protected counter 1,000 times.
+TEST_P(MutexTest, CountIsExact) {
+  Mutex mu;
+  std::uint64_t counter = 0;  // plain: the mutex is all that protects it
+  const int callers = caller() == Caller::fiber ? 1000 : 8;
+  const int increments = caller() == Caller::fiber ? 1000 : 20'000;
+  std::vector<std::function<void()>> bodies(callers, [&] {
+    for (int i = 0; i < increments; ++i) {
+      std::lock_guard guard(mu);
+      ++counter;
+      if (i % 100 == 0) this_fiber::yield();  // switch while holding it
+    }
+  });
+  run_callers(bodies);
+  EXPECT_EQ(counter, static_cast<std::uint64_t>(callers) * increments);
+}
+
+TEST_P(MutexTest, TryLockForTimesOutAndThenSucceeds) {
+  Mutex mu;
+  std::atomic<bool> held{false}, timed_out{false};
+  run_callers({[&] {
+                 std::lock_guard guard(mu);
+                 held.store(true);
+                 while (!timed_out.load()) this_fiber::sleep_for(100us);
+               },
+               [&] {
+                 while (!held.load()) this_fiber::yield();
+                 EXPECT_FALSE(mu.try_lock_for(2ms));
+                 timed_out.store(true);
+                 EXPECT_TRUE(mu.try_lock_for(10s));
+                 mu.unlock();
+               }});
+}
+
+// try_lock_for's timeout against unlock in a tight loop: every round ends
+// with the lock either taken (and released) or refused, never both, never
+// lost (a lost hand-off would leave the mutex locked forever).
+TEST_P(MutexTest, TimeoutRacesUnlock) {
+  const int rounds = static_cast<int>(test::scaled(100'000));
+  Mutex mu;
+  std::atomic<int> round{0};
+  int acquired = 0;
+  run_callers({[&] {
+                 for (int i = 0; i < rounds; ++i) {
+                   mu.lock();
+                   round.store(i + 1);
+                   this_fiber::yield();
+                   mu.unlock();
+                 }
+               },
+               [&] {
+                 while (round.load() < rounds) {
+                   if (mu.try_lock_for(std::chrono::microseconds(round.load() % 20))) {
+                     ++acquired;
+                     mu.unlock();
+                   }
+                 }
+               }});
+  EXPECT_TRUE(mu.try_lock());  // not left locked by a lost hand-off
+  mu.unlock();
+  EXPECT_GE(acquired, 0);
+}
+
+TEST_P(MutexTest, NoWaiterStarves) {
+  // Every contender must get the lock at least once while the others keep
+  // hammering it; a barging mutex can starve one indefinitely.
+  Mutex mu;
+  constexpr int contenders = 4;
+  std::atomic<int> satisfied{0};
+  std::vector<std::function<void()>> bodies;
+  for (int c = 0; c < contenders; ++c) {
+    bodies.push_back([&] {
+      bool counted = false;
+      for (int i = 0; satisfied.load() < contenders; ++i) {
+        std::lock_guard guard(mu);
+        if (!counted && i >= 10) {
+          counted = true;
+          satisfied.fetch_add(1);
+        }
+        // Let the others queue up behind us: a mutex that lets the releaser
+        // barge back in would now starve them.
+        this_fiber::yield();
+      }
+    });
+  }
+  run_callers(bodies);
+  EXPECT_EQ(satisfied.load(), contenders);
+}
+
+TEST_P(MutexTest, ConditionVariableWaitsForThePredicate) {
+  Mutex mu;
+  ConditionVariable cv;
+  int stage = 0;
+  std::vector<std::function<void()>> bodies;
+  for (int waiter = 0; waiter < 4; ++waiter) {
+    bodies.push_back([&] {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return stage == 1; });
+      EXPECT_TRUE(lock.owns_lock());
+    });
+  }
+  bodies.push_back([&] {
+    this_fiber::sleep_for(1ms);
+    {
+      std::lock_guard guard(mu);
+      stage = 1;
+    }
+    cv.notify_all();
+  });
+  run_callers(bodies);
+}
+
+TEST_P(MutexTest, ConditionVariableTimeouts) {
+  Mutex mu;
+  ConditionVariable cv;
+  bool flag = false;
+  run_one([&] {
+    std::unique_lock lock(mu);
+    EXPECT_EQ(cv.wait_for(lock, 2ms), std::cv_status::timeout);
+    EXPECT_FALSE(cv.wait_for(lock, 2ms, [&] { return flag; }));
+    EXPECT_FALSE(cv.wait_until(lock, std::chrono::system_clock::now() + 1ms, [&] { return flag; }));
+    EXPECT_TRUE(lock.owns_lock());
+  });
+  run_callers({[&] {
+                 std::unique_lock lock(mu);
+                 EXPECT_TRUE(cv.wait_for(lock, 10s, [&] { return flag; }));
+               },
+               [&] {
+                 this_fiber::sleep_for(1ms);
+                 std::lock_guard guard(mu);
+                 flag = true;
+                 cv.notify_one();
+               }});
+}
+
+// notify_one against wait_for's timeout, in a tight loop: no notification
+// is lost (the producer's count of handed-over tokens is all consumed).
+TEST_P(MutexTest, ConditionVariableTimeoutRacesNotify) {
+  const int rounds = static_cast<int>(test::scaled(100'000));
+  Mutex mu;
+  ConditionVariable cv;
+  int tokens = 0, consumed = 0;
+  run_callers({[&] {
+                 while (consumed < rounds) {
+                   std::unique_lock lock(mu);
+                   if (cv.wait_for(lock, std::chrono::microseconds(consumed % 20), [&] { return tokens > 0; })) {
+                     --tokens;
+                     ++consumed;
+                   }
+                 }
+               },
+               [&] {
+                 for (int i = 0; i < rounds; ++i) {
+                   {
+                     std::lock_guard guard(mu);
+                     ++tokens;
+                   }
+                   cv.notify_one();
+                   if (i % 64 == 0) this_fiber::yield();
+                 }
+               }});
+  EXPECT_EQ(consumed, rounds);
+  EXPECT_EQ(tokens, 0);
+}
+
+WEFT_SYNC_PARAMS(MutexTest);
+
+#ifndef NDEBUG
+TEST(MutexDeathTest, UnlockByANonOwnerIsDetected) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Mutex mu;
+        mu.lock();
+        std::thread([&] { mu.unlock(); }).join();
+      },
+      "unlocked by a fiber or thread that does not own it");
+  EXPECT_DEATH(
+      {
+        Mutex mu;
+        mu.unlock();
+      },
+      "not locked");
+}
+#endif
+
+}  // namespace
+}  // namespace weft

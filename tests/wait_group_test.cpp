@@ -1,0 +1,82 @@
+// weft::WaitGroup and weft::Latch.
+#include <weft/weft.h>
+
+#include <atomic>
+#include <vector>
+
+#include "sync_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+class WaitGroupTest : public test::SyncTest {};
+
+TEST(WaitGroup, BelowZeroIsAClearError) {
+  WaitGroup wg;
+  wg.add(1);
+  wg.done();
+  EXPECT_THROW(wg.done(), std::logic_error);
+  EXPECT_EQ(wg.count(), 0);
+  wg.wait();  // zero: returns at once
+}
+
+TEST(Latch, MisuseIsAClearError) {
+  EXPECT_THROW(Latch{-1}, std::invalid_argument);
+  Latch latch{2};
+  EXPECT_THROW(latch.count_down(3), std::logic_error);
+  EXPECT_FALSE(latch.try_wait());
+  latch.count_down(2);
+  EXPECT_TRUE(latch.try_wait());
+}
+
+TEST_P(WaitGroupTest, WaitsForEveryDone) {
+  WaitGroup wg;
+  std::atomic<int> finished{0};
+  constexpr int tasks = 16;
+  wg.add(tasks);
+  std::vector<std::function<void()>> bodies(tasks, [&] {
+    this_fiber::sleep_for(1ms);
+    finished.fetch_add(1);
+    wg.done();
+  });
+  bodies.push_back([&] {
+    wg.wait();
+    EXPECT_EQ(finished.load(), tasks);
+  });
+  run_callers(bodies);
+}
+
+TEST_P(WaitGroupTest, WaitForTimesOutThenSucceeds) {
+  WaitGroup wg;
+  wg.add(1);
+  std::atomic<bool> timed_out{false};
+  run_callers({[&] {
+                 EXPECT_FALSE(wg.wait_for(2ms));
+                 timed_out.store(true);
+                 EXPECT_TRUE(wg.wait_for(10s));
+               },
+               [&] {
+                 while (!timed_out.load()) this_fiber::sleep_for(100us);
+                 wg.done();
+               }});
+}
+
+TEST_P(WaitGroupTest, LatchReleasesEveryWaiterAtZero) {
+  constexpr int parties = 6;
+  Latch latch{parties};
+  std::atomic<int> arrived{0};
+  std::vector<std::function<void()>> bodies(parties, [&] {
+    arrived.fetch_add(1);
+    latch.arrive_and_wait();
+    EXPECT_EQ(arrived.load(), parties);
+  });
+  run_callers(bodies);
+  EXPECT_TRUE(latch.try_wait());
+}
+
+WEFT_SYNC_PARAMS(WaitGroupTest);
+
+}  // namespace
+}  // namespace weft

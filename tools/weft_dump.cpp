@@ -1,0 +1,101 @@
+// weft-dump: jstack for weft fibers. Asks a live process's dump server
+// (sched/dump_server.h) for a snapshot and prints it as text or as JSON; or
+// lists this user's weft processes.
+// docs/dump.md explains every field.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "dump_client.h"
+#include "dump_text.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: weft-dump <pid> [--json] [--timeout S]   print every worker and fiber of a weft process\n"
+    "       weft-dump --list [--timeout S]           this user's weft processes\n"
+    "Exit status: 0 done, 1 the process could not be dumped (see the message), 2 bad arguments.\n";
+
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "weft-dump: %s\n%s", what.c_str(), kUsage);
+  return 2;
+}
+
+bool parse_pid(const std::string& text, pid_t& pid) {
+  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) return false;
+  pid = static_cast<pid_t>(std::stol(text));
+  return pid > 0;
+}
+
+int list_processes(std::chrono::milliseconds timeout) {
+  std::printf("%-8s %-16s %-10s %-8s %s\n", "PID", "NAME", "SCHEDULERS", "FIBERS", "SCHEDULER NAMES");
+  for (const pid_t pid : weft::tools::find_dump_processes()) {
+    try {
+      const weft::tools::DumpAnswer answer = weft::tools::request_dump(pid, "summary", timeout);
+      const auto& schedulers = answer.json["schedulers"].as_array();
+      std::uint64_t fibers = 0;
+      std::string names;
+      for (const auto& s : schedulers) {
+        fibers += s.uint("fiber_count");
+        names += (names.empty() ? "" : ", ") + s.str("name");
+      }
+      std::printf("%-8d %-16s %-10zu %-8llu %s\n", pid, answer.json["process"].str("name").c_str(), schedulers.size(),
+                  static_cast<unsigned long long>(fibers), names.c_str());
+    } catch (const std::exception& e) {
+      // A process that cannot answer is still worth a line: it is the one
+      // an operator is looking for.
+      std::printf("%-8d %-16s (%s)\n", pid, "?", e.what());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pid_t pid = 0;
+  bool json = false, list = false;
+  double timeout_seconds = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json")
+      json = true;
+    else if (arg == "--list")
+      list = true;
+    else if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--timeout") {
+      char* end = nullptr;
+      if (i + 1 == argc) return usage_error("--timeout needs a number of seconds");
+      timeout_seconds = std::strtod(argv[++i], &end);
+      if (*end != '\0' || !(timeout_seconds > 0) || timeout_seconds > 3600)
+        return usage_error(std::string("bad --timeout: ") + argv[i]);
+    } else if (pid == 0 && parse_pid(arg, pid)) {
+    } else {
+      return usage_error("unexpected argument: " + arg);
+    }
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
+  if (list) {
+    if (pid != 0 || json) return usage_error("--list takes no pid and no other mode");
+    return list_processes(timeout);
+  }
+  if (pid == 0) return usage_error("which process? give its pid");
+
+  try {
+    const weft::tools::DumpAnswer answer = weft::tools::request_dump(pid, "dump", timeout);
+    const std::string text = json ? answer.text : weft::tools::render_dump_text(answer.json);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } catch (const weft::tools::DumpUnavailable& e) {
+    std::fprintf(stderr, "weft-dump: %s\n", e.what());
+    return 1;
+  } catch (const weft::tools::JsonError& e) {
+    std::fprintf(stderr, "weft-dump: process %d sent a dump this weft-dump cannot read: %s\n", pid, e.what());
+    return 1;
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}

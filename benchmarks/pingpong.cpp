@@ -1,0 +1,248 @@
+// PingPong: Wisp2's headline benchmark, in weft.
+//
+// Two tasks and two blocking queues of one byte. Task A runs
+// `for i in rounds: out.put(in.take())`, task B is its mirror, and main seeds
+// one token, so exactly one token circulates and every round trip is two
+// hand-offs (A -> B -> A). As in the Java original, the clock starts once
+// both tasks have been started and stops once both are done.
+//
+//   pingpong --mode all                    # fiber x1, fiber x2, thread, std; table and ratios
+//   pingpong --mode fiber --workers 2 --rounds 1000000
+//   pingpong --mode all --json             # one JSON array on stdout
+//
+// Modes:
+//   fiber   two fibers on a weft::Scheduler (--workers N, default 1)
+//   thread  two std::threads on the same weft::BlockingQueue<uint8_t>
+//   std     two std::threads on a std::mutex + std::condition_variable +
+//           std::deque queue: what a user has without weft
+//
+// The thread and std modes cost tens of microseconds per round trip on a VM
+// (every hand-off is a futex wake of a thread on the other core), so --mode
+// all runs them for --slow-rounds (default: rounds / 100, at least 1000) and
+// compares ns per round trip.
+#include <weft/weft.h>
+
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Result {
+  std::string mode;
+  unsigned workers = 0;  // 0: not a fiber mode
+  std::uint64_t rounds = 0;
+  double ms = 0;
+  double ns_per_round_trip() const { return ms * 1e6 / static_cast<double>(rounds); }
+};
+
+// The std baseline: the queue a user writes with the standard library.
+class StdQueue {
+ public:
+  void put(std::uint8_t item) {
+    {
+      std::lock_guard guard(lock_);
+      items_.push_back(item);
+    }
+    ready_.notify_one();
+  }
+  std::uint8_t take() {
+    std::unique_lock guard(lock_);
+    ready_.wait(guard, [this] { return !items_.empty(); });
+    const std::uint8_t item = items_.front();
+    items_.pop_front();
+    return item;
+  }
+
+ private:
+  std::mutex lock_;
+  std::condition_variable ready_;
+  std::deque<std::uint8_t> items_;
+};
+
+template <class Queue>
+void relay(Queue& in, Queue& out, std::uint64_t rounds) {
+  for (std::uint64_t i = 0; i < rounds; ++i) out.put(in.take());
+}
+
+// Runs A and B with `start` (which starts a task and returns its handle) and
+// `finish` (which waits for one), timed from both started to both done.
+template <class Queue, class Start, class Finish>
+double time_pair(std::uint64_t rounds, Start start, Finish finish) {
+  Queue a_in, b_in;
+  auto a = start([&] { relay(a_in, b_in, rounds); });
+  auto b = start([&] { relay(b_in, a_in, rounds); });
+  const auto begin = Clock::now();
+  a_in.put(std::uint8_t{1});
+  finish(a);
+  finish(b);
+  const auto end = Clock::now();
+  // B's last put leaves the token in A's queue.
+  (void)a_in.take();
+  return std::chrono::duration<double, std::milli>(end - begin).count();
+}
+
+Result run_fiber(unsigned workers, std::uint64_t rounds) {
+  weft::Config config;
+  config.workers = workers;
+  config.name = "pingpong";
+  weft::Scheduler sched{config};
+  const double ms = time_pair<weft::BlockingQueue<std::uint8_t>>(
+      rounds, [&](auto body) { return sched.spawn(body); }, [](weft::Fiber& f) { f.join(); });
+  return {"fiber", workers, rounds, ms};
+}
+
+Result run_thread(std::uint64_t rounds) {
+  const double ms = time_pair<weft::BlockingQueue<std::uint8_t>>(
+      rounds, [](auto body) { return std::thread(body); }, [](std::thread& t) { t.join(); });
+  return {"thread", 0, rounds, ms};
+}
+
+Result run_std(std::uint64_t rounds) {
+  const double ms = time_pair<StdQueue>(
+      rounds, [](auto body) { return std::thread(body); }, [](std::thread& t) { t.join(); });
+  return {"std", 0, rounds, ms};
+}
+
+std::string label(const Result& r) {
+  return r.workers == 0 ? r.mode
+                        : r.mode + " (" + std::to_string(r.workers) + (r.workers == 1 ? " worker)" : " workers)");
+}
+
+void print_header() {
+  std::printf("%-20s %12s %12s %16s\n", "mode", "rounds", "ms", "ns/round trip");
+  std::fflush(stdout);
+}
+
+void print_row(const Result& r) {
+  std::printf("%-20s %12llu %12.1f %16.1f\n", label(r).c_str(), static_cast<unsigned long long>(r.rounds), r.ms,
+              r.ns_per_round_trip());
+  std::fflush(stdout);
+}
+
+void print_json(const std::vector<Result>& results) {
+  std::printf("[\n");
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    std::printf(
+        "  {\"mode\": \"%s\", \"workers\": %u, \"rounds\": %llu, \"ms\": %.3f, \"ns_per_round_trip\": %.2f}%s\n",
+        r.mode.c_str(), r.workers, static_cast<unsigned long long>(r.rounds), r.ms, r.ns_per_round_trip(),
+        i + 1 < results.size() ? "," : "");
+  }
+  std::printf("]\n");
+  std::fflush(stdout);
+}
+
+[[noreturn]] void usage(const char* message) {
+  if (message != nullptr) std::fprintf(stderr, "pingpong: %s\n", message);
+  std::fprintf(stderr,
+               "usage: pingpong [--mode fiber|thread|std|all] [--workers N] [--rounds N] [--slow-rounds N] [--json]\n"
+               "  --mode         fiber (default), thread, std, or all (fiber x1, fiber x2, thread, std)\n"
+               "  --workers N    fiber mode: worker threads (default 1)\n"
+               "  --rounds N     round trips (default 1000000)\n"
+               "  --slow-rounds N  round trips for thread and std in --mode all (default rounds/100, at least 1000)\n"
+               "  --json         print one JSON array on stdout instead of the table\n");
+  std::exit(2);
+}
+
+std::uint64_t parse_count(const char* text, const char* option) {
+  std::uint64_t value = 0;
+  const char* end = text + std::strlen(text);
+  const auto [ptr, ec] = std::from_chars(text, end, value);
+  if (ec != std::errc() || ptr != end || value == 0) usage((std::string(option) + " needs a positive integer").c_str());
+  return value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = "fiber";
+  unsigned workers = 1;
+  bool workers_given = false;
+  std::uint64_t rounds = 1'000'000;
+  std::optional<std::uint64_t> slow_rounds;
+  bool json = false;
+
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) usage((std::string(arg) + " needs a value").c_str());
+      return argv[++i];
+    };
+    if (arg == "--mode") {
+      mode = value();
+      if (mode != "fiber" && mode != "thread" && mode != "std" && mode != "all")
+        usage(("unknown mode \"" + mode + "\"").c_str());
+    } else if (arg == "--workers") {
+      const std::uint64_t n = parse_count(value(), "--workers");
+      if (n > 1024) usage("--workers: at most 1024");
+      workers = static_cast<unsigned>(n);
+      workers_given = true;
+    } else if (arg == "--rounds") {
+      rounds = parse_count(value(), "--rounds");
+    } else if (arg == "--slow-rounds") {
+      slow_rounds = parse_count(value(), "--slow-rounds");
+    } else if (arg == "--json") {
+      json = true;
+    } else if (arg == "--help" || arg == "-h") {
+      usage(nullptr);
+    } else {
+      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
+    }
+  }
+  if (workers_given && mode != "fiber") usage("--workers applies to --mode fiber only");
+  if (slow_rounds && mode != "all") usage("--slow-rounds applies to --mode all only");
+
+  std::vector<Result> results;
+  auto record = [&](Result r) {
+    if (!json) print_row(r);
+    results.push_back(std::move(r));
+  };
+
+  if (mode == "all") {
+    const std::uint64_t slow = slow_rounds.value_or(std::max<std::uint64_t>(rounds / 100, 1000));
+    if (!json) {
+      std::printf("PingPong: %llu round trips for fibers, %llu for threads (see --slow-rounds)\n",
+                  static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(slow));
+      print_header();
+    }
+    record(run_fiber(1, rounds));
+    record(run_fiber(2, rounds));
+    record(run_thread(slow));
+    record(run_std(slow));
+    if (!json) {
+      const double fiber1 = results[0].ns_per_round_trip();
+      const double fiber2 = results[1].ns_per_round_trip();
+      const double thread = results[2].ns_per_round_trip();
+      const double stdq = results[3].ns_per_round_trip();
+      std::printf("\nratios (ns per round trip, same run):\n");
+      std::printf("  std / fiber (1 worker)      %8.1fx\n", stdq / fiber1);
+      std::printf("  thread / fiber (1 worker)   %8.1fx\n", thread / fiber1);
+      std::printf("  std / fiber (2 workers)     %8.1fx\n", stdq / fiber2);
+      std::printf("  thread / fiber (2 workers)  %8.1fx\n", thread / fiber2);
+      std::printf("  fiber 2 workers / 1 worker  %8.2fx\n", fiber2 / fiber1);
+    }
+  } else {
+    if (!json) print_header();
+    if (mode == "fiber")
+      record(run_fiber(workers, rounds));
+    else if (mode == "thread")
+      record(run_thread(rounds));
+    else
+      record(run_std(rounds));
+  }
+  if (json) print_json(results);
+  return 0;
+}

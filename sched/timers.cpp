@@ -51,10 +51,12 @@ void TimerQueue::run() {
       changed_.wait(guard);
       continue;
     }
-    const Clock::time_point now = Clock::now();
     TimerNode* first = heap_.front();
-    if (first->deadline > now) {
-      changed_.wait_until(guard, first->deadline);
+    // A copy: while we wait the lock is released, and the node may be
+    // cancelled and its owner's frame gone.
+    const Clock::time_point deadline = first->deadline;
+    if (deadline > Clock::now()) {
+      changed_.wait_until(guard, deadline);
       continue;
     }
     remove_at(0);

@@ -1,0 +1,100 @@
+// The process that tests/dump_test.cpp inspects with weft-dump: a scheduler
+// whose fibers wait in known places, each under a name the test looks for.
+//
+//   queue-taker   parked on weft::BlockingQueue (take); never got an item
+//   pong          parked on weft::BlockingQueue (take) after 100 round trips
+//                 with the main thread
+//   mutex-waiter  parked on weft::Mutex (lock), held by the main thread
+//   sleeper       parked in weft::this_fiber (sleep), in 100 ms slices, at
+//                 least kSleeps of them
+//
+// It prints "ready" once all of them are where they should be, then waits
+// for a line on stdin, releases everyone and exits 0: through the
+// Scheduler's destructor, or with `--exit-early` through std::exit() while
+// the scheduler still runs (the dump server's atexit path).
+#include <weft/sync/blocking_queue.h>
+#include <weft/sync/mutex.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kRoundTrips = 100;
+constexpr std::uint64_t kSleeps = 3;  // ready only once the sleeper has slept (and woken) a few times
+
+bool parked_where_expected(const weft::SchedulerSnapshot& snap) {
+  int ready = 0;
+  for (const auto& f : snap.fibers) {
+    if (f.state != "parked") continue;
+    if (f.name == "queue-taker" && f.wait_kind == "weft::BlockingQueue") ++ready;
+    if (f.name == "pong" && f.wait_kind == "weft::BlockingQueue") ++ready;
+    if (f.name == "mutex-waiter" && f.wait_kind == "weft::Mutex") ++ready;
+    if (f.name == "sleeper" && f.wait_kind == "weft::this_fiber" && f.counts.park >= kSleeps) ++ready;
+  }
+  return ready == 4;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool exit_early = argc > 1 && std::string(argv[1]) == "--exit-early";
+  weft::Config config;
+  config.name = "dump-child";
+  config.workers = 2;
+  auto* sched = new weft::Scheduler(config);  // deleted only on the orderly path
+
+  weft::BlockingQueue<int> never_fed;
+  weft::BlockingQueue<int> pings, pongs;
+  weft::Mutex mutex;
+  std::atomic<bool> stopping{false};
+  mutex.lock();  // held by this plain thread until the end
+
+  weft::Fiber taker = sched->spawn({.name = "queue-taker"}, [&] {
+    try {
+      never_fed.take();
+    } catch (const weft::QueueClosed&) {
+    }
+  });
+  weft::Fiber pong = sched->spawn({.name = "pong"}, [&] {
+    try {
+      for (;;) pongs.put(pings.take());
+    } catch (const weft::QueueClosed&) {
+    }
+  });
+  weft::Fiber waiter = sched->spawn({.name = "mutex-waiter"}, [&] { std::lock_guard guard(mutex); });
+  weft::Fiber sleeper = sched->spawn({.name = "sleeper"}, [&] {
+    while (!stopping.load()) weft::this_fiber::sleep_for(100ms);
+  });
+
+  for (int i = 0; i < kRoundTrips; ++i) {
+    pings.put(i);
+    if (pongs.take() != i) return 3;
+  }
+  while (!parked_where_expected(sched->snapshot())) std::this_thread::sleep_for(1ms);
+  std::cout << "ready" << std::endl;
+
+  std::string line;
+  std::getline(std::cin, line);
+  if (exit_early) std::exit(0);  // the scheduler and its fibers are still there
+
+  stopping.store(true);
+  never_fed.close();
+  pings.close();
+  mutex.unlock();
+  taker.join();
+  pong.join();
+  waiter.join();
+  sleeper.join();
+  delete sched;
+  return 0;
+}

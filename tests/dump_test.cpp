@@ -1,0 +1,416 @@
+// weft-dump end to end: a child process (tests/dump_child.cpp) parks fibers
+// on a BlockingQueue, a Mutex and in a sleep; the test runs the real CLI on
+// it and checks the text and the JSON. Then the refusals, the socket's life
+// and a dump taken while the only worker is stuck.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <weft/sched/dump_socket.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dump_client.h"
+#include "json.h"
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using tools::JsonValue;
+
+// Sanitized children start slowly; a deadline only bounds a broken run.
+constexpr auto kChildReadyTimeout = 120s;
+constexpr int kRetries = 50;
+
+bool socket_exists(pid_t pid) {
+  for (const std::string& directory : detail::dump_socket_directories()) {
+    struct stat st;
+    if (::lstat(detail::dump_socket_path(directory, pid).c_str(), &st) == 0) return true;
+  }
+  return false;
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs weft-dump with `args`; its output goes through files, so that a
+// large dump cannot fill a pipe while we wait for the exit.
+CliResult run_cli(const std::vector<std::string>& args) {
+  char out_path[] = "/tmp/weft-dump-test-out-XXXXXX";
+  char err_path[] = "/tmp/weft-dump-test-err-XXXXXX";
+  const int out_fd = ::mkstemp(out_path);
+  const int err_fd = ::mkstemp(err_path);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    std::vector<char*> argv{const_cast<char*>(WEFT_DUMP_CLI)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CliResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  ::close(out_fd);
+  ::close(err_fd);
+  ::unlink(out_path);
+  ::unlink(err_path);
+  return result;
+}
+
+// A child process started with its stdin and stdout on pipes.
+class Child {
+ public:
+  // `dump_off` sets WEFT_DUMP=0; `uid`, if set, is the child's user.
+  explicit Child(const std::vector<std::string>& argv, bool dump_off = false, std::optional<uid_t> uid = {}) {
+    int in[2], out[2];
+    EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      if (dump_off) ::setenv("WEFT_DUMP", "0", 1);
+      if (uid && (::setgid(*uid) != 0 || ::setuid(*uid) != 0)) ::_exit(126);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    stdin_ = in[1];
+    stdout_ = out[0];
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(stdin_);
+    ::close(stdout_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // The child's first line, or "" if none came in time.
+  std::string read_line() {
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + kChildReadyTimeout;
+    char c;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{stdout_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      if (::read(stdout_, &c, 1) != 1) break;
+      if (c == '\n') return line;
+      line += c;
+    }
+    return line;
+  }
+
+  // Lets the child finish (dump_child waits for a line) and returns its
+  // exit status.
+  int finish() {
+    EXPECT_EQ(::write(stdin_, "\n", 1), 1);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+  int stdout_ = -1;
+};
+
+const JsonValue* find_fiber(const JsonValue& dump, const std::string& name) {
+  for (const auto& s : dump["schedulers"].as_array()) {
+    for (const auto& f : s["fibers"].as_array())
+      if (f.str("name") == name) return &f;
+  }
+  return nullptr;
+}
+
+// The sleeper runs for an instant every 100 ms; everything else stays put.
+bool all_parked(const JsonValue& dump) {
+  for (const char* name : {"queue-taker", "pong", "mutex-waiter", "sleeper"}) {
+    const JsonValue* f = find_fiber(dump, name);
+    if (f == nullptr || f->str("state") != "parked" || (*f)["wait"].is_null()) return false;
+  }
+  return true;
+}
+
+bool text_shows_all_parked(const std::string& text) {
+  return text.find("waiting on weft::this_fiber (sleep)") != std::string::npos &&
+         text.find("(lock) for") != std::string::npos;
+}
+
+class DumpOfChild : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    child_ = std::make_unique<Child>(std::vector<std::string>{WEFT_DUMP_CHILD});
+    ASSERT_EQ(child_->read_line(), "ready");
+  }
+  void TearDown() override {
+    if (child_) {
+      EXPECT_EQ(child_->finish(), 0);
+    }
+  }
+  std::string pid() const { return std::to_string(child_->pid()); }
+  std::unique_ptr<Child> child_;
+};
+
+TEST_F(DumpOfChild, TextShowsEveryFiberInWispShapeWithItsWait) {
+  CliResult result;
+  for (int i = 0; i < kRetries; ++i) {
+    result = run_cli({pid()});
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+    if (text_shows_all_parked(result.out)) break;
+  }
+  const std::string& text = result.out;
+  EXPECT_EQ(result.err, "");
+  EXPECT_NE(text.find("Full fiber dump of pid " + pid() + " (dump_child):"), std::string::npos) << text;
+  EXPECT_NE(text.find("Scheduler \"dump-child\": 2 workers, 4 fibers"), std::string::npos) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex(R"(\n  Worker 0 \[tid [1-9][0-9]*\] (running|searching|sleeping) )")))
+      << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex(R"(\n  Worker 1 \[tid [1-9][0-9]*\] )"))) << text;
+
+  const std::string fiber_line =
+      R"(- Fiber \[0x[0-9a-f]+\] "NAME" #[0-9]+ active=([0-9]+) steal=[0-9]+ steal_fail=[0-9]+ preempt=[0-9]+ )"
+      R"(park=([0-9]+)/-1\n   parked \(last ran on worker [01]\)\n   waiting on WAIT for [0-9.]+ (ms|s)\n)";
+  auto expect_fiber = [&](const std::string& name, const std::string& wait, std::uint64_t min_active) {
+    std::string pattern = std::regex_replace(fiber_line, std::regex("NAME"), name);
+    pattern = std::regex_replace(pattern, std::regex("WAIT"), wait);
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(text, match, std::regex(pattern))) << name << " in\n" << text;
+    EXPECT_GE(std::stoull(match[1]), min_active) << name;
+    EXPECT_GE(std::stoull(match[2]), 1u) << name << " parked, so park= counts at least one";
+  };
+  expect_fiber("queue-taker", R"(weft::BlockingQueue@0x[0-9a-f]+ \(take\))", 1);
+  expect_fiber("pong", R"(weft::BlockingQueue@0x[0-9a-f]+ \(take\))", 1);
+  expect_fiber("mutex-waiter", R"(weft::Mutex@0x[0-9a-f]+ \(lock\))", 1);
+  // dump_child says ready only once the sleeper parked three times: it was
+  // switched in before each.
+  expect_fiber("sleeper", R"(weft::this_fiber \(sleep\))", 3);
+}
+
+TEST_F(DumpOfChild, JsonHoldsTheSameFactsAsFields) {
+  JsonValue dump;
+  for (int i = 0; i < kRetries; ++i) {
+    const CliResult result = run_cli({pid(), "--json"});
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+    dump = tools::parse_json(result.out);
+    if (all_parked(dump)) break;
+  }
+  EXPECT_EQ(dump.integer("weft_dump"), 1);
+  EXPECT_EQ(dump["process"].integer("pid"), child_->pid());
+  EXPECT_EQ(dump["process"].str("name"), "dump_child");
+  EXPECT_GT(dump["process"].integer("unix_time_ms"), 0);
+  const auto& schedulers = dump["schedulers"].as_array();
+  ASSERT_EQ(schedulers.size(), 1u);
+  EXPECT_EQ(schedulers[0].str("name"), "dump-child");
+  EXPECT_EQ(schedulers[0].uint("fiber_count"), 4u);
+  const auto& workers = schedulers[0]["workers"].as_array();
+  ASSERT_EQ(workers.size(), 2u);
+  std::uint64_t fibers_run = 0, parks = 0;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    EXPECT_EQ(workers[i].uint("index"), i);
+    EXPECT_GT(workers[i].integer("os_thread_id"), 0);
+    EXPECT_TRUE(workers[i].str("state") == "running" || workers[i].str("state") == "searching" ||
+                workers[i].str("state") == "sleeping")
+        << workers[i].str("state");
+    fibers_run += workers[i].uint("fibers_run");
+    parks += workers[i].uint("parks");
+  }
+  // Every fiber ran and parked at least once, the sleeper three times.
+  EXPECT_GE(fibers_run, 6u);
+  EXPECT_GE(parks, 6u);
+
+  auto expect_parked = [&](const std::string& name, const std::string& kind, const std::string& operation,
+                           bool has_object) {
+    const JsonValue* f = find_fiber(dump, name);
+    ASSERT_NE(f, nullptr) << name;
+    EXPECT_EQ(f->str("state"), "parked") << name;
+    EXPECT_EQ(f->integer("park_state"), -1) << name;
+    EXPECT_GE(f->uint("park"), 1u) << name;
+    EXPECT_GE(f->uint("active"), 1u) << name;
+    EXPECT_GT(f->uint("id"), 0u) << name;
+    EXPECT_TRUE(f->integer("worker") == 0 || f->integer("worker") == 1) << name;
+    EXPECT_FALSE((*f)["pinned"].as_bool()) << name;
+    EXPECT_EQ(f->str("address").rfind("0x", 0), 0u) << name;
+    const JsonValue& wait = (*f)["wait"];
+    ASSERT_FALSE(wait.is_null()) << name;
+    EXPECT_EQ(wait.str("kind"), kind) << name;
+    EXPECT_EQ(wait.str("operation"), operation) << name;
+    EXPECT_EQ(wait["object"].is_null(), !has_object) << name;
+    EXPECT_GE(wait["ms"].as_double(), 0.0) << name;
+  };
+  expect_parked("queue-taker", "weft::BlockingQueue", "take", true);
+  expect_parked("pong", "weft::BlockingQueue", "take", true);
+  expect_parked("mutex-waiter", "weft::Mutex", "lock", true);
+  expect_parked("sleeper", "weft::this_fiber", "sleep", false);
+  EXPECT_GE(find_fiber(dump, "sleeper")->uint("active"), 3u);
+  EXPECT_GE(find_fiber(dump, "sleeper")->uint("park"), 3u);
+  // Two queues, two objects: the taker and pong wait on different ones.
+  EXPECT_NE(find_fiber(dump, "queue-taker")->operator[]("wait").str("object"),
+            find_fiber(dump, "pong")->operator[]("wait").str("object"));
+}
+
+TEST_F(DumpOfChild, ListShowsTheChildWithItsSchedulerAndFibers) {
+  const CliResult result = run_cli({"--list"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(std::regex_search(result.out, std::regex("\n" + pid() + R"( +dump_child +1 +4 +dump-child\n)")))
+      << result.out;
+}
+
+TEST(Dump, SocketIsRemovedWhenTheProcessEndsEitherWay) {
+  for (const char* how : {"--orderly", "--exit-early"}) {
+    Child child({WEFT_DUMP_CHILD, how});
+    ASSERT_EQ(child.read_line(), "ready") << how;
+    const pid_t pid = child.pid();
+    EXPECT_TRUE(socket_exists(pid)) << how;
+    EXPECT_EQ(child.finish(), 0) << how;
+    EXPECT_FALSE(socket_exists(pid)) << how;
+  }
+}
+
+TEST(Dump, RefusesAPidThatDoesNotExist) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);  // reaped: the pid is free
+  const CliResult result = run_cli({std::to_string(pid)});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.out, "");
+  EXPECT_NE(result.err.find("no process with pid " + std::to_string(pid)), std::string::npos) << result.err;
+}
+
+TEST(Dump, RefusesAProcessThatIsNotWeft) {
+  Child sleeper({"sleep", "60"});
+  // Until exec, the child is a copy of this (weft-free) test; either way
+  // it has no dump socket.
+  const CliResult result = run_cli({std::to_string(sleeper.pid())});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.out, "");
+  EXPECT_NE(result.err.find("is not a weft process, or has dumps turned off"), std::string::npos) << result.err;
+}
+
+TEST(Dump, RefusesAWeftProcessWithDumpsTurnedOff) {
+  Child child({WEFT_DUMP_CHILD}, /*dump_off=*/true);
+  ASSERT_EQ(child.read_line(), "ready");
+  const CliResult result = run_cli({std::to_string(child.pid())});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.out, "");
+  EXPECT_NE(result.err.find("(dump_child) is not a weft process, or has dumps turned off"), std::string::npos)
+      << result.err;
+  EXPECT_FALSE(socket_exists(child.pid()));
+  EXPECT_EQ(child.finish(), 0);
+}
+
+TEST(Dump, RefusesAnotherUsersProcess) {
+  // As root, a weft child run as nobody; otherwise init, which is root's.
+  std::unique_ptr<Child> child;
+  pid_t pid = 1;
+  if (::geteuid() == 0) {
+    child = std::make_unique<Child>(std::vector<std::string>{WEFT_DUMP_CHILD}, false, 65534);
+    ASSERT_EQ(child->read_line(), "ready");
+    pid = child->pid();
+  }
+  const CliResult result = run_cli({std::to_string(pid)});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.out, "");
+  EXPECT_NE(result.err.find("belongs to another user"), std::string::npos) << result.err;
+  if (child) {
+    EXPECT_EQ(child->finish(), 0);
+  }
+}
+
+TEST(Dump, BadArgumentsPrintUsageAndExit2) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{}, {"not-a-pid"}, {"12", "--bogus"}, {"12", "--timeout", "x"}, {"--list", "12"}}) {
+    const CliResult result = run_cli(args);
+    EXPECT_EQ(result.exit_code, 2);
+    EXPECT_NE(result.err.find("usage: weft-dump"), std::string::npos) << result.err;
+  }
+}
+
+// In this process: the server lives as long as some scheduler with dumps on.
+TEST(Dump, ServerFollowsTheSchedulersThatWantIt) {
+  const pid_t self = ::getpid();
+  Config off = test::config_with(1);
+  off.dump = false;
+  {
+    Scheduler quiet{off};
+    EXPECT_FALSE(socket_exists(self));
+    {
+      Scheduler first{test::config_with(1)};
+      EXPECT_TRUE(socket_exists(self));
+      {
+        Scheduler second{test::config_with(2)};
+        const auto answer = tools::request_dump(self, "summary", 30s);
+        ASSERT_EQ(answer.json["schedulers"].as_array().size(), 2u);  // `quiet` is not shown
+      }
+      EXPECT_TRUE(socket_exists(self));
+    }
+    EXPECT_FALSE(socket_exists(self));
+  }
+}
+
+// A worker that never gives its thread back must not block the dump.
+TEST(Dump, AnswersWhileTheOnlyWorkerIsStuck) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> spinning{false}, release{false};
+  Fiber stuck = sched.spawn({.name = "stuck"}, [&] {
+    spinning.store(true);
+    while (!release.load()) {
+    }
+  });
+  while (!spinning.load()) std::this_thread::yield();
+  const auto answer = tools::request_dump(::getpid(), "dump", 30s);
+  release.store(true);
+  stuck.join();
+  const auto& schedulers = answer.json["schedulers"].as_array();
+  ASSERT_EQ(schedulers.size(), 1u);
+  const auto& fibers = schedulers[0]["fibers"].as_array();
+  ASSERT_EQ(fibers.size(), 1u);
+  EXPECT_EQ(fibers[0].str("name"), "stuck");
+  EXPECT_EQ(fibers[0].str("state"), "running");
+  EXPECT_EQ(fibers[0].integer("park_state"), 0);
+  EXPECT_EQ(fibers[0].integer("worker"), 0);
+  EXPECT_EQ(schedulers[0]["workers"].as_array()[0].str("state"), "running");
+}
+
+}  // namespace
+}  // namespace weft

@@ -177,7 +177,7 @@ std::string to_json(const ProcessSnapshot& snapshot, DumpDetail detail) {
     json.begin_object();
     json.field("name", s.name);
     json.field("worker_count", static_cast<unsigned>(s.workers.size()));
-    json.field("fiber_count", static_cast<std::uint64_t>(s.fibers.size()));
+    json.field("fiber_count", s.fiber_count);
     if (detail == DumpDetail::full) {
       json.key("workers");
       json.begin_array();

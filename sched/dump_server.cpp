@@ -216,9 +216,9 @@ class DumpServer {
     std::string answer;
     try {
       if (request == "dump")
-        answer = to_json(snapshot(), DumpDetail::full);
+        answer = to_json(snapshot(DumpDetail::full), DumpDetail::full);
       else if (request == "summary")
-        answer = to_json(snapshot(), DumpDetail::summary);
+        answer = to_json(snapshot(DumpDetail::summary), DumpDetail::summary);
       else
         answer = error_json("unknown request \"" + request + "\" (expected \"dump\" or \"summary\")");
     } catch (const std::exception& e) {
@@ -227,7 +227,7 @@ class DumpServer {
     send_all(client, answer);
   }
 
-  ProcessSnapshot snapshot() {
+  ProcessSnapshot snapshot(DumpDetail detail) {
     ProcessSnapshot process;
     process.pid = ::getpid();
     process.name = process_name();
@@ -236,7 +236,7 @@ class DumpServer {
             .count();
     std::lock_guard guard(schedulers_lock_);
     process.schedulers.reserve(schedulers_.size());
-    for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot());
+    for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot(detail == DumpDetail::full));
     return process;
   }
 

@@ -95,8 +95,8 @@ class SchedulerCore {
   void shutdown();
 
   // Every worker and live fiber, from any thread, without the workers'
-  // help (sched/snapshot.cpp).
-  SchedulerSnapshot snapshot();
+  // help (sched/snapshot.cpp). Without `with_fibers`, only their count.
+  SchedulerSnapshot snapshot(bool with_fibers = true);
 
   // --- parts, for the worker and park -----------------------------------
   std::vector<std::unique_ptr<Worker>>& workers() noexcept { return workers_; }

@@ -8,7 +8,7 @@
 
 namespace weft::detail {
 
-SchedulerSnapshot SchedulerCore::snapshot() {
+SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
   SchedulerSnapshot snap;
   snap.name = config_.name;
   snap.workers.reserve(workers_.size());
@@ -26,6 +26,10 @@ SchedulerSnapshot SchedulerCore::snapshot() {
     w.preempts = c.preempts.load(std::memory_order_relaxed);
     snap.workers.push_back(w);
   }
+  if (!with_fibers) {
+    snap.fiber_count = registry_.size();
+    return snap;
+  }
   // A fiber stays in the shard it was registered in for its whole life, so
   // it appears exactly once however it migrates meanwhile.
   snap.fibers.reserve(registry_.size());
@@ -35,6 +39,7 @@ SchedulerSnapshot SchedulerCore::snapshot() {
       f.worker = static_cast<int>(worker->index());
     snap.fibers.push_back(std::move(f));
   });
+  snap.fiber_count = snap.fibers.size();
   return snap;
 }
 

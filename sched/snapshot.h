@@ -52,6 +52,7 @@ struct SchedulerSnapshot {
   std::string name;
   std::vector<WorkerSnapshot> workers;
   std::vector<FiberSnapshot> fibers;  // live fibers only
+  std::uint64_t fiber_count = 0;      // live fibers, also when `fibers` was not taken
 };
 
 // What weft-dump receives: the process and every scheduler it runs.

@@ -36,7 +36,7 @@ TEST_P(MutexTest, CountIsExact) {
   Mutex mu;
   std::uint64_t counter = 0;  // plain: the mutex is all that protects it
   const int callers = caller() == Caller::fiber ? 1000 : 8;
-  const int increments = caller() == Caller::fiber ? 1000 : 20'000;
+  const int increments = static_cast<int>(test::scaled(caller() == Caller::fiber ? 1000 : 20'000));
   std::vector<std::function<void()>> bodies(callers, [&] {
     for (int i = 0; i < increments; ++i) {
       std::lock_guard guard(mu);

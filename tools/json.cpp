@@ -64,7 +64,7 @@ class JsonParser {
         if (peek() != '"') fail("expected a key");
         std::string key = parse_string();
         expect(':');
-        value.object_.insert_or_assign(std::move(key), parse_value(depth + 1));
+        value.object_.emplace_back(std::move(key), parse_value(depth + 1));
         if (peek() == ',') {
           ++pos_;
           continue;
@@ -245,11 +245,19 @@ const std::vector<JsonValue>& JsonValue::as_array() const {
 const JsonValue& JsonValue::operator[](const std::string& key) const {
   static const JsonValue missing;
   if (type_ != Type::object) wrong_type("an object");
-  const auto it = object_.find(key);
-  return it != object_.end() ? it->second : missing;
+  for (const auto& [name, value] : object_) {
+    if (name == key) return value;
+  }
+  return missing;
 }
 
-bool JsonValue::has(const std::string& key) const { return type_ == Type::object && object_.count(key) != 0; }
+bool JsonValue::has(const std::string& key) const {
+  if (type_ != Type::object) return false;
+  for (const auto& member : object_) {
+    if (member.first == key) return true;
+  }
+  return false;
+}
 
 JsonValue parse_json(std::string_view text) { return JsonParser(text).document(); }
 

@@ -4,11 +4,11 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace weft::tools {
@@ -42,7 +42,10 @@ class JsonValue {
   bool boolean_ = false;
   std::string text_;  // a string's value, or a number's digits
   std::vector<JsonValue> array_;
-  std::map<std::string, JsonValue, std::less<>> object_;
+  // Members in document order, searched linearly: the dump's objects have
+  // at most sixteen keys, and a map's node per key made parsing a
+  // 100,000-fiber dump several times slower.
+  std::vector<std::pair<std::string, JsonValue>> object_;
 };
 
 struct JsonError : std::runtime_error {

@@ -9,9 +9,13 @@
 namespace weft::detail {
 namespace {
 
+// The park timestamp is taken on every park, twice per PingPong round trip:
+// the coarse clock costs ~5 ns here against ~30-40 ns for CLOCK_MONOTONIC,
+// at the price of the kernel tick's resolution (4 ms here) in the dump's
+// "waiting for ... ms". Both ends of that difference use this clock.
 std::int64_t monotonic_ns() noexcept {
   timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 

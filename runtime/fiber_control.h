@@ -81,7 +81,7 @@ struct FiberControl {
   std::atomic<const char*> wait_kind{nullptr};
   std::atomic<const void*> wait_object{nullptr};
   std::atomic<const char*> wait_operation{nullptr};
-  std::atomic<std::int64_t> parked_since_ns{0};  // steady_clock, 0: not parked
+  std::atomic<std::int64_t> parked_since_ns{0};  // CLOCK_MONOTONIC_COARSE, 0: not parked
   void record_wait(const WaitSite& site) noexcept;
   void clear_wait() noexcept;
 

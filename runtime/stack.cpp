@@ -84,23 +84,8 @@ Stack Stack::allocate(std::size_t usable_size) {
   return stack;
 }
 
-Stack& Stack::operator=(Stack&& other) noexcept {
-  if (this != &other) {
-    unmap();
-    base_ = other.base_;
-    mapping_size_ = other.mapping_size_;
-    sanitizer_fiber_ = other.sanitizer_fiber_;
-    other.base_ = nullptr;
-    other.mapping_size_ = 0;
-    other.sanitizer_fiber_ = nullptr;
-  }
-  return *this;
-}
-
-Stack::~Stack() { unmap(); }
-
 void Stack::unmap() noexcept {
-  if (base_ != nullptr) ::munmap(base_, mapping_size_);
+  ::munmap(base_, mapping_size_);
   delete_sanitizer_fiber(sanitizer_fiber_);
   base_ = nullptr;
   sanitizer_fiber_ = nullptr;
@@ -111,25 +96,40 @@ void* Stack::sanitizer_fiber() {
   return sanitizer_fiber_;
 }
 
-Stack StackPool::acquire(std::size_t size) {
+StackPool::StackPool(std::size_t stack_size, std::size_t capacity, unsigned worker_caches)
+    : stack_size_((stack_size + page_size() - 1) / page_size() * page_size()),
+      capacity_(capacity),
+      worker_caches_(std::make_unique<std::vector<Stack>[]>(worker_caches)),
+      worker_cache_count_(worker_caches) {}
+
+Stack StackPool::acquire(std::size_t size, unsigned cache) {
   if (size == 0 || size == stack_size_) {
+    if (cache < worker_cache_count_ && !worker_caches_[cache].empty()) {
+      Stack stack = std::move(worker_caches_[cache].back());
+      worker_caches_[cache].pop_back();
+      return stack;
+    }
     std::lock_guard guard(lock_);
-    if (!free_.empty()) {
-      Stack stack = std::move(free_.back());
-      free_.pop_back();
+    if (!shared_.empty()) {
+      Stack stack = std::move(shared_.back());
+      shared_.pop_back();
       return stack;
     }
   }
   return Stack::allocate(size == 0 ? stack_size_ : size);
 }
 
-void StackPool::release(Stack stack) noexcept {
-  const std::size_t page = page_size();
-  if (!stack || stack.usable_size() != (stack_size_ + page - 1) / page * page) return;
+void StackPool::release(Stack stack, unsigned cache) noexcept {
+  if (!stack || stack.usable_size() != stack_size_) return;  // unmapped here
+  if (cache < worker_cache_count_ && worker_caches_[cache].size() < kWorkerCacheSize) {
+    if (worker_caches_[cache].capacity() == 0) worker_caches_[cache].reserve(kWorkerCacheSize);
+    worker_caches_[cache].push_back(std::move(stack));
+    return;
+  }
   std::lock_guard guard(lock_);
-  if (free_.size() < capacity_) {
-    if (free_.capacity() == 0) free_.reserve(capacity_);
-    free_.push_back(std::move(stack));
+  if (shared_.size() < capacity_) {
+    if (shared_.capacity() == 0) shared_.reserve(capacity_ < 4096 ? capacity_ : 4096);
+    shared_.push_back(std::move(stack));
   }
 }
 

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "spin_lock.h"
@@ -32,9 +34,22 @@ class Stack {
   // Maps `usable_size` bytes (rounded up to pages) plus one guard page.
   static Stack allocate(std::size_t usable_size);
 
-  Stack(Stack&& other) noexcept { *this = std::move(other); }
-  Stack& operator=(Stack&& other) noexcept;
-  ~Stack();
+  Stack(Stack&& other) noexcept
+      : base_(std::exchange(other.base_, nullptr)),
+        mapping_size_(std::exchange(other.mapping_size_, 0)),
+        sanitizer_fiber_(std::exchange(other.sanitizer_fiber_, nullptr)) {}
+  Stack& operator=(Stack&& other) noexcept {
+    if (this != &other) {
+      if (base_ != nullptr) unmap();
+      base_ = std::exchange(other.base_, nullptr);
+      mapping_size_ = std::exchange(other.mapping_size_, 0);
+      sanitizer_fiber_ = std::exchange(other.sanitizer_fiber_, nullptr);
+    }
+    return *this;
+  }
+  ~Stack() {
+    if (base_ != nullptr) unmap();
+  }
 
   explicit operator bool() const noexcept { return base_ != nullptr; }
   // The usable range, growing down from top() to bottom().
@@ -60,24 +75,33 @@ class Stack {
 };
 
 // A bounded pool of stacks of one size, so that spawn rarely maps and a
-// finished fiber's stack is reused at once. Stacks beyond the bound, and
-// stacks of other sizes, are unmapped on release.
+// finished fiber's stack is reused at once. Each worker has a small cache of
+// its own (no lock: only that worker's thread touches it) in front of a
+// shared pool; stacks beyond the bound, and stacks of other sizes, are
+// unmapped on release.
 class StackPool {
  public:
-  StackPool(std::size_t stack_size, std::size_t capacity) : stack_size_(stack_size), capacity_(capacity) {}
+  static constexpr unsigned no_cache = ~0u;  // the caller is not a worker
+
+  StackPool(std::size_t stack_size, std::size_t capacity, unsigned worker_caches);
   StackPool(const StackPool&) = delete;
   StackPool& operator=(const StackPool&) = delete;
 
   std::size_t stack_size() const noexcept { return stack_size_; }
-  // A stack of `size` usable bytes (0: the pool's size).
-  Stack acquire(std::size_t size = 0);
-  void release(Stack stack) noexcept;
+  // A stack of `size` usable bytes (0: the pool's size). `cache`: the
+  // calling worker's index, or no_cache.
+  Stack acquire(std::size_t size = 0, unsigned cache = no_cache);
+  void release(Stack stack, unsigned cache = no_cache) noexcept;
 
  private:
-  const std::size_t stack_size_;
+  static constexpr std::size_t kWorkerCacheSize = 64;
+
+  const std::size_t stack_size_;  // rounded up to pages
   const std::size_t capacity_;
+  std::unique_ptr<std::vector<Stack>[]> worker_caches_;
+  unsigned worker_cache_count_;
   SpinLock lock_;
-  std::vector<Stack> free_;
+  std::vector<Stack> shared_;
 };
 
 }  // namespace detail

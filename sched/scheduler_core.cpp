@@ -16,6 +16,7 @@ std::atomic<std::uint64_t> next_fiber_id{1};
 
 const Config& validated(const Config& config) {
   if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
+  if (config.time_slice.count() <= 0) throw std::invalid_argument("weft::Config::time_slice must be positive");
   if (config.stack_size < 16 * 1024)
     throw std::invalid_argument("weft::Config::stack_size must be at least 16 KiB, got " +
                                 std::to_string(config.stack_size) + " bytes");
@@ -49,7 +50,7 @@ void fiber_main(boost::context::detail::transfer_t transfer) {
 
 SchedulerCore::SchedulerCore(Config config)
     : config_(validated(config)),
-      stacks_(config_.stack_size, config_.stack_pool_size),
+      stacks_(config_.stack_size, config_.stack_pool_size, config_.workers),
       registry_(config_.workers + 1),
       idle_(config_.workers) {
   install_overflow_handler();
@@ -57,6 +58,7 @@ SchedulerCore::SchedulerCore(Config config)
   for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
   timers_.start();
   for (auto& worker : workers_) worker->start();
+  sysmon_.start();
   dump_registration_.attach(*this);
 }
 
@@ -71,7 +73,9 @@ FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::siz
   }
   FiberControl* fiber = nullptr;
   try {
-    Stack stack = stacks_.acquire(options.stack_size);
+    Worker* worker = current_worker();
+    const unsigned cache = worker != nullptr && &worker->core() == this ? worker->index() : StackPool::no_cache;
+    Stack stack = stacks_.acquire(options.stack_size, cache);
     if (callable_size + callable_align + 4096 > stack.usable_size())
       throw std::invalid_argument("weft: the fiber's callable does not fit on its stack");
     fiber = new FiberControl(*this, next_fiber_id.fetch_add(1, std::memory_order_relaxed));
@@ -162,7 +166,8 @@ void SchedulerCore::finish_fiber(FiberControl* fiber) noexcept {
 void SchedulerCore::release_finished(void* arg) noexcept {
   auto* fiber = static_cast<FiberControl*>(arg);
   SchedulerCore* core = fiber->scheduler;
-  core->stacks_.release(std::move(fiber->stack));
+  // This runs on one of the fiber's scheduler's workers.
+  core->stacks_.release(std::move(fiber->stack), current_worker()->index());
   fiber->release_reference();
   core->fiber_exited();
 }
@@ -202,17 +207,14 @@ void SchedulerCore::report_stuck_fibers() {
   std::string report = "weft: scheduler \"" + config_.name + "\" is shutting down but " +
                        std::to_string(live_fibers()) + " fiber(s) are still alive after " +
                        std::to_string(config_.shutdown_grace.count()) + " ms:\n";
-  const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   registry_.for_each([&](FiberControl& fiber) {
-    report += "  \"" + fiber.name() + "\" #" + std::to_string(fiber.id) + " " +
-              to_string(fiber.state.load(std::memory_order_relaxed));
-    if (const char* kind = fiber.wait_kind.load(std::memory_order_relaxed)) {
+    const FiberSnapshot snap = take_snapshot(fiber);
+    report += "  \"" + snap.name + "\" #" + std::to_string(snap.id) + " " + snap.state;
+    if (!snap.wait_kind.empty()) {
       char address[32];
-      std::snprintf(address, sizeof(address), "%p", fiber.wait_object.load(std::memory_order_relaxed));
-      const auto since = fiber.parked_since_ns.load(std::memory_order_relaxed);
-      report += std::string(", waiting on ") + kind + "@" + address + " (" +
-                fiber.wait_operation.load(std::memory_order_relaxed) + ") for " +
-                std::to_string((now_ns - since) / 1'000'000) + " ms";
+      std::snprintf(address, sizeof(address), "%p", snap.wait_object);
+      report += ", waiting on " + snap.wait_kind + "@" + address + " (" + snap.wait_operation + ") for " +
+                std::to_string(static_cast<long long>(snap.waiting_ms)) + " ms";
     }
     report += "\n";
   });
@@ -248,6 +250,7 @@ void SchedulerCore::shutdown() {
     report_stuck_fibers();
     if (config_.shutdown_policy == ShutdownPolicy::abort) std::abort();
   }
+  sysmon_.stop();
   idle_.wake_all();
   for (auto& worker : workers_) worker->join();
   timers_.stop();

@@ -25,7 +25,6 @@
 #pragma once
 
 #include <cstddef>
-#include <deque>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -34,6 +33,7 @@
 
 #include "../sched/park.h"
 #include "queue_closed.h"
+#include "ring_buffer.h"
 
 namespace weft {
 
@@ -197,7 +197,7 @@ class BlockingQueue {
 
   const std::size_t capacity_;
   mutable detail::SpinLock lock_;
-  std::deque<T> items_;
+  detail::RingBuffer<T> items_;
   detail::WaitList takers_;
   detail::WaitList putters_;
   bool closed_ = false;

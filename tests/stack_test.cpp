@@ -21,7 +21,7 @@ TEST(Stack, GuardPageSitsBelowTheUsableRange) {
 }
 
 TEST(Stack, PoolReusesReleasedStacks) {
-  detail::StackPool pool{64 * 1024, 2};
+  detail::StackPool pool{64 * 1024, 2, 1};
   detail::Stack a = pool.acquire();
   char* top = a.top();
   pool.release(std::move(a));
@@ -29,6 +29,10 @@ TEST(Stack, PoolReusesReleasedStacks) {
   EXPECT_EQ(b.top(), top);
   detail::Stack other_size = pool.acquire(128 * 1024);
   EXPECT_GE(other_size.usable_size(), 128u * 1024);
+  // A worker's own cache hands back what that worker released.
+  char* cached_top = b.top();
+  pool.release(std::move(b), 0);
+  EXPECT_EQ(pool.acquire(0, 0).top(), cached_top);
 }
 
 TEST(Stack, PerSpawnStackSize) {

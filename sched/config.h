@@ -30,6 +30,21 @@ enum class ShutdownPolicy {
 // fiber. Without a handler the process terminates, as with std::thread.
 using UnhandledExceptionHandler = std::function<void(std::string_view name, std::uint64_t id, std::exception_ptr)>;
 
+// A worker that has run one fiber for longer than twice Config::time_slice
+// without switching: the fiber neither reached a checkpoint nor parked (a
+// loop without checkpoints, or a blocking system call). See docs/sysmon.md.
+struct StuckWorker {
+  std::string_view scheduler;  // Config::name
+  unsigned worker = 0;         // the worker's index
+  int os_thread_id = 0;
+  std::uint64_t fiber_id = 0;  // 0 if the fiber could not be identified
+  std::string_view fiber_name;
+  std::chrono::milliseconds running_for{0};  // since sysmon first saw it run
+};
+// Called on the sysmon thread, once per stuck episode. Keep it short and do
+// not wait on weft primitives in it: sysmon does nothing else meanwhile.
+using StuckWorkerHandler = std::function<void(const StuckWorker&)>;
+
 struct Config {
   // Worker threads (the M of M:N). 0 is rejected.
   unsigned workers = std::thread::hardware_concurrency() == 0 ? 1 : std::thread::hardware_concurrency();
@@ -46,6 +61,13 @@ struct Config {
   // Answer weft-dump on a private Unix socket (sched/dump_server.h). The
   // environment variable WEFT_DUMP=0 turns it off for the whole process.
   bool dump = true;
+  // Cooperative preemption (docs/sysmon.md): a fiber that has run longer
+  // than time_slice without a switch yields at its next checkpoint (any
+  // weft call, or weft::this_fiber::checkpoint()).
+  bool preemption = true;
+  std::chrono::microseconds time_slice{10'000};
+  // Off by default; see StuckWorker.
+  StuckWorkerHandler on_stuck_worker;
 };
 
 }  // namespace weft

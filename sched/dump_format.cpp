@@ -120,6 +120,10 @@ void write_worker(JsonWriter& json, const WorkerSnapshot& w) {
   json.field("failed_steals", w.failed_steals);
   json.field("parks", w.parks);
   json.field("preempts", w.preempts);
+  json.field("handoffs", w.handoffs);
+  json.field("running_ms", w.running_ms);
+  json.field("stuck", w.stuck);
+  json.field("stuck_fiber", w.stuck_fiber);
   json.end_object();
 }
 

@@ -60,6 +60,7 @@
 #include "dump_server.h"
 #include "fiber_registry.h"
 #include "idle.h"
+#include "sysmon.h"
 #include "timers.h"
 
 namespace weft {
@@ -104,6 +105,7 @@ class SchedulerCore {
   IdleWorkers& idle() noexcept { return idle_; }
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }
+  Sysmon& sysmon() noexcept { return sysmon_; }
 
   void push_global(FiberControl* fiber) noexcept;
   void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
@@ -131,6 +133,7 @@ class SchedulerCore {
   moodycamel::ConcurrentQueue<FiberControl*> global_;
   std::atomic<std::int64_t> global_size_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
+  Sysmon sysmon_{*this};  // after workers_: it watches them
 
   std::atomic<std::uint64_t> live_{0};
   std::atomic<bool> shutting_down_{false};

@@ -24,6 +24,11 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.failed_steals = c.failed_steals.load(std::memory_order_relaxed);
     w.parks = c.parks.load(std::memory_order_relaxed);
     w.preempts = c.preempts.load(std::memory_order_relaxed);
+    w.handoffs = c.handoffs.load(std::memory_order_relaxed);
+    const Sysmon::WorkerView seen = sysmon_.view(worker->index());
+    w.running_ms = seen.running_ms;
+    w.stuck = seen.stuck;
+    w.stuck_fiber = seen.fiber_id;
     snap.workers.push_back(w);
   }
   if (!with_fibers) {

@@ -46,6 +46,13 @@ struct WorkerSnapshot {
   std::uint64_t failed_steals = 0;
   std::uint64_t parks = 0;
   std::uint64_t preempts = 0;
+  std::uint64_t handoffs = 0;  // fibers sysmon moved off it while it was stuck
+  // Sysmon's view (docs/sysmon.md): how long the current fiber has run
+  // without a switch (0: none), and whether the worker is stuck, i.e. that
+  // fiber ignored a preemption request for a further time slice.
+  double running_ms = 0;
+  bool stuck = false;
+  std::uint64_t stuck_fiber = 0;  // the stuck fiber's id, 0 if unknown
 };
 
 struct SchedulerSnapshot {

@@ -34,7 +34,10 @@ void sleep_until(std::chrono::steady_clock::time_point deadline) {
     std::this_thread::sleep_until(deadline);
     return;
   }
-  if (deadline <= std::chrono::steady_clock::now()) return;
+  if (deadline <= std::chrono::steady_clock::now()) {
+    detail::checkpoint();  // no sleep, but still a weft call
+    return;
+  }
   detail::park_until(deadline, {"weft::this_fiber", nullptr, "sleep"});
 }
 
@@ -47,7 +50,7 @@ std::string name() { return require_fiber("weft::this_fiber::name()").name(); }
 
 void set_name(std::string_view name) { require_fiber("weft::this_fiber::set_name()").set_name(name); }
 
-void checkpoint() noexcept {}
+void checkpoint() noexcept { detail::checkpoint(); }
 
 PinGuard pin() {
   detail::FiberControl& fiber = require_fiber("weft::this_fiber::pin()");

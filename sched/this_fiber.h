@@ -42,8 +42,9 @@ void sleep_until(const std::chrono::time_point<Clock, Duration>& deadline) {
 std::uint64_t id() noexcept;
 std::string name();
 void set_name(std::string_view name);
-// A preemption point: yields if sysmon asked this fiber to (no-op until
-// preemption is enabled; costs a load and a branch otherwise).
+// A preemption point: yields if sysmon asked this fiber to, because it has
+// run longer than Config::time_slice (docs/sysmon.md). Costs a load and a
+// branch when nothing is pending; spawn, sleeps and waits check too.
 void checkpoint() noexcept;
 
 // Keeps the calling fiber on its current worker for the guard's lifetime:

@@ -34,6 +34,9 @@ bool not_pinned(FiberControl* fiber) noexcept { return fiber->pin_count.load(std
 bool stealable(RingEntry entry) noexcept { return !entry.pinned(); }
 
 void requeue(void* fiber) { current_worker()->push_local(static_cast<FiberControl*>(fiber), false); }
+// A preempted fiber may be the only thing its worker has left to do while
+// a peer sleeps: wake one to share the ring.
+void requeue_and_notify(void* fiber) { current_worker()->push_local(static_cast<FiberControl*>(fiber), true); }
 
 }  // namespace
 
@@ -42,6 +45,14 @@ void requeue(void* fiber) { current_worker()->push_local(static_cast<FiberContro
 [[gnu::noinline]] Worker* current_worker() noexcept {
   asm volatile("" ::: "memory");
   return tls_worker;
+}
+
+void checkpoint() noexcept {
+  asm volatile("" ::: "memory");
+  Worker* worker = tls_worker;
+  if (worker == nullptr || !worker->preempt_requested()) [[likely]]
+    return;
+  worker->preempt_current();
 }
 
 FiberControl* current_fiber() noexcept {
@@ -72,6 +83,37 @@ std::uint32_t Worker::queue_length() const noexcept {
   return ring_.size() + (next_.load(std::memory_order_relaxed) != nullptr ? 1 : 0);
 }
 
+bool Worker::has_stealable_work() const noexcept {
+  return next_.load(std::memory_order_relaxed) != nullptr || ring_.size() != 0;
+}
+
+std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
+  std::size_t moved = 0;
+  // The next slot never holds a pinned fiber (ready() sends those to the
+  // inbox, which stays here). The owner swaps the slot too, so exactly one
+  // of us gets the fiber.
+  if (next_.load(std::memory_order_relaxed) != nullptr) {
+    if (FiberControl* next = next_.exchange(nullptr, std::memory_order_acq_rel)) {
+      core_.push_global(next);
+      ++moved;
+    }
+  }
+  // The ring's unpinned prefix, half at a time, as a thief would take it;
+  // a pinned fiber ends it (docs/sysmon.md).
+  auto owner = scratch.owner();
+  for (;;) {
+    const auto result = ring_.thief().steal_into(owner, stealable);
+    if (result.taken == 0) break;
+    FiberControl* batch[RunQueue<RingEntry>::capacity];
+    std::size_t n = 0;
+    while (FiberControl* fiber = owner.pop().fiber()) batch[n++] = fiber;
+    core_.push_global_bulk(batch, n);
+    moved += n;
+  }
+  if (moved != 0) bump(counters_.handoffs, moved);
+  return moved;
+}
+
 void Worker::run_loop() {
   tls_worker = this;
   tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
@@ -82,8 +124,14 @@ void Worker::run_loop() {
 
   for (;;) {
     FiberControl* next = pick_next();
-    if (next == nullptr) next = wait_for_work();
-    if (next == nullptr) break;
+    if (next == nullptr) {
+      next = wait_for_work();
+      if (next == nullptr) break;
+      // Back from idle: a sysmon that went to sleep with every worker
+      // idle must watch this one again (sched/sysmon.h).
+      state_.store(WorkerState::running, std::memory_order_relaxed);
+      core_.sysmon().worker_woke();
+    }
     switch_in(next);
     switch_context(loop_context_, next->context, SwitchAction{});
     // Back on the thread's own stack: a fiber found nothing to hand off to.
@@ -93,7 +141,8 @@ void Worker::run_loop() {
 }
 
 void Worker::switch_in(FiberControl* next) noexcept {
-  current_ = next;
+  current_.store(next, std::memory_order_relaxed);
+  switch_tick_.store(switch_tick_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   state_.store(WorkerState::running, std::memory_order_relaxed);
   Worker* last = next->worker.load(std::memory_order_relaxed);
   if (last != this) {
@@ -106,13 +155,13 @@ void Worker::switch_in(FiberControl* next) noexcept {
 }
 
 void Worker::switch_away(SwitchAction action) {
-  FiberControl* self = current_;
+  FiberControl* self = current();
   FiberControl* next = pick_next();
   if (next != nullptr) {
     switch_in(next);
     switch_context(self->context, next->context, action);
   } else {
-    current_ = nullptr;
+    current_.store(nullptr, std::memory_order_relaxed);
     switch_context(self->context, loop_context_, action);
   }
   // Resumed, perhaps on another worker: `this` may no longer be ours.
@@ -121,14 +170,31 @@ void Worker::switch_away(SwitchAction action) {
 void Worker::yield_current() {
   FiberControl* next = pick_next();
   if (next == nullptr) return;  // nothing else wants this worker
-  FiberControl* self = current_;
+  FiberControl* self = current();
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   switch_in(next);
   switch_context(self->context, next->context, SwitchAction{&requeue, self});
 }
 
+void Worker::preempt_current() {
+  std::uint64_t requested = preempt_tick_.load(std::memory_order_relaxed);
+  if (requested == 0) return;
+  // Clear the request; one for an earlier fiber (this worker switched since)
+  // is simply dropped.
+  if (!preempt_tick_.compare_exchange_strong(requested, 0, std::memory_order_relaxed)) return;
+  FiberControl* self = current();
+  if (self == nullptr || requested != switch_tick_.load(std::memory_order_relaxed)) return;
+  FiberControl* next = pick_next();
+  if (next == nullptr) return;  // nothing else to run: the fiber keeps the worker
+  bump(self->counters.preempt);
+  bump(counters_.preempts);
+  self->state.store(FiberState::runnable, std::memory_order_relaxed);
+  switch_in(next);
+  switch_context(self->context, next->context, SwitchAction{&requeue_and_notify, self});
+}
+
 void Worker::park_current(SwitchAction after) {
-  FiberControl* self = current_;
+  FiberControl* self = current();
   self->state.store(FiberState::parked, std::memory_order_relaxed);
   bump(self->counters.park);
   bump(counters_.parks);
@@ -136,13 +202,13 @@ void Worker::park_current(SwitchAction after) {
 }
 
 void Worker::exit_current(SwitchAction after) {
-  FiberControl* self = current_;
+  FiberControl* self = current();
   FiberControl* next = pick_next();
   if (next != nullptr) {
     switch_in(next);
     exit_context(self->context, next->context, after);
   }
-  current_ = nullptr;
+  current_.store(nullptr, std::memory_order_relaxed);
   exit_context(self->context, loop_context_, after);
 }
 
@@ -168,8 +234,7 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
 }
 
 void Worker::push_next(FiberControl* fiber) {
-  FiberControl* previous = next_.load(std::memory_order_relaxed);
-  next_.store(fiber, std::memory_order_relaxed);
+  FiberControl* previous = next_.exchange(fiber, std::memory_order_acq_rel);
   if (previous != nullptr) push_local(previous);
 }
 
@@ -232,8 +297,9 @@ FiberControl* Worker::pick_next() {
   if (tick_ % kGlobalCheckInterval == 0 && !core_.global_empty()) {
     if (FiberControl* fiber = pick_global()) return fiber;
   }
-  if (FiberControl* next = next_.load(std::memory_order_relaxed)) {
-    next_.store(nullptr, std::memory_order_relaxed);
+  FiberControl* next = next_.load(std::memory_order_relaxed);
+  if (next != nullptr) next = next_.exchange(nullptr, std::memory_order_acq_rel);  // sysmon may have taken it
+  if (next != nullptr) {
     if (next_streak_ < kNextStreakLimit) {
       ++next_streak_;
       return next;

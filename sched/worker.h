@@ -35,13 +35,14 @@ class RingEntry {
 enum class WorkerState : std::uint8_t { running, searching, sleeping, stopped };
 const char* to_string(WorkerState state) noexcept;
 
-// Written by the worker's thread, read by the dump.
+// Written by the worker's thread (handoffs: by sysmon), read by the dump.
 struct WorkerCounters {
   std::atomic<std::uint64_t> fibers_run{0};     // fibers switched in
   std::atomic<std::uint64_t> steals{0};         // fibers taken from other workers
   std::atomic<std::uint64_t> failed_steals{0};  // steals stopped by a pinned fiber
   std::atomic<std::uint64_t> parks{0};
   std::atomic<std::uint64_t> preempts{0};
+  std::atomic<std::uint64_t> handoffs{0};  // fibers sysmon moved off while it was stuck
 };
 
 class Worker {
@@ -55,7 +56,7 @@ class Worker {
 
   SchedulerCore& core() const noexcept { return core_; }
   unsigned index() const noexcept { return index_; }
-  FiberControl* current() const noexcept { return current_; }
+  FiberControl* current() const noexcept { return current_.load(std::memory_order_relaxed); }
 
   // --- on this worker's thread, from a fiber ----------------------------
   // Puts the running fiber at the back of the local queue and runs another.
@@ -70,11 +71,27 @@ class Worker {
   // idle worker to steal it.
   void push_local(FiberControl* fiber, bool notify = true);
   void push_next(FiberControl* fiber);   // run next: the fiber just woken
+  // Yields the running fiber if sysmon asked for it (the slow half of
+  // checkpoint(); see sched/sysmon.h).
+  void preempt_current();
 
   // --- any thread -------------------------------------------------------
   // Hands a pinned fiber to this worker, the only one allowed to run it.
   void push_inbox(FiberControl* fiber) noexcept;
   IdleSlot& idle_slot() noexcept { return idle_slot_; }
+
+  // --- sysmon (sched/sysmon.h) ------------------------------------------
+  // Bumped on every switch in: while it stands still, one fiber runs.
+  std::uint64_t switch_tick() const noexcept { return switch_tick_.load(std::memory_order_relaxed); }
+  // Asks the fiber that was switched in at `tick` to yield at its next
+  // checkpoint; a request for an older tick is dropped there.
+  void request_preempt(std::uint64_t tick) noexcept { preempt_tick_.store(tick, std::memory_order_relaxed); }
+  bool preempt_requested() const noexcept { return preempt_tick_.load(std::memory_order_relaxed) != 0; }
+  bool has_stealable_work() const noexcept;
+  // Moves the next slot and the ring's unpinned prefix to the global queue,
+  // through `scratch` (an empty queue of sysmon's own). Any thread; returns
+  // how many fibers moved.
+  std::size_t hand_off_queued(RunQueue<RingEntry>& scratch) noexcept;
 
   // --- read by the dump (any thread) ------------------------------------
   WorkerState state() const noexcept { return state_.load(std::memory_order_relaxed); }
@@ -104,16 +121,20 @@ class Worker {
   std::atomic<WorkerState> state_{WorkerState::running};
 
   ExecutionContext loop_context_;  // the thread's own stack
-  FiberControl* current_ = nullptr;
+  // Written by the worker only; atomic so that sysmon may compare it.
+  std::atomic<FiberControl*> current_{nullptr};
 
   RunQueue<RingEntry> ring_;
-  std::atomic<FiberControl*> next_{nullptr};  // written by the owner only
+  // Swapped, never load-then-stored: sysmon may take it (hand_off_queued).
+  std::atomic<FiberControl*> next_{nullptr};
   unsigned next_streak_ = 0;      // consecutive runs from next_
   std::atomic<FiberControl*> inbox_{nullptr};  // pinned fibers (LIFO stack)
   FiberControl* inbox_fifo_ = nullptr;         // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 
   std::uint32_t tick_ = 0;
+  std::atomic<std::uint64_t> switch_tick_{0};   // written by the worker
+  std::atomic<std::uint64_t> preempt_tick_{0};  // sysmon's request; 0: none
   std::uint64_t random_state_;
   IdleSlot idle_slot_;
   WorkerCounters counters_;
@@ -122,5 +143,9 @@ class Worker {
 // The worker whose thread is calling, or null on a plain thread. Never
 // cached across a switch: a fiber may resume on another worker.
 Worker* current_worker() noexcept;
+
+// A preemption point: yields if sysmon asked the calling fiber to. A load
+// and a branch when nothing is pending; nothing at all off a fiber.
+void checkpoint() noexcept;
 
 }  // namespace weft::detail

@@ -1,0 +1,187 @@
+#include "sysmon.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "scheduler_core.h"
+
+namespace weft::detail {
+namespace {
+
+std::int64_t to_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+Sysmon::Sysmon(SchedulerCore& core)
+    : core_(core),
+      slice_(core.config().time_slice),
+      running_cap_(std::clamp<std::chrono::microseconds>(slice_ / 4, kMinTick, kMaxTick)),
+      watches_(std::make_unique<Watch[]>(core.config().workers)) {}
+
+void Sysmon::start() { thread_ = std::thread([this] { run(); }); }
+
+void Sysmon::stop() noexcept {
+  if (!thread_.joinable()) return;
+  stopping_.store(true, std::memory_order_seq_cst);
+  wake_word_.store(1, std::memory_order_release);
+  futex_wake(wake_word_);
+  thread_.join();
+}
+
+void Sysmon::wake() noexcept {
+  if (!deep_asleep_.exchange(false, std::memory_order_acq_rel)) return;  // someone else did
+  wake_word_.store(1, std::memory_order_release);
+  futex_wake(wake_word_);
+}
+
+Sysmon::WorkerView Sysmon::view(unsigned worker) const noexcept {
+  WorkerView view;
+  if (worker >= core_.config().workers) return view;
+  const Watch& watch = watches_[worker];
+  const std::int64_t since = watch.running_since_ns.load(std::memory_order_relaxed);
+  if (since != 0) view.running_ms = static_cast<double>(to_ns(Clock::now()) - since) / 1e6;
+  view.stuck = watch.stuck.load(std::memory_order_relaxed);
+  if (view.stuck) view.fiber_id = watch.stuck_fiber.load(std::memory_order_relaxed);
+  return view;
+}
+
+void Sysmon::run() {
+  const std::string thread_name = (core_.config().name + "/sysmon").substr(0, 15);
+  pthread_setname_np(pthread_self(), thread_name.c_str());
+  std::chrono::microseconds delay = kMinTick;
+  unsigned idle_rounds = 0;
+  while (!stopping_.load(std::memory_order_acquire)) {
+    const Clock::time_point now = Clock::now();
+    bool any_running = false;
+    bool all_sleeping = true;
+    const bool acted = scan(now, any_running, all_sleeping);
+    if (acted) delay = kMinTick;
+    else delay = std::min(delay * 2, any_running ? running_cap_ : kMaxTick);
+    idle_rounds = all_sleeping ? idle_rounds + 1 : 0;
+    if (idle_rounds >= kDeepSleepAfter) {
+      deep_sleep();
+      idle_rounds = 0;
+      continue;
+    }
+    futex_wait(wake_word_, 0, Clock::now() + delay);
+  }
+}
+
+void Sysmon::deep_sleep() {
+  wake_word_.store(0, std::memory_order_relaxed);
+  deep_asleep_.store(true, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  bool all_sleeping = true;
+  for (const auto& worker : core_.workers()) {
+    const WorkerState state = worker->state();
+    if (state != WorkerState::sleeping && state != WorkerState::stopped) all_sleeping = false;
+  }
+  if (!all_sleeping || stopping_.load(std::memory_order_acquire)) {
+    deep_asleep_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  while (wake_word_.load(std::memory_order_acquire) == 0) futex_wait(wake_word_, 0);
+  deep_asleep_.store(false, std::memory_order_relaxed);
+  // Consumed; a stop() after this point sets it again.
+  wake_word_.store(0, std::memory_order_relaxed);
+}
+
+void Sysmon::forget(Watch& watch) noexcept {
+  watch.watching = false;
+  watch.reported = false;
+  watch.asked = {};
+  watch.running_since_ns.store(0, std::memory_order_relaxed);
+  watch.stuck.store(false, std::memory_order_relaxed);
+  watch.stuck_fiber.store(0, std::memory_order_relaxed);
+}
+
+bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) {
+  const bool preemption = core_.config().preemption;
+  bool acted = false;
+  auto& workers = core_.workers();
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    Worker& worker = *workers[i];
+    Watch& watch = watches_[i];
+    const WorkerState state = worker.state();
+    if (state != WorkerState::sleeping && state != WorkerState::stopped) all_sleeping = false;
+    const std::uint64_t tick = worker.switch_tick();
+    if (state != WorkerState::running) {
+      if (watch.watching) forget(watch);
+      continue;
+    }
+    any_running = true;
+    if (!watch.watching || tick != watch.tick) {
+      // A fiber switched in since the last look: it started no earlier than
+      // that look, so counting from now never preempts one too soon.
+      forget(watch);
+      watch.watching = true;
+      watch.tick = tick;
+      watch.since = now;
+      watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
+      continue;
+    }
+    const auto ran = now - watch.since;
+    const bool asked = watch.asked != Clock::time_point{};
+    // Stuck: twice the slice, and (with preemption) a request that the
+    // fiber has not answered. A lone fiber that reaches its checkpoints
+    // with nothing else to run clears the request: it blocks nobody.
+    if (!watch.reported && ran >= 2 * slice_ && (!preemption || (asked && worker.preempt_requested()))) {
+      watch.reported = true;
+      report_stuck(worker, watch, now);
+    }
+    if (preemption && ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
+      worker.request_preempt(tick);
+      watch.asked = now;
+      acted = true;
+    }
+    if (ran >= kHandOffAfter && worker.has_stealable_work()) {
+      if (worker.hand_off_queued(scratch_) != 0) {
+        core_.idle().notify_work();
+        acted = true;
+      }
+    }
+  }
+  return acted;
+}
+
+void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
+  // Identify the fiber under the registry's lock: a fiber in the registry
+  // is alive, and the pointer is only compared, never followed.
+  const FiberControl* running = worker.current();
+  std::uint64_t fiber_id = 0;
+  std::string fiber_name;
+  if (running != nullptr) {
+    core_.registry().for_each([&](FiberControl& fiber) {
+      if (&fiber == running) {
+        fiber_id = fiber.id;
+        fiber_name = fiber.name();
+      }
+    });
+  }
+  if (worker.switch_tick() != watch.tick) return;  // it moved on meanwhile
+  watch.stuck_fiber.store(fiber_id, std::memory_order_relaxed);
+  watch.stuck.store(true, std::memory_order_relaxed);
+  const Config& config = core_.config();
+  if (!config.on_stuck_worker) return;
+  StuckWorker report;
+  report.scheduler = config.name;
+  report.worker = worker.index();
+  report.os_thread_id = worker.os_thread_id();
+  report.fiber_id = fiber_id;
+  report.fiber_name = fiber_name;
+  report.running_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - watch.since);
+  try {
+    config.on_stuck_worker(report);
+  } catch (...) {
+    std::fprintf(stderr, "weft: the on_stuck_worker handler of scheduler \"%s\" threw\n", config.name.c_str());
+    std::terminate();
+  }
+}
+
+}  // namespace weft::detail

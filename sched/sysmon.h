@@ -1,0 +1,117 @@
+// Sysmon: one monitor thread per scheduler that keeps every fiber moving
+// (Go's sysmon, Wisp2's preemption thread). It never runs fibers and never
+// switches one; it only looks at the workers and asks. docs/sysmon.md has
+// the whole story, its costs and its limits.
+//
+// What it watches: each worker's switch tick, a counter the worker bumps on
+// every switch in (a relaxed store on a line it writes anyway). While the
+// tick stands still, one fiber has been running since sysmon first saw that
+// tick. So the worker never reads a clock: sysmon does (Go's and Wisp2's
+// approach).
+//
+// What it does, per worker whose fiber has run without a switch for:
+//   > Config::time_slice     preemption: stores the tick in the worker's
+//                            preempt request; the fiber yields at its next
+//                            checkpoint (Worker::preempt_current). Again
+//                            every further slice while the tick stands.
+//   > kHandOffAfter (1 ms)   hand-off: the worker's next slot and the
+//                            unpinned head of its ring go to the global
+//                            queue, and a sleeping worker is woken to run
+//                            them. Idle workers steal rings on their own,
+//                            but not the next slot, and a busy peer does not
+//                            steal at all: it only checks the global queue.
+//   > 2 x time_slice, with   stuck: shown by weft-dump, and reported once to
+//     the request unanswered Config::on_stuck_worker.
+//
+// Tick: 20 us after it acted, doubling each quiet round up to time_slice/4
+// while a fiber runs (enough to preempt within about 1.5 slices) and up to
+// 10 ms when nothing runs. After kDeepSleepAfter rounds in which every
+// worker slept, it sleeps on a futex until a worker leaves idle sleep: an
+// idle scheduler costs nothing.
+//
+// Deep-sleep protocol (a Dekker handshake, as in idle.h):
+//   sysmon:  deep_asleep = true; seq_cst fence; if any worker is not
+//            sleeping: cancel; else futex-wait on wake_word.
+//   worker:  state = running; seq_cst fence (worker_woke); if deep_asleep:
+//            clear it and wake sysmon.
+// The fence on the worker's side is paid only when it comes back from
+// sleeping in the kernel, never on a fiber switch.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "futex.h"
+#include "run_queue.h"
+#include "worker.h"
+
+namespace weft::detail {
+
+class SchedulerCore;
+
+class Sysmon {
+ public:
+  explicit Sysmon(SchedulerCore& core);
+  Sysmon(const Sysmon&) = delete;
+  Sysmon& operator=(const Sysmon&) = delete;
+  ~Sysmon() { stop(); }
+
+  void start();
+  void stop() noexcept;
+
+  // A worker back from idle sleep (after storing state running).
+  void worker_woke() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (deep_asleep_.load(std::memory_order_relaxed)) wake();
+  }
+
+  // What sysmon last saw of a worker, for snapshots (any thread).
+  struct WorkerView {
+    double running_ms = 0;       // the current fiber, without a switch; 0: none
+    bool stuck = false;          // see above
+    std::uint64_t fiber_id = 0;  // the stuck fiber, when known
+  };
+  WorkerView view(unsigned worker) const noexcept;
+
+  static constexpr std::chrono::microseconds kMinTick{20};
+  static constexpr std::chrono::microseconds kMaxTick{10'000};
+  static constexpr std::chrono::microseconds kHandOffAfter{1'000};
+  static constexpr unsigned kDeepSleepAfter = 50;
+
+ private:
+  // Per worker. The plain fields are sysmon's own; the atomics are read by
+  // snapshots.
+  struct Watch {
+    bool watching = false;  // running at the last look
+    std::uint64_t tick = 0;
+    Clock::time_point since{};
+    Clock::time_point asked{};  // last preemption request; epoch: none yet
+    bool reported = false;
+    std::atomic<std::int64_t> running_since_ns{0};
+    std::atomic<bool> stuck{false};
+    std::atomic<std::uint64_t> stuck_fiber{0};
+  };
+
+  void run();
+  // One look at every worker; true if sysmon did something.
+  bool scan(Clock::time_point now, bool& any_running, bool& all_sleeping);
+  void forget(Watch& watch) noexcept;
+  void report_stuck(Worker& worker, Watch& watch, Clock::time_point now);
+  void deep_sleep();
+  void wake() noexcept;
+
+  SchedulerCore& core_;
+  const std::chrono::microseconds slice_;
+  const std::chrono::microseconds running_cap_;
+  std::unique_ptr<Watch[]> watches_;
+  RunQueue<RingEntry> scratch_;  // hand-off passes through it
+  std::atomic<std::uint32_t> wake_word_{0};
+  std::atomic<bool> deep_asleep_{false};
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace weft::detail

@@ -1,0 +1,209 @@
+// Sysmon: preemption at checkpoints, the preempt counters, and the hand-off
+// of a stuck worker's queue (sched/sysmon.h, docs/sysmon.md). Pass or fail
+// rests on counters and on the order of events the fibers record, never on
+// how long anything took; durations below only bound loops.
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+Config sysmon_config(unsigned workers, bool preemption, std::chrono::microseconds slice) {
+  Config config = test::config_with(workers);
+  config.preemption = preemption;
+  config.time_slice = slice;
+  return config;
+}
+
+// Something for a hog to compute between checkpoints.
+std::uint64_t work(std::uint64_t x) {
+  for (int i = 0; i < 200; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
+  return x;
+}
+
+TEST(Sysmon, HogThatReachesCheckpointsIsPreempted) {
+  Scheduler sched{sysmon_config(1, true, 1ms)};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> stopped_by_sleeper{false};
+  // On one worker the sleeper runs again only if the hog yields: it is
+  // what ends the hog's loop (the deadline is a safety net, not the test).
+  Fiber sleeper = sched.spawn({.name = "sleeper"}, [&] {
+    for (int i = 0; i < 3; ++i) this_fiber::sleep_for(1ms);
+    stop.store(true);
+  });
+  Fiber hog = sched.spawn({.name = "hog"}, [&] {
+    const auto safety = Clock::now() + 20s;
+    std::uint64_t x = 1;
+    while (!stop.load(std::memory_order_relaxed) && Clock::now() < safety) {
+      x = work(x);
+      this_fiber::checkpoint();
+    }
+    stopped_by_sleeper.store(stop.load());
+    EXPECT_NE(x, 0u);
+  });
+  sleeper.join();
+  hog.join();
+  EXPECT_TRUE(stopped_by_sleeper.load()) << "the sleeper never ran while the hog computed";
+  EXPECT_GT(hog.counts().preempt, 0u);
+  EXPECT_EQ(sleeper.counts().preempt, 0u) << "a fiber that runs for microseconds was preempted";
+  const SchedulerSnapshot snap = sched.snapshot();
+  ASSERT_EQ(snap.workers.size(), 1u);
+  EXPECT_GE(snap.workers[0].preempts, hog.counts().preempt);
+}
+
+TEST(Sysmon, WellBehavedFibersAreNeverPreempted) {
+  Scheduler sched{sysmon_config(2, true, 1ms)};
+  std::vector<Fiber> fibers;
+  for (int f = 0; f < 8; ++f) {
+    fibers.push_back(sched.spawn([f] {
+      for (int i = 0; i < 200; ++i) {
+        if ((i + f) % 2 == 0) this_fiber::yield();
+        else this_fiber::sleep_for(50us);
+        this_fiber::checkpoint();
+      }
+    }));
+  }
+  for (auto& f : fibers) f.join();
+  for (auto& f : fibers) EXPECT_EQ(f.counts().preempt, 0u);
+}
+
+TEST(Sysmon, PreemptionOffLeavesTheCounterAtZero) {
+  Scheduler sched{sysmon_config(1, false, 1ms)};
+  std::atomic<bool> hog_done{false};
+  std::atomic<bool> sleeper_saw_hog_done{false};
+  Fiber sleeper = sched.spawn([&] {
+    this_fiber::sleep_for(1ms);
+    sleeper_saw_hog_done.store(hog_done.load());
+  });
+  Fiber hog = sched.spawn([&] {
+    const auto end = Clock::now() + 30ms;  // many slices
+    std::uint64_t x = 1;
+    while (Clock::now() < end) {
+      x = work(x);
+      this_fiber::checkpoint();
+    }
+    hog_done.store(true);
+    EXPECT_NE(x, 0u);
+  });
+  hog.join();
+  sleeper.join();
+  EXPECT_EQ(hog.counts().preempt, 0u);
+  EXPECT_EQ(sched.snapshot().workers[0].preempts, 0u);
+  EXPECT_TRUE(sleeper_saw_hog_done.load()) << "without preemption the sleeper must wait for the hog";
+}
+
+TEST(Sysmon, CheckpointOffAFiberIsANoOp) {
+  this_fiber::checkpoint();
+  std::thread plain([] {
+    for (int i = 0; i < 1000; ++i) this_fiber::checkpoint();
+  });
+  plain.join();
+  // And with a scheduler running, from the thread that owns it.
+  Scheduler sched{sysmon_config(1, true, 1ms)};
+  this_fiber::checkpoint();
+  Fiber f = sched.spawn([] {
+    for (int i = 0; i < 1000; ++i) this_fiber::checkpoint();  // nothing pending: no switch
+  });
+  f.join();
+  EXPECT_EQ(f.counts().preempt, 0u);
+}
+
+TEST(Sysmon, FibersQueuedBehindAStuckWorkerRunBeforeItReturns) {
+  // Preemption off, so that only the hand-off can move the queued fibers
+  // (the stuck fiber never yields anyway: it sits in ::usleep).
+  Config config = sysmon_config(2, false, 20ms);
+  std::mutex report_lock;
+  StuckWorker reported;
+  std::string reported_name;
+  SchedulerSnapshot snap_when_stuck;
+  std::atomic<int> reports{0};
+  Scheduler* sched_ptr = nullptr;
+  config.on_stuck_worker = [&](const StuckWorker& stuck) {
+    std::lock_guard guard(report_lock);
+    reported = stuck;
+    reported_name = std::string(stuck.fiber_name);
+    snap_when_stuck = sched_ptr->snapshot();
+    reports.fetch_add(1);
+  };
+  Scheduler sched{config};
+  sched_ptr = &sched;
+
+  std::atomic<bool> usleep_returned{false};
+  std::atomic<std::uint64_t> stuck_id{0};
+  constexpr int kQueued = 20;
+  std::vector<std::atomic<int>> ran_before_return(kQueued + 1);  // 1 yes, -1 no
+  Semaphore wake_me;
+
+  // Parks, so that the stuck fiber's release() puts it in that worker's
+  // next slot, which no thief takes: only sysmon's hand-off frees it.
+  Fiber woken = sched.spawn({.name = "woken"}, [&] {
+    wake_me.acquire();
+    ran_before_return[kQueued].store(usleep_returned.load() ? -1 : 1);
+  });
+  Fiber stuck = sched.spawn({.name = "stuck"}, [&] {
+    stuck_id.store(this_fiber::id());
+    while (woken.counts().park == 0) this_fiber::yield();  // it is waiting
+    wake_me.release();  // -> this worker's next slot
+    std::vector<Fiber> queued;
+    for (int i = 0; i < kQueued; ++i)
+      queued.push_back(spawn([&, i] { ran_before_return[i].store(usleep_returned.load() ? -1 : 1); }));
+    ::usleep(200'000);  // blocks the worker's thread
+    usleep_returned.store(true);
+    for (auto& f : queued) f.join();
+  });
+  stuck.join();
+  woken.join();
+  for (int i = 0; i <= kQueued; ++i)
+    EXPECT_EQ(ran_before_return[i].load(), 1)
+        << (i == kQueued ? "the woken fiber" : "queued fiber " + std::to_string(i));
+
+  const SchedulerSnapshot after = sched.snapshot();
+  std::uint64_t handoffs = 0;
+  for (const auto& w : after.workers) handoffs += w.handoffs;
+  EXPECT_GE(handoffs, 1u) << "the next slot can only have been emptied by sysmon";
+
+  // 200 ms > 2 x 20 ms: reported once, with the fiber, while it was stuck.
+  ASSERT_GE(reports.load(), 1);
+  std::lock_guard guard(report_lock);
+  EXPECT_EQ(reports.load(), 1);
+  EXPECT_EQ(reported.fiber_id, stuck_id.load());
+  EXPECT_EQ(reported_name, "stuck");
+  EXPECT_EQ(reported.scheduler, "test");
+  ASSERT_LT(reported.worker, snap_when_stuck.workers.size());
+  const WorkerSnapshot& w = snap_when_stuck.workers[reported.worker];
+  EXPECT_TRUE(w.stuck);
+  EXPECT_EQ(w.stuck_fiber, stuck_id.load());
+  EXPECT_GT(w.running_ms, 0.0);
+}
+
+TEST(Sysmon, IdleSchedulerShowsNoStuckWorker) {
+  Scheduler sched{sysmon_config(2, true, 1ms)};
+  Fiber f = sched.spawn([] { this_fiber::sleep_for(5ms); });
+  f.join();
+  for (const auto& w : sched.snapshot().workers) {
+    EXPECT_FALSE(w.stuck);
+    EXPECT_EQ(w.stuck_fiber, 0u);
+  }
+}
+
+TEST(Sysmon, ZeroTimeSliceIsRejected) {
+  Config config = test::config_with(1);
+  config.time_slice = std::chrono::microseconds(0);
+  EXPECT_THROW(Scheduler{config}, std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace weft

@@ -57,7 +57,7 @@ double peak_rss_mib() {
                "usage: skynet [--workers N] [--stack-kib N] [--stack-pool N] [--json]\n"
                "  --workers N     worker threads (default: one per core)\n"
                "  --stack-kib N   usable stack per fiber, at least 16 (default 16)\n"
-               "  --stack-pool N  finished fibers' stacks kept for reuse (default: weft's, 1024)\n"
+               "  --stack-pool N  finished fibers' stacks kept for reuse (default: weft's Config::stack_pool_size)\n"
                "  --json          print one JSON object on stdout\n");
   std::exit(2);
 }

@@ -9,9 +9,8 @@
 // gopark unlockf, Boost.Fiber's "resume with action").
 #pragma once
 
-#include <cstddef>
-
 #include <boost/context/detail/fcontext.hpp>
+#include <cstddef>
 
 namespace weft::detail {
 

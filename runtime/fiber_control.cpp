@@ -38,10 +38,14 @@ void format_default_name(std::uint64_t id, char* out, std::size_t size) noexcept
 
 const char* to_string(FiberState state) noexcept {
   switch (state) {
-    case FiberState::runnable: return "runnable";
-    case FiberState::running: return "running";
-    case FiberState::parked: return "parked";
-    case FiberState::done: return "done";
+    case FiberState::runnable:
+      return "runnable";
+    case FiberState::running:
+      return "running";
+    case FiberState::parked:
+      return "parked";
+    case FiberState::done:
+      return "done";
   }
   return "unknown";
 }
@@ -113,8 +117,10 @@ FiberSnapshot take_snapshot(const FiberControl& fiber) {
   }
   // park() clears the wait only once the fiber runs again, so a runnable
   // fiber that still has one was woken and waits for a worker.
-  if (state == FiberState::parked) snap.park_state = -1;
-  else if (state == FiberState::runnable && !snap.wait_kind.empty()) snap.park_state = 1;
+  if (state == FiberState::parked)
+    snap.park_state = -1;
+  else if (state == FiberState::runnable && !snap.wait_kind.empty())
+    snap.park_state = 1;
   return snap;
 }
 

@@ -27,8 +27,10 @@ class SpinLock {
       while (locked_.load(std::memory_order_relaxed)) {
         // More workers than cores is normal: the holder may be descheduled,
         // so give its core back instead of burning our slice.
-        if (++spins > 64) std::this_thread::yield();
-        else cpu_relax();
+        if (++spins > 64)
+          std::this_thread::yield();
+        else
+          cpu_relax();
       }
     }
   }

@@ -1,7 +1,5 @@
 #include "stack.h"
 
-#include "context.h"
-
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -10,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+
+#include "context.h"
 
 namespace weft::detail {
 namespace {

@@ -18,8 +18,10 @@ void FiberRegistry::add(FiberControl* fiber, unsigned shard) noexcept {
 void FiberRegistry::remove(FiberControl* fiber) noexcept {
   Shard& s = shards_[fiber->registry_shard];
   std::lock_guard guard(s.lock);
-  if (fiber->registry_prev != nullptr) fiber->registry_prev->registry_next = fiber->registry_next;
-  else s.head = fiber->registry_next;
+  if (fiber->registry_prev != nullptr)
+    fiber->registry_prev->registry_next = fiber->registry_next;
+  else
+    s.head = fiber->registry_next;
   if (fiber->registry_next != nullptr) fiber->registry_next->registry_prev = fiber->registry_prev;
   fiber->registry_prev = fiber->registry_next = nullptr;
   --s.count;

@@ -28,8 +28,8 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, Clock:
 }
 
 void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, count == INT_MAX ? INT_MAX : count,
-            nullptr, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE | FUTEX_PRIVATE_FLAG,
+            count == INT_MAX ? INT_MAX : count, nullptr, nullptr, 0);
 }
 
 }  // namespace weft::detail

@@ -87,8 +87,10 @@ bool unpark(Waiter& waiter) noexcept {
   FiberControl* fiber = waiter.fiber;
   std::uint32_t expected = Waiter::waiting;
   if (!waiter.state.compare_exchange_strong(expected, Waiter::notified, std::memory_order_acq_rel)) return false;
-  if (fiber != nullptr) fiber->scheduler->ready(fiber);
-  else futex_wake(waiter.state);
+  if (fiber != nullptr)
+    fiber->scheduler->ready(fiber);
+  else
+    futex_wake(waiter.state);
   return true;
 }
 

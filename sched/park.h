@@ -104,7 +104,8 @@ bool wake_first(WaitList& list, Give&& give, TakeBack&& take_back) {
 }
 
 inline bool wake_first(WaitList& list) {
-  return wake_first(list, [](Waiter&) {}, [](Waiter&) {});
+  return wake_first(
+      list, [](Waiter&) {}, [](Waiter&) {});
 }
 
 inline void wake_all(WaitList& list) {

@@ -34,8 +34,7 @@ struct SpawnOptions;
 namespace detail {
 class SchedulerCore;
 struct FiberControl;
-FiberControl* prepare_fiber(SchedulerCore& core, const SpawnOptions& options, std::size_t size,
-                            std::size_t align);
+FiberControl* prepare_fiber(SchedulerCore& core, const SpawnOptions& options, std::size_t size, std::size_t align);
 void abandon_fiber(SchedulerCore& core, FiberControl* fiber) noexcept;
 void* fiber_callable(FiberControl* fiber) noexcept;
 Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, void (*body)(void*)) noexcept;

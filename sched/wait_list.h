@@ -39,8 +39,10 @@ class WaitList {
     w.prev = tail_;
     w.next = nullptr;
     w.linked = true;
-    if (tail_ != nullptr) tail_->next = &w;
-    else head_ = &w;
+    if (tail_ != nullptr)
+      tail_->next = &w;
+    else
+      head_ = &w;
     tail_ = &w;
   }
 
@@ -53,10 +55,14 @@ class WaitList {
   // Unlinks `w` if it is still in the list (a waiter that timed out).
   void remove(Waiter& w) noexcept {
     if (!w.linked) return;
-    if (w.prev != nullptr) w.prev->next = w.next;
-    else head_ = w.next;
-    if (w.next != nullptr) w.next->prev = w.prev;
-    else tail_ = w.prev;
+    if (w.prev != nullptr)
+      w.prev->next = w.next;
+    else
+      head_ = w.next;
+    if (w.next != nullptr)
+      w.next->prev = w.prev;
+    else
+      tail_ = w.prev;
     w.prev = w.next = nullptr;
     w.linked = false;
   }

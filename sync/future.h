@@ -37,8 +37,10 @@ class SharedResult {
   void set_value(Args&&... args) {
     std::lock_guard guard(lock_);
     if (ready_) throw std::future_error(std::future_errc::promise_already_satisfied);
-    if constexpr (std::is_void_v<T>) value_.emplace(true);
-    else value_.emplace(std::forward<Args>(args)...);
+    if constexpr (std::is_void_v<T>)
+      value_.emplace(true);
+    else
+      value_.emplace(std::forward<Args>(args)...);
     publish();
   }
   void set_exception(std::exception_ptr error) {
@@ -102,19 +104,21 @@ class Future {
   // Waits for the result and returns it (once: the future becomes empty).
   T get() {
     auto state = std::move(checked());
-    if constexpr (std::is_void_v<T>) state->take();
-    else return state->take();
+    if constexpr (std::is_void_v<T>)
+      state->take();
+    else
+      return state->take();
   }
   void wait() const { checked()->wait_until(detail::no_deadline); }
   template <class Rep, class Period>
   std::future_status wait_for(const std::chrono::duration<Rep, Period>& timeout) const {
     return checked()->wait_until(detail::deadline_after(timeout)) ? std::future_status::ready
-                                                                   : std::future_status::timeout;
+                                                                  : std::future_status::timeout;
   }
   template <class Clock, class Duration>
   std::future_status wait_until(const std::chrono::time_point<Clock, Duration>& deadline) const {
     return checked()->wait_until(detail::to_deadline(deadline)) ? std::future_status::ready
-                                                                 : std::future_status::timeout;
+                                                                : std::future_status::timeout;
   }
   bool ready() const { return checked()->ready(); }
 

@@ -20,7 +20,7 @@ class RingBuffer {
   RingBuffer& operator=(const RingBuffer&) = delete;
   ~RingBuffer() {
     while (!empty()) pop_front();
-    ::operator delete(slots_, std::align_val_t{alignof(T)});
+    ::operator delete (slots_, std::align_val_t{alignof(T)});
   }
 
   bool empty() const noexcept { return size_ == 0; }
@@ -50,12 +50,12 @@ class RingBuffer {
 
   void grow() {
     const std::size_t capacity = capacity_ == 0 ? 8 : capacity_ * 2;
-    T* slots = static_cast<T*>(::operator new(capacity * sizeof(T), std::align_val_t{alignof(T)}));
+    T* slots = static_cast<T*>(::operator new (capacity * sizeof(T), std::align_val_t{alignof(T)}));
     for (std::size_t i = 0; i < size_; ++i) {
       ::new (static_cast<void*>(&slots[i])) T(std::move_if_noexcept(slot(head_ + i)));
       slot(head_ + i).~T();
     }
-    ::operator delete(slots_, std::align_val_t{alignof(T)});
+    ::operator delete (slots_, std::align_val_t{alignof(T)});
     slots_ = slots;
     capacity_ = capacity;
     head_ = 0;

@@ -124,7 +124,7 @@ TEST_P(BlockingQueueTest, CloseWakesWaitersAndDrainsFirst) {
                  full.close();
                }});
   EXPECT_EQ(closed_putters.load(), 1);
-  EXPECT_EQ(full.take(), 7);  // drains what is left...
+  EXPECT_EQ(full.take(), 7);               // drains what is left...
   EXPECT_THROW(full.take(), QueueClosed);  // ...then reports closed
   EXPECT_THROW(full.poll(), QueueClosed);
   EXPECT_THROW(full.offer(1), QueueClosed);
@@ -182,14 +182,18 @@ TEST_P(BlockingQueueTest, StressMixedFibersAndThreads) {
   std::vector<Fiber> fibers;
   std::vector<std::thread> threads;
   for (int p = 0; p < 4; ++p) {
-    if (p % 2 == 0) fibers.push_back(sched().spawn(producer(p * per_producer)));
-    else threads.emplace_back(producer(p * per_producer));
+    if (p % 2 == 0)
+      fibers.push_back(sched().spawn(producer(p * per_producer)));
+    else
+      threads.emplace_back(producer(p * per_producer));
   }
   std::vector<Fiber> consumer_fibers;
   std::vector<std::thread> consumer_threads;
   for (int c = 0; c < 4; ++c) {
-    if (c % 2 == 0) consumer_fibers.push_back(sched().spawn(consumer));
-    else consumer_threads.emplace_back(consumer);
+    if (c % 2 == 0)
+      consumer_fibers.push_back(sched().spawn(consumer));
+    else
+      consumer_threads.emplace_back(consumer);
   }
   for (auto& f : fibers) f.join();
   for (auto& t : threads) t.join();

@@ -175,8 +175,10 @@ TEST_P(WorkersTest, PinnedFiberNeverChangesWorker) {
     std::set<int> tids;
     for (int i = 0; i < 2000; ++i) {
       tids.insert(os_thread());
-      if (i % 2 == 0) this_fiber::yield();
-      else this_fiber::sleep_for(10us);
+      if (i % 2 == 0)
+        this_fiber::yield();
+      else
+        this_fiber::sleep_for(10us);
     }
     EXPECT_EQ(tids.size(), 1u);
   });
@@ -320,10 +322,10 @@ TEST(Scheduler, FiberOnlyCallsFromAPlainThread) {
   EXPECT_THROW(this_fiber::set_name("x"), std::logic_error);
   EXPECT_THROW((void)this_fiber::pin(), std::logic_error);
   EXPECT_THROW(weft::spawn([] {}), std::logic_error);
-  this_fiber::yield();                  // std::this_thread::yield
-  this_fiber::checkpoint();             // no-op
+  this_fiber::yield();       // std::this_thread::yield
+  this_fiber::checkpoint();  // no-op
   const auto start = std::chrono::steady_clock::now();
-  this_fiber::sleep_for(2ms);           // std::this_thread::sleep_for
+  this_fiber::sleep_for(2ms);  // std::this_thread::sleep_for
   EXPECT_GE(std::chrono::steady_clock::now() - start, 2ms);
 }
 

@@ -1,6 +1,5 @@
 // Stacks: guard pages, pooling, overflow reporting and mapping failures.
 #include <sys/resource.h>
-
 #include <weft/weft.h>
 
 #include <cstdio>
@@ -38,14 +37,12 @@ TEST(Stack, PoolReusesReleasedStacks) {
 TEST(Stack, PerSpawnStackSize) {
   Scheduler s{test::config_with(1)};
   // 1 MiB of locals needs more than the 256 KiB default.
-  s.spawn({.name = "big", .stack_size = 2 * 1024 * 1024},
-          [] {
-            volatile char buffer[1024 * 1024];
-            buffer[0] = 1;
-            buffer[sizeof(buffer) - 1] = 2;
-            EXPECT_EQ(buffer[0] + buffer[sizeof(buffer) - 1], 3);
-          })
-      .join();
+  s.spawn({.name = "big", .stack_size = 2 * 1024 * 1024}, [] {
+     volatile char buffer[1024 * 1024];
+     buffer[0] = 1;
+     buffer[sizeof(buffer) - 1] = 2;
+     EXPECT_EQ(buffer[0] + buffer[sizeof(buffer) - 1], 3);
+   }).join();
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

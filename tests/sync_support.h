@@ -49,10 +49,10 @@ inline std::string sync_test_name(const ::testing::TestParamInfo<std::tuple<unsi
          (std::get<1>(info.param) == Caller::fiber ? "fibers" : "threads");
 }
 
-#define WEFT_SYNC_PARAMS(Fixture)                                                                              \
-  INSTANTIATE_TEST_SUITE_P(                                                                                    \
-      Sync, Fixture,                                                                                           \
-      ::testing::Combine(::testing::Values(1u, 2u, 4u, 8u),                                                    \
+#define WEFT_SYNC_PARAMS(Fixture)                                                                       \
+  INSTANTIATE_TEST_SUITE_P(                                                                             \
+      Sync, Fixture,                                                                                    \
+      ::testing::Combine(::testing::Values(1u, 2u, 4u, 8u),                                             \
                          ::testing::Values(::weft::test::Caller::fiber, ::weft::test::Caller::thread)), \
       ::weft::test::sync_test_name)
 

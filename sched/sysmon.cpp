@@ -21,7 +21,7 @@ std::int64_t to_ns(Clock::time_point t) {
 Sysmon::Sysmon(SchedulerCore& core)
     : core_(core),
       slice_(core.config().time_slice),
-      running_cap_(std::clamp<std::chrono::microseconds>(slice_ / 4, kMinTick, kMaxTick)),
+      running_cap_(std::clamp<std::chrono::microseconds>(slice_ / 8, kMinTick, kMaxTick)),
       watches_(std::make_unique<Watch[]>(core.config().workers)) {}
 
 void Sysmon::start() { thread_ = std::thread([this] { run(); }); }

@@ -34,10 +34,7 @@ bool not_pinned(FiberControl* fiber) noexcept { return fiber->pin_count.load(std
 bool stealable(RingEntry entry) noexcept { return !entry.pinned(); }
 
 void requeue(void* fiber) { current_worker()->push_local(static_cast<FiberControl*>(fiber), false); }
-// A preempted fiber may be the only thing its worker has left to do while
-// a peer sleeps: wake one to share the ring.
 void requeue_and_notify(void* fiber) { current_worker()->push_local(static_cast<FiberControl*>(fiber), true); }
-
 }  // namespace
 
 // Not inlined, and with a compiler barrier: a fiber can resume on another
@@ -184,12 +181,29 @@ void Worker::preempt_current() {
   if (!preempt_tick_.compare_exchange_strong(requested, 0, std::memory_order_relaxed)) return;
   FiberControl* self = current();
   if (self == nullptr || requested != switch_tick_.load(std::memory_order_relaxed)) return;
+  // The back of the run queue means behind every fiber that became ready
+  // while this one ran, and timers and other threads put those in the
+  // global queue, of which pick_next takes one batch (and which is not FIFO
+  // across producers). So first take this worker's share of it.
+  const std::int64_t waiting = core_.global_size();
+  if (waiting > 0) {
+    auto owner = ring_.owner();
+    std::int64_t share = waiting / static_cast<std::int64_t>(core_.workers().size()) + 1;
+    FiberControl* batch[kGlobalBatch];
+    while (share > 0 && RunQueue<RingEntry>::capacity - owner.size() >= kGlobalBatch) {
+      const std::size_t n = core_.pop_global_bulk(batch, kGlobalBatch);
+      for (std::size_t i = 0; i < n; ++i) owner.push(RingEntry(batch[i]));
+      if (n < kGlobalBatch) break;
+      share -= static_cast<std::int64_t>(n);
+    }
+  }
   FiberControl* next = pick_next();
   if (next == nullptr) return;  // nothing else to run: the fiber keeps the worker
   bump(self->counters.preempt);
   bump(counters_.preempts);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   switch_in(next);
+  // Back of the ring, and a sleeping peer is woken to share it.
   switch_context(self->context, next->context, SwitchAction{&requeue_and_notify, self});
 }
 

@@ -38,13 +38,15 @@ TEST(Sysmon, HogThatReachesCheckpointsIsPreempted) {
   Scheduler sched{sysmon_config(1, true, 1ms)};
   std::atomic<bool> stop{false};
   std::atomic<bool> stopped_by_sleeper{false};
-  // On one worker the sleeper runs again only if the hog yields: it is
-  // what ends the hog's loop (the deadline is a safety net, not the test).
-  Fiber sleeper = sched.spawn({.name = "sleeper"}, [&] {
-    for (int i = 0; i < 3; ++i) this_fiber::sleep_for(1ms);
-    stop.store(true);
-  });
+  std::atomic<std::uint64_t> sleeper_preempts{~0ull};
+  // The hog spawns the sleeper, so on one worker the sleeper runs, and
+  // runs again after each sleep, only if the hog yields: it is what ends
+  // the hog's loop (the deadline is a safety net, not the test).
   Fiber hog = sched.spawn({.name = "hog"}, [&] {
+    Fiber sleeper = spawn({.name = "sleeper"}, [&] {
+      for (int i = 0; i < 3; ++i) this_fiber::sleep_for(1ms);
+      stop.store(true);
+    });
     const auto safety = Clock::now() + 20s;
     std::uint64_t x = 1;
     while (!stop.load(std::memory_order_relaxed) && Clock::now() < safety) {
@@ -52,13 +54,14 @@ TEST(Sysmon, HogThatReachesCheckpointsIsPreempted) {
       this_fiber::checkpoint();
     }
     stopped_by_sleeper.store(stop.load());
+    sleeper.join();
+    sleeper_preempts.store(sleeper.counts().preempt);
     EXPECT_NE(x, 0u);
   });
-  sleeper.join();
   hog.join();
   EXPECT_TRUE(stopped_by_sleeper.load()) << "the sleeper never ran while the hog computed";
   EXPECT_GT(hog.counts().preempt, 0u);
-  EXPECT_EQ(sleeper.counts().preempt, 0u) << "a fiber that runs for microseconds was preempted";
+  EXPECT_EQ(sleeper_preempts.load(), 0u) << "a fiber that runs for microseconds was preempted";
   const SchedulerSnapshot snap = sched.snapshot();
   ASSERT_EQ(snap.workers.size(), 1u);
   EXPECT_GE(snap.workers[0].preempts, hog.counts().preempt);
@@ -83,12 +86,11 @@ TEST(Sysmon, WellBehavedFibersAreNeverPreempted) {
 TEST(Sysmon, PreemptionOffLeavesTheCounterAtZero) {
   Scheduler sched{sysmon_config(1, false, 1ms)};
   std::atomic<bool> hog_done{false};
-  std::atomic<bool> sleeper_saw_hog_done{false};
-  Fiber sleeper = sched.spawn([&] {
-    this_fiber::sleep_for(1ms);
-    sleeper_saw_hog_done.store(hog_done.load());
-  });
+  std::atomic<bool> other_saw_hog_done{false};
   Fiber hog = sched.spawn([&] {
+    // Queued behind the hog on the one worker: without preemption it runs
+    // only once the hog is done.
+    Fiber other = spawn([&] { other_saw_hog_done.store(hog_done.load()); });
     const auto end = Clock::now() + 30ms;  // many slices
     std::uint64_t x = 1;
     while (Clock::now() < end) {
@@ -96,13 +98,13 @@ TEST(Sysmon, PreemptionOffLeavesTheCounterAtZero) {
       this_fiber::checkpoint();
     }
     hog_done.store(true);
+    other.join();
     EXPECT_NE(x, 0u);
   });
   hog.join();
-  sleeper.join();
   EXPECT_EQ(hog.counts().preempt, 0u);
   EXPECT_EQ(sched.snapshot().workers[0].preempts, 0u);
-  EXPECT_TRUE(sleeper_saw_hog_done.load()) << "without preemption the sleeper must wait for the hog";
+  EXPECT_TRUE(other_saw_hog_done.load()) << "without preemption the queued fiber must wait for the hog";
 }
 
 TEST(Sysmon, CheckpointOffAFiberIsANoOp) {

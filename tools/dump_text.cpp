@@ -16,11 +16,17 @@ std::string printf_string(const char* format, auto... args) {
 unsigned long long u(const JsonValue& object, const char* key) { return object.uint(key); }
 
 std::string worker_line(const JsonValue& w) {
-  return printf_string(
+  std::string line = printf_string(
       "  Worker %llu [tid %lld] %s queue=%llu fibers_run=%llu steals=%llu failed_steals=%llu "
-      "parks=%llu preempts=%llu\n",
+      "parks=%llu preempts=%llu",
       u(w, "index"), static_cast<long long>(w.integer("os_thread_id")), w.str("state").c_str(), u(w, "queue_length"),
       u(w, "fibers_run"), u(w, "steals"), u(w, "failed_steals"), u(w, "parks"), u(w, "preempts"));
+  // Sysmon's fields (docs/sysmon.md); absent from older processes' JSON.
+  if (!w["handoffs"].is_null()) line += printf_string(" handoffs=%llu", u(w, "handoffs"));
+  if (!w["stuck"].is_null() && w["stuck"].as_bool())
+    line += printf_string("\n   STUCK: fiber #%llu has run %.1f ms without a switch (no checkpoint, or a blocking call)",
+                          u(w, "stuck_fiber"), w["running_ms"].as_double());
+  return line + "\n";
 }
 
 // "weft::BlockingQueue@0x55d0c3a0 (take)"; no address for waits on no

@@ -30,6 +30,11 @@
 // one context switch per hand-off; only when there is nothing to run does
 // it switch back to the worker's own stack to search and sleep.
 //
+// Sysmon (sched/sysmon.h, docs/sysmon.md) watches the workers from a
+// thread of its own: it asks a fiber that has run past Config::time_slice
+// to yield at its next checkpoint, and hands the queued fibers of a worker
+// that has not switched for 1 ms to the global queue.
+//
 // Rejected alternatives
 //   - One shared queue (a thread pool's design): every switch contends on
 //     it, and it cannot keep a ping-pong pair on one core.

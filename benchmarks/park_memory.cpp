@@ -8,6 +8,8 @@
 //   park_memory                     # 100,000 fibers, 256 KiB stacks (weft's default)
 //   park_memory --fibers 1000000    # the "1,000,000 parked fibers with guard pages" target
 //   park_memory --json
+//   park_memory --hold &            # keeps them parked until a line on stdin
+//   weft-dump $!                    #   (or EOF): something big to dump
 //
 // The per-fiber figure includes the fiber's queue (about 100 bytes here) and
 // its weft::Fiber handle; both are printed apart as well. Every stack has
@@ -59,11 +61,12 @@ std::string read_first_line(const char* path) {
 [[noreturn]] void usage(const char* message) {
   if (message != nullptr) std::fprintf(stderr, "park_memory: %s\n", message);
   std::fprintf(stderr,
-               "usage: park_memory [--fibers N] [--workers N] [--stack-kib N] [--json]\n"
+               "usage: park_memory [--fibers N] [--workers N] [--stack-kib N] [--json] [--hold]\n"
                "  --fibers N      fibers to park (default 100000)\n"
                "  --workers N     worker threads (default: one per core)\n"
                "  --stack-kib N   usable stack per fiber, at least 16 (default: weft's, 256)\n"
-               "  --json          print one JSON object on stdout\n");
+               "  --json          print one JSON object on stdout\n"
+               "  --hold          once all are parked, print \"parked\" and wait for a line on stdin\n");
   std::exit(2);
 }
 
@@ -83,7 +86,7 @@ int main(int argc, char** argv) {
   std::uint64_t fibers = 100'000;
   weft::Config config;
   config.name = "park_memory";
-  bool json = false;
+  bool json = false, hold = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     auto value = [&]() -> const char* {
@@ -98,6 +101,8 @@ int main(int argc, char** argv) {
       config.stack_size = parse_count(value(), "--stack-kib", 16, 1 << 20) * 1024;
     else if (arg == "--json")
       json = true;
+    else if (arg == "--hold")
+      hold = true;
     else if (arg == "--help" || arg == "-h")
       usage(nullptr);
     else
@@ -149,6 +154,11 @@ int main(int argc, char** argv) {
   const double park_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
   const std::uint64_t rss_parked = rss_bytes();
   const std::uint64_t maps = mapping_count();
+  if (hold) {
+    std::printf("parked\n");
+    std::fflush(stdout);
+    for (int c = std::getchar(); c != EOF && c != '\n';) c = std::getchar();
+  }
 
   const auto wake_begin = std::chrono::steady_clock::now();
   for (std::uint64_t i = 0; i < spawned; ++i) queues[i]->put(1);

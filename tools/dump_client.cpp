@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 
 namespace weft::tools {
 namespace {
@@ -91,8 +92,13 @@ class Socket {
   int fd_;
 };
 
-std::string exchange(pid_t pid, const std::string& path, const std::string& request, Clock::time_point deadline,
-                     std::chrono::milliseconds timeout) {
+constexpr std::size_t kChunk = 256 * 1024;
+
+// Receives the answer into `sink`: recv() into sink.reserve_tail(kChunk),
+// then sink.commit(bytes), straight into its storage.
+template <class Sink>
+void exchange(pid_t pid, const std::string& path, const std::string& request, Clock::time_point deadline,
+              std::chrono::milliseconds timeout, Sink&& sink) {
   const std::string timed_out = describe(pid) + " did not answer within " +
                                 std::to_string(timeout.count() / 1000.0).substr(0, 4) +
                                 " s (is it stopped, or out of memory?)";
@@ -124,32 +130,44 @@ std::string exchange(pid_t pid, const std::string& path, const std::string& requ
     if (n < 0) throw DumpUnavailable(describe(pid) + " closed the connection: " + std::strerror(errno));
     sent += static_cast<std::size_t>(n);
   }
-  // Received straight into the answer's own storage, grown geometrically:
-  // a 100,000-fiber dump is ~30 MB, and every extra copy of it shows.
-  std::string answer;
-  std::size_t received = 0;
   for (;;) {
-    if (answer.size() - received < 64 * 1024) answer.resize(std::max<std::size_t>(answer.size() * 2, 1 << 20));
     if (!wait_for(socket.fd(), POLLIN, deadline)) throw DumpUnavailable(timed_out);
-    const ssize_t n = ::recv(socket.fd(), answer.data() + received, answer.size() - received, 0);
+    char* tail = sink.reserve_tail(kChunk);
+    const ssize_t n = ::recv(socket.fd(), tail, kChunk, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n < 0) throw DumpUnavailable(describe(pid) + " broke the connection: " + std::strerror(errno));
     if (n == 0) break;
-    received += static_cast<std::size_t>(n);
+    sink.commit(static_cast<std::size_t>(n));
   }
-  answer.resize(received);
-  return answer;
 }
 
-}  // namespace
-
-DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::milliseconds timeout) {
+// The answer as a whole: a 100,000-fiber dump is ~30 MB.
+ByteBuffer receive(pid_t pid, const std::string& request, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   check_process(pid);
   const std::string path = find_socket(pid);
   if (path.empty()) throw DumpUnavailable(not_weft(pid, ""));
-  std::string answer = exchange(pid, path, request, deadline, timeout);
+  ByteBuffer answer;
+  exchange(pid, path, request, deadline, timeout, answer);
+  return answer;
+}
+
+// The server writes `{"weft_dump":1,"process":` first in a dump, and
+// `{"weft_dump":1,"error":` in a refusal: this much tells them apart.
+constexpr std::size_t kDecisivePrefix = 32;
+
+bool looks_like_dump(std::string_view answer) {
+  constexpr std::string_view start = "{\"weft_dump\":";
+  if (answer.substr(0, start.size()) != start) return false;
+  std::size_t i = start.size();
+  while (i < answer.size() && answer[i] >= '0' && answer[i] <= '9') ++i;
+  return i > start.size() && answer.substr(i, 11) == ",\"process\":";
+}
+
+// Throws DumpUnavailable with the reason when `answer` is not a dump.
+void check_answer(pid_t pid, std::string_view answer) {
   if (answer.empty()) throw DumpUnavailable(describe(pid) + " closed the connection without answering");
+  if (looks_like_dump(answer)) return;
   JsonValue json;
   try {
     json = parse_json(answer);
@@ -159,7 +177,53 @@ DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::mill
   if (json.type() != JsonValue::Type::object || !json.has("weft_dump"))
     throw DumpUnavailable(describe(pid) + " answered something that is not a weft dump");
   if (json.has("error")) throw DumpUnavailable(describe(pid) + " refused the dump: " + json.str("error"));
+}
+
+}  // namespace
+
+DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::milliseconds timeout) {
+  const ByteBuffer received = receive(pid, request, timeout);
+  std::string answer(received.view());
+  check_answer(pid, answer);
+  JsonValue json;
+  try {
+    json = parse_json(answer);
+  } catch (const JsonError& e) {
+    throw DumpUnavailable(describe(pid) + " answered something that is not a weft dump: " + e.what());
+  }
   return {std::move(answer), std::move(json)};
+}
+
+ByteBuffer request_dump_text(pid_t pid, const std::string& request, std::chrono::milliseconds timeout) {
+  ByteBuffer answer = receive(pid, request, timeout);
+  check_answer(pid, answer.view());
+  return answer;
+}
+
+void stream_dump(pid_t pid, std::chrono::milliseconds timeout, std::FILE* out) {
+  const auto deadline = Clock::now() + timeout;
+  check_process(pid);
+  const std::string path = find_socket(pid);
+  if (path.empty()) throw DumpUnavailable(not_weft(pid, ""));
+  // Held back until the prefix shows a dump (then everything flows
+  // through), or to the end (a refusal: a few bytes, explained as usual).
+  struct Sink {
+    std::FILE* out;
+    ByteBuffer head;
+    bool streaming = false;
+    char* reserve_tail(std::size_t bytes) { return head.reserve_tail(bytes); }
+    void commit(std::size_t bytes) {
+      head.commit(bytes);
+      if (!streaming && (head.size() < kDecisivePrefix || !looks_like_dump(head.view()))) return;
+      streaming = true;
+      std::fwrite(head.data(), 1, head.size(), out);
+      head.clear();  // keeps its storage for the next chunk
+    }
+  } sink{out, {}};
+  exchange(pid, path, "dump", deadline, timeout, sink);
+  if (sink.streaming) return;
+  check_answer(pid, sink.head.view());
+  std::fwrite(sink.head.data(), 1, sink.head.size(), out);  // a whole dump shorter than the prefix
 }
 
 std::vector<pid_t> find_dump_processes() {

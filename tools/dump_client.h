@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -31,6 +32,15 @@ struct DumpAnswer {
 // process, not a weft process or dumps off, no answer within `timeout`,
 // or the server's own refusal.
 DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::milliseconds timeout);
+
+// The same as text only, checked to be a dump (what `weft-dump` renders
+// with read_dump(): a 100,000-fiber dump is too big for a JsonValue tree).
+ByteBuffer request_dump_text(pid_t pid, const std::string& request, std::chrono::milliseconds timeout);
+
+// Asks for a full dump and copies the server's JSON to `out` as it arrives,
+// without parsing it: what `weft-dump --json` prints. Throws as request_dump
+// before the first byte is written.
+void stream_dump(pid_t pid, std::chrono::milliseconds timeout, std::FILE* out);
 
 // The pids of this user's processes that have a dump socket, ascending.
 // Sockets left behind by processes that no longer exist are removed.

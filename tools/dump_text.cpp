@@ -2,102 +2,309 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 
 namespace weft::tools {
 namespace {
 
-std::string printf_string(const char* format, auto... args) {
-  char buffer[512];
-  std::snprintf(buffer, sizeof(buffer), format, args...);
-  return buffer;
+// Bits of the fields a worker or fiber must have.
+template <std::size_t N>
+void require(unsigned seen, const char* what) {
+  if (seen != (1u << N) - 1) throw JsonError(std::string("a ") + what + " lacks a field");
 }
 
-unsigned long long u(const JsonValue& object, const char* key) { return object.uint(key); }
+DumpWorker read_worker(JsonCursor& json) {
+  DumpWorker w;
+  unsigned seen = 0;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    if (key == "index") {
+      w.index = json.uint();
+      seen |= 1;
+    } else if (key == "os_thread_id") {
+      w.os_thread_id = json.integer();
+      seen |= 2;
+    } else if (key == "state") {
+      w.state = json.string();
+      seen |= 4;
+    } else if (key == "queue_length") {
+      w.queue_length = json.uint();
+      seen |= 8;
+    } else if (key == "fibers_run") {
+      w.fibers_run = json.uint();
+      seen |= 16;
+    } else if (key == "steals") {
+      w.steals = json.uint();
+      seen |= 32;
+    } else if (key == "failed_steals") {
+      w.failed_steals = json.uint();
+      seen |= 64;
+    } else if (key == "parks") {
+      w.parks = json.uint();
+      seen |= 128;
+    } else if (key == "preempts") {
+      w.preempts = json.uint();
+      seen |= 256;
+    } else if (key == "handoffs") {
+      w.handoffs = json.uint();
+      w.has_handoffs = true;
+    } else if (key == "running_ms") {
+      w.running_ms = json.number();
+    } else if (key == "stuck") {
+      w.stuck = json.boolean();
+    } else if (key == "stuck_fiber") {
+      w.stuck_fiber = json.uint();
+    } else {
+      json.skip();
+    }
+  }
+  require<9>(seen, "worker");
+  return w;
+}
 
-std::string worker_line(const JsonValue& w) {
-  std::string line = printf_string(
-      "  Worker %llu [tid %lld] %s queue=%llu fibers_run=%llu steals=%llu failed_steals=%llu "
-      "parks=%llu preempts=%llu",
-      u(w, "index"), static_cast<long long>(w.integer("os_thread_id")), w.str("state").c_str(), u(w, "queue_length"),
-      u(w, "fibers_run"), u(w, "steals"), u(w, "failed_steals"), u(w, "parks"), u(w, "preempts"));
-  // Sysmon's fields (docs/sysmon.md); absent from older processes' JSON.
-  if (!w["handoffs"].is_null()) line += printf_string(" handoffs=%llu", u(w, "handoffs"));
-  if (!w["stuck"].is_null() && w["stuck"].as_bool())
-    line += printf_string("\n   STUCK: fiber #%llu has run %.1f ms without a switch (no checkpoint, or a blocking call)",
-                          u(w, "stuck_fiber"), w["running_ms"].as_double());
-  return line + "\n";
+void read_wait(JsonCursor& json, DumpFiber& f) {
+  if (json.null()) return;
+  f.has_wait = true;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    if (key == "kind")
+      f.wait_kind = json.string();
+    else if (key == "object")
+      f.wait_object = json.null() ? std::string_view() : json.string();
+    else if (key == "operation")
+      f.wait_operation = json.string();
+    else if (key == "ms")
+      f.wait_ms = json.number();
+    else
+      json.skip();
+  }
+}
+
+DumpFiber read_fiber(JsonCursor& json) {
+  DumpFiber f;
+  unsigned seen = 0;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    // Ordered as the server writes them; a key costs a few compares.
+    if (key == "id") {
+      f.id = json.uint();
+      seen |= 1;
+    } else if (key == "address") {
+      f.address = json.string();
+      seen |= 2;
+    } else if (key == "name") {
+      f.name = json.string();
+      seen |= 4;
+    } else if (key == "state") {
+      f.state = json.string();
+      seen |= 8;
+    } else if (key == "worker") {
+      f.worker = json.integer();
+      seen |= 16;
+    } else if (key == "pinned") {
+      f.pinned = json.boolean();
+      seen |= 32;
+    } else if (key == "active") {
+      f.active = json.uint();
+      seen |= 64;
+    } else if (key == "steal") {
+      f.steal = json.uint();
+      seen |= 128;
+    } else if (key == "steal_fail") {
+      f.steal_fail = json.uint();
+      seen |= 256;
+    } else if (key == "preempt") {
+      f.preempt = json.uint();
+      seen |= 512;
+    } else if (key == "park") {
+      f.park = json.uint();
+      seen |= 1024;
+    } else if (key == "park_state") {
+      f.park_state = json.integer();
+      seen |= 2048;
+    } else if (key == "wait") {
+      read_wait(json, f);
+      seen |= 4096;
+    } else {
+      json.skip();
+    }
+  }
+  require<13>(seen, "fiber");
+  return f;
+}
+
+DumpScheduler read_scheduler(JsonCursor& json) {
+  DumpScheduler s;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    if (key == "name") {
+      s.name = json.string();
+    } else if (key == "worker_count") {
+      s.worker_count = json.uint();
+    } else if (key == "fiber_count") {
+      s.fiber_count = json.uint();
+    } else if (key == "workers") {
+      json.begin_array();
+      while (json.next_item()) s.workers.push_back(read_worker(json));
+    } else if (key == "fibers") {
+      s.fibers.reserve(s.fiber_count);
+      json.begin_array();
+      while (json.next_item()) s.fibers.push_back(read_fiber(json));
+    } else {
+      json.skip();
+    }
+  }
+  return s;
+}
+
+// Appends printf-formatted text to `out` without a temporary string.
+template <class... Args>
+void append(std::string& out, const char* format, Args... args) {
+  char buffer[512];
+  const int n = std::snprintf(buffer, sizeof(buffer), format, args...);
+  if (n > 0) out.append(buffer, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof(buffer) - 1));
+}
+
+void append_view(std::string& out, std::string_view text) { out.append(text.data(), text.size()); }
+
+using ull = unsigned long long;
+using ll = long long;
+
+void worker_line(std::string& out, const DumpWorker& w) {
+  append(out, "  Worker %llu [tid %lld] ", ull(w.index), ll(w.os_thread_id));
+  append_view(out, w.state);
+  append(out, " queue=%llu fibers_run=%llu steals=%llu failed_steals=%llu parks=%llu preempts=%llu",
+         ull(w.queue_length), ull(w.fibers_run), ull(w.steals), ull(w.failed_steals), ull(w.parks), ull(w.preempts));
+  if (w.has_handoffs) append(out, " handoffs=%llu", ull(w.handoffs));
+  if (w.stuck)
+    append(out, "\n   STUCK: fiber #%llu has run %.1f ms without a switch (no checkpoint, or a blocking call)",
+           ull(w.stuck_fiber), w.running_ms);
+  out += '\n';
 }
 
 // "weft::BlockingQueue@0x55d0c3a0 (take)"; no address for waits on no
 // object (a sleep).
-std::string wait_site(const JsonValue& wait) {
-  std::string site = wait.str("kind");
-  if (!wait["object"].is_null()) site += "@" + wait.str("object");
-  if (!wait.str("operation").empty()) site += " (" + wait.str("operation") + ")";
-  return site;
-}
-
-std::string state_line(const JsonValue& f) {
-  const std::string& state = f.str("state");
-  const std::int64_t worker = f.integer("worker");
-  std::string line = "   " + state;
-  if (state == "running")
-    line += " on worker " + std::to_string(worker);
-  else if (worker >= 0)
-    line += " (last ran on worker " + std::to_string(worker) + ")";
-  else
-    line += " (not started yet)";
-  if (f["pinned"].as_bool()) line += ", pinned to its worker";
-  return line + "\n";
-}
-
-std::string fiber_block(const JsonValue& f) {
-  std::string block = printf_string(
-      "- Fiber [%s] \"%s\" #%llu active=%llu steal=%llu steal_fail=%llu preempt=%llu "
-      "park=%llu/%lld\n",
-      f.str("address").c_str(), f.str("name").c_str(), u(f, "id"), u(f, "active"), u(f, "steal"), u(f, "steal_fail"),
-      u(f, "preempt"), u(f, "park"), static_cast<long long>(f.integer("park_state")));
-  block += state_line(f);
-  const JsonValue& wait = f["wait"];
-  if (!wait.is_null()) {
-    const std::string since = format_duration_ms(wait["ms"].as_double());
-    if (f.integer("park_state") == 1)
-      block += "   woken from waiting on " + wait_site(wait) + ", waits for a worker (parked " + since + " ago)\n";
-    else if (f.str("state") == "parked")
-      block += "   waiting on " + wait_site(wait) + " for " + since + "\n";
+void wait_site(std::string& out, const DumpFiber& f) {
+  append_view(out, f.wait_kind);
+  if (!f.wait_object.empty()) {
+    out += '@';
+    append_view(out, f.wait_object);
   }
-  return block;
+  if (!f.wait_operation.empty()) {
+    out += " (";
+    append_view(out, f.wait_operation);
+    out += ')';
+  }
+}
+
+void fiber_block(std::string& out, const DumpFiber& f) {
+  out += "\n- Fiber [";
+  append_view(out, f.address);
+  out += "] \"";
+  append_view(out, f.name);
+  append(out, "\" #%llu active=%llu steal=%llu steal_fail=%llu preempt=%llu park=%llu/%lld\n   ", ull(f.id),
+         ull(f.active), ull(f.steal), ull(f.steal_fail), ull(f.preempt), ull(f.park), ll(f.park_state));
+  append_view(out, f.state);
+  if (f.state == "running")
+    append(out, " on worker %lld", ll(f.worker));
+  else if (f.worker >= 0)
+    append(out, " (last ran on worker %lld)", ll(f.worker));
+  else
+    out += " (not started yet)";
+  if (f.pinned) out += ", pinned to its worker";
+  out += '\n';
+  if (f.has_wait) {
+    if (f.park_state == 1) {
+      out += "   woken from waiting on ";
+      wait_site(out, f);
+      out += ", waits for a worker (parked " + format_duration_ms(f.wait_ms) + " ago)\n";
+    } else if (f.state == "parked") {
+      out += "   waiting on ";
+      wait_site(out, f);
+      out += " for " + format_duration_ms(f.wait_ms) + "\n";
+    }
+  }
 }
 
 }  // namespace
 
-std::string format_duration_ms(double ms) {
-  return ms < 10'000 ? printf_string("%.1f ms", ms) : printf_string("%.1f s", ms / 1000);
+Dump read_dump(ByteBuffer text) {
+  Dump dump;
+  dump.text = std::move(text);
+  JsonCursor json(dump.text.data(), dump.text.size());
+  bool has_process = false, has_schedulers = false;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    if (key == "process") {
+      has_process = true;
+      json.begin_object();
+      for (std::string_view k; json.next_key(k);) {
+        if (k == "pid")
+          dump.pid = json.integer();
+        else if (k == "name")
+          dump.name = json.string();
+        else if (k == "time")
+          dump.time = json.string();
+        else if (k == "unix_time_ms")
+          dump.unix_time_ms = json.integer();
+        else
+          json.skip();
+      }
+    } else if (key == "schedulers") {
+      has_schedulers = true;
+      json.begin_array();
+      while (json.next_item()) dump.schedulers.push_back(read_scheduler(json));
+    } else {
+      json.skip();
+    }
+  }
+  json.end();
+  if (!has_process || !has_schedulers) throw JsonError("not a full dump: no process or schedulers");
+  return dump;
 }
 
-std::string render_dump_text(const JsonValue& dump) {
-  const JsonValue& process = dump["process"];
-  std::string time = process.str("time");  // ISO 8601: 2025-06-01T08:03:43.123Z
+std::string format_duration_ms(double ms) {
+  char buffer[64];
+  if (ms < 10'000)
+    std::snprintf(buffer, sizeof(buffer), "%.1f ms", ms);
+  else
+    std::snprintf(buffer, sizeof(buffer), "%.1f s", ms / 1000);
+  return buffer;
+}
+
+std::string render_dump_text(const Dump& dump, std::FILE* file) {
+  std::size_t fibers = 0;
+  for (const DumpScheduler& s : dump.schedulers) fibers += s.fibers.size();
+  constexpr std::size_t kPiece = 64 * 1024;
+  std::string out;
+  out.reserve(file != nullptr ? kPiece + 4096 : 4096 + fibers * 240);
+  std::string time(dump.time);  // ISO 8601: 2025-06-01T08:03:43.123Z
   std::replace(time.begin(), time.end(), 'T', ' ');
   if (!time.empty() && time.back() == 'Z') time.replace(time.size() - 1, 1, " UTC");
-  std::string out = time + "\n";
-  out += printf_string("Full fiber dump of pid %lld (%s):\n", static_cast<long long>(process.integer("pid")),
-                       process.str("name").c_str());
-  const auto& schedulers = dump["schedulers"].as_array();
-  if (schedulers.empty()) out += "\n(no running weft schedulers)\n";
-  for (const JsonValue& s : schedulers) {
-    out += printf_string("\nScheduler \"%s\": %llu workers, %llu fibers\n\n", s.str("name").c_str(),
-                         u(s, "worker_count"), u(s, "fiber_count"));
-    for (const JsonValue& w : s["workers"].as_array()) out += worker_line(w);
-    std::vector<const JsonValue*> fibers;
-    for (const JsonValue& f : s["fibers"].as_array()) fibers.push_back(&f);
-    std::sort(fibers.begin(), fibers.end(),
-              [](const JsonValue* a, const JsonValue* b) { return a->uint("id") < b->uint("id"); });
-    for (const JsonValue* f : fibers) {
-      out += '\n';
-      out += fiber_block(*f);
+  out += time + "\n";
+  append(out, "Full fiber dump of pid %lld (", ll(dump.pid));
+  append_view(out, dump.name);
+  out += "):\n";
+  if (dump.schedulers.empty()) out += "\n(no running weft schedulers)\n";
+  for (const DumpScheduler& s : dump.schedulers) {
+    out += "\nScheduler \"";
+    append_view(out, s.name);
+    append(out, "\": %llu workers, %llu fibers\n\n", ull(s.worker_count), ull(s.fiber_count));
+    for (const DumpWorker& w : s.workers) worker_line(out, w);
+    std::vector<const DumpFiber*> sorted;
+    sorted.reserve(s.fibers.size());
+    for (const DumpFiber& f : s.fibers) sorted.push_back(&f);
+    std::sort(sorted.begin(), sorted.end(), [](const DumpFiber* a, const DumpFiber* b) { return a->id < b->id; });
+    for (const DumpFiber* f : sorted) {
+      fiber_block(out, *f);
+      if (file != nullptr && out.size() >= kPiece) {
+        std::fwrite(out.data(), 1, out.size(), file);
+        out.clear();
+      }
     }
+  }
+  if (file != nullptr) {
+    std::fwrite(out.data(), 1, out.size(), file);
+    out.clear();
   }
   return out;
 }

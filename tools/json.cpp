@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 
 namespace weft::tools {
@@ -260,5 +261,221 @@ bool JsonValue::has(const std::string& key) const {
 }
 
 JsonValue parse_json(std::string_view text) { return JsonParser(text).document(); }
+
+}  // namespace weft::tools
+
+namespace weft::tools {
+
+void JsonCursor::fail(const char* what) const {
+  throw JsonError("malformed JSON at byte " + std::to_string(pos_) + ": " + what);
+}
+
+char JsonCursor::peek() {
+  while (pos_ < size_ && (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' || text_[pos_] == '\r'))
+    ++pos_;
+  if (pos_ >= size_) fail("unexpected end");
+  return text_[pos_];
+}
+
+void JsonCursor::expect(char c) {
+  if (peek() != c) fail("unexpected character");
+  ++pos_;
+}
+
+void JsonCursor::enter() {
+  if (depth_ >= kMaxDepth) fail("nested too deeply");
+  first_[++depth_] = true;
+}
+
+void JsonCursor::begin_object() {
+  expect('{');
+  enter();
+}
+
+void JsonCursor::begin_array() {
+  expect('[');
+  enter();
+}
+
+bool JsonCursor::next_key(std::string_view& key) {
+  if (peek() == '}') {
+    ++pos_;
+    --depth_;
+    return false;
+  }
+  if (!first_[depth_]) expect(',');
+  first_[depth_] = false;
+  if (peek() != '"') fail("expected a key");
+  key = string();
+  expect(':');
+  return true;
+}
+
+bool JsonCursor::next_item() {
+  if (peek() == ']') {
+    ++pos_;
+    --depth_;
+    return false;
+  }
+  if (!first_[depth_]) expect(',');
+  first_[depth_] = false;
+  return true;
+}
+
+std::string_view JsonCursor::string() {
+  expect('"');
+  char* const start = text_ + pos_;
+  // Most strings have no escape: found whole, nothing moved.
+  std::size_t end = pos_;
+  while (end < size_ && text_[end] != '"' && text_[end] != '\\') ++end;
+  if (end < size_ && text_[end] == '"') {
+    pos_ = end + 1;
+    return {start, end - (start - text_)};
+  }
+  char* out = text_ + end;
+  pos_ = end;
+  for (;;) {
+    if (pos_ >= size_) fail("unterminated string");
+    const char c = text_[pos_++];
+    if (c == '"') return {start, static_cast<std::size_t>(out - start)};
+    if (c != '\\') {
+      *out++ = c;
+      continue;
+    }
+    if (pos_ >= size_) fail("unterminated escape");
+    const char e = text_[pos_++];
+    switch (e) {
+      case '"':
+      case '\\':
+      case '/':
+        *out++ = e;
+        break;
+      case 'b':
+        *out++ = '\b';
+        break;
+      case 'f':
+        *out++ = '\f';
+        break;
+      case 'n':
+        *out++ = '\n';
+        break;
+      case 'r':
+        *out++ = '\r';
+        break;
+      case 't':
+        *out++ = '\t';
+        break;
+      case 'u': {
+        // \uXXXX is six bytes and its UTF-8 at most three: the unescaped
+        // text never overtakes the escaped.
+        if (pos_ + 4 > size_) fail("short \\u escape");
+        unsigned code = 0;
+        for (int i = 0; i < 4; ++i) {
+          const char h = text_[pos_++];
+          code <<= 4;
+          if (h >= '0' && h <= '9')
+            code |= static_cast<unsigned>(h - '0');
+          else if (h >= 'a' && h <= 'f')
+            code |= static_cast<unsigned>(h - 'a' + 10);
+          else if (h >= 'A' && h <= 'F')
+            code |= static_cast<unsigned>(h - 'A' + 10);
+          else
+            fail("bad \\u escape");
+        }
+        if (code < 0x80) {
+          *out++ = static_cast<char>(code);
+        } else if (code < 0x800) {
+          *out++ = static_cast<char>(0xC0 | (code >> 6));
+          *out++ = static_cast<char>(0x80 | (code & 0x3F));
+        } else {
+          *out++ = static_cast<char>(0xE0 | (code >> 12));
+          *out++ = static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+          *out++ = static_cast<char>(0x80 | (code & 0x3F));
+        }
+        break;
+      }
+      default:
+        fail("bad escape");
+    }
+  }
+}
+
+std::string_view JsonCursor::number_text() {
+  const char c = peek();
+  if (c != '-' && (c < '0' || c > '9')) fail("expected a number");
+  const std::size_t start = pos_++;
+  while (pos_ < size_ && ((text_[pos_] >= '0' && text_[pos_] <= '9') || text_[pos_] == '.' || text_[pos_] == 'e' ||
+                          text_[pos_] == 'E' || text_[pos_] == '+' || text_[pos_] == '-'))
+    ++pos_;
+  return {text_ + start, pos_ - start};
+}
+
+std::uint64_t JsonCursor::uint() {
+  const std::string_view digits = number_text();
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size()) fail("expected an unsigned integer");
+  return n;
+}
+
+std::int64_t JsonCursor::integer() {
+  const std::string_view digits = number_text();
+  std::int64_t n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size()) fail("expected an integer");
+  return n;
+}
+
+double JsonCursor::number() {
+  const std::string_view digits = number_text();
+  double n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size()) fail("expected a number");
+  return n;
+}
+
+bool JsonCursor::boolean() {
+  const char c = peek();
+  if (c == 't' && size_ - pos_ >= 4 && std::string_view(text_ + pos_, 4) == "true") {
+    pos_ += 4;
+    return true;
+  }
+  if (c == 'f' && size_ - pos_ >= 5 && std::string_view(text_ + pos_, 5) == "false") {
+    pos_ += 5;
+    return false;
+  }
+  fail("expected a boolean");
+}
+
+bool JsonCursor::null() {
+  if (peek() != 'n') return false;
+  if (size_ - pos_ < 4 || std::string_view(text_ + pos_, 4) != "null") fail("expected null");
+  pos_ += 4;
+  return true;
+}
+
+void JsonCursor::skip() {
+  const char c = peek();
+  std::string_view key;
+  if (c == '{') {
+    begin_object();
+    while (next_key(key)) skip();
+  } else if (c == '[') {
+    begin_array();
+    while (next_item()) skip();
+  } else if (c == '"') {
+    string();
+  } else if (c == 't' || c == 'f') {
+    boolean();
+  } else if (!null()) {
+    number_text();
+  }
+}
+
+void JsonCursor::end() {
+  while (pos_ < size_ && (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' || text_[pos_] == '\r'))
+    ++pos_;
+  if (pos_ != size_) fail("unexpected text after the document");
+}
 
 }  // namespace weft::tools

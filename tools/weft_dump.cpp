@@ -11,11 +11,13 @@
 
 #include "dump_client.h"
 #include "dump_text.h"
+#include "dump_top.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: weft-dump <pid> [--json] [--timeout S]   print every worker and fiber of a weft process\n"
+    "       weft-dump <pid> --top [--iterations N]   live rates per worker and fiber, every second; q quits\n"
     "       weft-dump --list [--timeout S]           this user's weft processes\n"
     "Exit status: 0 done, 1 the process could not be dumped (see the message), 2 bad arguments.\n";
 
@@ -57,13 +59,21 @@ int list_processes(std::chrono::milliseconds timeout) {
 
 int main(int argc, char** argv) {
   pid_t pid = 0;
-  bool json = false, list = false;
+  bool json = false, list = false, top = false;
+  long iterations = 0;
   double timeout_seconds = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--json")
       json = true;
-    else if (arg == "--list")
+    else if (arg == "--top")
+      top = true;
+    else if (arg == "--iterations") {
+      char* end = nullptr;
+      if (i + 1 == argc) return usage_error("--iterations needs a number of frames");
+      iterations = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || iterations < 1) return usage_error(std::string("bad --iterations: ") + argv[i]);
+    } else if (arg == "--list")
       list = true;
     else if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
@@ -81,15 +91,22 @@ int main(int argc, char** argv) {
   }
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
   if (list) {
-    if (pid != 0 || json) return usage_error("--list takes no pid and no other mode");
+    if (pid != 0 || json || top) return usage_error("--list takes no pid and no other mode");
     return list_processes(timeout);
   }
   if (pid == 0) return usage_error("which process? give its pid");
+  if (json && top) return usage_error("--json and --top do not go together");
+  if (iterations != 0 && !top) return usage_error("--iterations goes with --top");
 
   try {
-    const weft::tools::DumpAnswer answer = weft::tools::request_dump(pid, "dump", timeout);
-    const std::string text = json ? answer.text : weft::tools::render_dump_text(answer.json);
-    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (top) return weft::tools::run_top(pid, {.timeout = timeout, .iterations = iterations});
+    if (json) {
+      // The server's JSON is the document: copied through as it arrives.
+      weft::tools::stream_dump(pid, timeout, stdout);
+    } else {
+      weft::tools::render_dump_text(weft::tools::read_dump(weft::tools::request_dump_text(pid, "dump", timeout)),
+                                    stdout);
+    }
   } catch (const weft::tools::DumpUnavailable& e) {
     std::fprintf(stderr, "weft-dump: %s\n", e.what());
     return 1;

@@ -18,9 +18,12 @@ int main(int argc, char** argv) {
   double seconds = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--workers" && i + 1 < argc) workers = static_cast<unsigned>(std::atoi(argv[++i]));
-    else if (arg == "--fibers" && i + 1 < argc) fibers = std::atoi(argv[++i]);
-    else if (arg == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    if (arg == "--workers" && i + 1 < argc)
+      workers = static_cast<unsigned>(std::atoi(argv[++i]));
+    else if (arg == "--fibers" && i + 1 < argc)
+      fibers = std::atoi(argv[++i]);
+    else if (arg == "--seconds" && i + 1 < argc)
+      seconds = std::atof(argv[++i]);
     else {
       std::fprintf(stderr, "usage: weft-sample [--workers N] [--fibers N] [--seconds S]\n");
       return 2;
@@ -32,8 +35,8 @@ int main(int argc, char** argv) {
   weft::Scheduler sched{config};
 
   const auto start = std::chrono::steady_clock::now();
-  const auto until = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 std::chrono::duration<double>(seconds));
+  const auto until =
+      start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
   std::atomic<std::uint64_t> steps{0};
   weft::Fiber root = sched.spawn({.name = "root"}, [&] {
     std::vector<weft::Fiber> children;

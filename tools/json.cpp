@@ -6,6 +6,23 @@
 #include <cstdlib>
 
 namespace weft::tools {
+namespace {
+
+// The value of the four hex digits of a \uXXXX escape, or -1.
+int hex4_value(const char* digits) noexcept {
+  int code = 0;
+  for (int i = 0; i < 4; ++i) {
+    const char h = digits[i];
+    code <<= 4;
+    if (h >= '0' && h <= '9') code |= h - '0';
+    else if (h >= 'a' && h <= 'f') code |= h - 'a' + 10;
+    else if (h >= 'A' && h <= 'F') code |= h - 'A' + 10;
+    else return -1;
+  }
+  return code;
+}
+
+}  // namespace
 
 class JsonParser {
  public:
@@ -165,20 +182,10 @@ class JsonParser {
 
   unsigned parse_hex4() {
     if (pos_ + 4 > text_.size()) fail("short \\u escape");
-    unsigned code = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = text_[pos_++];
-      code <<= 4;
-      if (h >= '0' && h <= '9')
-        code |= static_cast<unsigned>(h - '0');
-      else if (h >= 'a' && h <= 'f')
-        code |= static_cast<unsigned>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F')
-        code |= static_cast<unsigned>(h - 'A' + 10);
-      else
-        fail("bad \\u escape");
-    }
-    return code;
+    const int code = hex4_value(text_.data() + pos_);
+    if (code < 0) fail("bad \\u escape");
+    pos_ += 4;
+    return static_cast<unsigned>(code);
   }
 
   // Surrogate pairs are not joined: the dump only escapes control bytes.
@@ -369,19 +376,10 @@ std::string_view JsonCursor::string() {
         // \uXXXX is six bytes and its UTF-8 at most three: the unescaped
         // text never overtakes the escaped.
         if (pos_ + 4 > size_) fail("short \\u escape");
-        unsigned code = 0;
-        for (int i = 0; i < 4; ++i) {
-          const char h = text_[pos_++];
-          code <<= 4;
-          if (h >= '0' && h <= '9')
-            code |= static_cast<unsigned>(h - '0');
-          else if (h >= 'a' && h <= 'f')
-            code |= static_cast<unsigned>(h - 'a' + 10);
-          else if (h >= 'A' && h <= 'F')
-            code |= static_cast<unsigned>(h - 'A' + 10);
-          else
-            fail("bad \\u escape");
-        }
+        const int hex = hex4_value(text_ + pos_);
+        if (hex < 0) fail("bad \\u escape");
+        pos_ += 4;
+        const unsigned code = static_cast<unsigned>(hex);
         if (code < 0x80) {
           *out++ = static_cast<char>(code);
         } else if (code < 0x800) {

@@ -19,6 +19,8 @@
 #include <unistd.h>
 #include <weft/weft.h>
 
+#include "cli.h"
+
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -70,16 +72,6 @@ std::string read_first_line(const char* path) {
   std::exit(2);
 }
 
-std::uint64_t parse_count(const char* text, const char* option, std::uint64_t min, std::uint64_t max) {
-  std::uint64_t value = 0;
-  const char* end = text + std::strlen(text);
-  const auto [ptr, ec] = std::from_chars(text, end, value);
-  if (ec != std::errc() || ptr != end || value < min || value > max)
-    usage(
-        (std::string(option) + " needs an integer from " + std::to_string(min) + " to " + std::to_string(max)).c_str());
-  return value;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,11 +86,11 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--fibers")
-      fibers = parse_count(value(), "--fibers", 1, 100'000'000);
+      fibers = weft::bench::parse_count<std::uint64_t>(value(), "--fibers", 1, 100'000'000, usage);
     else if (arg == "--workers")
-      config.workers = static_cast<unsigned>(parse_count(value(), "--workers", 1, 1024));
+      config.workers = static_cast<unsigned>(weft::bench::parse_count<std::uint64_t>(value(), "--workers", 1, 1024, usage));
     else if (arg == "--stack-kib")
-      config.stack_size = parse_count(value(), "--stack-kib", 16, 1 << 20) * 1024;
+      config.stack_size = weft::bench::parse_count<std::uint64_t>(value(), "--stack-kib", 16, 1 << 20, usage) * 1024;
     else if (arg == "--json")
       json = true;
     else if (arg == "--hold")

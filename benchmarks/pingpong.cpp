@@ -22,6 +22,8 @@
 // compares ns per round trip.
 #include <weft/weft.h>
 
+#include "cli.h"
+
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -157,14 +159,6 @@ void print_json(const std::vector<Result>& results) {
   std::exit(2);
 }
 
-std::uint64_t parse_count(const char* text, const char* option) {
-  std::uint64_t value = 0;
-  const char* end = text + std::strlen(text);
-  const auto [ptr, ec] = std::from_chars(text, end, value);
-  if (ec != std::errc() || ptr != end || value == 0) usage((std::string(option) + " needs a positive integer").c_str());
-  return value;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,14 +180,14 @@ int main(int argc, char** argv) {
       if (mode != "fiber" && mode != "thread" && mode != "std" && mode != "all")
         usage(("unknown mode \"" + mode + "\"").c_str());
     } else if (arg == "--workers") {
-      const std::uint64_t n = parse_count(value(), "--workers");
+      const std::uint64_t n = weft::bench::parse_count<std::uint64_t>(value(), "--workers", 1, 1'000'000'000'000, usage);
       if (n > 1024) usage("--workers: at most 1024");
       workers = static_cast<unsigned>(n);
       workers_given = true;
     } else if (arg == "--rounds") {
-      rounds = parse_count(value(), "--rounds");
+      rounds = weft::bench::parse_count<std::uint64_t>(value(), "--rounds", 1, 1'000'000'000'000, usage);
     } else if (arg == "--slow-rounds") {
-      slow_rounds = parse_count(value(), "--slow-rounds");
+      slow_rounds = weft::bench::parse_count<std::uint64_t>(value(), "--slow-rounds", 1, 1'000'000'000'000, usage);
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "--help" || arg == "-h") {

@@ -14,6 +14,8 @@
 #include <sys/resource.h>
 #include <weft/weft.h>
 
+#include "cli.h"
+
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -62,16 +64,6 @@ double peak_rss_mib() {
   std::exit(2);
 }
 
-unsigned parse_count(const char* text, const char* option, unsigned min, unsigned max) {
-  unsigned value = 0;
-  const char* end = text + std::strlen(text);
-  const auto [ptr, ec] = std::from_chars(text, end, value);
-  if (ec != std::errc() || ptr != end || value < min || value > max)
-    usage(
-        (std::string(option) + " needs an integer from " + std::to_string(min) + " to " + std::to_string(max)).c_str());
-  return value;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,11 +80,11 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--workers")
-      config.workers = parse_count(value(), "--workers", 1, 1024);
+      config.workers = weft::bench::parse_count<unsigned>(value(), "--workers", 1, 1024, usage);
     else if (arg == "--stack-kib")
-      config.stack_size = parse_count(value(), "--stack-kib", 16, 1 << 20) * 1024ull;
+      config.stack_size = weft::bench::parse_count<unsigned>(value(), "--stack-kib", 16, 1 << 20, usage) * 1024ull;
     else if (arg == "--stack-pool")
-      config.stack_pool_size = parse_count(value(), "--stack-pool", 0, 1 << 24);
+      config.stack_pool_size = weft::bench::parse_count<unsigned>(value(), "--stack-pool", 0, 1 << 24, usage);
     else if (arg == "--json")
       json = true;
     else if (arg == "--help" || arg == "-h")

@@ -19,8 +19,6 @@
 #include <unistd.h>
 #include <weft/weft.h>
 
-#include "cli.h"
-
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -34,6 +32,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "cli.h"
 
 namespace {
 
@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
     if (arg == "--fibers")
       fibers = weft::bench::parse_count<std::uint64_t>(value(), "--fibers", 1, 100'000'000, usage);
     else if (arg == "--workers")
-      config.workers = static_cast<unsigned>(weft::bench::parse_count<std::uint64_t>(value(), "--workers", 1, 1024, usage));
+      config.workers =
+          static_cast<unsigned>(weft::bench::parse_count<std::uint64_t>(value(), "--workers", 1, 1024, usage));
     else if (arg == "--stack-kib")
       config.stack_size = weft::bench::parse_count<std::uint64_t>(value(), "--stack-kib", 16, 1 << 20, usage) * 1024;
     else if (arg == "--json")

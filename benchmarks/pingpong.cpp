@@ -22,8 +22,6 @@
 // compares ns per round trip.
 #include <weft/weft.h>
 
-#include "cli.h"
-
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -37,6 +35,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "cli.h"
 
 namespace {
 
@@ -180,7 +180,8 @@ int main(int argc, char** argv) {
       if (mode != "fiber" && mode != "thread" && mode != "std" && mode != "all")
         usage(("unknown mode \"" + mode + "\"").c_str());
     } else if (arg == "--workers") {
-      const std::uint64_t n = weft::bench::parse_count<std::uint64_t>(value(), "--workers", 1, 1'000'000'000'000, usage);
+      const std::uint64_t n =
+          weft::bench::parse_count<std::uint64_t>(value(), "--workers", 1, 1'000'000'000'000, usage);
       if (n > 1024) usage("--workers: at most 1024");
       workers = static_cast<unsigned>(n);
       workers_given = true;

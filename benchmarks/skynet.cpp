@@ -14,8 +14,6 @@
 #include <sys/resource.h>
 #include <weft/weft.h>
 
-#include "cli.h"
-
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -24,6 +22,8 @@
 #include <exception>
 #include <string>
 #include <string_view>
+
+#include "cli.h"
 
 namespace {
 

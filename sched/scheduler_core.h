@@ -49,6 +49,8 @@
 // unpark decide with one CAS on the waiter's state (park.h).
 #pragma once
 
+#include <concurrentqueue/concurrentqueue.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -56,8 +58,6 @@
 #include <mutex>
 #include <string_view>
 #include <vector>
-
-#include <concurrentqueue/concurrentqueue.h>
 
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"

@@ -26,7 +26,7 @@ struct FiberSnapshot {
   // -1: parked (waiting), 0: not parked, 1: woken but not yet running again
   // (the second number of weft-dump's park=A/B; docs/dump.md).
   int park_state = 0;
-  int worker = -1;    // worker index it runs or last ran on; -1: never ran
+  int worker = -1;  // worker index it runs or last ran on; -1: never ran
   bool pinned = false;
   FiberCounts counts;
   // When parked: what on, and since when.

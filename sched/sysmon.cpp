@@ -24,7 +24,9 @@ Sysmon::Sysmon(SchedulerCore& core)
       running_cap_(std::clamp<std::chrono::microseconds>(slice_ / 8, kMinTick, kMaxTick)),
       watches_(std::make_unique<Watch[]>(core.config().workers)) {}
 
-void Sysmon::start() { thread_ = std::thread([this] { run(); }); }
+void Sysmon::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void Sysmon::stop() noexcept {
   if (!thread_.joinable()) return;
@@ -61,8 +63,10 @@ void Sysmon::run() {
     bool any_running = false;
     bool all_sleeping = true;
     const bool acted = scan(now, any_running, all_sleeping);
-    if (acted) delay = kMinTick;
-    else delay = std::min(delay * 2, any_running ? running_cap_ : kMaxTick);
+    if (acted)
+      delay = kMinTick;
+    else
+      delay = std::min(delay * 2, any_running ? running_cap_ : kMaxTick);
     idle_rounds = all_sleeping ? idle_rounds + 1 : 0;
     if (idle_rounds >= kDeepSleepAfter) {
       deep_sleep();

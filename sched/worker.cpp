@@ -59,10 +59,14 @@ FiberControl* current_fiber() noexcept {
 
 const char* to_string(WorkerState state) noexcept {
   switch (state) {
-    case WorkerState::running: return "running";
-    case WorkerState::searching: return "searching";
-    case WorkerState::sleeping: return "sleeping";
-    case WorkerState::stopped: return "stopped";
+    case WorkerState::running:
+      return "running";
+    case WorkerState::searching:
+      return "searching";
+    case WorkerState::sleeping:
+      return "sleeping";
+    case WorkerState::stopped:
+      return "stopped";
   }
   return "unknown";
 }
@@ -70,7 +74,9 @@ const char* to_string(WorkerState state) noexcept {
 Worker::Worker(SchedulerCore& core, unsigned index)
     : core_(core), index_(index), random_state_(0x9E3779B97F4A7C15ull * (index + 1)) {}
 
-void Worker::start() { thread_ = std::thread([this] { run_loop(); }); }
+void Worker::start() {
+  thread_ = std::thread([this] { run_loop(); });
+}
 
 void Worker::join() {
   if (thread_.joinable()) thread_.join();
@@ -237,8 +243,10 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
     FiberControl* movable[half_capacity];
     std::size_t movable_count = 0;
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (!half[i].pinned()) movable[movable_count++] = half[i].fiber();
-      else push_inbox(half[i].fiber());
+      if (!half[i].pinned())
+        movable[movable_count++] = half[i].fiber();
+      else
+        push_inbox(half[i].fiber());
     }
     core_.push_global_bulk(movable, movable_count);
     owner.push(RingEntry(fiber));

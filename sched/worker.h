@@ -70,7 +70,7 @@ class Worker {
   // Back of the ring (spills half to global when full); `notify` wakes an
   // idle worker to steal it.
   void push_local(FiberControl* fiber, bool notify = true);
-  void push_next(FiberControl* fiber);   // run next: the fiber just woken
+  void push_next(FiberControl* fiber);  // run next: the fiber just woken
   // Yields the running fiber if sysmon asked for it (the slow half of
   // checkpoint(); see sched/sysmon.h).
   void preempt_current();
@@ -127,9 +127,9 @@ class Worker {
   RunQueue<RingEntry> ring_;
   // Swapped, never load-then-stored: sysmon may take it (hand_off_queued).
   std::atomic<FiberControl*> next_{nullptr};
-  unsigned next_streak_ = 0;      // consecutive runs from next_
-  std::atomic<FiberControl*> inbox_{nullptr};  // pinned fibers (LIFO stack)
-  FiberControl* inbox_fifo_ = nullptr;         // drained inbox, oldest first
+  unsigned next_streak_ = 0;                          // consecutive runs from next_
+  std::atomic<FiberControl*> inbox_{nullptr};         // pinned fibers (LIFO stack)
+  FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 
   std::uint32_t tick_ = 0;

@@ -73,8 +73,10 @@ TEST(Sysmon, WellBehavedFibersAreNeverPreempted) {
   for (int f = 0; f < 8; ++f) {
     fibers.push_back(sched.spawn([f] {
       for (int i = 0; i < 200; ++i) {
-        if ((i + f) % 2 == 0) this_fiber::yield();
-        else this_fiber::sleep_for(50us);
+        if ((i + f) % 2 == 0)
+          this_fiber::yield();
+        else
+          this_fiber::sleep_for(50us);
         this_fiber::checkpoint();
       }
     }));
@@ -158,7 +160,7 @@ TEST(Sysmon, FibersQueuedBehindAStuckWorkerRunBeforeItReturns) {
   Fiber stuck = sched.spawn({.name = "stuck"}, [&] {
     stuck_id.store(this_fiber::id());
     while (woken.counts().park == 0) this_fiber::yield();  // it is waiting
-    wake_me.release();  // -> this worker's next slot
+    wake_me.release();                                     // -> this worker's next slot
     std::vector<Fiber> queued;
     for (int i = 0; i < kQueued; ++i)
       queued.push_back(spawn([&, i] { ran_before_return[i].store(usleep_returned.load() ? -1 : 1); }));

@@ -14,10 +14,14 @@ int hex4_value(const char* digits) noexcept {
   for (int i = 0; i < 4; ++i) {
     const char h = digits[i];
     code <<= 4;
-    if (h >= '0' && h <= '9') code |= h - '0';
-    else if (h >= 'a' && h <= 'f') code |= h - 'a' + 10;
-    else if (h >= 'A' && h <= 'F') code |= h - 'A' + 10;
-    else return -1;
+    if (h >= '0' && h <= '9')
+      code |= h - '0';
+    else if (h >= 'a' && h <= 'f')
+      code |= h - 'a' + 10;
+    else if (h >= 'A' && h <= 'F')
+      code |= h - 'A' + 10;
+    else
+      return -1;
   }
   return code;
 }

@@ -51,9 +51,6 @@ class IdleWorkers {
 
   void wake_all() noexcept;
 
-  unsigned searching() const noexcept { return searching_.load(std::memory_order_relaxed); }
-  unsigned sleeping() const noexcept { return sleeping_.load(std::memory_order_relaxed); }
-
  private:
   void wake_one() noexcept;
   void wake_locked(IdleSlot& slot) noexcept;

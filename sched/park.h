@@ -89,6 +89,22 @@ inline bool wait_in(WaitList& list, SpinLock& lock, Waiter& waiter, const WaitSi
   return false;
 }
 
+// A whole blocking operation: with `lock` free on entry, take the lock and
+// call `try_now()`; if it succeeds (it may claim what it found: a permit,
+// the lock), return true. Otherwise wait in `list` until woken (true) or
+// until the deadline (false). `lock` is free again on return.
+template <class TryNow>
+bool wait_unless(WaitList& list, SpinLock& lock, TryNow&& try_now, const WaitSite& site,
+                 Clock::time_point deadline = no_deadline) {
+  lock.lock();
+  if (try_now()) {
+    lock.unlock();
+    return true;
+  }
+  Waiter waiter;
+  return wait_in(list, lock, waiter, site, deadline);
+}
+
 // Wakes the first waiter in `list` that can still be woken (one that timed
 // out is skipped). `give(w)` runs before the wake (hand the waiter its item,
 // permit or lock); `take_back(w)` undoes it when that waiter turns out to

@@ -58,13 +58,8 @@ class SharedResult {
   }
 
   bool wait_until(Clock::time_point deadline) {
-    lock_.lock();
-    if (ready_) {
-      lock_.unlock();
-      return true;
-    }
-    Waiter waiter;
-    return wait_in(waiters_, lock_, waiter, {"weft::Future", this, "get"}, deadline);
+    return wait_unless(
+        waiters_, lock_, [&] { return ready_; }, {"weft::Future", this, "get"}, deadline);
   }
   bool ready() {
     std::lock_guard guard(lock_);

@@ -25,13 +25,8 @@ bool Latch::try_wait() const noexcept {
 }
 
 bool Latch::wait_until_deadline(detail::Clock::time_point deadline) const {
-  lock_.lock();
-  if (count_ == 0) {
-    lock_.unlock();
-    return true;
-  }
-  detail::Waiter waiter;
-  return detail::wait_in(waiters_, lock_, waiter, {"weft::Latch", this, "wait"}, deadline);
+  return detail::wait_unless(
+      waiters_, lock_, [&] { return count_ == 0; }, {"weft::Latch", this, "wait"}, deadline);
 }
 
 }  // namespace weft

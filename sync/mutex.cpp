@@ -34,19 +34,20 @@ bool Mutex::try_lock() {
 }
 
 bool Mutex::acquire(detail::Clock::time_point deadline) {
-  lock_.lock();
-  if (!locked_) {
-    locked_ = true;
-    set_owner();
-    lock_.unlock();
-    return true;
-  }
-  detail::Waiter waiter;
   // Woken means the lock was handed to us: locked_ stayed true throughout.
-  if (!detail::wait_in(waiters_, lock_, waiter, {"weft::Mutex", this, "lock"}, deadline)) return false;
-  std::lock_guard guard(lock_);
-  set_owner();
-  return true;
+  const bool acquired = detail::wait_unless(
+      waiters_, lock_,
+      [&] {
+        if (locked_) return false;
+        locked_ = true;
+        return true;
+      },
+      {"weft::Mutex", this, "lock"}, deadline);
+  if (acquired) {
+    std::lock_guard guard(lock_);
+    set_owner();
+  }
+  return acquired;
 }
 
 void Mutex::unlock() {

@@ -12,14 +12,15 @@ bool Semaphore::try_acquire() {
 }
 
 bool Semaphore::acquire_until(detail::Clock::time_point deadline) {
-  lock_.lock();
-  if (permits_ > 0) {  // only possible with nobody waiting: release() hands permits over
-    --permits_;
-    lock_.unlock();
-    return true;
-  }
-  detail::Waiter waiter;
-  return detail::wait_in(waiters_, lock_, waiter, {"weft::Semaphore", this, "acquire"}, deadline);
+  // A woken waiter was handed its permit by release().
+  return detail::wait_unless(
+      waiters_, lock_,
+      [&] {
+        if (permits_ == 0) return false;  // > 0 only with nobody waiting: release() hands permits over
+        --permits_;
+        return true;
+      },
+      {"weft::Semaphore", this, "acquire"}, deadline);
 }
 
 void Semaphore::release(std::uint64_t n) {

@@ -16,13 +16,8 @@ void WaitGroup::add(std::int64_t delta) {
 }
 
 bool WaitGroup::wait_until_deadline(detail::Clock::time_point deadline) {
-  lock_.lock();
-  if (counter_ == 0) {
-    lock_.unlock();
-    return true;
-  }
-  detail::Waiter waiter;
-  return detail::wait_in(waiters_, lock_, waiter, {"weft::WaitGroup", this, "wait"}, deadline);
+  return detail::wait_unless(
+      waiters_, lock_, [&] { return counter_ == 0; }, {"weft::WaitGroup", this, "wait"}, deadline);
 }
 
 std::int64_t WaitGroup::count() const {

@@ -56,6 +56,7 @@ WakeReason park_thread(Waiter& waiter, SpinLock* lock, Clock::time_point deadlin
 }  // namespace
 
 WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline) {
+  waiter.may_time_out = deadline != no_deadline;
   Worker* worker = current_worker();
   FiberControl* self = worker != nullptr ? worker->current() : nullptr;
   if (self == nullptr) return park_thread(waiter, lock, deadline);
@@ -85,8 +86,12 @@ WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::tim
 
 bool unpark(Waiter& waiter) noexcept {
   FiberControl* fiber = waiter.fiber;
-  std::uint32_t expected = Waiter::waiting;
-  if (!waiter.state.compare_exchange_strong(expected, Waiter::notified, std::memory_order_acq_rel)) return false;
+  if (!waiter.may_time_out) {
+    waiter.state.store(Waiter::notified, std::memory_order_release);
+  } else {
+    std::uint32_t expected = Waiter::waiting;
+    if (!waiter.state.compare_exchange_strong(expected, Waiter::notified, std::memory_order_acq_rel)) return false;
+  }
   if (fiber != nullptr)
     fiber->scheduler->ready(fiber);
   else

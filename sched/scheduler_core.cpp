@@ -108,7 +108,7 @@ void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexc
   const bool on_own_worker = worker != nullptr && &worker->core() == this;
   registry_.add(fiber, on_own_worker ? worker->index() + 1 : 0);
   if (on_own_worker) {
-    worker->push_local(fiber);
+    worker->push_spawned(fiber);
   } else {
     push_global(fiber);
     idle_.notify_work();

@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 
+#include "asymmetric_fence.h"
 #include "scheduler_core.h"
 
 namespace weft::detail {
@@ -25,6 +26,7 @@ Sysmon::Sysmon(SchedulerCore& core)
       watches_(std::make_unique<Watch[]>(core.config().workers)) {}
 
 void Sysmon::start() {
+  heavy_fence_available();  // registers for membarrier now, not in the middle of a hand-off
   thread_ = std::thread([this] { run(); });
 }
 
@@ -100,6 +102,7 @@ void Sysmon::forget(Watch& watch) noexcept {
   watch.watching = false;
   watch.reported = false;
   watch.asked = {};
+  watch.cpu_start_ns = -1;
   watch.running_since_ns.store(0, std::memory_order_relaxed);
   watch.stuck.store(false, std::memory_order_relaxed);
   watch.stuck_fiber.store(0, std::memory_order_relaxed);
@@ -117,6 +120,7 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     const std::uint64_t tick = worker.switch_tick();
     if (state != WorkerState::running) {
       if (watch.watching) forget(watch);
+      worker.set_stuck(false);
       continue;
     }
     any_running = true;
@@ -124,6 +128,7 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
       // A fiber switched in since the last look: it started no earlier than
       // that look, so counting from now never preempts one too soon.
       forget(watch);
+      worker.set_stuck(false);
       watch.watching = true;
       watch.tick = tick;
       watch.since = now;
@@ -144,14 +149,27 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
       watch.asked = now;
       acted = true;
     }
-    if (ran >= kHandOffAfter && worker.has_stealable_work()) {
-      if (worker.hand_off_queued(scratch_) != 0) {
-        core_.idle().notify_work();
-        acted = true;
+    const bool holding_up = ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
+    if (holding_up && ran >= kHandOffAfter) {
+      worker.set_stuck(true);
+      if (worker.has_stealable_work()) {
+        if (worker.hand_off_queued(scratch_) != 0) acted = true;
+        core_.idle().notify_work();  // for what moved, and for what thieves may now take
       }
     }
   }
   return acted;
+}
+
+bool Sysmon::holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
+  const std::int64_t cpu = worker.cpu_time_ns();
+  if (watch.cpu_start_ns < 0) {
+    watch.cpu_start_ns = cpu;
+    watch.cpu_since = now;
+    return false;
+  }
+  if (2 * (cpu - watch.cpu_start_ns) >= to_ns(now) - to_ns(watch.cpu_since)) return true;
+  return worker.thread_state() != 'R';  // not runnable: asleep in the kernel
 }
 
 void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {

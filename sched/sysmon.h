@@ -90,6 +90,10 @@ class Sysmon {
     Clock::time_point since{};
     Clock::time_point asked{};  // last preemption request; epoch: none yet
     bool reported = false;
+    // The worker thread's CPU time when the fiber had run half the hand-off
+    // delay (-1: not read yet), and when that was.
+    std::int64_t cpu_start_ns = -1;
+    Clock::time_point cpu_since{};
     std::atomic<std::int64_t> running_since_ns{0};
     std::atomic<bool> stuck{false};
     std::atomic<std::uint64_t> stuck_fiber{0};
@@ -99,6 +103,13 @@ class Sysmon {
   // One look at every worker; true if sysmon did something.
   bool scan(Clock::time_point now, bool& any_running, bool& all_sleeping);
   void forget(Watch& watch) noexcept;
+  // Whether the worker's thread is keeping its queued fibers waiting: it
+  // burns CPU in one fiber (at least half the time since the first
+  // reading), or it sleeps in the kernel (a blocking system call). Not when
+  // it is merely waiting for a CPU on a loaded machine: other workers are
+  // then no freer to run its fibers, and moving a fork-join's spawned
+  // fibers to the FIFO global queue undoes its depth-first order.
+  bool holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   void report_stuck(Worker& worker, Watch& watch, Clock::time_point now);
   void deep_sleep();
   void wake() noexcept;

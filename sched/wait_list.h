@@ -15,6 +15,9 @@ struct Waiter {
   enum State : std::uint32_t { waiting = 0, notified = 1, timed_out = 2 };
 
   std::atomic<std::uint32_t> state{waiting};
+  // Set by park() before any waker can see the waiter: without a deadline
+  // only a waker changes `state`, and it needs no compare-and-swap.
+  bool may_time_out = false;
   // The parked fiber; null when the waiter is a plain thread, which then
   // sleeps in the kernel on `state` (a futex).
   FiberControl* fiber = nullptr;

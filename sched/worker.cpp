@@ -1,9 +1,13 @@
 #include "worker.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
+#include <iterator>
 #include <string>
 
 #include "../runtime/overflow_handler.h"
@@ -72,7 +76,10 @@ const char* to_string(WorkerState state) noexcept {
 }
 
 Worker::Worker(SchedulerCore& core, unsigned index)
-    : core_(core), index_(index), random_state_(0x9E3779B97F4A7C15ull * (index + 1)) {}
+    : core_(core),
+      index_(index),
+      until_global_check_(kGlobalCheckInterval),
+      random_state_(0x9E3779B97F4A7C15ull * (index + 1)) {}
 
 void Worker::start() {
   thread_ = std::thread([this] { run_loop(); });
@@ -83,23 +90,41 @@ void Worker::join() {
 }
 
 std::uint32_t Worker::queue_length() const noexcept {
-  return ring_.size() + (next_.load(std::memory_order_relaxed) != nullptr ? 1 : 0);
+  return ring_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1);
 }
 
-bool Worker::has_stealable_work() const noexcept {
-  return next_.load(std::memory_order_relaxed) != nullptr || ring_.size() != 0;
+std::int64_t Worker::cpu_time_ns() const noexcept {
+  timespec ts{};
+  if (!cpu_clock_valid_.load(std::memory_order_acquire) || ::clock_gettime(cpu_clock_, &ts) != 0) return 0;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+char Worker::thread_state() const noexcept {
+  const int tid = os_thread_id();
+  if (tid == 0) return '?';
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return '?';
+  char buffer[512];
+  const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
+  ::close(fd);
+  if (n <= 0) return '?';
+  buffer[n] = '\0';
+  // "tid (name) S ...": the name may hold spaces and parentheses.
+  const char* paren = std::strrchr(buffer, ')');
+  return paren != nullptr && paren[1] == ' ' && paren[2] != '\0' ? paren[2] : '?';
+}
+
+bool Worker::has_stealable_work() const noexcept { return !next_.empty() || ring_.size() != 0 || spawned_.size() != 0; }
 
 std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
   std::size_t moved = 0;
   // The next slot never holds a pinned fiber (ready() sends those to the
-  // inbox, which stays here). The owner swaps the slot too, so exactly one
-  // of us gets the fiber.
-  if (next_.load(std::memory_order_relaxed) != nullptr) {
-    if (FiberControl* next = next_.exchange(nullptr, std::memory_order_acq_rel)) {
-      core_.push_global(next);
-      ++moved;
-    }
+  // inbox, which stays here).
+  if (FiberControl* next = next_.seize()) {
+    core_.push_global(next);
+    ++moved;
   }
   // The ring's unpinned prefix, half at a time, as a thief would take it;
   // a pinned fiber ends it (docs/sysmon.md).
@@ -113,6 +138,14 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
     core_.push_global_bulk(batch, n);
     moved += n;
   }
+  // One spawned fiber per call, the oldest: moving them all to the FIFO
+  // global queue would turn a depth-first fork-join into breadth first
+  // (sched/spawn_deque.h). Idle thieves may take the rest meanwhile, the
+  // newest included, since the worker is marked stuck.
+  if (FiberControl* fiber = spawned_.steal()) {
+    core_.push_global(fiber);
+    ++moved;
+  }
   if (moved != 0) bump(counters_.handoffs, moved);
   return moved;
 }
@@ -120,6 +153,7 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
 void Worker::run_loop() {
   tls_worker = this;
   tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
+  if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0) cpu_clock_valid_.store(true, std::memory_order_release);
   const std::string thread_name = (core_.config().name + "/" + std::to_string(index_)).substr(0, 15);
   pthread_setname_np(pthread_self(), thread_name.c_str());
   adopt_thread_context(loop_context_);
@@ -140,6 +174,7 @@ void Worker::run_loop() {
     // Back on the thread's own stack: a fiber found nothing to hand off to.
   }
   state_.store(WorkerState::stopped, std::memory_order_relaxed);
+  cpu_clock_valid_.store(false, std::memory_order_relaxed);
   tls_worker = nullptr;
 }
 
@@ -256,8 +291,24 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
 }
 
 void Worker::push_next(FiberControl* fiber) {
-  FiberControl* previous = next_.exchange(fiber, std::memory_order_acq_rel);
-  if (previous != nullptr) push_local(previous);
+  if (FiberControl* previous = next_.put(fiber)) push_local(previous);
+}
+
+void Worker::push_spawned(FiberControl* fiber) {
+  if (!spawned_.push(fiber)) {
+    // Full: the older half goes to the global queue.
+    FiberControl* oldest[decltype(spawned_)::capacity / 2];
+    std::size_t n = 0;
+    while (n < std::size(oldest)) {
+      FiberControl* old = spawned_.steal();
+      if (old == nullptr) break;
+      oldest[n++] = old;
+    }
+    core_.push_global_bulk(oldest, n);
+    spawned_.push(fiber);
+  }
+  // A thief leaves the newest to us, so wake one only for a second.
+  if (spawned_.size() >= 2) core_.idle().notify_work();
 }
 
 void Worker::push_inbox(FiberControl* fiber) noexcept {
@@ -310,18 +361,23 @@ FiberControl* Worker::steal() {
       bump(counters_.steals, result.taken);
       return owner.pop().fiber();
     }
+    // The newest spawn is left to its worker, unless that one is stuck.
+    if (FiberControl* fiber = victim.spawned_.steal(victim.stuck() ? 0 : 1)) {
+      bump(counters_.steals);
+      return fiber;
+    }
   }
   return nullptr;
 }
 
 FiberControl* Worker::pick_next() {
-  ++tick_;
-  if (tick_ % kGlobalCheckInterval == 0 && !core_.global_empty()) {
-    if (FiberControl* fiber = pick_global()) return fiber;
+  if (--until_global_check_ == 0) {
+    until_global_check_ = kGlobalCheckInterval;
+    if (!core_.global_empty()) {
+      if (FiberControl* fiber = pick_global()) return fiber;
+    }
   }
-  FiberControl* next = next_.load(std::memory_order_relaxed);
-  if (next != nullptr) next = next_.exchange(nullptr, std::memory_order_acq_rel);  // sysmon may have taken it
-  if (next != nullptr) {
+  if (FiberControl* next = next_.take()) {
     if (next_streak_ < kNextStreakLimit) {
       ++next_streak_;
       return next;
@@ -349,6 +405,7 @@ FiberControl* Worker::pick_next() {
       bump(fiber->counters.steal_fail, pinned_steal_fails_.exchange(0, std::memory_order_relaxed));
     return fiber;
   }
+  if (FiberControl* fiber = spawned_.pop()) return fiber;
   if (!core_.global_empty()) {
     if (FiberControl* fiber = pick_global()) return fiber;
   }

@@ -5,13 +5,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <ctime>
 #include <thread>
 
 #include "../runtime/context.h"
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
 #include "idle.h"
+#include "next_slot.h"
 #include "run_queue.h"
+#include "spawn_deque.h"
 
 namespace weft::detail {
 
@@ -71,6 +74,8 @@ class Worker {
   // idle worker to steal it.
   void push_local(FiberControl* fiber, bool notify = true);
   void push_next(FiberControl* fiber);  // run next: the fiber just woken
+  // A fiber spawned here that has not run yet (sched/spawn_deque.h).
+  void push_spawned(FiberControl* fiber);
   // Yields the running fiber if sysmon asked for it (the slow half of
   // checkpoint(); see sched/sysmon.h).
   void preempt_current();
@@ -88,6 +93,12 @@ class Worker {
   void request_preempt(std::uint64_t tick) noexcept { preempt_tick_.store(tick, std::memory_order_relaxed); }
   bool preempt_requested() const noexcept { return preempt_tick_.load(std::memory_order_relaxed) != 0; }
   bool has_stealable_work() const noexcept;
+  // Set while one fiber has run longer than the hand-off delay: thieves
+  // then take even the newest spawned fiber.
+  void set_stuck(bool stuck) noexcept {
+    if (stuck_.load(std::memory_order_relaxed) != stuck) stuck_.store(stuck, std::memory_order_relaxed);
+  }
+  bool stuck() const noexcept { return stuck_.load(std::memory_order_relaxed); }
   // Moves the next slot and the ring's unpinned prefix to the global queue,
   // through `scratch` (an empty queue of sysmon's own). Any thread; returns
   // how many fibers moved.
@@ -96,20 +107,24 @@ class Worker {
   // --- read by the dump (any thread) ------------------------------------
   WorkerState state() const noexcept { return state_.load(std::memory_order_relaxed); }
   int os_thread_id() const noexcept { return tid_.load(std::memory_order_relaxed); }
+  // CPU time its thread has used; 0 before it starts or after it ends.
+  std::int64_t cpu_time_ns() const noexcept;
+  // Its thread's state as the kernel reports it (/proc: 'R' running or
+  // runnable, 'S' or 'D' asleep, ...); '?' when unknown.
+  char thread_state() const noexcept;
   std::uint32_t queue_length() const noexcept;
   const WorkerCounters& counters() const noexcept { return counters_; }
   WorkerCounters& counters() noexcept { return counters_; }
 
  private:
   void run_loop();
-  // Next fiber to run, without blocking: next slot, inbox, ring, global
-  // queue, then stealing. Null if there is nothing.
+  // Next fiber to run, without blocking: next slot, inbox, ring, spawned,
+  // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
   FiberControl* pick_global();
   FiberControl* steal();
   // Searches briefly, then sleeps; null when the scheduler stops.
   FiberControl* wait_for_work();
-  bool has_work_for_me() noexcept;
   // Bookkeeping for `next`, which is about to run here.
   void switch_in(FiberControl* next) noexcept;
   void switch_away(SwitchAction action);
@@ -118,23 +133,26 @@ class Worker {
   const unsigned index_;
   std::thread thread_;
   std::atomic<int> tid_{0};
+  std::atomic<bool> cpu_clock_valid_{false};
+  clockid_t cpu_clock_{};  // written before cpu_clock_valid_
   std::atomic<WorkerState> state_{WorkerState::running};
 
   ExecutionContext loop_context_;  // the thread's own stack
   // Written by the worker only; atomic so that sysmon may compare it.
   std::atomic<FiberControl*> current_{nullptr};
 
-  RunQueue<RingEntry> ring_;
-  // Swapped, never load-then-stored: sysmon may take it (hand_off_queued).
-  std::atomic<FiberControl*> next_{nullptr};
+  RunQueue<RingEntry> ring_;  // fibers that have run: woken, yielded, preempted
+  SpawnDeque<FiberControl*> spawned_;
+  NextSlot next_;                                     // sysmon may seize it (hand_off_queued)
   unsigned next_streak_ = 0;                          // consecutive runs from next_
   std::atomic<FiberControl*> inbox_{nullptr};         // pinned fibers (LIFO stack)
   FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 
-  std::uint32_t tick_ = 0;
+  std::uint32_t until_global_check_;            // pick_next calls left before a look at the global queue
   std::atomic<std::uint64_t> switch_tick_{0};   // written by the worker
   std::atomic<std::uint64_t> preempt_tick_{0};  // sysmon's request; 0: none
+  std::atomic<bool> stuck_{false};              // written by sysmon
   std::uint64_t random_state_;
   IdleSlot idle_slot_;
   WorkerCounters counters_;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -63,6 +64,38 @@ TEST_P(WorkersTest, NestedSpawnsUseTheCurrentScheduler) {
   };
   sched().spawn([&] { grow(4); }).join();
   EXPECT_EQ(leaves.load(), 625);
+}
+
+// Spawned fibers that have not run go newest first (sched/spawn_deque.h), so
+// a fork-join tree runs depth first: only about depth x fan-out fibers are
+// alive at once, not every leaf.
+TEST_P(WorkersTest, ForkJoinTreeRunsDepthFirst) {
+  std::atomic<int> alive{0};
+  std::atomic<int> most_alive{0};
+  std::atomic<int> leaves{0};
+  std::function<void(int)> grow = [&](int depth) {
+    if (depth == 0) {
+      leaves.fetch_add(1);
+      return;
+    }
+    std::vector<Fiber> children;
+    for (int i = 0; i < 10; ++i) {
+      const int now = alive.fetch_add(1) + 1;
+      int most = most_alive.load();
+      while (now > most && !most_alive.compare_exchange_weak(most, now)) {
+      }
+      children.push_back(weft::spawn([&, depth] {
+        grow(depth - 1);
+        alive.fetch_sub(1);
+      }));
+    }
+    for (auto& c : children) c.join();
+  };
+  sched().spawn([&] { grow(4); }).join();
+  EXPECT_EQ(leaves.load(), 10'000);
+  // Depth first on each worker: 4 levels x 10 children per worker, with
+  // room for the subtrees thieves open. Breadth first would reach 10,000.
+  EXPECT_LE(most_alive.load(), 100 * static_cast<int>(workers()));
 }
 
 TEST_P(WorkersTest, TwoYieldingFibersBothProgress) {

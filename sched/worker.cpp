@@ -319,6 +319,11 @@ void Worker::push_inbox(FiberControl* fiber) noexcept {
   if (current_worker() != this) core_.idle().notify_worker(idle_slot_);
 }
 
+bool Worker::has_local_waiting() const noexcept {
+  return ring_.size() != 0 || spawned_.size() != 0 || inbox_fifo_ != nullptr ||
+         inbox_.load(std::memory_order_relaxed) != nullptr;
+}
+
 FiberControl* Worker::pick_global() {
   FiberControl* batch[kGlobalBatch];
   const std::size_t workers = core_.workers().size();
@@ -378,7 +383,10 @@ FiberControl* Worker::pick_next() {
     }
   }
   if (FiberControl* next = next_.take()) {
-    if (next_streak_ < kNextStreakLimit) {
+    // Past the limit, the next slot yields to what waits here, if anything
+    // does; with nothing waiting, requeueing would only cost a round trip
+    // through the ring.
+    if (next_streak_ < kNextStreakLimit || !has_local_waiting()) {
       ++next_streak_;
       return next;
     }

@@ -122,6 +122,8 @@ class Worker {
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
   FiberControl* pick_global();
+  // Whether a fiber waits in this worker's ring, spawn deque or inbox.
+  bool has_local_waiting() const noexcept;
   FiberControl* steal();
   // Searches briefly, then sleeps; null when the scheduler stops.
   FiberControl* wait_for_work();

@@ -17,6 +17,7 @@
 
 #include "../sched/snapshot.h"
 #include "../sched/wait_list.h"
+#include "block_cache.h"
 #include "context.h"
 #include "spin_lock.h"
 #include "stack.h"
@@ -60,6 +61,9 @@ struct FiberControl {
   FiberControl(SchedulerCore& core, std::uint64_t fiber_id) : scheduler(&core), id(fiber_id) {}
   FiberControl(const FiberControl&) = delete;
   FiberControl& operator=(const FiberControl&) = delete;
+  // From a per-thread cache (runtime/block_cache.h).
+  static void* operator new(std::size_t size) { return BlockCache::allocate(size); }
+  static void operator delete(void* block, std::size_t size) noexcept { BlockCache::free(block, size); }
 
   // --- scheduling -------------------------------------------------------
   ExecutionContext context;
@@ -105,7 +109,9 @@ struct FiberControl {
   unsigned registry_shard = 0;
 
   void release_reference() noexcept {
-    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    // The last holder needs no locked subtraction: nobody else can touch
+    // the count any more. The acquire pairs with the other's release.
+    if (refs.load(std::memory_order_acquire) == 1 || refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
  private:

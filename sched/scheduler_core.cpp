@@ -14,6 +14,20 @@ namespace {
 
 std::atomic<std::uint64_t> next_fiber_id{1};
 
+// Fiber ids are unique across the process; each thread takes them from the
+// shared counter in blocks (Go's goidcache), one locked add per block
+// rather than per spawn.
+std::uint64_t new_fiber_id() noexcept {
+  constexpr std::uint64_t kBlock = 64;
+  [[gnu::tls_model("initial-exec")]] thread_local std::uint64_t next = 0;
+  [[gnu::tls_model("initial-exec")]] thread_local std::uint64_t end = 0;
+  if (next == end) {
+    next = next_fiber_id.fetch_add(kBlock, std::memory_order_relaxed);
+    end = next + kBlock;
+  }
+  return next++;
+}
+
 const Config& validated(const Config& config) {
   if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
   if (config.time_slice.count() <= 0) throw std::invalid_argument("weft::Config::time_slice must be positive");
@@ -78,7 +92,7 @@ FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::siz
     Stack stack = stacks_.acquire(options.stack_size, cache);
     if (callable_size + callable_align + 4096 > stack.usable_size())
       throw std::invalid_argument("weft: the fiber's callable does not fit on its stack");
-    fiber = new FiberControl(*this, next_fiber_id.fetch_add(1, std::memory_order_relaxed));
+    fiber = new FiberControl(*this, new_fiber_id());
     fiber->stack = std::move(stack);
   } catch (...) {
     delete fiber;

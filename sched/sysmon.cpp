@@ -149,7 +149,9 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
       watch.asked = now;
       acted = true;
     }
-    const bool holding_up = ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
+    // With one worker there is nobody to hand off to: the global queue
+    // would only feed the same worker, in FIFO order.
+    const bool holding_up = workers.size() > 1 && ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
     if (holding_up && ran >= kHandOffAfter) {
       worker.set_stuck(true);
       if (worker.has_stealable_work()) {

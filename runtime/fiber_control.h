@@ -88,6 +88,12 @@ struct FiberControl {
   std::atomic<std::int64_t> parked_since_ns{0};  // CLOCK_MONOTONIC_COARSE, 0: not parked
   void record_wait(const WaitSite& site) noexcept;
   void clear_wait() noexcept;
+  // Where it parked: park()'s frame (it stays live while the fiber is
+  // parked) and park()'s return address, its call site. Two relaxed stores
+  // per park; the dump walks the frame chain from here
+  // (sched/fiber_stack_walk.h).
+  std::atomic<std::uintptr_t> park_frame{0};
+  std::atomic<std::uintptr_t> park_call_site{0};
 
   // --- body -------------------------------------------------------------
   Stack stack;

@@ -25,6 +25,7 @@
 #include "dump_format.h"
 #include "dump_socket.h"
 #include "scheduler_core.h"
+#include "symbolizer.h"
 
 namespace weft::detail {
 namespace {
@@ -43,7 +44,7 @@ void remove_socket_at_exit() {
   if (exit_socket_bound.exchange(false)) ::unlink(exit_socket_path);
 }
 
-bool send_all(int fd, const std::string& data) {
+bool send_all(int fd, std::string_view data) {
   std::size_t sent = 0;
   while (sent < data.size()) {
     const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
@@ -213,18 +214,25 @@ class DumpServer {
     ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
     const std::string request = read_request(client);
-    std::string answer;
-    try {
-      if (request == "dump")
-        answer = to_json(snapshot(DumpDetail::full), DumpDetail::full);
-      else if (request == "summary")
-        answer = to_json(snapshot(DumpDetail::summary), DumpDetail::summary);
-      else
-        answer = error_json("unknown request \"" + request + "\" (expected \"dump\" or \"summary\")");
-    } catch (const std::exception& e) {
-      answer = error_json(std::string("snapshot failed: ") + e.what());
+    if (request != "dump" && request != "summary") {
+      send_all(client, error_json("unknown request \"" + request + "\" (expected \"dump\" or \"summary\")"));
+      return;
     }
-    send_all(client, answer);
+    const DumpDetail detail = request == "dump" ? DumpDetail::full : DumpDetail::summary;
+    ProcessSnapshot process;
+    try {
+      process = snapshot(detail);
+    } catch (const std::exception& e) {
+      send_all(client, error_json(std::string("snapshot failed: ") + e.what()));
+      return;
+    }
+    // Streamed: once a piece is sent there is no taking it back, so a
+    // failure from here on (out of memory) just ends the answer early,
+    // which the client reports as a malformed dump.
+    try {
+      write_json(process, detail, [&](std::string_view piece) { return send_all(client, piece); });
+    } catch (const std::exception&) {
+    }
   }
 
   ProcessSnapshot snapshot(DumpDetail detail) {
@@ -234,9 +242,12 @@ class DumpServer {
     process.unix_time_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count();
-    std::lock_guard guard(schedulers_lock_);
-    process.schedulers.reserve(schedulers_.size());
-    for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot(detail == DumpDetail::full));
+    {
+      std::lock_guard guard(schedulers_lock_);
+      process.schedulers.reserve(schedulers_.size());
+      for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot(detail == DumpDetail::full));
+    }
+    symbolize_stacks(process);  // the addresses stay valid: code is not unloaded under a live scheduler
     return process;
   }
 

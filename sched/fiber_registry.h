@@ -22,9 +22,16 @@ class FiberRegistry {
   // Calls fn(FiberControl&) for every live fiber, one shard locked at a time.
   template <class Fn>
   void for_each(Fn&& fn) const {
+    for_each(fn, [] {});
+  }
+  // The same, and end_of_shard() before each shard's lock is released: the
+  // fibers that fn saw cannot be freed until it returns.
+  template <class Fn, class EndOfShard>
+  void for_each(Fn&& fn, EndOfShard&& end_of_shard) const {
     for (unsigned i = 0; i < shard_count_; ++i) {
       std::lock_guard guard(shards_[i].lock);
       for (FiberControl* f = shards_[i].head; f != nullptr; f = f->registry_next) fn(*f);
+      end_of_shard();
     }
   }
 

@@ -71,6 +71,8 @@ WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::tim
     request.timer = &timer;
   }
   self->record_wait(site);
+  self->park_frame.store(reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)), std::memory_order_relaxed);
+  self->park_call_site.store(reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)), std::memory_order_relaxed);
   worker->park_current(SwitchAction{&after_switch_out, &request});
   // Resumed, perhaps on another worker: `worker` is stale from here on.
   self->clear_wait();

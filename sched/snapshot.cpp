@@ -3,6 +3,9 @@
 // No worker is asked for anything, so a stuck worker cannot stall a dump.
 #include "snapshot.h"
 
+#include <unistd.h>
+
+#include "fiber_stack_walk.h"
 #include "scheduler_core.h"
 #include "worker.h"
 
@@ -38,12 +41,23 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
   // A fiber stays in the shard it was registered in for its whole life, so
   // it appears exactly once however it migrates meanwhile.
   snap.fibers.reserve(registry_.size());
-  registry_.for_each([&](const FiberControl& fiber) {
-    FiberSnapshot f = take_snapshot(fiber);
-    if (const Worker* worker = fiber.worker.load(std::memory_order_relaxed))
-      f.worker = static_cast<int>(worker->index());
-    snap.fibers.push_back(std::move(f));
-  });
+  // Parked fibers' stacks are read in batches (sched/fiber_stack_walk.h).
+  // A batch is walked before its shard's lock is released, while its
+  // fibers live, and before `snap.fibers` grows (fibers spawned since the
+  // reserve), which would move the stacks it is to fill.
+  ParkedStackWalker walker(::getpid());
+  registry_.for_each(
+      [&](const FiberControl& fiber) {
+        if (snap.fibers.size() == snap.fibers.capacity()) walker.walk();
+        FiberSnapshot& f = snap.fibers.emplace_back(take_snapshot(fiber));
+        if (const Worker* worker = fiber.worker.load(std::memory_order_relaxed))
+          f.worker = static_cast<int>(worker->index());
+        if (f.park_state == -1) {
+          walker.add(fiber, f.stack);
+          if (walker.full()) walker.walk();
+        }
+      },
+      [&] { walker.walk(); });
   snap.fiber_count = snap.fibers.size();
   return snap;
 }

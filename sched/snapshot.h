@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace weft {
@@ -34,6 +35,21 @@ struct FiberSnapshot {
   const void* wait_object = nullptr;
   std::string wait_operation;  // "take"
   double waiting_ms = 0;
+  // Where it parked, innermost first: the return address into park()'s
+  // caller (its call site), then one per caller found by walking the frame
+  // pointers (sched/fiber_stack_walk.h). Empty unless it is parked; also
+  // empty when it moved while its stack was being read.
+  std::vector<std::uintptr_t> stack;
+};
+
+// What an address of a stack is, found in the symbol tables and the debug
+// information of the loaded objects. Fields it could not find stay empty.
+struct FrameSymbol {
+  std::string function;       // demangled: "weft::Mutex::lock()"
+  std::string file;           // source file, with -g
+  unsigned line = 0;          // 0: unknown
+  std::string module;         // the executable or shared object that holds it
+  std::uintptr_t offset = 0;  // the address less the module's load address
 };
 
 struct WorkerSnapshot {
@@ -68,6 +84,10 @@ struct ProcessSnapshot {
   std::string name;               // /proc/self/comm
   std::int64_t unix_time_ms = 0;  // when the snapshot was taken
   std::vector<SchedulerSnapshot> schedulers;
+  // Every address of every fiber's stack, symbolized once however many
+  // fibers share it (sched/symbolizer.h). Scheduler::snapshot() leaves
+  // stacks as bare addresses; weft-dump's server fills this.
+  std::unordered_map<std::uintptr_t, FrameSymbol> symbols;
 };
 
 }  // namespace weft

@@ -1,12 +1,14 @@
 // The process that tests/dump_test.cpp inspects with weft-dump: a scheduler
 // whose fibers wait in known places, each under a name the test looks for.
 //
-//   queue-taker   parked on weft::BlockingQueue (take); never got an item
+//   queue-taker   parked on weft::BlockingQueue (take) in take_from_queue();
+//                 never got an item
 //   pong          parked on weft::BlockingQueue (take) after 100 round trips
 //                 with the main thread
-//   mutex-waiter  parked on weft::Mutex (lock), held by the main thread
-//   sleeper       parked in weft::this_fiber (sleep), in 100 ms slices, at
-//                 least kSleeps of them
+//   mutex-waiter  parked on weft::Mutex (lock) in lock_mutex(), held by the
+//                 main thread
+//   sleeper       parked in weft::this_fiber (sleep) in sleep_a_slice(), in
+//                 100 ms slices, at least kSleeps of them
 //
 // It prints "ready" once all of them are where they should be, then waits
 // for a line on stdin, releases everyone and exits 0: through the
@@ -31,6 +33,27 @@ using namespace std::chrono_literals;
 
 constexpr int kRoundTrips = 100;
 constexpr std::uint64_t kSleeps = 3;  // ready only once the sleeper has slept (and woken) a few times
+
+// Where the fibers park, as named functions that are never inlined, so
+// that each parked fiber's stack in the dump holds its own function's name
+// (tests/dump_test.cpp looks for them). A call that is a function's last
+// act can become a jump that leaves no frame (a sibling call, as in
+// take_from_queue without its barrier): the empty asm after it keeps the
+// frame, as real code after the call would.
+void keep_frame() { asm volatile("" ::: "memory"); }
+
+[[gnu::noinline]] int take_from_queue(weft::BlockingQueue<int>& queue) {
+  const int item = queue.take();
+  keep_frame();
+  return item;
+}
+
+[[gnu::noinline]] void lock_mutex(weft::Mutex& mutex) { std::lock_guard guard(mutex); }
+
+[[gnu::noinline]] void sleep_a_slice() {
+  weft::this_fiber::sleep_for(100ms);
+  keep_frame();
+}
 
 bool parked_where_expected(const weft::SchedulerSnapshot& snap) {
   int ready = 0;
@@ -61,7 +84,7 @@ int main(int argc, char** argv) {
 
   weft::Fiber taker = sched->spawn({.name = "queue-taker"}, [&] {
     try {
-      never_fed.take();
+      take_from_queue(never_fed);
     } catch (const weft::QueueClosed&) {
     }
   });
@@ -71,9 +94,9 @@ int main(int argc, char** argv) {
     } catch (const weft::QueueClosed&) {
     }
   });
-  weft::Fiber waiter = sched->spawn({.name = "mutex-waiter"}, [&] { std::lock_guard guard(mutex); });
+  weft::Fiber waiter = sched->spawn({.name = "mutex-waiter"}, [&] { lock_mutex(mutex); });
   weft::Fiber sleeper = sched->spawn({.name = "sleeper"}, [&] {
-    while (!stopping.load()) weft::this_fiber::sleep_for(100ms);
+    while (!stopping.load()) sleep_a_slice();
   });
 
   for (int i = 0; i < kRoundTrips; ++i) {

@@ -238,6 +238,25 @@ bool all_parked(const JsonValue& dump) {
   return true;
 }
 
+// The lines of the fiber block of `name`: from its "- Fiber" line to the
+// next blank line.
+std::string fiber_block(const std::string& text, const std::string& name) {
+  const std::size_t begin = text.find("] \"" + name + "\" #");
+  if (begin == std::string::npos) return {};
+  const std::size_t end = text.find("\n\n", begin);
+  return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+// The function in which each fiber of dump_child parked: the named,
+// never-inlined functions that call the blocking operation.
+struct ParkedIn {
+  const char* fiber;
+  const char* function;
+};
+constexpr ParkedIn kParkedIn[] = {{"queue-taker", "::take_from_queue(weft::BlockingQueue<int>&)"},
+                                  {"mutex-waiter", "::lock_mutex(weft::Mutex&)"},
+                                  {"sleeper", "::sleep_a_slice()"}};
+
 bool text_shows_all_parked(const std::string& text) {
   return text.find("waiting on weft::this_fiber (sleep)") != std::string::npos &&
          text.find("(lock) for") != std::string::npos;
@@ -302,6 +321,29 @@ TEST_F(DumpOfChild, TextShowsEveryFiberInWispShapeWithItsWait) {
   // switched in before each.
   expect_fiber(
       "sleeper", [](Scan& s) -> Scan& { return s.lit("weft::this_fiber (sleep)"); }, 3);
+
+  // Under the wait line, its stack: "      at FUNCTION (FILE:LINE)", or
+  // (MODULE+0xOFFSET) without debug information; the function that parked
+  // it among them.
+  for (const ParkedIn& parked : kParkedIn) {
+    const std::string block = fiber_block(text, parked.fiber);
+    const std::size_t wait = block.find("\n   waiting on ");
+    ASSERT_NE(wait, std::string::npos) << block;
+    std::istringstream lines(block.substr(block.find('\n', wait + 1) + 1));
+    int frames = 0;
+    bool found = false;
+    for (std::string line; std::getline(lines, line); ++frames) {
+      EXPECT_EQ(line.rfind("      at ", 0), 0u) << line;
+      EXPECT_EQ(line.back(), ')') << line;
+      const std::size_t open = line.rfind(" (");
+      ASSERT_NE(open, std::string::npos) << line;
+      const std::string where = line.substr(open);
+      EXPECT_TRUE(where.find(':') != std::string::npos || where.find("+0x") != std::string::npos) << line;
+      if (line.find(parked.function) != std::string::npos) found = true;
+    }
+    EXPECT_GE(frames, 2) << block;
+    EXPECT_TRUE(found) << parked.function << " in\n" << block;
+  }
 }
 
 // Splits a line at runs of spaces.
@@ -414,6 +456,29 @@ TEST_F(DumpOfChild, JsonHoldsTheSameFactsAsFields) {
   expect_parked("sleeper", "weft::this_fiber", "sleep", false);
   EXPECT_GE(find_fiber(dump, "sleeper")->uint("active"), 3u);
   EXPECT_GE(find_fiber(dump, "sleeper")->uint("park"), 3u);
+  // Each parked fiber's stack, innermost first, holds the function that
+  // parked it; with debug information, its file and line.
+  // The stacks hold addresses; "symbols" says what each one is.
+  for (const ParkedIn& parked : kParkedIn) {
+    const JsonValue& stack = (*find_fiber(dump, parked.fiber))["stack"];
+    ASSERT_GE(stack.as_array().size(), 2u) << parked.fiber;
+    bool found = false;
+    for (const JsonValue& address : stack.as_array()) {
+      EXPECT_EQ(address.as_string().rfind("0x", 0), 0u) << parked.fiber;
+      ASSERT_TRUE(dump["symbols"].has(address.as_string())) << address.as_string();
+      const JsonValue& frame = dump["symbols"][address.as_string()];
+      EXPECT_FALSE(frame["module"].is_null()) << parked.fiber;
+      EXPECT_EQ(frame.str("offset").rfind("0x", 0), 0u) << parked.fiber;
+      if (frame["function"].is_null() || frame.str("function").find(parked.function) == std::string::npos) continue;
+      found = true;
+      if (!frame["file"].is_null()) {
+        EXPECT_NE(frame.str("file").find("dump_child.cpp"), std::string::npos) << frame.str("file");
+        EXPECT_GT(frame.uint("line"), 0u) << parked.fiber;
+      }
+    }
+    EXPECT_TRUE(found) << parked.function << " in the stack of " << parked.fiber;
+  }
+
   // Two queues, two objects: the taker and pong wait on different ones.
   EXPECT_NE(find_fiber(dump, "queue-taker")->operator[]("wait").str("object"),
             find_fiber(dump, "pong")->operator[]("wait").str("object"));

@@ -79,7 +79,38 @@ void read_wait(JsonCursor& json, DumpFiber& f) {
   }
 }
 
-DumpFiber read_fiber(JsonCursor& json) {
+// Absent from older processes' JSON: then no frames.
+void read_stack(JsonCursor& json, DumpFiber& f, std::vector<std::string_view>& frames) {
+  f.first_frame = frames.size();
+  json.begin_array();
+  while (json.next_item()) frames.push_back(json.string());
+  f.frame_count = frames.size() - f.first_frame;
+}
+
+void read_symbols(JsonCursor& json, std::unordered_map<std::string_view, DumpSymbol>& symbols) {
+  json.begin_object();
+  for (std::string_view address; json.next_key(address);) {
+    DumpSymbol symbol;
+    json.begin_object();
+    for (std::string_view key; json.next_key(key);) {
+      std::string_view* text = key == "function" ? &symbol.function
+                               : key == "file"   ? &symbol.file
+                               : key == "module" ? &symbol.module
+                               : key == "offset" ? &symbol.offset
+                                                 : nullptr;
+      if (text != nullptr) {
+        if (!json.null()) *text = json.string();
+      } else if (key == "line") {
+        if (!json.null()) symbol.line = json.uint();
+      } else {
+        json.skip();
+      }
+    }
+    symbols.emplace(address, symbol);
+  }
+}
+
+DumpFiber read_fiber(JsonCursor& json, std::vector<std::string_view>& frames) {
   DumpFiber f;
   unsigned seen = 0;
   json.begin_object();
@@ -124,6 +155,8 @@ DumpFiber read_fiber(JsonCursor& json) {
     } else if (key == "wait") {
       read_wait(json, f);
       seen |= 4096;
+    } else if (key == "stack") {
+      read_stack(json, f, frames);
     } else {
       json.skip();
     }
@@ -148,7 +181,7 @@ DumpScheduler read_scheduler(JsonCursor& json) {
     } else if (key == "fibers") {
       s.fibers.reserve(s.fiber_count);
       json.begin_array();
-      while (json.next_item()) s.fibers.push_back(read_fiber(json));
+      while (json.next_item()) s.fibers.push_back(read_fiber(json, s.frames));
     } else {
       json.skip();
     }
@@ -196,7 +229,40 @@ void wait_site(std::string& out, const DumpFiber& f) {
   }
 }
 
-void fiber_block(std::string& out, const DumpFiber& f) {
+std::string_view base_name(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// jstack's "\tat pkg.Class.method(File.java:42)", innermost first:
+//       at weft::Mutex::acquire(...) (libweft.so.0+0x36bef)
+//       at lock_mutex(weft::Mutex&) (dump_child.cpp:58)
+// With no debug information, the object and offset stand in for file and
+// line; with no symbol either, the address stands in for the function.
+void stack_lines(std::string& out, const DumpFiber& f, const DumpScheduler& s, const Dump& dump) {
+  for (std::size_t i = f.first_frame; i < f.first_frame + f.frame_count && i < s.frames.size(); ++i) {
+    const std::string_view address = s.frames[i];
+    const auto it = dump.symbols.find(address);
+    const DumpSymbol unknown;
+    const DumpSymbol& symbol = it != dump.symbols.end() ? it->second : unknown;
+    out += "      at ";
+    append_view(out, symbol.function.empty() ? address : symbol.function);
+    out += " (";
+    if (!symbol.file.empty()) {
+      append_view(out, base_name(symbol.file));
+      if (symbol.line != 0) append(out, ":%llu", ull(symbol.line));
+    } else if (!symbol.module.empty()) {
+      append_view(out, base_name(symbol.module));
+      out += '+';
+      append_view(out, symbol.offset);
+    } else {
+      out += "unknown";
+    }
+    out += ")\n";
+  }
+}
+
+void fiber_block(std::string& out, const DumpFiber& f, const DumpScheduler& s, const Dump& dump) {
   out += "\n- Fiber [";
   append_view(out, f.address);
   out += "] \"";
@@ -221,6 +287,7 @@ void fiber_block(std::string& out, const DumpFiber& f) {
       out += "   waiting on ";
       wait_site(out, f);
       out += " for " + format_duration_ms(f.wait_ms) + "\n";
+      stack_lines(out, f, s, dump);
     }
   }
 }
@@ -253,6 +320,8 @@ Dump read_dump(ByteBuffer text) {
       has_schedulers = true;
       json.begin_array();
       while (json.next_item()) dump.schedulers.push_back(read_scheduler(json));
+    } else if (key == "symbols") {
+      read_symbols(json, dump.symbols);
     } else {
       json.skip();
     }
@@ -272,11 +341,14 @@ std::string format_duration_ms(double ms) {
 }
 
 std::string render_dump_text(const Dump& dump, std::FILE* file) {
-  std::size_t fibers = 0;
-  for (const DumpScheduler& s : dump.schedulers) fibers += s.fibers.size();
+  std::size_t fibers = 0, frames = 0;
+  for (const DumpScheduler& s : dump.schedulers) {
+    fibers += s.fibers.size();
+    frames += s.frames.size();
+  }
   constexpr std::size_t kPiece = 64 * 1024;
   std::string out;
-  out.reserve(file != nullptr ? kPiece + 4096 : 4096 + fibers * 240);
+  out.reserve(file != nullptr ? kPiece + 4096 : 4096 + fibers * 240 + frames * 200);
   std::string time(dump.time);  // ISO 8601: 2025-06-01T08:03:43.123Z
   std::replace(time.begin(), time.end(), 'T', ' ');
   if (!time.empty() && time.back() == 'Z') time.replace(time.size() - 1, 1, " UTC");
@@ -295,7 +367,7 @@ std::string render_dump_text(const Dump& dump, std::FILE* file) {
     for (const DumpFiber& f : s.fibers) sorted.push_back(&f);
     std::sort(sorted.begin(), sorted.end(), [](const DumpFiber* a, const DumpFiber* b) { return a->id < b->id; });
     for (const DumpFiber* f : sorted) {
-      fiber_block(out, *f);
+      fiber_block(out, *f, s, dump);
       if (file != nullptr && out.size() >= kPiece) {
         std::fwrite(out.data(), 1, out.size(), file);
         out.clear();

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "json.h"
@@ -27,6 +28,13 @@ struct DumpWorker {
   std::uint64_t stuck_fiber = 0;
 };
 
+// What an address of the stacks is (the document's "symbols"); empty views
+// for JSON nulls.
+struct DumpSymbol {
+  std::string_view function, file, module, offset;
+  std::uint64_t line = 0;  // 0: unknown
+};
+
 struct DumpFiber {
   std::uint64_t id = 0;
   std::string_view address, name, state;
@@ -37,6 +45,10 @@ struct DumpFiber {
   bool has_wait = false;
   std::string_view wait_kind, wait_object, wait_operation;  // wait_object empty: null
   double wait_ms = 0;
+  // Its stack: the return addresses [first_frame, first_frame + frame_count)
+  // of its scheduler's `frames`, innermost first (one vector for all, not
+  // one per fiber).
+  std::size_t first_frame = 0, frame_count = 0;
 };
 
 struct DumpScheduler {
@@ -44,6 +56,7 @@ struct DumpScheduler {
   std::uint64_t worker_count = 0, fiber_count = 0;
   std::vector<DumpWorker> workers;
   std::vector<DumpFiber> fibers;
+  std::vector<std::string_view> frames;  // every fiber's stack, one after another
 };
 
 struct Dump {
@@ -52,6 +65,7 @@ struct Dump {
   std::string_view name, time;
   std::int64_t unix_time_ms = 0;
   std::vector<DumpScheduler> schedulers;
+  std::unordered_map<std::string_view, DumpSymbol> symbols;  // by address ("0x...")
 };
 
 // Reads the server's answer; throws JsonError if it is malformed or lacks

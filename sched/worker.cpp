@@ -37,8 +37,13 @@ inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noex
 bool not_pinned(FiberControl* fiber) noexcept { return fiber->pin_count.load(std::memory_order_relaxed) == 0; }
 bool stealable(RingEntry entry) noexcept { return !entry.pinned(); }
 
-void requeue(void* fiber) { current_worker()->push_local(static_cast<FiberControl*>(fiber), false); }
-void requeue_and_notify(void* fiber) { current_worker()->push_local(static_cast<FiberControl*>(fiber), true); }
+// SwitchActions, run on the worker that switched the fiber out: the one it
+// last ran on, which switch_in recorded.
+Worker* last_worker(void* fiber) noexcept {
+  return static_cast<FiberControl*>(fiber)->worker.load(std::memory_order_relaxed);
+}
+void requeue(void* fiber) { last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), false); }
+void requeue_and_notify(void* fiber) { last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), true); }
 }  // namespace
 
 // Not inlined, and with a compiler barrier: a fiber can resume on another

@@ -99,14 +99,14 @@ void* Stack::sanitizer_fiber() {
 StackPool::StackPool(std::size_t stack_size, std::size_t capacity, unsigned worker_caches)
     : stack_size_((stack_size + page_size() - 1) / page_size() * page_size()),
       capacity_(capacity),
-      worker_caches_(std::make_unique<std::vector<Stack>[]>(worker_caches)),
+      worker_caches_(std::make_unique<WorkerCache[]>(worker_caches)),
       worker_cache_count_(worker_caches) {}
 
 Stack StackPool::acquire(std::size_t size, unsigned cache) {
   if (size == 0 || size == stack_size_) {
-    if (cache < worker_cache_count_ && !worker_caches_[cache].empty()) {
-      Stack stack = std::move(worker_caches_[cache].back());
-      worker_caches_[cache].pop_back();
+    if (cache < worker_cache_count_ && !worker_caches_[cache].stacks.empty()) {
+      Stack stack = std::move(worker_caches_[cache].stacks.back());
+      worker_caches_[cache].stacks.pop_back();
       return stack;
     }
     std::lock_guard guard(lock_);
@@ -121,9 +121,9 @@ Stack StackPool::acquire(std::size_t size, unsigned cache) {
 
 void StackPool::release(Stack stack, unsigned cache) noexcept {
   if (!stack || stack.usable_size() != stack_size_) return;  // unmapped here
-  if (cache < worker_cache_count_ && worker_caches_[cache].size() < kWorkerCacheSize) {
-    if (worker_caches_[cache].capacity() == 0) worker_caches_[cache].reserve(kWorkerCacheSize);
-    worker_caches_[cache].push_back(std::move(stack));
+  if (cache < worker_cache_count_ && worker_caches_[cache].stacks.size() < kWorkerCacheSize) {
+    if (worker_caches_[cache].stacks.capacity() == 0) worker_caches_[cache].stacks.reserve(kWorkerCacheSize);
+    worker_caches_[cache].stacks.push_back(std::move(stack));
     return;
   }
   std::lock_guard guard(lock_);

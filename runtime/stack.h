@@ -98,7 +98,11 @@ class StackPool {
 
   const std::size_t stack_size_;  // rounded up to pages
   const std::size_t capacity_;
-  std::unique_ptr<std::vector<Stack>[]> worker_caches_;
+  // A cache line each, so that workers do not share one.
+  struct alignas(64) WorkerCache {
+    std::vector<Stack> stacks;
+  };
+  std::unique_ptr<WorkerCache[]> worker_caches_;
   unsigned worker_cache_count_;
   SpinLock lock_;
   std::vector<Stack> shared_;

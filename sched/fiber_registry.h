@@ -36,7 +36,8 @@ class FiberRegistry {
   }
 
  private:
-  struct Shard {
+  // A cache line each: every worker adds and removes in its own.
+  struct alignas(64) Shard {
     mutable SpinLock lock;
     FiberControl* head = nullptr;
     std::size_t count = 0;

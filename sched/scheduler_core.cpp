@@ -66,7 +66,8 @@ SchedulerCore::SchedulerCore(Config config)
     : config_(validated(config)),
       stacks_(config_.stack_size, config_.stack_pool_size, config_.workers),
       registry_(config_.workers + 1),
-      idle_(config_.workers) {
+      idle_(config_.workers),
+      live_(std::make_unique<LiveCount[]>(config_.workers + 1)) {
   install_overflow_handler();
   workers_.reserve(config_.workers);
   for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
@@ -80,7 +81,7 @@ SchedulerCore::~SchedulerCore() { shutdown(); }
 
 FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::size_t callable_size,
                                            std::size_t callable_align) {
-  live_.fetch_add(1, std::memory_order_seq_cst);
+  live_count().fetch_add(1, std::memory_order_seq_cst);
   if (stopping_.load(std::memory_order_seq_cst)) {
     fiber_exited();
     throw std::logic_error("weft: spawn on scheduler \"" + config_.name + "\" after it was shut down");
@@ -186,8 +187,30 @@ void SchedulerCore::release_finished(void* arg) noexcept {
   core->fiber_exited();
 }
 
+std::atomic<std::int64_t>& SchedulerCore::live_count() noexcept {
+  Worker* worker = current_worker();
+  return live_[worker != nullptr && &worker->core() == this ? worker->index() + 1 : 0].n;
+}
+
+std::int64_t SchedulerCore::live_sum() const noexcept {
+  std::int64_t sum = 0;
+  for (unsigned i = 0; i <= config_.workers; ++i) sum += live_[i].n.load(std::memory_order_seq_cst);
+  return sum;
+}
+
+std::uint64_t SchedulerCore::live_fibers() const noexcept {
+  const std::int64_t sum = live_sum();
+  return sum > 0 ? static_cast<std::uint64_t>(sum) : 0;
+}
+
+// Shutdown reads the slots one at a time, so it may see a sum that never
+// existed. It can be too high, never a false zero once stopping_ is set:
+// after that only exits happen (and spawns that back out again in the same
+// slot), and a missed exit only raises the sum. Hence the re-check in
+// shutdown() after setting stopping_.
 void SchedulerCore::fiber_exited() noexcept {
-  if (live_.fetch_sub(1, std::memory_order_seq_cst) == 1 && shutting_down_.load(std::memory_order_seq_cst)) {
+  live_count().fetch_sub(1, std::memory_order_seq_cst);
+  if (shutting_down_.load(std::memory_order_seq_cst)) {
     std::lock_guard guard(shutdown_lock_);
     all_exited_.notify_all();
   }
@@ -253,10 +276,10 @@ void SchedulerCore::shutdown() {
   for (;;) {
     std::unique_lock guard(shutdown_lock_);
     const auto deadline = Clock::now() + config_.shutdown_grace;
-    all_exited_.wait_until(guard, deadline, [this] { return live_.load(std::memory_order_seq_cst) == 0; });
-    if (live_.load(std::memory_order_seq_cst) == 0) {
+    all_exited_.wait_until(guard, deadline, [this] { return live_sum() == 0; });
+    if (live_sum() == 0) {
       stopping_.store(true, std::memory_order_seq_cst);
-      if (live_.load(std::memory_order_seq_cst) == 0) break;
+      if (live_sum() == 0) break;
       stopping_.store(false, std::memory_order_seq_cst);  // a spawn raced with us
       continue;
     }

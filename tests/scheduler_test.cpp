@@ -270,12 +270,19 @@ TEST_P(WorkersTest, StealCountsMigrations) {
 TEST_P(WorkersTest, IdleWorkersStealFromABusyOne) {
   if (workers() < 2) GTEST_SKIP() << "needs a second worker";
   std::atomic<int> done{0};
+  std::atomic<bool> ran_elsewhere{false};
+  // The children compute in slices until one of them has run on another
+  // worker's thread (or 10 s pass): how soon the idle worker's thread gets
+  // a CPU is up to the OS, and on a loaded machine it can take a while.
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
   sched()
       .spawn([&] {
+        const int parent_thread = os_thread();
         std::vector<Fiber> children;
         for (int i = 0; i < 64; ++i) {
           children.push_back(weft::spawn([&] {
-            for (int k = 0; k < 20; ++k) {
+            for (int k = 0; k < 20 || (!ran_elsewhere.load() && std::chrono::steady_clock::now() < give_up); ++k) {
+              if (os_thread() != parent_thread) ran_elsewhere.store(true);
               volatile int sink = 0;
               for (int j = 0; j < 20000; ++j) sink = sink + j;
               this_fiber::yield();
@@ -287,6 +294,7 @@ TEST_P(WorkersTest, IdleWorkersStealFromABusyOne) {
       })
       .join();
   EXPECT_EQ(done.load(), 64);
+  EXPECT_TRUE(ran_elsewhere.load());
   std::uint64_t steals = 0;
   for (const auto& w : sched().snapshot().workers) steals += w.steals;
   EXPECT_GT(steals, 0u);

@@ -14,14 +14,15 @@
 //                            preempt request; the fiber yields at its next
 //                            checkpoint (Worker::preempt_current). Again
 //                            every further slice while the tick stands.
-//   > kHandOffAfter (1 ms),  hand-off: the worker's next slot, the unpinned
-//     burning CPU or asleep  head of its ring and its oldest spawn go to
-//     in the kernel          the global queue, and a sleeping worker is
-//                            woken to run them. Idle workers steal rings
-//                            and spawns on their own, but not the next slot
-//                            (nor, unless marked stuck, the newest spawn),
-//                            and a busy peer does not steal at all: it only
-//                            checks the global queue.
+//   > kHandOffAfter (1 ms),  hand-off: the worker's next slot and the
+//     burning CPU or asleep  unpinned head of its ring go to the global
+//     in the kernel          queue, and a sleeping worker is woken to run
+//                            them; the worker is marked stuck, so that
+//                            thieves take even its newest spawn. Idle
+//                            workers steal rings and spawns on their own,
+//                            but not the next slot, and a busy peer does
+//                            not steal at all: it only checks the global
+//                            queue.
 //   > 2 x time_slice, with   stuck: shown by weft-dump, and reported once to
 //     the request unanswered Config::on_stuck_worker.
 //

@@ -1,6 +1,10 @@
 #include "block_cache.h"
 
+#include <atomic>
+#include <mutex>
 #include <new>
+
+#include "spin_lock.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define WEFT_BLOCK_CACHE 0
@@ -20,18 +24,50 @@ struct FreeBlock {
   FreeBlock* next;
 };
 
-// One size per thread: the first one cached. Other sizes bypass the cache.
-struct ThreadBlocks {
+// A list of free blocks of one size.
+struct BlockList {
   FreeBlock* head = nullptr;
   std::size_t count = 0;
-  std::size_t size = 0;
+  std::size_t size = 0;  // of every block in it; 0 while empty and unused
 
+  void push(void* block) noexcept {
+    head = ::new (block) FreeBlock{head};
+    ++count;
+  }
+  void* pop() noexcept {
+    FreeBlock* block = head;
+    head = block->next;
+    --count;
+    return block;
+  }
+  // Moves up to `n` blocks from here to `to`.
+  void move_to(BlockList& to, std::size_t n) noexcept {
+    while (n-- > 0 && head != nullptr) to.push(pop());
+  }
+  void free_all() noexcept {
+    while (head != nullptr) ::operator delete(pop(), size);
+  }
+};
+
+// Blocks freed by one thread are often allocated by another (a worker
+// spawns, another finishes the fiber): full caches hand half of their
+// blocks to this shared list, and empty ones refill from it, a batch per
+// lock. Without it, the spawner allocated from malloc every time while the
+// other thread's frees went back to malloc, which trimmed and regrew its
+// heap: page faults on every batch.
+constexpr std::size_t kSharedCapacity = 16 * BlockCache::kCapacity;
+SpinLock shared_lock;
+BlockList shared;                           // guarded by shared_lock
+std::atomic<std::size_t> shared_available;  // shared.count, to look without the lock
+
+struct ThreadBlocks {
+  BlockList list;
   ~ThreadBlocks() {
-    while (head != nullptr) {
-      FreeBlock* block = head;
-      head = block->next;
-      ::operator delete(block, size);
-    }
+    std::lock_guard guard(shared_lock);
+    if (shared.size == list.size && shared.count < kSharedCapacity)
+      list.move_to(shared, kSharedCapacity - shared.count);
+    shared_available.store(shared.count, std::memory_order_relaxed);
+    list.free_all();
   }
 };
 
@@ -40,22 +76,37 @@ struct ThreadBlocks {
 }  // namespace
 
 void* BlockCache::allocate(std::size_t size) {
-  if (WEFT_BLOCK_CACHE && blocks.head != nullptr && blocks.size == size) {
-    FreeBlock* block = blocks.head;
-    blocks.head = block->next;
-    --blocks.count;
-    return block;
+  if (WEFT_BLOCK_CACHE) {
+    BlockList& mine = blocks.list;
+    if (mine.head == nullptr && shared_available.load(std::memory_order_relaxed) != 0) {
+      std::lock_guard guard(shared_lock);
+      if (shared.size == size && (mine.size == size || mine.size == 0)) {
+        mine.size = size;
+        shared.move_to(mine, kCapacity / 2);
+        shared_available.store(shared.count, std::memory_order_relaxed);
+      }
+    }
+    if (mine.head != nullptr && mine.size == size) return mine.pop();
   }
   return ::operator new(size);
 }
 
 void BlockCache::free(void* block, std::size_t size) noexcept {
-  if (WEFT_BLOCK_CACHE && size >= sizeof(FreeBlock) && blocks.count < kCapacity &&
-      (blocks.size == size || blocks.count == 0)) {
-    blocks.size = size;
-    blocks.head = ::new (block) FreeBlock{blocks.head};
-    ++blocks.count;
-    return;
+  if (WEFT_BLOCK_CACHE && size >= sizeof(FreeBlock)) {
+    BlockList& mine = blocks.list;
+    if (mine.size == 0 || (mine.size == size && mine.count == 0)) mine.size = size;
+    if (mine.size == size) {
+      if (mine.count == kCapacity) {
+        std::lock_guard guard(shared_lock);
+        if (shared.size == 0 || shared.count == 0) shared.size = size;
+        if (shared.size == size && shared.count < kSharedCapacity) mine.move_to(shared, kCapacity / 2);
+        shared_available.store(shared.count, std::memory_order_relaxed);
+      }
+      if (mine.count < kCapacity) {
+        mine.push(block);
+        return;
+      }
+    }
   }
   ::operator delete(block, size);
 }

@@ -102,18 +102,33 @@ StackPool::StackPool(std::size_t stack_size, std::size_t capacity, unsigned work
       worker_caches_(std::make_unique<WorkerCache[]>(worker_caches)),
       worker_cache_count_(worker_caches) {}
 
+// A worker's cache trades with the shared pool kWorkerCacheSize / 2 stacks
+// at a time (Go's gfget/gfput): a worker that spawns while another one
+// finishes the fibers takes one lock per 32 stacks, not one per stack.
 Stack StackPool::acquire(std::size_t size, unsigned cache) {
   if (size == 0 || size == stack_size_) {
-    if (cache < worker_cache_count_ && !worker_caches_[cache].stacks.empty()) {
-      Stack stack = std::move(worker_caches_[cache].stacks.back());
-      worker_caches_[cache].stacks.pop_back();
-      return stack;
-    }
-    std::lock_guard guard(lock_);
-    if (!shared_.empty()) {
-      Stack stack = std::move(shared_.back());
-      shared_.pop_back();
-      return stack;
+    if (cache < worker_cache_count_) {
+      std::vector<Stack>& local = worker_caches_[cache].stacks;
+      if (local.empty()) {
+        if (local.capacity() == 0) local.reserve(kWorkerCacheSize);
+        std::lock_guard guard(lock_);
+        for (std::size_t i = 0; i < kWorkerCacheSize / 2 && !shared_.empty(); ++i) {
+          local.push_back(std::move(shared_.back()));
+          shared_.pop_back();
+        }
+      }
+      if (!local.empty()) {
+        Stack stack = std::move(local.back());
+        local.pop_back();
+        return stack;
+      }
+    } else {
+      std::lock_guard guard(lock_);
+      if (!shared_.empty()) {
+        Stack stack = std::move(shared_.back());
+        shared_.pop_back();
+        return stack;
+      }
     }
   }
   return Stack::allocate(size == 0 ? stack_size_ : size);
@@ -121,9 +136,20 @@ Stack StackPool::acquire(std::size_t size, unsigned cache) {
 
 void StackPool::release(Stack stack, unsigned cache) noexcept {
   if (!stack || stack.usable_size() != stack_size_) return;  // unmapped here
-  if (cache < worker_cache_count_ && worker_caches_[cache].stacks.size() < kWorkerCacheSize) {
-    if (worker_caches_[cache].stacks.capacity() == 0) worker_caches_[cache].stacks.reserve(kWorkerCacheSize);
-    worker_caches_[cache].stacks.push_back(std::move(stack));
+  if (cache < worker_cache_count_) {
+    std::vector<Stack>& local = worker_caches_[cache].stacks;
+    if (local.capacity() == 0) local.reserve(kWorkerCacheSize);
+    if (local.size() == kWorkerCacheSize) {
+      // Full: the older half goes to the shared pool (unmapped past its
+      // capacity), in one locked section.
+      std::lock_guard guard(lock_);
+      if (shared_.capacity() == 0) shared_.reserve(capacity_ < 4096 ? capacity_ : 4096);
+      for (std::size_t i = 0; i < kWorkerCacheSize / 2; ++i) {
+        if (shared_.size() < capacity_) shared_.push_back(std::move(local[i]));
+      }
+      local.erase(local.begin(), local.begin() + kWorkerCacheSize / 2);
+    }
+    local.push_back(std::move(stack));
     return;
   }
   std::lock_guard guard(lock_);

@@ -47,13 +47,20 @@ Fiber::~Fiber() {
 void Fiber::join() {
   if (!joinable()) throw std::logic_error("weft::Fiber::join: the fiber is not joinable");
   if (detail::current_fiber() == control_) throw std::logic_error("weft::Fiber::join: a fiber cannot join itself");
-  control_->join_lock.lock();
-  if ((control_->end_flags.load(std::memory_order_acquire) & detail::FiberControl::finished) == 0) {
-    detail::Waiter waiter;
-    control_->joiners.push_back(waiter);
-    detail::park(waiter, &control_->join_lock, {"weft::Fiber", control_, "join"});
-  } else {
-    control_->join_lock.unlock();
+  // A child that has already finished needs no lock: `finished` is set
+  // (release) after its exception is stored, and never cleared.
+  auto finished = [this] {
+    return (control_->end_flags.load(std::memory_order_acquire) & detail::FiberControl::finished) != 0;
+  };
+  if (!finished()) {
+    control_->join_lock.lock();
+    if (!finished()) {
+      detail::Waiter waiter;
+      control_->joiners.push_back(waiter);
+      detail::park(waiter, &control_->join_lock, {"weft::Fiber", control_, "join"});
+    } else {
+      control_->join_lock.unlock();
+    }
   }
   joinable_ = false;
   std::exception_ptr exception = std::move(control_->exception);

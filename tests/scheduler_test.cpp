@@ -50,57 +50,58 @@ TEST_P(WorkersTest, SpawnFromPlainThreads) {
   EXPECT_EQ(total.load(), 2000);
 }
 
-TEST_P(WorkersTest, NestedSpawnsUseTheCurrentScheduler) {
+// A fork-join tree grown by fibers of `sched`: every node spawns `fanout`
+// children with weft::spawn (the current fiber's scheduler) and joins them.
+struct TreeCounts {
   std::atomic<int> leaves{0};
-  // A tree of depth 4 and fan-out 5: 625 leaves.
-  std::function<void(int)> grow = [&](int depth) {
-    if (depth == 0) {
-      leaves.fetch_add(1);
+  std::atomic<int> alive{0};       // spawned and not yet done
+  std::atomic<int> most_alive{0};  // the most at any one time
+};
+
+void grow_tree(Scheduler& sched, int depth, int fanout, TreeCounts& counts) {
+  std::function<void(int)> grow = [&](int level) {
+    if (level == 0) {
+      counts.leaves.fetch_add(1);
       return;
     }
     std::vector<Fiber> children;
-    for (int i = 0; i < 5; ++i) children.push_back(weft::spawn([&, depth] { grow(depth - 1); }));
+    for (int i = 0; i < fanout; ++i) {
+      const int now = counts.alive.fetch_add(1) + 1;
+      int most = counts.most_alive.load();
+      while (now > most && !counts.most_alive.compare_exchange_weak(most, now)) {
+      }
+      children.push_back(weft::spawn([&, level] {
+        grow(level - 1);
+        counts.alive.fetch_sub(1);
+      }));
+    }
     for (auto& c : children) c.join();
   };
-  sched().spawn([&] { grow(4); }).join();
-  EXPECT_EQ(leaves.load(), 625);
+  sched.spawn([&] { grow(depth); }).join();
+}
+
+TEST_P(WorkersTest, NestedSpawnsUseTheCurrentScheduler) {
+  TreeCounts counts;
+  grow_tree(sched(), 4, 5, counts);  // 625 leaves
+  EXPECT_EQ(counts.leaves.load(), 625);
+  EXPECT_EQ(counts.alive.load(), 0);
 }
 
 // Spawned fibers that have not run go newest first (sched/spawn_deque.h), so
 // a fork-join tree runs depth first: only about depth x fan-out fibers are
 // alive at once, not every leaf.
 TEST_P(WorkersTest, ForkJoinTreeRunsDepthFirst) {
-  std::atomic<int> alive{0};
-  std::atomic<int> most_alive{0};
-  std::atomic<int> leaves{0};
-  std::function<void(int)> grow = [&](int depth) {
-    if (depth == 0) {
-      leaves.fetch_add(1);
-      return;
-    }
-    std::vector<Fiber> children;
-    for (int i = 0; i < 10; ++i) {
-      const int now = alive.fetch_add(1) + 1;
-      int most = most_alive.load();
-      while (now > most && !most_alive.compare_exchange_weak(most, now)) {
-      }
-      children.push_back(weft::spawn([&, depth] {
-        grow(depth - 1);
-        alive.fetch_sub(1);
-      }));
-    }
-    for (auto& c : children) c.join();
-  };
-  sched().spawn([&] { grow(4); }).join();
-  EXPECT_EQ(leaves.load(), 10'000);
+  TreeCounts counts;
+  grow_tree(sched(), 4, 10, counts);
+  EXPECT_EQ(counts.leaves.load(), 10'000);
   // Breadth first would reach 10,000. One worker is strictly depth first:
   // 4 levels x 10 children. Thieves open subtrees of their own; with more
   // workers than this machine's 2 cores, descheduled workers make that
   // unbounded in practice, so only correctness is checked there.
   if (workers() == 1) {
-    EXPECT_LE(most_alive.load(), 100);
+    EXPECT_LE(counts.most_alive.load(), 100);
   } else if (workers() == 2) {
-    EXPECT_LE(most_alive.load(), 1000);
+    EXPECT_LE(counts.most_alive.load(), 1000);
   }
 }
 

@@ -80,7 +80,7 @@ void* BlockCache::allocate(std::size_t size) {
     BlockList& mine = blocks.list;
     if (mine.head == nullptr && shared_available.load(std::memory_order_relaxed) != 0) {
       std::lock_guard guard(shared_lock);
-      if (shared.size == size && (mine.size == size || mine.size == 0)) {
+      if (shared.size == size) {  // `mine` is empty: it takes any size
         mine.size = size;
         shared.move_to(mine, kCapacity / 2);
         shared_available.store(shared.count, std::memory_order_relaxed);
@@ -94,11 +94,11 @@ void* BlockCache::allocate(std::size_t size) {
 void BlockCache::free(void* block, std::size_t size) noexcept {
   if (WEFT_BLOCK_CACHE && size >= sizeof(FreeBlock)) {
     BlockList& mine = blocks.list;
-    if (mine.size == 0 || (mine.size == size && mine.count == 0)) mine.size = size;
+    if (mine.count == 0) mine.size = size;
     if (mine.size == size) {
       if (mine.count == kCapacity) {
         std::lock_guard guard(shared_lock);
-        if (shared.size == 0 || shared.count == 0) shared.size = size;
+        if (shared.count == 0) shared.size = size;
         if (shared.size == size && shared.count < kSharedCapacity) mine.move_to(shared, kCapacity / 2);
         shared_available.store(shared.count, std::memory_order_relaxed);
       }

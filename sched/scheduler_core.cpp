@@ -81,16 +81,15 @@ SchedulerCore::~SchedulerCore() { shutdown(); }
 
 FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::size_t callable_size,
                                            std::size_t callable_align) {
-  live_count().fetch_add(1, std::memory_order_seq_cst);
+  Worker* const own = own_worker();
+  live_count(own).fetch_add(1, std::memory_order_seq_cst);
   if (stopping_.load(std::memory_order_seq_cst)) {
     fiber_exited();
     throw std::logic_error("weft: spawn on scheduler \"" + config_.name + "\" after it was shut down");
   }
   FiberControl* fiber = nullptr;
   try {
-    Worker* worker = current_worker();
-    const unsigned cache = worker != nullptr && &worker->core() == this ? worker->index() : StackPool::no_cache;
-    Stack stack = stacks_.acquire(options.stack_size, cache);
+    Stack stack = stacks_.acquire(options.stack_size, own != nullptr ? own->index() : StackPool::no_cache);
     if (callable_size + callable_align + 4096 > stack.usable_size())
       throw std::invalid_argument("weft: the fiber's callable does not fit on its stack");
     fiber = new FiberControl(*this, new_fiber_id());
@@ -119,11 +118,10 @@ void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexc
   char* bottom = fiber->stack.bottom();
   make_context(fiber->context, bottom, static_cast<std::size_t>(static_cast<char*>(fiber->callable) - bottom),
                &fiber_main, fiber->stack.sanitizer_fiber());
-  Worker* worker = current_worker();
-  const bool on_own_worker = worker != nullptr && &worker->core() == this;
-  registry_.add(fiber, on_own_worker ? worker->index() + 1 : 0);
-  if (on_own_worker) {
-    worker->push_spawned(fiber);
+  Worker* const own = own_worker();
+  registry_.add(fiber, own != nullptr ? own->index() + 1 : 0);
+  if (own != nullptr) {
+    own->push_spawned(fiber);
   } else {
     push_global(fiber);
     idle_.notify_work();
@@ -136,9 +134,8 @@ void SchedulerCore::ready(FiberControl* fiber) noexcept {
     fiber->worker.load(std::memory_order_relaxed)->push_inbox(fiber);
     return;
   }
-  Worker* worker = current_worker();
-  if (worker != nullptr && &worker->core() == this) {
-    worker->push_next(fiber);
+  if (Worker* own = own_worker()) {
+    own->push_next(fiber);
     return;
   }
   push_global(fiber);
@@ -187,9 +184,13 @@ void SchedulerCore::release_finished(void* arg) noexcept {
   core->fiber_exited();
 }
 
-std::atomic<std::int64_t>& SchedulerCore::live_count() noexcept {
+Worker* SchedulerCore::own_worker() const noexcept {
   Worker* worker = current_worker();
-  return live_[worker != nullptr && &worker->core() == this ? worker->index() + 1 : 0].n;
+  return worker != nullptr && &worker->core() == this ? worker : nullptr;
+}
+
+std::atomic<std::int64_t>& SchedulerCore::live_count(Worker* own) noexcept {
+  return live_[own != nullptr ? own->index() + 1 : 0].n;
 }
 
 std::int64_t SchedulerCore::live_sum() const noexcept {
@@ -209,7 +210,7 @@ std::uint64_t SchedulerCore::live_fibers() const noexcept {
 // slot), and a missed exit only raises the sum. Hence the re-check in
 // shutdown() after setting stopping_.
 void SchedulerCore::fiber_exited() noexcept {
-  live_count().fetch_sub(1, std::memory_order_seq_cst);
+  live_count(own_worker()).fetch_sub(1, std::memory_order_seq_cst);
   if (shutting_down_.load(std::memory_order_seq_cst)) {
     std::lock_guard guard(shutdown_lock_);
     all_exited_.notify_all();
@@ -266,8 +267,7 @@ void SchedulerCore::shutdown() {
     std::lock_guard guard(shutdown_lock_);
     if (stopped_) return;
   }
-  Worker* caller = current_worker();
-  if (caller != nullptr && &caller->core() == this) {
+  if (own_worker() != nullptr) {
     std::fprintf(stderr, "weft: scheduler \"%s\" shut down from one of its own fibers: it would wait for itself\n",
                  config_.name.c_str());
     std::terminate();

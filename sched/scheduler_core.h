@@ -129,7 +129,9 @@ class SchedulerCore {
   static void release_finished(void* fiber) noexcept;
   void report_stuck_fibers();
   void fiber_exited() noexcept;
-  std::atomic<std::int64_t>& live_count() noexcept;  // the calling thread's slot
+  // The calling thread's worker if it is one of this scheduler's, else null.
+  Worker* own_worker() const noexcept;
+  std::atomic<std::int64_t>& live_count(Worker* own) noexcept;  // `own`: own_worker()'s slot
   std::int64_t live_sum() const noexcept;
 
   const Config config_;

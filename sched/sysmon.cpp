@@ -98,7 +98,8 @@ void Sysmon::deep_sleep() {
   wake_word_.store(0, std::memory_order_relaxed);
 }
 
-void Sysmon::forget(Watch& watch) noexcept {
+void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
+  worker.set_stuck(false);
   watch.watching = false;
   watch.reported = false;
   watch.asked = {};
@@ -119,16 +120,14 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     if (state != WorkerState::sleeping && state != WorkerState::stopped) all_sleeping = false;
     const std::uint64_t tick = worker.switch_tick();
     if (state != WorkerState::running) {
-      if (watch.watching) forget(watch);
-      worker.set_stuck(false);
+      if (watch.watching) forget(worker, watch);
       continue;
     }
     any_running = true;
     if (!watch.watching || tick != watch.tick) {
       // A fiber switched in since the last look: it started no earlier than
       // that look, so counting from now never preempts one too soon.
-      forget(watch);
-      worker.set_stuck(false);
+      forget(worker, watch);
       watch.watching = true;
       watch.tick = tick;
       watch.since = now;

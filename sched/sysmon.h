@@ -105,7 +105,8 @@ class Sysmon {
   void run();
   // One look at every worker; true if sysmon did something.
   bool scan(Clock::time_point now, bool& any_running, bool& all_sleeping);
-  void forget(Watch& watch) noexcept;
+  // Starts afresh: a new fiber, or none. Clears the worker's stuck mark.
+  void forget(Worker& worker, Watch& watch) noexcept;
   // Whether the worker's thread is keeping its queued fibers waiting: it
   // burns CPU in one fiber (at least half the time since the first
   // reading), or it sleeps in the kernel (a blocking system call). Not when

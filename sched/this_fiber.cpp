@@ -30,15 +30,11 @@ void yield() {
 }
 
 void sleep_until(std::chrono::steady_clock::time_point deadline) {
-  if (!is_fiber()) {
-    std::this_thread::sleep_until(deadline);
-    return;
-  }
-  if (deadline <= std::chrono::steady_clock::now()) {
+  if (is_fiber() && deadline <= std::chrono::steady_clock::now()) {
     detail::checkpoint();  // no sleep, but still a weft call
     return;
   }
-  detail::park_until(deadline, {"weft::this_fiber", nullptr, "sleep"});
+  detail::sleep_parked_until(deadline);
 }
 
 std::uint64_t id() noexcept {
@@ -63,3 +59,15 @@ PinGuard::~PinGuard() {
 }
 
 }  // namespace weft::this_fiber
+
+namespace weft::detail {
+
+void sleep_parked_until(std::chrono::steady_clock::time_point deadline) {
+  if (!this_fiber::is_fiber()) {
+    std::this_thread::sleep_until(deadline);
+    return;
+  }
+  park_until(deadline, {"weft::this_fiber", nullptr, "sleep"});
+}
+
+}  // namespace weft::detail

@@ -18,18 +18,27 @@
 #include <string>
 #include <string_view>
 
+namespace weft::detail {
+// Parks until the deadline even if it has passed meanwhile: sleep_for with
+// a positive duration always lets the worker's other fibers run, as Go's
+// time.Sleep does, however slow the machine was between the two clock reads.
+void sleep_parked_until(std::chrono::steady_clock::time_point deadline);
+}  // namespace weft::detail
+
 namespace weft::this_fiber {
 
 bool is_fiber() noexcept;
 // Lets the other runnable fibers of this worker run first.
 void yield();
-// Parks the fiber until the deadline; it never wakes earlier.
+// Parks the fiber until the deadline; it never wakes earlier. A deadline
+// already past returns at once (a preemption point, no park).
 void sleep_until(std::chrono::steady_clock::time_point deadline);
 
 template <class Rep, class Period>
 void sleep_for(const std::chrono::duration<Rep, Period>& duration) {
   if (duration <= duration.zero()) return;
-  sleep_until(std::chrono::steady_clock::now() + std::chrono::ceil<std::chrono::steady_clock::duration>(duration));
+  detail::sleep_parked_until(std::chrono::steady_clock::now() +
+                             std::chrono::ceil<std::chrono::steady_clock::duration>(duration));
 }
 
 template <class Clock, class Duration>

@@ -238,6 +238,17 @@ TEST_P(WorkersTest, ActiveCountsSwitchesIn) {
   EXPECT_EQ(f.counts().park, 10u);
 }
 
+TEST_P(WorkersTest, SleepForAPositiveDurationAlwaysParks) {
+  // As Go's time.Sleep: even a deadline that passes before the fiber could
+  // park (1 ns) lets the worker's other fibers run.
+  Fiber f = sched().spawn([] {
+    for (int i = 0; i < 10; ++i) this_fiber::sleep_for(1ns);
+    this_fiber::sleep_until(std::chrono::steady_clock::now() - 1s);  // past: no park
+  });
+  f.join();
+  EXPECT_EQ(f.counts().park, 10u);
+}
+
 TEST_P(WorkersTest, StealCountsMigrations) {
   // Many sleepers woken by the timer thread land in the global queue, where
   // any worker may pick them: with several workers some must migrate, and

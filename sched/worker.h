@@ -122,6 +122,8 @@ class Worker {
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
   FiberControl* pick_global();
+  // push_local's slow path: the ring is full.
+  void spill_half_of_ring();
   // Whether a fiber waits in this worker's ring, spawn deque or inbox.
   bool has_local_waiting() const noexcept;
   FiberControl* steal();

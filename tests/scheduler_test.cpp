@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -226,6 +227,34 @@ TEST_P(WorkersTest, PinnedFiberNeverChangesWorker) {
   EXPECT_EQ(pinned.counts().steal, 0u);
   stop.store(true);
   for (auto& f : noise) f.join();
+}
+
+TEST_P(WorkersTest, AFullRunQueueSpillsAndLosesNobody) {
+  // A thousand fibers yielding at once overflow a worker's ring (256): its
+  // older half goes to the global queue, pinned fibers to the worker's own
+  // inbox. Every yield must come back, and no pinned fiber may move.
+  constexpr int fibers = 1000, yields = 20;
+  std::atomic<int> resumed{0};
+  std::atomic<int> pinned_moved{0};
+  Fiber parent = sched().spawn([&] {
+    std::vector<Fiber> children;
+    for (int i = 0; i < fibers; ++i) {
+      children.push_back(spawn([&, pinned = i % 3 == 0] {
+        std::optional<this_fiber::PinGuard> guard;
+        if (pinned) guard.emplace(this_fiber::pin());
+        const int home = os_thread();
+        for (int y = 0; y < yields; ++y) {
+          this_fiber::yield();
+          resumed.fetch_add(1, std::memory_order_relaxed);
+          if (pinned && os_thread() != home) pinned_moved.fetch_add(1);
+        }
+      }));
+    }
+    for (auto& child : children) child.join();
+  });
+  parent.join();
+  EXPECT_EQ(resumed.load(), fibers * yields);
+  EXPECT_EQ(pinned_moved.load(), 0);
 }
 
 TEST_P(WorkersTest, ActiveCountsSwitchesIn) {

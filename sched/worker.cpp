@@ -304,19 +304,24 @@ void Worker::push_next(FiberControl* fiber) {
 
 void Worker::push_spawned(FiberControl* fiber) {
   if (!spawned_.push(fiber)) {
-    // Full: the older half goes to the global queue.
-    FiberControl* oldest[decltype(spawned_)::capacity / 2];
-    std::size_t n = 0;
-    while (n < std::size(oldest)) {
-      FiberControl* old = spawned_.steal();
-      if (old == nullptr) break;
-      oldest[n++] = old;
-    }
-    core_.push_global_bulk(oldest, n);
+    spill_half_of_spawns();
     spawned_.push(fiber);
   }
   // A thief leaves the newest to us, so wake one only for a second.
   if (spawned_.size() >= 2) core_.idle().notify_work();
+}
+
+// Out of line for the same reason as spill_half_of_ring().
+[[gnu::noinline, gnu::cold]] void Worker::spill_half_of_spawns() {
+  // The older half goes to the global queue.
+  FiberControl* oldest[decltype(spawned_)::capacity / 2];
+  std::size_t n = 0;
+  while (n < std::size(oldest)) {
+    FiberControl* old = spawned_.steal();
+    if (old == nullptr) break;
+    oldest[n++] = old;
+  }
+  core_.push_global_bulk(oldest, n);
 }
 
 void Worker::push_inbox(FiberControl* fiber) noexcept {

@@ -122,8 +122,9 @@ class Worker {
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
   FiberControl* pick_global();
-  // push_local's slow path: the ring is full.
+  // The slow paths of push_local and push_spawned: the ring or deque is full.
   void spill_half_of_ring();
+  void spill_half_of_spawns();
   // Whether a fiber waits in this worker's ring, spawn deque or inbox.
   bool has_local_waiting() const noexcept;
   FiberControl* steal();

@@ -7,23 +7,26 @@
 namespace weft::detail {
 namespace {
 
-// What the parking fiber leaves for the SwitchAction that runs once it has
-// been switched out. It lives in the parked fiber's frame: read it before
-// anything can resume that fiber.
-struct ParkRequest {
+// Runs once the parked fiber has been switched out: no waker can resume it
+// before it has left its worker, since wakers find it under the lock.
+void unlock_after_switch_out(void* lock) { static_cast<SpinLock*>(lock)->unlock(); }
+
+// What a fiber parking with a deadline leaves for the SwitchAction that runs
+// once it has been switched out. It lives in the parked fiber's frame: read
+// it before anything can resume that fiber.
+struct TimedParkRequest {
   SpinLock* lock;
   TimerNode* timer;
   TimerQueue* timers;
 };
 
-void after_switch_out(void* arg) {
-  auto* request = static_cast<ParkRequest*>(arg);
+void arm_after_switch_out(void* arg) {
+  auto* request = static_cast<TimedParkRequest*>(arg);
   SpinLock* lock = request->lock;
-  TimerNode* timer = request->timer;
   // Arm before unlocking: until the lock is released no waker can find the
   // waiter, so the fiber cannot resume (and pop the frame that holds the
   // node) before the node is armed. After arm(), the request may be gone.
-  if (timer != nullptr) request->timers->arm(*timer);
+  request->timers->arm(*request->timer);
   if (lock != nullptr) lock->unlock();
 }
 
@@ -53,6 +56,26 @@ WakeReason park_thread(Waiter& waiter, SpinLock* lock, Clock::time_point deadlin
   }
 }
 
+// park() with a deadline: the timer node lives in this frame, kept out of
+// park() so that the common park without one does not build it.
+[[gnu::noinline]] WakeReason park_timed(Worker* worker, FiberControl* self, Waiter& waiter, SpinLock* lock,
+                                        Clock::time_point deadline) {
+  TimerNode timer;
+  timer.deadline = deadline;
+  timer.fire = &time_out;
+  timer.context = &waiter;
+  TimedParkRequest request{lock, &timer, &self->scheduler->timers()};
+  worker->park_current(SwitchAction{&arm_after_switch_out, &request});
+  // Resumed, perhaps on another worker: `worker` is stale from here on.
+  if (waiter.state.load(std::memory_order_acquire) == Waiter::notified) {
+    // The timer may be firing right now: cancel() waits for it, so the node
+    // is not touched once we return.
+    self->scheduler->timers().cancel(timer);
+    return WakeReason::notified;
+  }
+  return WakeReason::timed_out;
+}
+
 }  // namespace
 
 WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline) {
@@ -62,28 +85,20 @@ WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::tim
   if (self == nullptr) return park_thread(waiter, lock, deadline);
 
   waiter.fiber = self;
-  TimerNode timer;
-  ParkRequest request{lock, nullptr, &self->scheduler->timers()};
-  if (deadline != no_deadline) {
-    timer.deadline = deadline;
-    timer.fire = &time_out;
-    timer.context = &waiter;
-    request.timer = &timer;
-  }
   self->record_wait(site);
   self->park_frame.store(reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)), std::memory_order_relaxed);
   self->park_call_site.store(reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)), std::memory_order_relaxed);
-  worker->park_current(SwitchAction{&after_switch_out, &request});
-  // Resumed, perhaps on another worker: `worker` is stale from here on.
-  self->clear_wait();
-  const std::uint32_t state = waiter.state.load(std::memory_order_acquire);
-  if (state == Waiter::notified) {
-    // The timer may be firing right now: cancel() waits for it, so the node
-    // is not touched once we return.
-    if (request.timer != nullptr) self->scheduler->timers().cancel(timer);
-    return WakeReason::notified;
+  WakeReason reason = WakeReason::notified;
+  if (deadline != no_deadline) {
+    reason = park_timed(worker, self, waiter, lock, deadline);
+  } else {
+    worker->park_current(lock != nullptr ? SwitchAction{&unlock_after_switch_out, lock} : SwitchAction{});
+    // Without a deadline only unpark() wakes us. Its release store of the
+    // state is what orders the waker's hand-off before our return.
+    (void)waiter.state.load(std::memory_order_acquire);
   }
-  return WakeReason::timed_out;
+  self->clear_wait();
+  return reason;
 }
 
 bool unpark(Waiter& waiter) noexcept {

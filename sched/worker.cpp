@@ -181,7 +181,8 @@ void Worker::run_loop() {
   tls_worker = nullptr;
 }
 
-void Worker::switch_in(FiberControl* next) noexcept {
+// Inlined into its four callers: a call and a return fewer per switch.
+[[gnu::always_inline]] inline void Worker::switch_in(FiberControl* next) noexcept {
   current_.store(next, std::memory_order_relaxed);
   switch_tick_.store(switch_tick_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   state_.store(WorkerState::running, std::memory_order_relaxed);

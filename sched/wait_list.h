@@ -49,19 +49,6 @@ class WaitList {
     tail_ = &w;
   }
 
-  // Ahead of everyone: a waiter that was woken and lost the race goes back
-  // to where it was.
-  void push_front(Waiter& w) noexcept {
-    w.prev = nullptr;
-    w.next = head_;
-    w.linked = true;
-    if (head_ != nullptr)
-      head_->prev = &w;
-    else
-      tail_ = &w;
-    head_ = &w;
-  }
-
   Waiter* pop_front() noexcept {
     Waiter* w = head_;
     if (w != nullptr) remove(*w);

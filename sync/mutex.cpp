@@ -27,55 +27,27 @@ void Mutex::set_owner() noexcept {
 
 bool Mutex::try_lock() {
   std::lock_guard guard(lock_);
-  if (locked_ || starving_) return false;
+  if (locked_) return false;
   locked_ = true;
   set_owner();
   return true;
 }
 
-// Waiter::amount: 1 when unlock() handed the lock over (fair mode), 0 when
-// it only woke the waiter to compete.
 bool Mutex::acquire(detail::Clock::time_point deadline) {
-  lock_.lock();
-  if (!locked_ && !starving_) {
-    locked_ = true;
+  // Woken means the lock was handed to us: locked_ stayed true throughout.
+  const bool acquired = detail::wait_unless(
+      waiters_, lock_,
+      [&] {
+        if (locked_) return false;
+        locked_ = true;
+        return true;
+      },
+      {"weft::Mutex", this, "lock"}, deadline);
+  if (acquired) {
+    std::lock_guard guard(lock_);
     set_owner();
-    lock_.unlock();
-    return true;
   }
-  const detail::Clock::time_point since = detail::Clock::now();
-  bool lost_a_race = false;
-  for (;;) {
-    detail::Waiter waiter;
-    if (lost_a_race)
-      waiters_.push_front(waiter);
-    else
-      waiters_.push_back(waiter);
-    if (detail::park(waiter, &lock_, {"weft::Mutex", this, "lock"}, deadline) != detail::WakeReason::notified) {
-      std::lock_guard guard(lock_);
-      waiters_.remove(waiter);
-      return false;
-    }
-    lock_.lock();
-    const bool waited_long = detail::Clock::now() - since >= starvation_threshold;
-    if (waiter.amount == 1) {  // handed over: locked_ stayed true
-      if (waiters_.empty() || !waited_long) starving_ = false;
-      set_owner();
-      lock_.unlock();
-      return true;
-    }
-    waking_ = false;
-    if (!locked_) {
-      locked_ = true;
-      set_owner();
-      lock_.unlock();
-      return true;
-    }
-    // A running newcomer got there first: wait again, at the front, with
-    // lock_ still held (park() releases it).
-    if (waited_long) starving_ = true;
-    lost_a_race = true;
-  }
+  return acquired;
 }
 
 void Mutex::unlock() {
@@ -88,19 +60,7 @@ void Mutex::unlock() {
   }
   owner_ = 0;
 #endif
-  if (starving_) {
-    const bool handed = detail::wake_first(
-        waiters_, [](detail::Waiter& w) { w.amount = 1; }, [](detail::Waiter& w) { w.amount = 0; });
-    if (!handed) {
-      locked_ = false;
-      starving_ = false;
-    }
-    return;
-  }
-  locked_ = false;
-  // One competitor at a time: while a woken waiter is on its way, more
-  // wakes would only have them lose to each other.
-  if (!waking_ && detail::wake_first(waiters_)) waking_ = true;
+  if (!detail::wake_first(waiters_)) locked_ = false;
 }
 
 }  // namespace weft

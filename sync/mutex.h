@@ -8,16 +8,10 @@
 //   std::unique_lock lock(mu, std::defer_lock);
 //   if (lock.try_lock_for(5ms)) { ... }
 //
-// Fairness, as Go's sync.Mutex: normally unlock() frees the lock and wakes
-// the longest waiter to compete for it, and a running newcomer may take it
-// first (barging: the lock stays with whoever is running, with no switch or
-// futex wake per acquisition, so contended throughput stays close to
-// std::mutex's). A woken waiter that loses goes back to the front of the
-// queue. Once a waiter has waited longer than starvation_threshold, the
-// mutex turns fair: unlock() hands the lock straight to the longest waiter
-// and newcomers queue behind, until the queue empties or a waiter got the
-// lock within the threshold. So no waiter starves. Not recursive. In builds
-// without NDEBUG, unlock() by anyone but the owner aborts with a message.
+// Fairness: unlock() hands the lock to the longest waiter directly, so no
+// waiter starves under contention (the price: a newcomer cannot barge in
+// ahead of a woken waiter). Not recursive. In builds without NDEBUG,
+// unlock() by anyone but the owner aborts with a message.
 #pragma once
 
 #include <chrono>
@@ -45,17 +39,12 @@ class Mutex {
   }
   void unlock();
 
-  // How long a waiter may wait before the mutex turns fair (Go's 1 ms).
-  static constexpr std::chrono::milliseconds starvation_threshold{1};
-
  private:
   bool acquire(detail::Clock::time_point deadline);
   void set_owner() noexcept;
 
   detail::SpinLock lock_;
   bool locked_ = false;
-  bool starving_ = false;  // fair mode: unlock() hands over, nobody barges
-  bool waking_ = false;    // a woken waiter is on its way to compete
   detail::WaitList waiters_;
 #ifndef NDEBUG
   std::uintptr_t owner_ = 0;  // the owning fiber or thread, for misuse checks

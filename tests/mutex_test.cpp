@@ -31,6 +31,38 @@ TEST(Mutex, WorksWithTheStdLockTypes) {
   EXPECT_TRUE(lock.try_lock_until(std::chrono::system_clock::now() + 1ms));
 }
 
+// One worker, a fiber that releases and retakes the lock in a loop with no
+// switch in between, and a waiter on the same worker: the waiter must still
+// get the lock. A mutex that let the releaser barge back in would wake the
+// waiter into the releaser's own run queue and never let it run, since
+// fibers are not preempted between checkpoints (docs/benchmarks.md, "Mutex
+// from plain threads": a Go-style barging Mutex livelocked here).
+TEST(Mutex, AReleaserRetakingAtOnceDoesNotStarveAWaiterOnItsWorker) {
+  Scheduler sched{test::config_with(1)};
+  Mutex mu;
+  bool waiter_done = false;  // one worker: no data race
+  int retakes = 0;
+  Fiber releaser = sched.spawn([&] {
+    mu.lock();
+    Fiber waiter = spawn([&] {
+      mu.lock();
+      waiter_done = true;
+      mu.unlock();
+    });
+    this_fiber::yield();  // the waiter runs and parks in lock()
+    while (!waiter_done && retakes < 1000) {
+      mu.unlock();
+      mu.lock();  // no switch unless the lock went to the waiter
+      ++retakes;
+    }
+    mu.unlock();
+    waiter.join();
+  });
+  releaser.join();
+  EXPECT_TRUE(waiter_done);
+  EXPECT_LT(retakes, 1000) << "the waiter never got the lock while the releaser kept retaking it";
+}
+
 // 1,000 fibers each increment a Mutex-protected counter 1,000 times.
 TEST_P(MutexTest, CountIsExact) {
   Mutex mu;

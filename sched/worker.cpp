@@ -281,7 +281,7 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
 }
 
 // Out of line: its 2 KiB of arrays made every push_local save six registers
-// and set up a frame, a tenth of a yield.
+// and set up a frame, 16 of a yield's 189 instructions (callgrind).
 [[gnu::noinline, gnu::cold]] void Worker::spill_half_of_ring() {
   // Move the older half to the global queue (pinned fibers to our inbox,
   // since no other worker may run them).

@@ -29,10 +29,6 @@
 
 namespace weft::detail {
 
-using boost::context::detail::jump_fcontext;
-using boost::context::detail::make_fcontext;
-using boost::context::detail::transfer_t;
-
 namespace {
 
 // Carried across a switch on the switching side's stack. The resumed side
@@ -73,7 +69,8 @@ void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, Context
   ctx.stack_size = size;
   ctx.asan_fake_stack = nullptr;
   ctx.tsan_fiber = sanitizer_fiber;
-  ctx.saved = make_fcontext(static_cast<char*>(bottom) + size, size, entry);
+  ctx.saved = detail::make_fcontext(static_cast<char*>(bottom) + size, size, entry);
+  ctx.fresh = true;
 }
 
 void adopt_thread_context(ExecutionContext& ctx) {
@@ -108,14 +105,18 @@ void delete_sanitizer_fiber([[maybe_unused]] void* fiber) {
 void switch_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
   SwitchMessage message{&from, action};
   announce_switch(from, to, false);
-  transfer_t back = jump_fcontext(to.saved, &message);
+  const JumpKind kind = to.fresh ? JumpKind::enter : JumpKind::resume;
+  to.fresh = false;
+  transfer_t back = detail::jump_fcontext(to.saved, &message, kind);
   finish_switch(from, back);
 }
 
 void exit_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
   SwitchMessage message{&from, action};
   announce_switch(from, to, true);
-  jump_fcontext(to.saved, &message);
+  to.fresh = false;
+  // This call never returns, so there is no return address to predict.
+  detail::jump_fcontext(to.saved, &message, JumpKind::enter);
   std::abort();  // a finished context is never resumed
 }
 

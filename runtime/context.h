@@ -9,8 +9,9 @@
 // gopark unlockf, Boost.Fiber's "resume with action").
 #pragma once
 
-#include <boost/context/detail/fcontext.hpp>
 #include <cstddef>
+
+#include "fcontext.h"
 
 namespace weft::detail {
 
@@ -22,7 +23,8 @@ struct SwitchAction {
 };
 
 struct ExecutionContext {
-  boost::context::detail::fcontext_t saved = nullptr;  // where to resume
+  fcontext_t saved = nullptr;  // where to resume
+  bool fresh = false;          // made by make_context, not yet run
   // The stack this context runs on, for AddressSanitizer.
   const void* stack_bottom = nullptr;
   std::size_t stack_size = 0;
@@ -32,7 +34,7 @@ struct ExecutionContext {
 
 // The entry point of a new context. Its first act must be
 // complete_switch(self, transfer): that finishes the switch that started it.
-using ContextEntry = void (*)(boost::context::detail::transfer_t);
+using ContextEntry = void (*)(transfer_t);
 
 // Prepares `ctx` to start at `entry` on the stack [bottom, bottom + size).
 // `sanitizer_fiber` comes from the stack (Stack::sanitizer_fiber()).
@@ -51,7 +53,7 @@ void switch_context(ExecutionContext& from, ExecutionContext& to, SwitchAction a
 // The last switch of a context that has finished: never returns.
 [[noreturn]] void exit_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action);
 // Completes the switch that started a fresh context (see ContextEntry).
-void complete_switch(ExecutionContext& self, boost::context::detail::transfer_t transfer);
+void complete_switch(ExecutionContext& self, transfer_t transfer);
 
 // Under AddressSanitizer, clears stale poison from a reused stack.
 void unpoison_stack(void* bottom, std::size_t size);

@@ -48,7 +48,7 @@ void destroy_fiber_locals(FiberControl* fiber) noexcept {
 }
 
 // Every fiber starts here, on its own stack.
-void fiber_main(boost::context::detail::transfer_t transfer) {
+void fiber_main(transfer_t transfer) {
   FiberControl* self = current_worker()->current();
   complete_switch(self->context, transfer);
   try {

@@ -27,17 +27,19 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+// Where a finished context's last switch is made (exit_context). The
+// sanitizers must be told of a switch right before it, in a frame that does
+// not return afterwards: ThreadSanitizer would charge the return to the
+// next fiber's stack. So under them the switch is made deep in the finished
+// fiber's stack, where it is announced, as it is on Boost.Context, whose
+// entries cannot return.
+#if defined(WEFT_OWN_FCONTEXT) && !defined(WEFT_ASAN) && !defined(WEFT_TSAN)
+#define WEFT_LAST_SWITCH_BY_RETURN 1
+#endif
+
 namespace weft::detail {
 
 namespace {
-
-// Carried across a switch on the switching side's stack. The resumed side
-// copies it before running the action: once the action has run, the
-// switched-away context may be resumed elsewhere and its stack reused.
-struct SwitchMessage {
-  ExecutionContext* from;
-  SwitchAction action;
-};
 
 // Before the jump: tell the sanitizers where we are going. A finishing
 // context passes no fake-stack slot, so ASan frees its fake stack.
@@ -62,6 +64,15 @@ inline void finish_switch(ExecutionContext& self, transfer_t transfer) {
   if (message.action.run != nullptr) message.action.run(message.action.arg);
 }
 
+#ifndef WEFT_OWN_FCONTEXT
+// Boost.Context's entries return nothing: find the context's own entry
+// through the message of the switch that started it.
+void start_fresh_context(transfer_t transfer) {
+  static_cast<SwitchMessage*>(transfer.data)->to->entry(transfer);
+  std::abort();  // exit_context() switched away for good
+}
+#endif
+
 }  // namespace
 
 void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, ContextEntry entry, void* sanitizer_fiber) {
@@ -69,8 +80,12 @@ void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, Context
   ctx.stack_size = size;
   ctx.asan_fake_stack = nullptr;
   ctx.tsan_fiber = sanitizer_fiber;
-  ctx.saved = detail::make_fcontext(static_cast<char*>(bottom) + size, size, entry);
-  ctx.fresh = true;
+  ctx.entry = entry;
+#ifdef WEFT_OWN_FCONTEXT
+  ctx.saved = make_fcontext(static_cast<char*>(bottom) + size, size, entry);
+#else
+  ctx.saved = make_fcontext(static_cast<char*>(bottom) + size, size, &start_fresh_context);
+#endif
 }
 
 void adopt_thread_context(ExecutionContext& ctx) {
@@ -103,21 +118,22 @@ void delete_sanitizer_fiber([[maybe_unused]] void* fiber) {
 }
 
 void switch_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
-  SwitchMessage message{&from, action};
+  SwitchMessage message{&from, &to, action};
   announce_switch(from, to, false);
-  const JumpKind kind = to.fresh ? JumpKind::enter : JumpKind::resume;
-  to.fresh = false;
-  transfer_t back = detail::jump_fcontext(to.saved, &message, kind);
+  transfer_t back = jump_fcontext(to.saved, &message);
   finish_switch(from, back);
 }
 
-void exit_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
-  SwitchMessage message{&from, action};
+transfer_t exit_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
+  // The message outlives the finished context's frames.
+  from.exit_message = SwitchMessage{&from, &to, action};
+#ifdef WEFT_LAST_SWITCH_BY_RETURN
+  return transfer_t{to.saved, &from.exit_message};
+#else
   announce_switch(from, to, true);
-  to.fresh = false;
-  // This call never returns, so there is no return address to predict.
-  detail::jump_fcontext(to.saved, &message, JumpKind::enter);
+  jump_fcontext(to.saved, &from.exit_message);
   std::abort();  // a finished context is never resumed
+#endif
 }
 
 void complete_switch(ExecutionContext& self, transfer_t transfer) { finish_switch(self, transfer); }

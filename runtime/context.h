@@ -22,19 +22,32 @@ struct SwitchAction {
   void* arg = nullptr;
 };
 
+struct ExecutionContext;
+
+// Carried across a switch. The resumed side copies it before running the
+// action: once the action has run, the switched-away context may be resumed
+// elsewhere and its stack reused.
+struct SwitchMessage {
+  ExecutionContext* from;
+  ExecutionContext* to;
+  SwitchAction action;
+};
+
+// The entry point of a new context. Its first act must be
+// complete_switch(self, transfer), which finishes the switch that started
+// it; its last, `return exit_context(...)`.
+using ContextEntry = transfer_t (*)(transfer_t);
+
 struct ExecutionContext {
-  fcontext_t saved = nullptr;  // where to resume
-  bool fresh = false;          // made by make_context, not yet run
+  fcontext_t saved = nullptr;    // where to resume
+  ContextEntry entry = nullptr;  // where a fresh context starts
   // The stack this context runs on, for AddressSanitizer.
   const void* stack_bottom = nullptr;
   std::size_t stack_size = 0;
   void* asan_fake_stack = nullptr;
-  void* tsan_fiber = nullptr;  // ThreadSanitizer's handle for this context
+  void* tsan_fiber = nullptr;    // ThreadSanitizer's handle for this context
+  SwitchMessage exit_message{};  // of its last switch (exit_context)
 };
-
-// The entry point of a new context. Its first act must be
-// complete_switch(self, transfer): that finishes the switch that started it.
-using ContextEntry = void (*)(transfer_t);
 
 // Prepares `ctx` to start at `entry` on the stack [bottom, bottom + size).
 // `sanitizer_fiber` comes from the stack (Stack::sanitizer_fiber()).
@@ -50,8 +63,11 @@ void delete_sanitizer_fiber(void* fiber);
 // Saves the caller into `from`, resumes `to`, and runs `action` there.
 // Returns when something switches back to `from`.
 void switch_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action);
-// The last switch of a context that has finished: never returns.
-[[noreturn]] void exit_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action);
+// The last switch of a context that has finished, to `to`, running
+// `action` there. Its entry returns what this returns, and the switch is
+// made once the entry's frames are gone (fcontext.h says why). Under the
+// sanitizers, and on Boost.Context, it is made here, and this never returns.
+[[nodiscard]] transfer_t exit_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action);
 // Completes the switch that started a fresh context (see ContextEntry).
 void complete_switch(ExecutionContext& self, transfer_t transfer);
 

@@ -16,14 +16,16 @@
 #include <cstdint>
 #include <cstring>
 
-// weft_jump_fcontext(to = rdi, data = rsi, kind = edx) returns
-// transfer_t{rax = the context it saved, rdx = data}; a fresh context gets
-// the same pair as its entry's argument, in rdi and rsi.
+// weft_jump_fcontext(to = rdi, data = rsi) saves the caller's frame and
+// falls into weft_resume_fcontext, which restores the frame at rsp and
+// passes transfer_t{rax, rsi}: as the return value (rax, rdx) to a resumed
+// context, as the argument (rdi, rsi) to a fresh one.
 //
 // weft_context_start: a fresh context's first stop. The restore left the
-// entry in rbx and a 16-byte aligned rsp: call it. The entry never returns
-// (a finished fiber switches away for good); the CFI marks the outermost
-// frame for debuggers and unwinders.
+// entry in rbx and rsp 16-byte aligned, as a call wants: call it. When it
+// returns {rax = context, rdx = data}, make the last switch from here,
+// restoring only: the finished context is never resumed. The CFI marks
+// this as the outermost frame for debuggers and unwinders.
 asm(R"(
   .text
   .p2align 4
@@ -42,6 +44,7 @@ weft_jump_fcontext:
   movq %rbp, 0x30(%rsp)
   movq %rsp, %rax
   movq %rdi, %rsp
+weft_resume_fcontext:
   ldmxcsr (%rsp)
   fldcw 0x4(%rsp)
   movq 0x8(%rsp), %r12
@@ -50,26 +53,30 @@ weft_jump_fcontext:
   movq 0x20(%rsp), %r15
   movq 0x28(%rsp), %rbx
   movq 0x30(%rsp), %rbp
-  movl %edx, %ecx
   movq %rsi, %rdx
   movq %rax, %rdi
-  testl %ecx, %ecx
-  jnz 1f
+  leaq weft_context_start(%rip), %rcx
+  cmpq %rcx, 0x38(%rsp)
+  je 1f
   leaq 0x38(%rsp), %rsp
   ret
 1:
-  movq 0x38(%rsp), %r8
   leaq 0x40(%rsp), %rsp
-  jmp *%r8
+  jmp weft_context_start
   .size weft_jump_fcontext, . - weft_jump_fcontext
 
   .p2align 4
+  .globl weft_context_start
+  .hidden weft_context_start
   .type weft_context_start, @function
 weft_context_start:
   .cfi_startproc
   .cfi_undefined rip
   call *%rbx
-  ud2
+  movq %rax, %rsp
+  movq %rdx, %rsi
+  xorl %eax, %eax
+  jmp weft_resume_fcontext
   .cfi_endproc
   .size weft_context_start, . - weft_context_start
 )");
@@ -78,10 +85,9 @@ extern "C" void weft_context_start();
 
 namespace weft::detail {
 
-fcontext_t make_fcontext(void* stack_top, std::size_t, void (*entry)(transfer_t)) noexcept {
-  // The frame ends 16-byte aligned, so that rsp is aligned at the call in
-  // weft_context_start, as the ABI wants before a call.
-  auto top = reinterpret_cast<std::uintptr_t>(stack_top) & ~std::uintptr_t{15};
+fcontext_t make_fcontext(void* stack_top, std::size_t, FreshEntry entry) noexcept {
+  // The frame ends 16-byte aligned: that is rsp at the call of the entry.
+  const auto top = reinterpret_cast<std::uintptr_t>(stack_top) & ~std::uintptr_t{15};
   auto* frame = reinterpret_cast<unsigned char*>(top - 0x40);
   std::memset(frame, 0, 0x40);
   // The new context starts with the creating thread's floating-point modes.

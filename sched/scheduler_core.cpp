@@ -48,7 +48,7 @@ void destroy_fiber_locals(FiberControl* fiber) noexcept {
 }
 
 // Every fiber starts here, on its own stack.
-void fiber_main(transfer_t transfer) {
+transfer_t fiber_main(transfer_t transfer) {
   FiberControl* self = current_worker()->current();
   complete_switch(self->context, transfer);
   try {
@@ -57,7 +57,7 @@ void fiber_main(transfer_t transfer) {
     self->exception = std::current_exception();
   }
   destroy_fiber_locals(self);
-  self->scheduler->finish_fiber(self);
+  return self->scheduler->finish_fiber(self);
 }
 
 }  // namespace
@@ -159,7 +159,7 @@ std::size_t SchedulerCore::pop_global_bulk(FiberControl** out, std::size_t max) 
   return n;
 }
 
-void SchedulerCore::finish_fiber(FiberControl* fiber) noexcept {
+transfer_t SchedulerCore::finish_fiber(FiberControl* fiber) noexcept {
   registry_.remove(fiber);
   std::uint32_t flags;
   {
@@ -169,7 +169,7 @@ void SchedulerCore::finish_fiber(FiberControl* fiber) noexcept {
     while (Waiter* joiner = fiber->joiners.pop_front()) unpark(*joiner);
   }
   if ((flags & FiberControl::detached) != 0 && fiber->exception) report_unhandled(fiber);
-  current_worker()->exit_current(SwitchAction{&release_finished, fiber});
+  return current_worker()->exit_current(SwitchAction{&release_finished, fiber});
 }
 
 // After the fiber's last switch, on whatever runs next on its worker: its

@@ -119,8 +119,9 @@ class SchedulerCore {
   std::int64_t global_size() const noexcept { return global_size_.load(std::memory_order_relaxed); }
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
 
-  // Runs on the fiber's own stack when its body has returned.
-  [[noreturn]] void finish_fiber(FiberControl* fiber) noexcept;
+  // Runs on the fiber's own stack when its body has returned; the fiber's
+  // entry returns what this returns, its last switch (exit_context).
+  [[nodiscard]] transfer_t finish_fiber(FiberControl* fiber) noexcept;
   std::uint64_t live_fibers() const noexcept;
   // An exception escaped a detached fiber: the Config's handler, or terminate.
   void report_unhandled(FiberControl* fiber) noexcept;

@@ -260,15 +260,15 @@ void Worker::park_current(SwitchAction after) {
   switch_away(after);
 }
 
-void Worker::exit_current(SwitchAction after) {
+transfer_t Worker::exit_current(SwitchAction after) {
   FiberControl* self = current();
   FiberControl* next = pick_next();
   if (next != nullptr) {
     switch_in(next);
-    exit_context(self->context, next->context, after);
+    return exit_context(self->context, next->context, after);
   }
   current_.store(nullptr, std::memory_order_relaxed);
-  exit_context(self->context, loop_context_, after);
+  return exit_context(self->context, loop_context_, after);
 }
 
 void Worker::push_local(FiberControl* fiber, bool notify) {

@@ -66,8 +66,9 @@ class Worker {
   void yield_current();
   // Switches the running fiber out; `after` runs once it is saved.
   void park_current(SwitchAction after);
-  // The running fiber has finished: switch away for good.
-  [[noreturn]] void exit_current(SwitchAction after);
+  // The running fiber has finished: picks what runs next and returns the
+  // switch there, for the fiber's entry to return (exit_context).
+  [[nodiscard]] transfer_t exit_current(SwitchAction after);
 
   // --- on this worker's thread ------------------------------------------
   // Back of the ring (spills half to global when full); `notify` wakes an

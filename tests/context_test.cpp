@@ -16,10 +16,13 @@ namespace {
 struct TwoContexts {
   static inline TwoContexts* current = nullptr;
 
-  explicit TwoContexts(void (*entry)(transfer_t), std::size_t misalign = 0)
+  explicit TwoContexts(ContextEntry entry, std::size_t misalign = 0)
       : stack(Stack::allocate(64 * 1024)), sanitizer_fiber(new_sanitizer_fiber()) {
     current = this;
     adopt_thread_context(main);
+    // As the scheduler does: an earlier context's frames may have left this
+    // address range poisoned for ASan.
+    unpoison_stack(stack.bottom(), stack.usable_size());
     // `misalign` bytes short of the top: make_context must align for itself.
     make_context(other, stack.bottom(), stack.usable_size() - misalign, entry, sanitizer_fiber);
   }
@@ -32,7 +35,8 @@ struct TwoContexts {
   void run_other() { switch_context(main, other, SwitchAction{}); }
   // From the other context.
   void back_to_main() { switch_context(other, main, SwitchAction{}); }
-  [[noreturn]] void exit_to_main() { exit_context(other, main, SwitchAction{}); }
+  // The entry's last act: `return exit_to_main();`.
+  transfer_t exit_to_main() { return exit_context(other, main, SwitchAction{}); }
 
   Stack stack;
   void* sanitizer_fiber;
@@ -44,10 +48,10 @@ struct TwoContexts {
 void start(transfer_t transfer) { complete_switch(TwoContexts::current->other, transfer); }
 
 TEST(Context, AFreshContextRunsItsEntryAndExits) {
-  TwoContexts contexts{[](transfer_t transfer) {
+  TwoContexts contexts{[](transfer_t transfer) -> transfer_t {
     start(transfer);
     TwoContexts::current->trace.push_back(1);
-    TwoContexts::current->exit_to_main();
+    return TwoContexts::current->exit_to_main();
   }};
   contexts.trace.push_back(0);
   contexts.run_other();
@@ -57,14 +61,14 @@ TEST(Context, AFreshContextRunsItsEntryAndExits) {
 
 TEST(Context, SwitchingBackAndForthResumesEachWhereItLeft) {
   constexpr int kRounds = 1000;
-  TwoContexts contexts{[](transfer_t transfer) {
+  TwoContexts contexts{[](transfer_t transfer) -> transfer_t {
     start(transfer);
     TwoContexts& self = *TwoContexts::current;
     for (int i = 0; i < kRounds; ++i) {
       self.trace.push_back(2 * i + 1);
       self.back_to_main();
     }
-    self.exit_to_main();
+    return self.exit_to_main();
   }};
   for (int i = 0; i <= kRounds; ++i) {
     contexts.trace.push_back(2 * i);
@@ -78,11 +82,11 @@ TEST(Context, SwitchingBackAndForthResumesEachWhereItLeft) {
 // multiple of 16; the stack handed to make_context ends anywhere.
 TEST(Context, AFreshContextStartsOnAnAlignedStack) {
   for (std::size_t misalign : {0, 1, 8, 13}) {
-    TwoContexts contexts{[](transfer_t transfer) {
+    TwoContexts contexts{[](transfer_t transfer) -> transfer_t {
                            start(transfer);
                            const auto frame = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
                            TwoContexts::current->trace.push_back(static_cast<int>(frame % 16));
-                           TwoContexts::current->exit_to_main();
+                           return TwoContexts::current->exit_to_main();
                          },
                          misalign};
     contexts.run_other();
@@ -92,7 +96,7 @@ TEST(Context, AFreshContextStartsOnAnAlignedStack) {
 
 // Values the compiler keeps in callee-saved registers across the switch.
 TEST(Context, ASwitchKeepsTheCallersLiveValues) {
-  TwoContexts contexts{[](transfer_t transfer) {
+  TwoContexts contexts{[](transfer_t transfer) -> transfer_t {
     start(transfer);
     volatile std::uint64_t clobber = 0;
     while (TwoContexts::current->trace.empty()) {
@@ -102,7 +106,7 @@ TEST(Context, ASwitchKeepsTheCallersLiveValues) {
       for (int i = 0; i < 12; ++i) clobber = clobber + r[i];
       TwoContexts::current->back_to_main();
     }
-    TwoContexts::current->exit_to_main();
+    return TwoContexts::current->exit_to_main();
   }};
   volatile std::uint64_t seed = 7;
   std::uint64_t a = seed, b = seed * 3, c = seed * 5, d = seed * 7, e = seed * 11, f = seed * 13;
@@ -128,14 +132,14 @@ TEST(Context, EachContextKeepsItsOwnFloatingPointModes) {
   GTEST_SKIP() << "the x86-64 switch saves MXCSR and the x87 control word; others may not";
 #else
   ASSERT_EQ(std::fesetround(FE_UPWARD), 0);
-  TwoContexts contexts{[](transfer_t transfer) {
+  TwoContexts contexts{[](transfer_t transfer) -> transfer_t {
     start(transfer);
     TwoContexts& self = *TwoContexts::current;
     self.trace.push_back(std::fegetround());  // the creator's mode
     std::fesetround(FE_DOWNWARD);
     self.back_to_main();
     self.trace.push_back(std::fegetround());  // still its own
-    self.exit_to_main();
+    return self.exit_to_main();
   }};
   contexts.run_other();
   contexts.trace.push_back(std::fegetround());  // main's, untouched

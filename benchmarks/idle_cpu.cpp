@@ -86,9 +86,10 @@ int main(int argc, char** argv) {
         "{\"benchmark\": \"idle_cpu\", \"workers\": %u, \"tick_ms\": %u, \"seconds\": %.3f, \"cpu_percent\": %.3f}\n",
         sched.worker_count(), tick_ms, wall, percent);
   } else {
-    std::printf(
-        "idle_cpu: %u workers, 1000 parked fibers and one sleeping 10 ms in a loop: %.2f %% of one core over %.1f s\n",
-        sched.worker_count(), percent, wall);
+    const std::string sleeper =
+        tick_ms > 0 ? "one sleeping " + std::to_string(tick_ms) + " ms in a loop" : "nothing else";
+    std::printf("idle_cpu: %u workers, 1000 parked fibers and %s: %.2f %% of one core over %.1f s\n",
+                sched.worker_count(), sleeper.c_str(), percent, wall);
   }
   return 0;
 }

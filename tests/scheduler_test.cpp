@@ -230,11 +230,11 @@ TEST_P(WorkersTest, PinnedFiberNeverChangesWorker) {
 }
 
 TEST_P(WorkersTest, AFullRunQueueSpillsAndLosesNobody) {
-  // A thousand fibers spawned by one fiber, then yielding at once, overflow
-  // a worker's spawn deque and ring (256 each): their older halves go to the
-  // global queue, pinned fibers to the worker's own inbox. Every yield must
-  // come back, and no pinned fiber may move.
-  constexpr int fibers = 1000, yields = 20;
+  // 3000 fibers spawned by one fiber, then yielding at once, overflow a
+  // worker's spawn deque (1024) and ring (256): their older halves go to
+  // the global queue, pinned fibers to the worker's own inbox. Every yield
+  // must come back, and no pinned fiber may move.
+  constexpr int fibers = 3000, yields = 20;
   std::atomic<int> resumed{0};
   std::atomic<int> pinned_moved{0};
   Fiber parent = sched().spawn([&] {

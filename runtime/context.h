@@ -29,7 +29,7 @@ struct ExecutionContext;
 // elsewhere and its stack reused.
 struct SwitchMessage {
   ExecutionContext* from;
-  ExecutionContext* to;
+  ExecutionContext* to;  // on Boost.Context, how a fresh context finds its entry
   SwitchAction action;
 };
 

@@ -7,7 +7,8 @@
 // leaves by an indirect `jmp`: the `call` into it pushes a return address
 // that no `ret` pops, so after every switch the predictor guesses each
 // return one frame too deep, and every `ret` on the way up from a park or a
-// yield was mispredicted: about a dozen per PingPong round trip. Ours:
+// yield was mispredicted: `switch_context`, `switch_away`, `park_current`,
+// `park`, the primitive, its caller. Ours:
 //
 // - resumes a context by `ret`. The target was saved by the same call site,
 //   so the predicted return address is the right one, and the predictor's

@@ -56,8 +56,6 @@ inline transfer_t jump_fcontext(fcontext_t to, void* data) noexcept { return wef
 
 #else
 
-// Boost's entries never return: a finished context switches away itself.
-using FreshEntry = void (*)(transfer_t);
 using boost::context::detail::jump_fcontext;
 using boost::context::detail::make_fcontext;
 

@@ -59,6 +59,42 @@ TEST(Context, AFreshContextRunsItsEntryAndExits) {
   EXPECT_EQ(contexts.trace, (std::vector<int>{0, 1, 2}));
 }
 
+// A third context, for the test below.
+struct ThirdContext {
+  Stack stack = Stack::allocate(64 * 1024);
+  void* sanitizer_fiber = new_sanitizer_fiber();
+  ExecutionContext context;
+  ~ThirdContext() { delete_sanitizer_fiber(sanitizer_fiber); }
+};
+ThirdContext* third = nullptr;
+
+// A finished context's last switch may start another fresh one, as a worker
+// starts the next spawned fiber, and the action it carries runs there.
+TEST(Context, ALastSwitchCanStartAFreshContextAndRunsItsAction) {
+  ThirdContext next;
+  third = &next;
+  unpoison_stack(next.stack.bottom(), next.stack.usable_size());
+  make_context(
+      next.context, next.stack.bottom(), next.stack.usable_size(),
+      [](transfer_t transfer) -> transfer_t {
+        complete_switch(third->context, transfer);  // runs the first context's action
+        TwoContexts::current->trace.push_back(3);
+        return exit_context(third->context, TwoContexts::current->main, SwitchAction{});
+      },
+      next.sanitizer_fiber);
+  TwoContexts contexts{[](transfer_t transfer) -> transfer_t {
+    start(transfer);
+    TwoContexts& self = *TwoContexts::current;
+    self.trace.push_back(1);
+    auto record = +[](void* arg) { static_cast<TwoContexts*>(arg)->trace.push_back(2); };
+    return exit_context(self.other, third->context, SwitchAction{record, &self});
+  }};
+  contexts.run_other();
+  contexts.trace.push_back(4);
+  EXPECT_EQ(contexts.trace, (std::vector<int>{1, 2, 3, 4}));
+  third = nullptr;
+}
+
 TEST(Context, SwitchingBackAndForthResumesEachWhereItLeft) {
   constexpr int kRounds = 1000;
   TwoContexts contexts{[](transfer_t transfer) -> transfer_t {

@@ -1,10 +1,10 @@
 #include "block_cache.h"
 
+#include <weft/detail/spin_lock.h>
+
 #include <atomic>
 #include <mutex>
 #include <new>
-
-#include "spin_lock.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define WEFT_BLOCK_CACHE 0
@@ -45,7 +45,7 @@ struct BlockList {
     while (n-- > 0 && head != nullptr) to.push(pop());
   }
   void free_all() noexcept {
-    while (head != nullptr) ::operator delete(pop(), size);
+    while (head != nullptr) ::operator delete(pop());
   }
 };
 
@@ -108,7 +108,7 @@ void BlockCache::free(void* block, std::size_t size) noexcept {
       }
     }
   }
-  ::operator delete(block, size);
+  ::operator delete(block);
 }
 
 }  // namespace weft::detail

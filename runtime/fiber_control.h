@@ -6,6 +6,10 @@
 // last switch) and one for the weft::Fiber handle (dropped by join/detach).
 #pragma once
 
+#include <weft/detail/spin_lock.h>
+#include <weft/detail/wait_list.h>
+#include <weft/snapshot.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -15,11 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "../sched/snapshot.h"
-#include "../sched/wait_list.h"
 #include "block_cache.h"
 #include "context.h"
-#include "spin_lock.h"
 #include "stack.h"
 
 namespace weft {
@@ -42,14 +43,6 @@ struct FiberCounters {
   std::atomic<std::uint64_t> steal_fail{0};  // times a thief found it pinned
   std::atomic<std::uint64_t> preempt{0};     // times preempted at a checkpoint
   std::atomic<std::uint64_t> park{0};        // times parked
-};
-
-// What a parked fiber waits on: the primitive's kind, its address and the
-// operation, all static strings or addresses, for the dump.
-struct WaitSite {
-  const char* kind = nullptr;  // "weft::BlockingQueue"
-  const void* object = nullptr;
-  const char* operation = nullptr;  // "take"
 };
 
 struct FiberLocalValue {
@@ -91,7 +84,7 @@ struct FiberControl {
   // Where it parked: park()'s frame (it stays live while the fiber is
   // parked) and park()'s return address, its call site. Two relaxed stores
   // per park; the dump walks the frame chain from here
-  // (sched/fiber_stack_walk.h).
+  // (introspect/fiber_stack_walk.h).
   std::atomic<std::uintptr_t> park_frame{0};
   std::atomic<std::uintptr_t> park_call_site{0};
 

@@ -1,4 +1,4 @@
-#include "fiber_local.h"
+#include <weft/fiber_local.h>
 
 #include <atomic>
 #include <stdexcept>

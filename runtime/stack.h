@@ -9,22 +9,16 @@
 //   pool.release(std::move(s));
 #pragma once
 
+#include <weft/detail/spin_lock.h>
+#include <weft/stack_error.h>
+
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
-#include "spin_lock.h"
-
 namespace weft {
-
-// Thrown by spawn when the stack cannot be mapped: out of memory, or out of
-// mappings (vm.max_map_count). The message says which and what to tune.
-class StackError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 namespace detail {
 

@@ -3,11 +3,12 @@
 // spawns on different workers do not contend on one lock.
 #pragma once
 
+#include <weft/detail/spin_lock.h>
+
 #include <cstddef>
 #include <memory>
 
 #include "../runtime/fiber_control.h"
-#include "../runtime/spin_lock.h"
 
 namespace weft::detail {
 

@@ -2,13 +2,13 @@
 // sleep in the kernel without spinning.
 #pragma once
 
+#include <weft/detail/wait_list.h>  // Clock
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 
 namespace weft::detail {
-
-using Clock = std::chrono::steady_clock;
 
 // Sleeps while `*word == expected`, until woken or `deadline` (steady_clock,
 // absolute; max(): no deadline). May return spuriously: callers re-check.

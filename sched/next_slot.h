@@ -10,9 +10,10 @@
 // heavy fence and waits for the owner to be outside its critical section.
 #pragma once
 
+#include <weft/detail/spin_lock.h>
+
 #include <atomic>
 
-#include "../runtime/spin_lock.h"
 #include "asymmetric_fence.h"
 
 namespace weft::detail {

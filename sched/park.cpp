@@ -1,4 +1,4 @@
-#include "park.h"
+#include <weft/detail/park.h>
 
 #include "scheduler_core.h"
 #include "timers.h"

@@ -1,4 +1,4 @@
-#include "scheduler.h"
+#include <weft/scheduler.h>
 
 #include "scheduler_core.h"
 #include "worker.h"

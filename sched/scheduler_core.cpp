@@ -1,12 +1,13 @@
 #include "scheduler_core.h"
 
+#include <weft/detail/park.h>
+#include <weft/scheduler.h>
+
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 
 #include "../runtime/overflow_handler.h"
-#include "park.h"
-#include "scheduler.h"
 #include "worker.h"
 
 namespace weft::detail {
@@ -74,7 +75,7 @@ SchedulerCore::SchedulerCore(Config config)
   timers_.start();
   for (auto& worker : workers_) worker->start();
   sysmon_.start();
-  dump_registration_.attach(*this);
+  services_.attach(*this);
 }
 
 SchedulerCore::~SchedulerCore() { shutdown(); }

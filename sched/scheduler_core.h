@@ -5,7 +5,7 @@
 //   worker   an OS thread that runs fibers, one at a time (sched/worker.h).
 //   ready    a fiber that can run; it sits in exactly one queue.
 //   park     a fiber gives up its worker until someone unparks it
-//            (sched/park.h); its worker runs another fiber meanwhile.
+//            (include/weft/detail/park.h); its worker runs another fiber meanwhile.
 //
 // Where a ready fiber waits (Go's runtime and tokio's scheduler are the
 // models; see docs/architecture.md for the picture):
@@ -15,7 +15,10 @@
 //               consecutive runs, after which it goes to the back of the
 //               ring so that a pair cannot starve the rest. Not stealable.
 //   ring        per worker, 256 fibers, owner push/pop and thieves steal
-//               half (sched/run_queue.h). Yielded and spawned fibers go here.
+//               half (sched/run_queue.h). Yielded and woken fibers go here.
+//   spawned     per worker, a Chase-Lev deque of 1024 (sched/spawn_deque.h):
+//               fibers it spawned, run newest first by the owner (depth
+//               first, as a fork-join wants) and stolen oldest first.
 //   inbox       per worker, for pinned fibers woken elsewhere: only their
 //               worker may run them.
 //   global      one moodycamel::ConcurrentQueue per scheduler: spawns from
@@ -23,7 +26,8 @@
 //               overflow from full rings. Checked every 61 ticks even when
 //               the local queues are busy, and whenever they are empty.
 //
-// A worker's loop: pick_next (next slot, inbox, ring, global, steal); if
+// A worker's loop: pick_next (every 61st pick the global queue first; then
+// next slot, inbox, ring, spawned, global, steal); if
 // nothing, search briefly (at most half the workers at once), then sleep
 // on a futex (sched/idle.h has the no-lost-wakeup protocol). A fiber that
 // parks or yields picks its successor itself and switches to it directly:
@@ -46,10 +50,11 @@
 //
 // Memory ordering: the rings publish with release/acquire (run_queue.h);
 // sleeping and waking use a seq_cst fence on both sides (idle.h); park and
-// unpark decide with one CAS on the waiter's state (park.h).
+// unpark decide with one CAS on the waiter's state (detail/park.h).
 #pragma once
 
 #include <concurrentqueue/concurrentqueue.h>
+#include <weft/config.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -61,10 +66,9 @@
 
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
-#include "config.h"
-#include "dump_server.h"
 #include "fiber_registry.h"
 #include "idle.h"
+#include "services.h"
 #include "sysmon.h"
 #include "timers.h"
 
@@ -160,7 +164,7 @@ class SchedulerCore {
   std::condition_variable all_exited_;
   bool stopped_ = false;
   // Last: weft-dump stops seeing this scheduler before any part of it dies.
-  DumpRegistration dump_registration_;
+  ServiceRegistration services_;
 };
 
 // The scheduler of the calling fiber; throws std::logic_error on a thread

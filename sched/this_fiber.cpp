@@ -1,9 +1,9 @@
-#include "this_fiber.h"
+#include <weft/detail/park.h>
+#include <weft/this_fiber.h>
 
 #include <stdexcept>
 #include <thread>
 
-#include "park.h"
 #include "worker.h"
 
 namespace weft::this_fiber {

@@ -1,4 +1,4 @@
-#include "condition_variable.h"
+#include <weft/condition_variable.h>
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "latch.h"
+#include <weft/latch.h>
 
 #include <mutex>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "semaphore.h"
+#include <weft/semaphore.h>
 
 #include <mutex>
 

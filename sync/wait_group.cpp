@@ -1,4 +1,4 @@
-#include "wait_group.h"
+#include <weft/wait_group.h>
 
 #include <mutex>
 #include <stdexcept>

@@ -1,12 +1,14 @@
 // The context switch on its own, without a scheduler: a fresh context's
 // start, switching back and forth, exiting, and what each context keeps.
+#include "runtime/context.h"
+
 #include <gtest/gtest.h>
-#include <weft/runtime/context.h>
-#include <weft/runtime/stack.h>
 
 #include <cfenv>
 #include <cstdint>
 #include <vector>
+
+#include "runtime/stack.h"
 
 namespace weft::detail {
 namespace {

@@ -14,8 +14,8 @@
 // for a line on stdin, releases everyone and exits 0: through the
 // Scheduler's destructor, or with `--exit-early` through std::exit() while
 // the scheduler still runs (the dump server's atexit path).
-#include <weft/sync/blocking_queue.h>
-#include <weft/sync/mutex.h>
+#include <weft/blocking_queue.h>
+#include <weft/mutex.h>
 #include <weft/weft.h>
 
 #include <atomic>

@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <weft/sched/dump_socket.h>
 #include <weft/weft.h>
 
 #include <atomic>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "dump_client.h"
+#include "introspect/dump_socket.h"
 #include "json.h"
 #include "test_support.h"
 

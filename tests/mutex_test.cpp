@@ -242,7 +242,8 @@ TEST_P(MutexTest, ConditionVariableTimeoutRacesNotify) {
 
 WEFT_SYNC_PARAMS(MutexTest);
 
-#ifndef NDEBUG
+// In every build: the release build (-DNDEBUG) is where a silent foreign
+// unlock would do its damage.
 TEST(MutexDeathTest, UnlockByANonOwnerIsDetected) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
@@ -251,15 +252,24 @@ TEST(MutexDeathTest, UnlockByANonOwnerIsDetected) {
         mu.lock();
         std::thread([&] { mu.unlock(); }).join();
       },
-      "unlocked by a fiber or thread that does not own it");
+      "weft::Mutex@0x[0-9a-f]+ unlocked by thread [0-9]+, which does not own it");
+  EXPECT_DEATH(
+      {
+        Config config;
+        config.workers = 1;
+        Scheduler sched{config};
+        Mutex mu;
+        mu.lock();
+        sched.spawn({.name = "intruder"}, [&] { mu.unlock(); }).join();
+      },
+      "unlocked by fiber \"intruder\" #[0-9]+, which does not own it");
   EXPECT_DEATH(
       {
         Mutex mu;
         mu.unlock();
       },
-      "not locked");
+      "but it was not locked");
 }
-#endif
 
 }  // namespace
 }  // namespace weft

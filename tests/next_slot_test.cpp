@@ -1,6 +1,6 @@
 // The next slot: its owner puts and takes with plain stores while another
 // thread seizes (sysmon's hand-off). Each fiber comes out exactly once.
-#include <weft/sched/next_slot.h>
+#include "sched/next_slot.h"
 
 #include <atomic>
 #include <thread>

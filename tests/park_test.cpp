@@ -1,6 +1,6 @@
-// park/unpark on its own (sched/park.h): one CAS decides between a timeout
+// park/unpark on its own (include/weft/detail/park.h): one CAS decides between a timeout
 // and a wake, for fibers and plain threads alike.
-#include <weft/sched/park.h>
+#include <weft/detail/park.h>
 #include <weft/weft.h>
 
 #include <atomic>

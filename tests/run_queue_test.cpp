@@ -1,6 +1,6 @@
 // The run queue on its own: the owner pushes and pops while thieves steal
 // half at a time. Every item must come out exactly once.
-#include <weft/sched/run_queue.h>
+#include "sched/run_queue.h"
 
 #include <atomic>
 #include <thread>

@@ -1,6 +1,6 @@
 // The spawn deque on its own: the owner pushes and pops newest first while
 // thieves take the oldest. Every item must come out exactly once.
-#include <weft/sched/spawn_deque.h>
+#include "sched/spawn_deque.h"
 
 #include <atomic>
 #include <thread>

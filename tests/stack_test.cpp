@@ -1,4 +1,6 @@
 // Stacks: guard pages, pooling, overflow reporting and mapping failures.
+#include "runtime/stack.h"
+
 #include <sys/resource.h>
 #include <weft/weft.h>
 

@@ -7,13 +7,14 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-#include <weft/sched/dump_socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <string_view>
+
+#include "introspect/dump_socket.h"
 
 namespace weft::tools {
 namespace {

@@ -1,4 +1,4 @@
-// The CLI's half of the weft-dump protocol (sched/dump_server.h): find a
+// The CLI's half of the weft-dump protocol (introspect/dump_server.h): find a
 // process's socket, decide why there is none, ask, and read the answer
 // under a deadline so that a stuck process cannot hang the tool.
 #pragma once

@@ -1,5 +1,5 @@
 // A small JSON reader for weft-dump: enough to read the dump server's
-// answer (sched/dump_format.h) back into a tree. Numbers keep their text so
+// answer (introspect/dump_format.h) back into a tree. Numbers keep their text so
 // that 64-bit counters are read exactly, not through a double.
 #pragma once
 

@@ -1,5 +1,5 @@
 // weft-dump: jstack for weft fibers. Asks a live process's dump server
-// (sched/dump_server.h) for a snapshot and prints it as text or as JSON; or
+// (introspect/dump_server.h) for a snapshot and prints it as text or as JSON; or
 // lists this user's weft processes.
 // docs/dump.md explains every field.
 #include <unistd.h>

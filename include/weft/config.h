@@ -1,0 +1,79 @@
+// weft::Config: how a Scheduler is built. A plain struct: set the fields you
+// care about and leave the rest at their defaults.
+//
+//   weft::Config cfg;
+//   cfg.workers = 2;
+//   cfg.name = "rpc";
+//   weft::Scheduler sched{cfg};
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "detail/require_cxx20.h"
+
+namespace weft {
+
+// What the Scheduler's destructor does when fibers are still alive after
+// Config::shutdown_grace. Either way the stuck fibers are first reported on
+// stderr by name, state and wait reason.
+enum class ShutdownPolicy {
+  wait,   // keep waiting, and report again every grace period
+  abort,  // std::abort(): a hang is worse than a crash for this service
+};
+
+// Called with the fiber's name and id when an exception escapes a detached
+// fiber. Without a handler the process terminates, as with std::thread.
+using UnhandledExceptionHandler = std::function<void(std::string_view name, std::uint64_t id, std::exception_ptr)>;
+
+// A worker that has run one fiber for longer than twice Config::time_slice
+// without switching: the fiber neither reached a checkpoint nor parked (a
+// loop without checkpoints, or a blocking system call). See docs/sysmon.md.
+struct StuckWorker {
+  std::string_view scheduler;  // Config::name
+  unsigned worker = 0;         // the worker's index
+  int os_thread_id = 0;
+  std::uint64_t fiber_id = 0;  // 0 if the fiber could not be identified
+  std::string_view fiber_name;
+  std::chrono::milliseconds running_for{0};  // since sysmon first saw it run
+};
+// Called on the sysmon thread, once per stuck episode. Keep it short and do
+// not wait on weft primitives in it: sysmon does nothing else meanwhile.
+using StuckWorkerHandler = std::function<void(const StuckWorker&)>;
+
+struct Config {
+  // Worker threads (the M of M:N). 0 is rejected.
+  unsigned workers = std::thread::hardware_concurrency() == 0 ? 1 : std::thread::hardware_concurrency();
+  // Shown by weft-dump and in error messages.
+  std::string name = "weft";
+  // Default usable stack per fiber; address space only, committed as used.
+  std::size_t stack_size = 256 * 1024;
+  // Finished fibers' stacks kept for reuse (per scheduler), with the pages
+  // they touched. Reuse avoids a page fault per touched page on spawn and an
+  // munmap per finished fiber, whose TLB shootdown stalls every worker:
+  // skynet (1.1M fibers) ran 7x faster with 65536 than with 1024. The cost
+  // is memory kept after a peak: at most this many stacks' touched pages.
+  std::size_t stack_pool_size = 65536;
+  // How long shutdown waits for fibers before reporting them.
+  std::chrono::milliseconds shutdown_grace{10'000};
+  ShutdownPolicy shutdown_policy = ShutdownPolicy::wait;
+  UnhandledExceptionHandler on_unhandled_exception;
+  // Answer weft-dump on a private Unix socket (introspect/dump_server.h). The
+  // environment variable WEFT_DUMP=0 turns it off for the whole process.
+  bool dump = true;
+  // Cooperative preemption (docs/sysmon.md): a fiber that has run longer
+  // than time_slice without a switch yields at its next checkpoint (any
+  // weft call, or weft::this_fiber::checkpoint()).
+  bool preemption = true;
+  std::chrono::microseconds time_slice{10'000};
+  // Off by default; see StuckWorker.
+  StuckWorkerHandler on_stuck_worker;
+};
+
+}  // namespace weft

@@ -1,0 +1,95 @@
+// Snapshots of a scheduler's workers and fibers, for tests, tools and
+// weft-dump. Taken without stopping anything: each value is read on its
+// own, so a snapshot taken while fibers migrate is consistent per fiber
+// (one fiber appears once) but not a single instant across fibers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "detail/require_cxx20.h"
+
+namespace weft {
+
+struct FiberCounts {
+  std::uint64_t active = 0;      // times switched in
+  std::uint64_t steal = 0;       // times resumed on another worker than before
+  std::uint64_t steal_fail = 0;  // times a thief found it pinned
+  std::uint64_t preempt = 0;     // times preempted at a checkpoint
+  std::uint64_t park = 0;        // times parked
+};
+
+struct FiberSnapshot {
+  std::uint64_t id = 0;
+  const void* address = nullptr;  // the control block
+  std::string name;
+  std::string state;  // runnable, running, parked, done
+  // -1: parked (waiting), 0: not parked, 1: woken but not yet running again
+  // (the second number of weft-dump's park=A/B; docs/dump.md).
+  int park_state = 0;
+  int worker = -1;  // worker index it runs or last ran on; -1: never ran
+  bool pinned = false;
+  FiberCounts counts;
+  // When parked: what on, and since when.
+  std::string wait_kind;  // "weft::BlockingQueue"
+  const void* wait_object = nullptr;
+  std::string wait_operation;  // "take"
+  double waiting_ms = 0;
+  // Where it parked, innermost first: the return address into park()'s
+  // caller (its call site), then one per caller found by walking the frame
+  // pointers (introspect/fiber_stack_walk.h). Empty unless it is parked; also
+  // empty when it moved while its stack was being read.
+  std::vector<std::uintptr_t> stack;
+};
+
+// What an address of a stack is, found in the symbol tables and the debug
+// information of the loaded objects. Fields it could not find stay empty.
+struct FrameSymbol {
+  std::string function;       // demangled: "weft::Mutex::lock()"
+  std::string file;           // source file, with -g
+  unsigned line = 0;          // 0: unknown
+  std::string module;         // the executable or shared object that holds it
+  std::uintptr_t offset = 0;  // the address less the module's load address
+};
+
+struct WorkerSnapshot {
+  unsigned index = 0;
+  int os_thread_id = 0;
+  std::string state;  // running, searching, sleeping, stopped
+  std::uint32_t queue_length = 0;
+  std::uint64_t fibers_run = 0;
+  std::uint64_t steals = 0;
+  std::uint64_t failed_steals = 0;
+  std::uint64_t parks = 0;
+  std::uint64_t preempts = 0;
+  std::uint64_t handoffs = 0;  // fibers sysmon moved off it while it was stuck
+  // Sysmon's view (docs/sysmon.md): how long the current fiber has run
+  // without a switch (0: none), and whether the worker is stuck, i.e. that
+  // fiber ignored a preemption request for a further time slice.
+  double running_ms = 0;
+  bool stuck = false;
+  std::uint64_t stuck_fiber = 0;  // the stuck fiber's id, 0 if unknown
+};
+
+struct SchedulerSnapshot {
+  std::string name;
+  std::vector<WorkerSnapshot> workers;
+  std::vector<FiberSnapshot> fibers;  // live fibers only
+  std::uint64_t fiber_count = 0;      // live fibers, also when `fibers` was not taken
+};
+
+// What weft-dump receives: the process and every scheduler it runs.
+struct ProcessSnapshot {
+  int pid = 0;
+  std::string name;               // /proc/self/comm
+  std::int64_t unix_time_ms = 0;  // when the snapshot was taken
+  std::vector<SchedulerSnapshot> schedulers;
+  // Every address of every fiber's stack, symbolized once however many
+  // fibers share it (introspect/symbolizer.h). Scheduler::snapshot() leaves
+  // stacks as bare addresses; weft-dump's server fills this.
+  std::unordered_map<std::uintptr_t, FrameSymbol> symbols;
+};
+
+}  // namespace weft

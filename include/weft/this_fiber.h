@@ -1,0 +1,80 @@
+// weft::this_fiber: what the calling fiber can do to itself.
+//
+// Called from a plain thread (not a weft fiber), each function either does
+// the thread's equivalent or throws std::logic_error:
+//   yield()        std::this_thread::yield()
+//   sleep_for()    std::this_thread::sleep_for()
+//   sleep_until()  std::this_thread::sleep_until()
+//   checkpoint()   nothing
+//   id()           0 (no fiber has id 0)
+//   is_fiber()     false
+//   name()         throws std::logic_error
+//   set_name()     throws std::logic_error
+//   pin()          throws std::logic_error
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "detail/require_cxx20.h"
+
+namespace weft::detail {
+// Parks until the deadline even if it has passed meanwhile: sleep_for with
+// a positive duration always lets the worker's other fibers run, as Go's
+// time.Sleep does, however slow the machine was between the two clock reads.
+void sleep_parked_until(std::chrono::steady_clock::time_point deadline);
+}  // namespace weft::detail
+
+namespace weft::this_fiber {
+
+bool is_fiber() noexcept;
+// Lets the other runnable fibers of this worker run first.
+void yield();
+// Parks the fiber until the deadline; it never wakes earlier. A deadline
+// already past returns at once (a preemption point, no park).
+void sleep_until(std::chrono::steady_clock::time_point deadline);
+
+template <class Rep, class Period>
+void sleep_for(const std::chrono::duration<Rep, Period>& duration) {
+  if (duration <= duration.zero()) return;
+  detail::sleep_parked_until(std::chrono::steady_clock::now() +
+                             std::chrono::ceil<std::chrono::steady_clock::duration>(duration));
+}
+
+template <class Clock, class Duration>
+void sleep_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+  // Other clocks are converted once; a later change of that clock (e.g. a
+  // system_clock step) is not followed.
+  sleep_for(deadline - Clock::now());
+}
+
+std::uint64_t id() noexcept;
+std::string name();
+void set_name(std::string_view name);
+// A preemption point: yields if sysmon asked this fiber to, because it has
+// run longer than Config::time_slice (docs/sysmon.md). Costs a load and a
+// branch when nothing is pending; spawn, sleeps and waits check too.
+void checkpoint() noexcept;
+
+// Keeps the calling fiber on its current worker for the guard's lifetime:
+// it may still park and yield, but no other worker will run it (so that
+// thread_locals stay the same). Nests.
+class [[nodiscard]] PinGuard {
+ public:
+  PinGuard(PinGuard&& other) noexcept : fiber_(other.fiber_) { other.fiber_ = nullptr; }
+  PinGuard(const PinGuard&) = delete;
+  PinGuard& operator=(const PinGuard&) = delete;
+  PinGuard& operator=(PinGuard&&) = delete;
+  ~PinGuard();
+
+ private:
+  friend PinGuard pin();
+  explicit PinGuard(void* fiber) noexcept : fiber_(fiber) {}
+  void* fiber_;
+};
+
+[[nodiscard]] PinGuard pin();
+
+}  // namespace weft::this_fiber

@@ -1,0 +1,27 @@
+// weft: M:N green threads for C++20. The one header users include.
+//
+//   #include "weft.h"
+//
+//   weft::Scheduler sched;                       // one worker per core
+//   weft::BlockingQueue<int> queue{64};
+//   weft::Fiber producer = sched.spawn([&] { for (int i = 0; i < 100; ++i) queue.put(i); });
+//   weft::Fiber consumer = sched.spawn([&] { for (int i = 0; i < 100; ++i) use(queue.take()); });
+//   producer.join();
+//   consumer.join();
+#pragma once
+
+#include "blocking_queue.h"
+#include "condition_variable.h"
+#include "config.h"
+#include "detail/require_cxx20.h"
+#include "fiber.h"
+#include "fiber_local.h"
+#include "future.h"
+#include "latch.h"
+#include "mutex.h"
+#include "queue_closed.h"
+#include "scheduler.h"
+#include "semaphore.h"
+#include "stack_error.h"
+#include "this_fiber.h"
+#include "wait_group.h"

@@ -1,0 +1,33 @@
+// The in-process half of weft-dump: a thread that answers dump requests on a
+// private Unix socket, reading scheduler snapshots without the workers'
+// cooperation, so that a busy or stuck worker cannot block a dump.
+//
+// One server per process, not per scheduler: the socket is named after the
+// pid (`<dir>/<pid>.sock`, introspect/dump_socket.h), and one `weft-dump <pid>`
+// must show every scheduler of the process. So schedulers register with a
+// process-wide list. That list is weft's one global, and it is justified:
+// the thing it models, "this process's weft schedulers", is itself
+// process-wide, and it holds nothing but registrations, so schedulers stay
+// independent objects. The server thread starts with the first registered
+// scheduler and stops, removing its socket, with the last. A process that
+// exits with a scheduler still alive removes the socket from an atexit
+// handler.
+//
+// Protocol: the client connects and sends one line, "dump" (everything) or
+// "summary" (per scheduler only its counts, for `weft-dump --list`); the
+// server answers with one JSON document (introspect/dump_format.h) and closes.
+// A peer of another uid (SO_PEERCRED) gets {"error": ...} instead.
+// Requests are served one at a time on the server's thread.
+//
+// Turned off by Config::dump = false, or for the whole process by the
+// environment variable WEFT_DUMP=0.
+#pragma once
+
+#include "../sched/services.h"
+
+namespace weft::detail {
+
+// False when the environment variable WEFT_DUMP is "0", "false", "off" or "no".
+bool dump_enabled_by_environment() noexcept;
+
+}  // namespace weft::detail

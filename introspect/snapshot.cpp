@@ -1,0 +1,64 @@
+// How a scheduler's snapshot is taken: from any thread, reading only the
+// workers' relaxed counters and the fibers under their registry shard's lock.
+// No worker is asked for anything, so a stuck worker cannot stall a dump.
+#include <unistd.h>
+#include <weft/snapshot.h>
+
+#include "../sched/scheduler_core.h"
+#include "../sched/worker.h"
+#include "fiber_stack_walk.h"
+
+namespace weft::detail {
+
+SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
+  SchedulerSnapshot snap;
+  snap.name = config_.name;
+  snap.workers.reserve(workers_.size());
+  for (const auto& worker : workers_) {
+    WorkerSnapshot w;
+    w.index = worker->index();
+    w.os_thread_id = worker->os_thread_id();
+    w.state = to_string(worker->state());
+    w.queue_length = worker->queue_length();
+    const auto& c = worker->counters();
+    w.fibers_run = c.fibers_run.load(std::memory_order_relaxed);
+    w.steals = c.steals.load(std::memory_order_relaxed);
+    w.failed_steals = c.failed_steals.load(std::memory_order_relaxed);
+    w.parks = c.parks.load(std::memory_order_relaxed);
+    w.preempts = c.preempts.load(std::memory_order_relaxed);
+    w.handoffs = c.handoffs.load(std::memory_order_relaxed);
+    const Sysmon::WorkerView seen = sysmon_.view(worker->index());
+    w.running_ms = seen.running_ms;
+    w.stuck = seen.stuck;
+    w.stuck_fiber = seen.fiber_id;
+    snap.workers.push_back(w);
+  }
+  if (!with_fibers) {
+    snap.fiber_count = registry_.size();
+    return snap;
+  }
+  // A fiber stays in the shard it was registered in for its whole life, so
+  // it appears exactly once however it migrates meanwhile.
+  snap.fibers.reserve(registry_.size());
+  // Parked fibers' stacks are read in batches (introspect/fiber_stack_walk.h).
+  // A batch is walked before its shard's lock is released, while its
+  // fibers live, and before `snap.fibers` grows (fibers spawned since the
+  // reserve), which would move the stacks it is to fill.
+  ParkedStackWalker walker(::getpid());
+  registry_.for_each(
+      [&](const FiberControl& fiber) {
+        if (snap.fibers.size() == snap.fibers.capacity()) walker.walk();
+        FiberSnapshot& f = snap.fibers.emplace_back(take_snapshot(fiber));
+        if (const Worker* worker = fiber.worker.load(std::memory_order_relaxed))
+          f.worker = static_cast<int>(worker->index());
+        if (f.park_state == -1) {
+          walker.add(fiber, f.stack);
+          if (walker.full()) walker.walk();
+        }
+      },
+      [&] { walker.walk(); });
+  snap.fiber_count = snap.fibers.size();
+  return snap;
+}
+
+}  // namespace weft::detail

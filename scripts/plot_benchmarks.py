@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""Plots weft's benchmark figures into one PNG (docs/benchmarks.png).
+
+Reads the --json output of the benchmark programs, one or more runs each,
+and plots the median of the runs:
+
+  build/benchmarks/pingpong --mode all --json > pingpong.json     # a JSON array per run
+  build/benchmarks/skynet --workers 2 --json >> skynet.jsonl      # one JSON object per line
+  build/benchmarks/park_memory --json >> park.jsonl
+  scripts/plot_benchmarks.py --pingpong pingpong.json [more.json ...] \\
+      [--skynet skynet.jsonl] [--park park.jsonl] [-o docs/benchmarks.png]
+
+Needs Debian's python3 with python3-matplotlib, hence /usr/bin/python3 (a pyenv
+or venv python3 first on PATH would not see it).
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# The peers' figures on this machine (issue 4), for the reference lines.
+GO_PINGPONG_NS = {1: 202, 2: 256}
+BOOST_PINGPONG_NS = {1: 211, 2: 263}
+TARGET_PINGPONG_NS = 100
+GO_SKYNET = {"ms": 669, "rss_mib": 238}
+BOOST_SKYNET = {"ms": 1345, "rss_mib": 468}
+TARGET_SKYNET = {"ms": 300, "rss_mib": 250}
+GO_PARK_KIB = 2.9
+BOOST_PARK_KIB = 7.3
+TARGET_PARK_KIB = 5
+
+
+def load_json_values(paths):
+    """Every JSON value in the files: a whole-file value, else one per line."""
+    values = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        try:
+            values.append(json.loads(text))
+        except json.JSONDecodeError:
+            values.extend(json.loads(line) for line in text.splitlines() if line.strip())
+    return values
+
+
+def pingpong_medians(paths):
+    """{label: median ns per round trip} over the runs, in the programs' order."""
+    samples = {}
+    for run in load_json_values(paths):
+        for row in run if isinstance(run, list) else [run]:
+            label = row["mode"] if row["workers"] == 0 else f"{row['mode']}\n{row['workers']} worker" + (
+                "s" if row["workers"] > 1 else "")
+            samples.setdefault(label, []).append(row["ns_per_round_trip"])
+    return {label: statistics.median(v) for label, v in samples.items()}, max(len(v) for v in samples.values())
+
+
+def bar_labels(ax, bars, fmt):
+    for bar in bars:
+        ax.annotate(fmt(bar.get_height()), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+
+
+def plot_pingpong(ax, paths):
+    medians, runs = pingpong_medians(paths)
+    labels = list(medians)
+    values = [medians[k] for k in labels]
+    colors = ["tab:green" if k.startswith("fiber") else "tab:red" for k in labels]
+    bars = ax.bar(labels, values, color=colors)
+    ax.set_yscale("log")
+    ax.set_ylabel("ns per round trip (log)")
+    ax.set_title(f"PingPong, median of {runs} run(s)")
+    bar_labels(ax, bars, lambda v: f"{v:,.0f}")
+    ax.axhline(TARGET_PINGPONG_NS, color="tab:green", linestyle=":", linewidth=1, label="target (1 worker) 100 ns")
+    ax.axhline(GO_PINGPONG_NS[1], color="tab:blue", linestyle="--", linewidth=1, label="Go, GOMAXPROCS=1: 202 ns")
+    ax.axhline(BOOST_PINGPONG_NS[1], color="tab:orange", linestyle="--", linewidth=1,
+               label="Boost.Fiber, one thread: 211 ns")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.tick_params(axis="x", labelsize=8)
+
+
+def plot_peers(ax, title, ylabel, ours, key, go, boost, target, fmt):
+    labels = ["weft", "Go 1.19", "Boost.Fiber"]
+    values = [ours, go, boost]
+    bars = ax.bar(labels, values, color=["tab:green", "tab:blue", "tab:orange"])
+    ax.axhline(target, color="tab:green", linestyle=":", linewidth=1, label=f"target {fmt(target)}")
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    bar_labels(ax, bars, fmt)
+    ax.legend(fontsize=7)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pingpong", nargs="+", required=True, help="pingpong --mode all --json output(s)")
+    parser.add_argument("--skynet", nargs="+", default=[], help="skynet --json output(s)")
+    parser.add_argument("--park", nargs="+", default=[], help="park_memory --json output(s)")
+    parser.add_argument("-o", "--output", default="docs/benchmarks.png")
+    args = parser.parse_args()
+
+    skynet = [r for r in load_json_values(args.skynet) if r.get("workers") == 2 and r.get("ok")]
+    park = [r for r in load_json_values(args.park) if not r.get("error")]
+    panels = 1 + (2 if skynet else 0) + (1 if park else 0)
+    if panels == 1:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        axes = [ax]
+    else:
+        # PingPong across the top, the others side by side below it.
+        fig = plt.figure(figsize=(4.2 * (panels - 1) + 1, 9))
+        grid = fig.add_gridspec(2, panels - 1)
+        axes = [fig.add_subplot(grid[0, :])] + [fig.add_subplot(grid[1, i]) for i in range(panels - 1)]
+    plot_pingpong(axes[0], args.pingpong)
+    i = 1
+    if skynet:
+        ms = statistics.median(r["ms"] for r in skynet)
+        rss = statistics.median(r["peak_rss_mib"] for r in skynet)
+        plot_peers(axes[i], f"skynet 1M, 2 workers ({len(skynet)} runs)", "ms", ms, "ms", GO_SKYNET["ms"],
+                   BOOST_SKYNET["ms"], TARGET_SKYNET["ms"], lambda v: f"{v:,.0f} ms")
+        plot_peers(axes[i + 1], "skynet 1M, 2 workers: peak RSS", "MiB", rss, "rss", GO_SKYNET["rss_mib"],
+                   BOOST_SKYNET["rss_mib"], TARGET_SKYNET["rss_mib"], lambda v: f"{v:,.0f} MiB")
+        i += 2
+    if park:
+        kib = statistics.median(r["bytes_per_fiber"] for r in park) / 1024
+        plot_peers(axes[i], f"RSS per parked fiber ({len(park)} runs)", "KiB", kib, "kib", GO_PARK_KIB,
+                   BOOST_PARK_KIB, TARGET_PARK_KIB, lambda v: f"{v:.1f} KiB")
+    fig.suptitle("weft on this machine (2 cores); peers' figures from issue 4, same machine")
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=110)
+    print(f"wrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,21 +2,33 @@
 #include <unistd.h>
 #include <weft/mutex.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
 #include "../runtime/fiber_control.h"
+#include "../sched/worker.h"
 
 namespace weft {
 namespace {
 
 // Who is calling: the fiber (which may move between threads) or, off a
 // fiber, the thread.
+// Identities are 8-aligned addresses with bit 1 set for a thread; bit 0 is
+// the lock word's kWaiters.
+constexpr std::uintptr_t kWaiters = 1;
+constexpr std::uintptr_t kThreadBit = 2;
+
 std::uintptr_t caller_identity() noexcept {
-  thread_local char thread_token;
-  if (detail::FiberControl* fiber = detail::current_fiber()) return reinterpret_cast<std::uintptr_t>(fiber);
-  return reinterpret_cast<std::uintptr_t>(&thread_token) | 1u;
+  alignas(8) [[gnu::tls_model("initial-exec")]] thread_local char thread_token;
+  // One (deliberately not inlined) look at the thread's worker: a fiber
+  // may resume on another thread, so its TLS address is never cached.
+  if (detail::Worker* worker = detail::current_worker()) {
+    if (detail::FiberControl* fiber = worker->current()) return reinterpret_cast<std::uintptr_t>(fiber);
+  }
+  return reinterpret_cast<std::uintptr_t>(&thread_token) | kThreadBit;
 }
 
 [[noreturn]] void report_bad_unlock(const Mutex* mutex, bool locked) noexcept {
@@ -35,40 +47,120 @@ std::uintptr_t caller_identity() noexcept {
 
 }  // namespace
 
-void Mutex::set_owner() noexcept { owner_ = caller_identity(); }
+// A waiter that has waited this long is handed the lock instead of woken
+// to compete (Go's sync.Mutex starvation threshold).
+constexpr std::int64_t kStarvingNs = 1'000'000;
+// How many times a plain thread looks for the lock to come free before it
+// sleeps: a few microseconds, about one short critical section.
+constexpr int kThreadSpins = 64;
 
-bool Mutex::try_lock() {
-  std::lock_guard guard(lock_);
-  if (locked_) return false;
-  locked_ = true;
-  set_owner();
-  return true;
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(detail::Clock::now().time_since_epoch()).count();
 }
 
-bool Mutex::acquire(detail::Clock::time_point deadline) {
-  // Woken means the lock was handed to us: locked_ stayed true throughout.
-  const bool acquired = detail::wait_unless(
-      waiters_, lock_,
-      [&] {
-        if (locked_) return false;
-        locked_ = true;
-        return true;
-      },
-      {"weft::Mutex", this, "lock"}, deadline);
-  if (acquired) {
-    std::lock_guard guard(lock_);
-    set_owner();
+bool Mutex::try_claim(std::uintptr_t me) noexcept {
+  std::uintptr_t state = state_.load(std::memory_order_relaxed);
+  while ((state & ~kWaiters) == 0) {
+    if (state_.compare_exchange_weak(state, me | state, std::memory_order_acquire, std::memory_order_relaxed))
+      return true;
   }
-  return acquired;
+  return false;
+}
+
+bool Mutex::try_lock() { return try_claim(caller_identity()); }
+
+bool Mutex::spin_then_try_lock(std::uintptr_t me) noexcept {
+  for (int i = 0; i < kThreadSpins; ++i) {
+    if ((state_.load(std::memory_order_relaxed) & ~kWaiters) == 0 && try_claim(me)) return true;
+    detail::cpu_relax();
+  }
+  return false;
+}
+
+// Invariant (kept under lock_): while waiters_ is non-empty, kWaiters is
+// set, so that unlock() takes lock_ and wakes one. kWaiters may be set with
+// no waiter left (they timed out); the next slow unlock clears it.
+void Mutex::lock() {
+  const std::uintptr_t me = caller_identity();
+  std::uintptr_t expected = 0;
+  if (state_.compare_exchange_strong(expected, me, std::memory_order_acquire, std::memory_order_relaxed)) return;
+  acquire(me, detail::no_deadline);
+}
+
+bool Mutex::acquire(detail::Clock::time_point deadline) { return acquire(caller_identity(), deadline); }
+
+bool Mutex::acquire(std::uintptr_t me, detail::Clock::time_point deadline) {
+  if ((me & kThreadBit) != 0 ? spin_then_try_lock(me) : try_claim(me)) return true;
+  detail::Waiter waiter;
+  waiter.payload = reinterpret_cast<void*>(me);
+  lock_.lock();
+  for (;;) {
+    // Announce a waiter before the last look, so that an unlock() racing
+    // with us either is seen here (the lock is free) or sees kWaiters.
+    if ((state_.fetch_or(kWaiters, std::memory_order_acq_rel) & ~kWaiters) == 0) {
+      std::uintptr_t state = kWaiters;
+      const std::uintptr_t mine = me | (waiters_.empty() ? 0 : kWaiters);
+      if (state_.compare_exchange_strong(state, mine, std::memory_order_acquire, std::memory_order_relaxed)) {
+        lock_.unlock();
+        return true;
+      }
+      continue;  // a barger took it meanwhile
+    }
+    if (waiter.amount == 0) {
+      waiter.amount = static_cast<std::uint64_t>(now_ns());  // first arrival: its place in the line
+      waiters_.push_back(waiter);
+    } else {
+      waiters_.push_front(waiter);  // woken to compete and lost: keep its place
+    }
+    if (detail::park(waiter, &lock_, {"weft::Mutex", this, "lock"}, deadline) == detail::WakeReason::timed_out) {
+      lock_.lock();
+      waiters_.remove(waiter);
+      lock_.unlock();
+      return false;
+    }
+    // Handed over? The waker's release of the waiter's state orders its
+    // store of state_ before this load.
+    if ((state_.load(std::memory_order_acquire) & ~kWaiters) == me) return true;
+    waiter.state.store(detail::Waiter::waiting, std::memory_order_relaxed);
+    lock_.lock();
+  }
 }
 
 void Mutex::unlock() {
+  const std::uintptr_t me = caller_identity();
+  std::uintptr_t expected = me;
+  if (state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed)) return;
+  unlock_slow(me);
+}
+
+void Mutex::unlock_slow(std::uintptr_t me) {
   std::lock_guard guard(lock_);
+  const std::uintptr_t state = state_.load(std::memory_order_relaxed);
   // One compare, kept in release builds: a foreign unlock would let two
   // callers into the critical section with no error.
-  if (!locked_ || owner_ != caller_identity()) report_bad_unlock(this, locked_);
-  owner_ = 0;
-  if (!detail::wake_first(waiters_)) locked_ = false;
+  if ((state & ~kWaiters) != me) report_bad_unlock(this, (state & ~kWaiters) != 0);
+  detail::Waiter* front = waiters_.front();
+  if (front == nullptr) {
+    state_.store(0, std::memory_order_release);
+    return;
+  }
+  const auto remaining = [&] { return waiters_.empty() ? 0 : kWaiters; };
+  if (front->fiber != nullptr || now_ns() - static_cast<std::int64_t>(front->amount) > kStarvingNs) {
+    // Hand-off: the owner part never reads 0, so nobody barges in between.
+    const bool handed = detail::wake_first(
+        waiters_,
+        [&](detail::Waiter& w) {
+          state_.store(reinterpret_cast<std::uintptr_t>(w.payload) | remaining(), std::memory_order_release);
+        },
+        [&](detail::Waiter&) { state_.store(me | kWaiters, std::memory_order_relaxed); });
+    if (!handed) state_.store(0, std::memory_order_release);
+    return;
+  }
+  // Wake to compete: free it now; running callers may take it first.
+  detail::wake_first(
+      waiters_, [&](detail::Waiter&) { state_.store(remaining(), std::memory_order_release); }, [](detail::Waiter&) {});
+  if (waiters_.empty() && (state_.load(std::memory_order_relaxed) & ~kWaiters) == me)
+    state_.store(0, std::memory_order_release);
 }
 
 }  // namespace weft

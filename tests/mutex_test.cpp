@@ -63,6 +63,43 @@ TEST(Mutex, AReleaserRetakingAtOnceDoesNotStarveAWaiterOnItsWorker) {
   EXPECT_LT(retakes, 1000) << "the waiter never got the lock while the releaser kept retaking it";
 }
 
+// The same for plain threads, whose waiters are woken to compete rather than
+// handed the lock: a releaser that retakes at once wins every race against a
+// waiter that has to wake up first, so only the starvation rule (a waiter
+// past 1 ms is handed the lock) lets the waiter in. Without it this test
+// runs into its 5 s bound.
+TEST(Mutex, AReleaserRetakingAtOnceDoesNotStarveAWaitingThread) {
+  Mutex mu;
+  std::atomic<bool> waiter_done{false};
+  std::atomic<bool> held{false};
+  std::atomic<long> retakes{0};
+  std::thread releaser([&] {
+    mu.lock();
+    held = true;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!waiter_done && std::chrono::steady_clock::now() < give_up) {
+      mu.unlock();
+      mu.lock();
+      retakes.fetch_add(1, std::memory_order_relaxed);
+      // A critical section of a few microseconds: a waiter that wakes up
+      // finds the lock taken again.
+      for (const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5);
+           std::chrono::steady_clock::now() < until;) {
+      }
+    }
+    mu.unlock();
+  });
+  while (!held) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  mu.lock();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  waiter_done = true;
+  mu.unlock();
+  releaser.join();
+  EXPECT_LT(waited, std::chrono::seconds(2))
+      << "the waiting thread starved while the releaser retook the lock " << retakes << " times";
+}
+
 // 1,000 fibers each increment a Mutex-protected counter 1,000 times.
 TEST_P(MutexTest, CountIsExact) {
   Mutex mu;

@@ -8,12 +8,19 @@
 //   std::unique_lock lock(mu, std::defer_lock);
 //   if (lock.try_lock_for(5ms)) { ... }
 //
-// Fairness: unlock() hands the lock to the longest waiter directly, so no
-// waiter starves under contention (the price: a newcomer cannot barge in
-// ahead of a woken waiter). Not recursive. unlock() by anyone but the owner
-// aborts with a message naming the mutex and the caller, in every build.
+// Fairness, and why it differs by waiter: unlock() hands the lock straight
+// to a waiting fiber (on cooperative fibers a releaser that retakes at once
+// would otherwise never let a woken fiber run: docs/benchmarks.md). A
+// waiting plain thread is instead woken to compete, and running callers may
+// barge in meanwhile, as with std::mutex: handing a lock to a sleeping
+// thread keeps it idle for a futex wake-up per acquisition (a lock convoy).
+// A waiter that has waited past 1 ms is handed the lock whatever it is, so
+// nobody starves. A plain thread spins briefly before it sleeps. Not
+// recursive. unlock() by anyone but the owner aborts with a message naming
+// the mutex and the caller, in every build.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -28,7 +35,7 @@ class Mutex {
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
-  void lock() { acquire(detail::no_deadline); }
+  void lock();
   bool try_lock();
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
@@ -42,12 +49,18 @@ class Mutex {
 
  private:
   bool acquire(detail::Clock::time_point deadline);
-  void set_owner() noexcept;
+  bool acquire(std::uintptr_t me, detail::Clock::time_point deadline);
 
-  detail::SpinLock lock_;
-  bool locked_ = false;
-  detail::WaitList waiters_;
-  std::uintptr_t owner_ = 0;  // the owning fiber or thread, for misuse checks
+  bool spin_then_try_lock(std::uintptr_t me) noexcept;
+  bool try_claim(std::uintptr_t me) noexcept;
+  void unlock_slow(std::uintptr_t me);
+
+  // The lock word: the owner's identity (a fiber's or thread's, never 0),
+  // or 0 when free; bit 0 (kWaiters) says that waiters_ may be non-empty,
+  // which sends unlock() to its slow path.
+  std::atomic<std::uintptr_t> state_{0};
+  detail::SpinLock lock_;     // guards waiters_ and the setting of kWaiters
+  detail::WaitList waiters_;  // each Waiter's `payload` is its caller's identity
 };
 
 }  // namespace weft

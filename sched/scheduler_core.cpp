@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../introspect/gdb_layout.h"
 #include "../runtime/overflow_handler.h"
 #include "park.h"
 #include "scheduler.h"
@@ -75,9 +76,15 @@ SchedulerCore::SchedulerCore(Config config)
   for (auto& worker : workers_) worker->start();
   sysmon_.start();
   dump_registration_.attach(*this);
+  list_for_gdb(*this);
 }
 
-SchedulerCore::~SchedulerCore() { shutdown(); }
+// Listed for gdb until its fibers are gone: a core of a shutdown that hangs
+// shows the fibers it waits for.
+SchedulerCore::~SchedulerCore() {
+  shutdown();
+  unlist_for_gdb(*this);
+}
 
 FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::size_t callable_size,
                                            std::size_t callable_align) {

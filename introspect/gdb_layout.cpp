@@ -12,6 +12,7 @@
 #include "../runtime/spin_lock.h"
 #include "../sched/fiber_registry.h"
 #include "../sched/scheduler_core.h"
+#include "../sched/worker.h"
 
 namespace weft::detail {
 
@@ -38,7 +39,7 @@ std::uint64_t offset_of(M T::*member) noexcept {
 
 }  // namespace
 
-// FiberControl and FiberRegistry let this read their private parts.
+// FiberControl, FiberRegistry and Worker let this read their private parts.
 struct GdbLayoutAccess {
   static const void* shards(const FiberRegistry& registry) noexcept { return registry.shards_.get(); }
   static std::uint64_t shard_count(const FiberRegistry& registry) noexcept { return registry.shard_count_; }
@@ -47,6 +48,7 @@ struct GdbLayoutAccess {
   static constexpr std::uint64_t shard_fibers = offsetof(FiberRegistry::Shard, count);
   static std::uint64_t fiber_name() noexcept { return offset_of(&FiberControl::name_); }
   static constexpr std::uint64_t fiber_name_size = sizeof(FiberControl::name_);
+  static std::uint64_t worker_tid() noexcept { return offset_of(&Worker::tid_); }
 };
 
 namespace {
@@ -78,7 +80,8 @@ extern "C" {
 // changes meaning; new entries may appear without it. "fiber.*" are offsets
 // in FiberControl (runtime/fiber_control.h): the id and counters are
 // 64-bit, the state 1 byte (values "state.*"), the pin count 4 bytes, the
-// wait fields and `worker` pointers. "context.*" describe the frame a saved
+// wait fields and `worker` pointers. "worker.tid" is the offset of a
+// Worker's OS thread id (4 bytes), to find its thread in gdb. "context.*" describe the frame a saved
 // context points at (runtime/fcontext_x86_64.cpp, Boost.Context 1.74's on
 // x86-64 as well): offsets of the saved registers, and `frame_size`, the
 // stack pointer's distance from the frame once it is resumed.
@@ -91,6 +94,7 @@ extern "C" {
     {"scheduler.shard_count", offsetof(weft::detail::GdbScheduler, shard_count)},
     {"scheduler.workers", offsetof(weft::detail::GdbScheduler, workers)},
     {"scheduler.worker_count", offsetof(weft::detail::GdbScheduler, worker_count)},
+    {"worker.tid", weft::detail::GdbLayoutAccess::worker_tid()},
     {"shard.size", weft::detail::GdbLayoutAccess::shard_size},
     {"shard.head", weft::detail::GdbLayoutAccess::shard_head},
     {"shard.fibers", weft::detail::GdbLayoutAccess::shard_fibers},

@@ -8,7 +8,8 @@
 //                   the mutex held by the main thread
 //     sleeper       parked in weft::this_fiber (sleep) in park_in_sleep_for_gdb()
 //     (no name)     parked on weft::Fiber (join), joining the sleeper
-//     blocker       running: blocks its worker's thread in a system call
+//     blocker       running: blocks its worker's thread in a system call, in
+//                   block_thread_for_gdb()
 //   "gdb-second", 1 worker:
 //     other-taker   parked on weft::BlockingQueue (take) in park_in_queue_take_for_gdb()
 //
@@ -50,6 +51,11 @@ void keep_frame() { asm volatile("" ::: "memory"); }
   keep_frame();
 }
 
+[[gnu::noinline]] void block_thread_for_gdb() {
+  std::this_thread::sleep_for(1h);  // a blocking call: the fiber stays running, its worker blocked
+  keep_frame();
+}
+
 int count_where_expected(const weft::SchedulerSnapshot& snap) {
   int ready = 0;
   for (const auto& f : snap.fibers) {
@@ -88,7 +94,7 @@ int main() {
   static weft::Fiber sleeper = sched->spawn({.name = "sleeper"}, [] { park_in_sleep_for_gdb(); });
   static weft::Fiber joiner = sched->spawn([] { sleeper.join(); });
   static weft::Fiber blocker = sched->spawn({.name = "blocker"}, [] {
-    for (;;) std::this_thread::sleep_for(1h);
+    for (;;) block_thread_for_gdb();
   });
   static weft::Fiber other =
       second->spawn({.name = "other-taker"}, [] { park_in_queue_take_for_gdb(never_fed_either); });

@@ -123,13 +123,18 @@ check() {
   local sleeper_block
   sleeper_block=$(sed -nE "s/^- Fiber \[(0x[0-9a-f]+)\] \"sleeper\" .*/\1/p" <<<"$info")
   expect_fiber "fiber-${ids[joiner]}" "${ids[joiner]}" "weft::Fiber@${sleeper_block:-none} \(join\)"
-  grep -Eq "^- Fiber \[0x[0-9a-f]+\] \"blocker\" #${ids[blocker]} active=1 .* park=0/0 running on worker [01]$" \
-    <<<"$info" || fail "$mode: no running line for fiber blocker"
+  local running="running on worker [01] \[tid [0-9]+\]"
+  grep -Eq "^- Fiber \[0x[0-9a-f]+\] \"blocker\" #${ids[blocker]} active=1 .* park=0/0 $running$" <<<"$info" ||
+    fail "$mode: no running line for fiber blocker"
 
   expect_frames() {  # marker, function
     local bt
     bt=$(section "$out" "$1")
-    if [ "$stacks" = lost ]; then
+    if [ "$1" = 'bt blocker' ]; then
+      grep -Eq "^\(running: the frames of worker [01]'s thread [0-9]+, LWP [0-9]+\)$" <<<"$bt" ||
+        fail "$mode: weft-bt of the running fiber does not show its thread"
+      [ "$stacks" = lost ] && return  # and the thread's stack, which is the fiber's, is zeros too
+    elif [ "$stacks" = lost ]; then
       grep -Eq "^weft-bt: fiber #[0-9]+'s stack reads as zeros at 0x[0-9a-f]+: this core lacks it" <<<"$bt" ||
         fail "$mode: weft-bt of $1 does not say that the core lacks its stack"
       return
@@ -150,8 +155,7 @@ check() {
   expect_frames 'bt joiner' 'weft::Fiber::join'
   expect_frames 'bt other-taker' 'park_in_queue_take_for_gdb'
   expect_frames 'fp queue-taker' 'park_in_queue_take_for_gdb'
-  section "$out" 'bt blocker' | grep -q "weft-bt: fiber #${ids[blocker]} is running on worker" ||
-    fail "$mode: weft-bt of the running fiber does not say it runs"
+  expect_frames 'bt blocker' 'block_thread_for_gdb'
 }
 
 run_gdb() {  # mode, output file, gdb's target arguments...

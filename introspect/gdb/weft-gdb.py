@@ -2,8 +2,9 @@
 # because it is a core file or stopped under gdb (docs/dump.md, "Post mortem").
 #
 #   info weft-fibers        every fiber of every scheduler, one line each
-#   weft-bt <id|0xaddr>...  a fiber's backtrace, from its saved context
-#   weft-bt all             every fiber that has one
+#   weft-bt <id|0xaddr>...  a fiber's backtrace: from its saved context, or
+#                           its thread's if it runs
+#   weft-bt all             every fiber that has started
 #   weft-gcore [FILE]       gcore, with the stacks that gcore cannot read
 #
 # It needs no debug information: libweft exports a table of the offsets it
@@ -205,8 +206,12 @@ def schedulers(layout):
         s.worker_count = field("worker_count")
         workers = field("workers")
         s.worker_index = {}
+        s.worker_tids = []
         for i in range(min(s.worker_count, 65536)):
-            s.worker_index[_u64(workers + 8 * i)] = i
+            worker = _u64(workers + 8 * i)
+            s.worker_index[worker] = i
+            tid = struct.unpack("<i", _read(worker + layout["worker.tid"], 4))[0] if layout.has("worker.tid") else 0
+            s.worker_tids.append(tid)
         s.fibers = []
         s.errors = []
         shards = field("shards")
@@ -265,6 +270,11 @@ def _wait_time(f, now_ns, at_least):
     return " for %s%s" % ("at least " if at_least else "", _duration((now_ns - f.parked_since_ns) / 1e6))
 
 
+def _worker_tid(f):
+    tids = f.scheduler.worker_tids
+    return tids[f.worker] if 0 <= f.worker < len(tids) else 0
+
+
 def fiber_line(f, now_ns, at_least):
     """weft-dump's fiber block (tools/dump_text.cpp) on one line."""
     line = '- Fiber [0x%x] "%s" #%d active=%d steal=%d steal_fail=%d preempt=%d park=%d/%d %s' % (
@@ -281,6 +291,9 @@ def fiber_line(f, now_ns, at_least):
     )
     if f.state == "running":
         line += " on worker %d" % f.worker
+        tid = _worker_tid(f)
+        if tid:
+            line += " [tid %d]" % tid
     elif f.worker >= 0:
         line += " (last ran on worker %d)" % f.worker
     else:
@@ -418,6 +431,41 @@ def _where(pc, sal):
     return " from %s" % solib if solib else ""
 
 
+def _frame_lines(frame):
+    """`frame` and its callers as bt prints them, numbered from 0."""
+    lines = []
+    last = None
+    while frame is not None and len(lines) < _MAX_FRAMES:
+        pc = frame.pc()
+        if pc == 0:
+            # Past the outermost frame of a context made by Boost's
+            # make_fcontext, which does not mark itself as outermost.
+            frame = None
+            break
+        name = frame.name() or "??"
+        if frame.type() == gdb.INLINE_FRAME:
+            head = "#%-2d %s" % (len(lines), name)
+        else:
+            head = "#%-2d 0x%016x in %s" % (len(lines), pc, name)
+        lines.append(head + " (%s)" % _frame_args(frame) + _where(pc, frame.find_sal()))
+        last, frame = frame, frame.older()
+    if frame is not None:
+        lines.append("(more than %d frames)" % _MAX_FRAMES)
+    elif last is not None:
+        # Why the unwind stopped, unless at the outermost frame.
+        reason = last.unwind_stop_reason()
+        if reason not in (gdb.FRAME_UNWIND_NO_REASON, gdb.FRAME_UNWIND_OUTERMOST):
+            lines.append("Backtrace stopped: %s" % gdb.frame_stop_reason_string(reason))
+    return lines
+
+
+def _reselect(level):
+    try:
+        gdb.execute("frame %d" % level, to_string=True)
+    except gdb.error:
+        pass
+
+
 def _unwound_frames(registers, sp):
     """The fiber's frames as gdb unwinds them; None if it cannot here (no
     thread to lend its innermost frame, or no unwinder API)."""
@@ -427,42 +475,37 @@ def _unwound_frames(registers, sp):
         selected = gdb.selected_frame().level()
     except gdb.error:
         return None  # "No registers.": no thread
-    lines = []
     _unwinder.registers = registers
     _unwinder.frame_sp = sp
     gdb.invalidate_cached_frames()
     try:
-        last = None
-        frame = gdb.newest_frame().older()
-        while frame is not None and len(lines) < _MAX_FRAMES:
-            pc = frame.pc()
-            if pc == 0:
-                # Past the outermost frame of a context made by Boost's
-                # make_fcontext, which does not mark itself as outermost.
-                frame = None
-                break
-            name = frame.name() or "??"
-            if frame.type() == gdb.INLINE_FRAME:
-                head = "#%-2d %s" % (len(lines), name)
-            else:
-                head = "#%-2d 0x%016x in %s" % (len(lines), pc, name)
-            lines.append(head + " (%s)" % _frame_args(frame) + _where(pc, frame.find_sal()))
-            last, frame = frame, frame.older()
-        if frame is not None:
-            lines.append("(more than %d frames)" % _MAX_FRAMES)
-        elif last is not None:
-            # Why the unwind stopped, unless at the outermost frame.
-            reason = last.unwind_stop_reason()
-            if reason not in (gdb.FRAME_UNWIND_NO_REASON, gdb.FRAME_UNWIND_OUTERMOST):
-                lines.append("Backtrace stopped: %s" % gdb.frame_stop_reason_string(reason))
+        return _frame_lines(gdb.newest_frame().older())
     finally:
         _unwinder.registers = None
         gdb.invalidate_cached_frames()
-        try:
-            gdb.execute("frame %d" % selected, to_string=True)
-        except gdb.error:
-            pass
-    return lines
+        _reselect(selected)
+
+
+def _running_frames(f):
+    """A running fiber's frames: its worker thread's, whose stack it is."""
+    tid = _worker_tid(f)
+    thread = next((t for t in gdb.selected_inferior().threads() if tid and t.ptid[1] == tid), None)
+    if thread is None:
+        raise WeftError(
+            "fiber #%d is running on worker %d, whose thread (tid %d) gdb does not list" % (f.id, f.worker, tid)
+        )
+    previous = gdb.selected_thread()
+    try:
+        selected = gdb.selected_frame().level()
+    except gdb.error:
+        selected = 0
+    thread.switch()
+    try:
+        lines = _frame_lines(gdb.newest_frame())
+    finally:
+        previous.switch()
+        _reselect(selected)
+    return ["(running: the frames of worker %d's thread %d, LWP %d)" % (f.worker, thread.num, tid)] + lines
 
 
 def _symbolize(pc):
@@ -516,10 +559,7 @@ def _frame_pointer_frames(registers):
 def fiber_backtrace(layout, f, frame_pointers=False):
     """The lines of a fiber's backtrace, or WeftError saying why it has none."""
     if f.state == "running":
-        raise WeftError(
-            "fiber #%d is running on worker %d: its frames are that worker's thread's "
-            "(`thread apply all bt`; the worker threads are named <scheduler>/<index>)" % (f.id, f.worker)
-        )
+        return _running_frames(f)
     if f.state == "done":
         raise WeftError("fiber #%d has finished" % f.id)
     if f.active == 0:
@@ -633,14 +673,16 @@ See also: weft-bt."""
 
 
 class WeftBacktrace(gdb.Command):
-    """The backtrace of a weft fiber that is not running, from the context it
-saved when it last switched away: where it parked, yielded or was preempted.
+    """The backtrace of a weft fiber: from the context it saved when it last
+switched away (where it parked, yielded or was preempted), or for a running
+fiber its worker thread's, whose stack it runs on (a crash in a fiber: the
+crashing thread's).
 
 Usage: weft-bt [-fp] ID|0xADDRESS...
        weft-bt [-fp] all
 
 ID is the fiber's id (#ID in `info weft-fibers`), ADDRESS its control block
-([0x...] there). `all` prints every fiber that has a saved context. The
+([0x...] there). `all` prints every fiber that has started. The
 frames are unwound by gdb itself (with .eh_frame, and debug information for
 file:line and arguments where there is some); -fp follows the frame-pointer
 chain instead. Frame numbers are the fiber's own; `frame N` does not select
@@ -661,7 +703,7 @@ them. Works on a live process and on a core file."""
         except WeftError as e:
             raise gdb.GdbError("weft: %s" % e)
         if words == ["all"]:
-            chosen = [f for f in fibers if f.state != "running" and f.active != 0]
+            chosen = [f for f in fibers if f.active != 0]
         else:
             chosen = []
             for w in words:

@@ -329,28 +329,29 @@ class _FrameId:
 if _HAVE_UNWINDER:
 
     class _FiberUnwinder(gdb.unwinder.Unwinder):
-        """While `registers` is set, makes the caller of the selected thread's
-        innermost frame the fiber's saved context: gdb then unwinds the
-        fiber's stack with its own unwinders (.eh_frame, present without
-        debug information) and names every frame as `bt` does. The
-        innermost frame itself is the thread's and is not shown."""
+        """Once armed with `registers`, makes the caller of the first frame
+        gdb asks it about the fiber's saved context. That is the selected
+        thread's innermost frame that is not an inlined one (gdb's inline
+        unwinder takes those first): gdb then unwinds the fiber's stack
+        with its own unwinders (.eh_frame, present without debug
+        information) and names every frame as `bt` does. The thread's own
+        frames, up to that one, are not shown."""
 
         def __init__(self):
             super().__init__("weft-fiber")
             self.registers = None
             self.frame_sp = 0
+            self.claimed_level = None
 
         def __call__(self, pending_frame):
             registers = self.registers
             if registers is None:
                 return None
-            if hasattr(pending_frame, "level"):
-                if pending_frame.level() != 0:
-                    return None
-            else:
-                self.registers = None  # before gdb 11, no level(): the first frame asked for is the innermost
+            self.registers = None
+            if hasattr(pending_frame, "level"):  # gdb 11
+                self.claimed_level = pending_frame.level()
             pc = pending_frame.read_register("rip")
-            # The innermost frame's id is the fiber's saved stack pointer, below
+            # The claimed frame's id is the fiber's saved stack pointer, below
             # the fiber's frames, so that gdb finds them outer to it wherever
             # the fiber's stack lies relative to the thread's.
             word = gdb.lookup_type("unsigned long")
@@ -477,9 +478,22 @@ def _unwound_frames(registers, sp):
         return None  # "No registers.": no thread
     _unwinder.registers = registers
     _unwinder.frame_sp = sp
+    _unwinder.claimed_level = None
     gdb.invalidate_cached_frames()
     try:
-        return _frame_lines(gdb.newest_frame().older())
+        # The fiber's innermost frame is the caller of the frame the
+        # unwinder claimed; gdb asks about each frame as it is reached.
+        frame = gdb.newest_frame()
+        for _ in range(64):
+            if frame is None:
+                return None
+            if _unwinder.claimed_level is not None:
+                if frame.level() == _unwinder.claimed_level:
+                    return _frame_lines(frame.older())
+            elif _unwinder.registers is None and frame.pc() == registers["rip"]:
+                return _frame_lines(frame)  # before gdb 11: no levels; the saved pc marks it
+            frame = frame.older()
+        return None
     finally:
         _unwinder.registers = None
         gdb.invalidate_cached_frames()

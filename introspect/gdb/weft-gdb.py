@@ -527,11 +527,13 @@ def _symbolize(pc):
     lookup = max(pc - 1, 0)  # inside the call, not after it
     name = None
     try:
+        # The outermost function: the one whose frame this is, not one
+        # inlined into it (which has no frame of its own).
         block = gdb.block_for_pc(lookup)
-        while block is not None and block.function is None:
+        while block is not None:
+            if block.function is not None:
+                name = block.function.print_name
             block = block.superblock
-        if block is not None:
-            name = block.function.print_name
     except RuntimeError:
         pass
     if name is None:

@@ -12,12 +12,12 @@
 # (MADV_GUARD_INSTALL), as weft's stacks do, and writes zeros for it (it
 # warns "Memory read failed for corefile section"). On such a kernel its
 # core must still list every fiber, and weft-bt must say why it has no
-# frames; weft-gcore's core and the kernel's must have them. The kernel's core is skipped
-# when core_pattern sends cores elsewhere (a pipe to systemd-coredump or
-# apport, or another directory).
+# frames; weft-gcore's core and the kernel's must have them. The kernel's
+# core is skipped when core_pattern sends cores elsewhere (a pipe to
+# systemd-coredump or apport, or another directory).
 #
-# And that gdb auto-loads the script by the name it is installed under
-# (introspect/gdb/meson.build): <scripts-directory>/<library's real path>-gdb.py.
+# Also: that gdb auto-loads the script by the name it is installed under
+# (introspect/gdb/meson.build), <scripts-directory>/<library's real path>-gdb.py.
 #
 # Usage: gdb_test.sh <gdb_child> <weft-gdb.py> <libweft.so.VERSION> [live-only]
 # live-only: no cores, for a sanitizer's build. Its shadow memory took gcore

@@ -37,6 +37,10 @@ for tool in gdb gcore; do
     exit 77
   fi
 done
+if [ "$(gdb -batch -nx -ex 'python print("python ok")' 2>&1)" != "python ok" ]; then
+  echo "SKIP: this gdb has no Python, which the extension is written in"
+  exit 77
+fi
 
 work=$(mktemp -d)
 child=

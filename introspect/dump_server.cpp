@@ -99,7 +99,9 @@ class DumpServer {
     bool last;
     {
       std::lock_guard guard(schedulers_lock_);
-      schedulers_.erase(std::remove(schedulers_.begin(), schedulers_.end(), &core), schedulers_.end());
+      const auto gone = std::remove(schedulers_.begin(), schedulers_.end(), &core);
+      if (gone == schedulers_.end()) return;  // never attached (dumps off for it)
+      schedulers_.erase(gone, schedulers_.end());
       last = schedulers_.empty();
     }
     if (last && running_ && owner_pid_ == ::getpid()) stop();
@@ -283,12 +285,8 @@ bool dump_enabled_by_environment() noexcept {
   return true;
 }
 
-bool attach_services(SchedulerCore& core) {
-  if (!core.config().dump || !dump_enabled_by_environment()) return false;
-  the_dump_server().attach(core);
-  return true;
-}
+void attach_to_dump_server(SchedulerCore& core) { the_dump_server().attach(core); }
 
-void detach_services(SchedulerCore& core) noexcept { the_dump_server().detach(core); }
+void detach_from_dump_server(SchedulerCore& core) noexcept { the_dump_server().detach(core); }
 
 }  // namespace weft::detail

@@ -23,9 +23,17 @@
 // environment variable WEFT_DUMP=0.
 #pragma once
 
-#include "../sched/services.h"
-
 namespace weft::detail {
+
+class SchedulerCore;
+
+// Adds `core` to the server's list, starting the server with the first.
+// If it cannot start (no usable socket directory), says why on stderr and
+// carries on without it: a dump is never worth failing a service.
+void attach_to_dump_server(SchedulerCore& core);
+// Takes `core` off the list, waiting for a dump that is reading it; stops
+// the server with the last. A core that was never attached is ignored.
+void detach_from_dump_server(SchedulerCore& core) noexcept;
 
 // False when the environment variable WEFT_DUMP is "0", "false", "off" or "no".
 bool dump_enabled_by_environment() noexcept;

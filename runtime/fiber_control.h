@@ -114,6 +114,7 @@ struct FiberControl {
   }
 
  private:
+  friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the name
   mutable SpinLock name_lock_;
   char name_[48] = {};  // empty: the default name
 };

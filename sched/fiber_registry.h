@@ -37,6 +37,7 @@ class FiberRegistry {
   }
 
  private:
+  friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the shards
   // A cache line each: every worker adds and removes in its own.
   struct alignas(64) Shard {
     mutable SpinLock lock;

@@ -78,6 +78,8 @@ SchedulerCore::SchedulerCore(Config config)
   services_.attach(*this);
 }
 
+// The services (services_, the last member) let go of it after shutdown():
+// a core of a shutdown that hangs still shows gdb the fibers it waits for.
 SchedulerCore::~SchedulerCore() { shutdown(); }
 
 FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::size_t callable_size,

@@ -118,6 +118,7 @@ class Worker {
   WorkerCounters& counters() noexcept { return counters_; }
 
  private:
+  friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the thread id
   void run_loop();
   // Next fiber to run, without blocking: next slot, inbox, ring, spawned,
   // global queue, then stealing. Null if there is nothing.

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include "context.h"
@@ -70,7 +71,14 @@ void install_guard(char* base, std::size_t mapping_size) {
 
 std::size_t Stack::guard_size() noexcept { return page_size(); }
 
+void check_stack_size(std::size_t size, const char* what) {
+  if (size >= kMinStackSize && size <= kMaxStackSize) return;
+  throw std::invalid_argument(std::string(what) + " must be at least 16 KiB and at most 1 TiB, got " +
+                              std::to_string(size) + " bytes");
+}
+
 Stack Stack::allocate(std::size_t usable_size) {
+  check_stack_size(usable_size, "weft: a fiber stack's size");
   const std::size_t page = page_size();
   const std::size_t usable = (usable_size + page - 1) / page * page;
   const std::size_t mapping_size = usable + page;

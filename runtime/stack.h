@@ -22,10 +22,21 @@ namespace weft {
 
 namespace detail {
 
+// One rule for every stack size weft is given (Config::stack_size, and
+// SpawnOptions::stack_size unless 0): at least 16 KiB, below which libc's
+// own calls (printf) overflow, and at most 1 TiB, so that rounding up to
+// pages and adding the guard cannot wrap.
+constexpr std::size_t kMinStackSize = std::size_t{16} * 1024;
+constexpr std::size_t kMaxStackSize = std::size_t{1} << 40;
+// Throws std::invalid_argument naming `what` ("weft::Config::stack_size")
+// and the size when `size` breaks that rule.
+void check_stack_size(std::size_t size, const char* what);
+
 class Stack {
  public:
   Stack() = default;
-  // Maps `usable_size` bytes (rounded up to pages) plus one guard page.
+  // Maps `usable_size` bytes (rounded up to pages) plus the guard region;
+  // `usable_size` must obey check_stack_size.
   static Stack allocate(std::size_t usable_size);
 
   Stack(Stack&& other) noexcept

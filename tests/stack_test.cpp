@@ -4,9 +4,12 @@
 #include <sys/resource.h>
 #include <weft/weft.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "test_support.h"
 
@@ -45,6 +48,50 @@ TEST(Stack, PerSpawnStackSize) {
      buffer[sizeof(buffer) - 1] = 2;
      EXPECT_EQ(buffer[0] + buffer[sizeof(buffer) - 1], 3);
    }).join();
+}
+
+// One rule for every stack size, with one message. Before: 8 and 12 KiB
+// were accepted (printf then overflowed), 1 and 4096 bytes refused as "the
+// fiber's callable does not fit", and SIZE_MAX - 100 wrapped in the page
+// rounding.
+TEST(Stack, BadSpawnStackSizesAreRefusedByOneRule) {
+  Scheduler s{test::config_with(1)};
+  for (const std::size_t bad : {std::size_t{1}, std::size_t{4096}, std::size_t{8192}, std::size_t{12 * 1024},
+                                std::size_t{16 * 1024 - 1}, (std::size_t{1} << 40) + 1, SIZE_MAX - 100, SIZE_MAX}) {
+    try {
+      s.spawn({.stack_size = bad}, [] {}).join();
+      ADD_FAILURE() << "a stack of " << bad << " bytes was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(), ("weft: SpawnOptions::stack_size (0: Config::stack_size) must be at least 16 KiB and "
+                              "at most 1 TiB, got " +
+                              std::to_string(bad) + " bytes")
+                                 .c_str());
+    }
+  }
+  // The smallest allowed stack runs a fiber that calls printf.
+  s.spawn({.stack_size = 16 * 1024}, [] { std::printf("%s %d %f\n", "on 16 KiB", 16, 16.0); }).join();
+  Config tiny = test::config_with(1);
+  tiny.stack_size = 12 * 1024;
+  EXPECT_THROW(Scheduler{tiny}, std::invalid_argument);
+  tiny.stack_size = SIZE_MAX - 100;
+  EXPECT_THROW(Scheduler{tiny}, std::invalid_argument);
+  EXPECT_THROW(detail::Stack::allocate(SIZE_MAX - 100), std::invalid_argument);
+}
+
+TEST(Stack, ACallableTooBigForItsStackIsNamed) {
+  Scheduler s{test::config_with(1)};
+  struct Big {
+    char bytes[20 * 1024] = {};
+    void operator()() const {}
+  };
+  try {
+    s.spawn({.stack_size = 16 * 1024}, Big{}).join();
+    ADD_FAILURE() << "a 20 KiB callable was put on a 16 KiB stack";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("callable (20480 bytes) does not fit on its stack of 16 KiB"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -128,10 +128,17 @@ bool wait_unless(WaitList& list, SpinLock& lock, TryNow&& try_now, const WaitSit
 // out is skipped). `give(w)` runs before the wake (hand the waiter its item,
 // permit or lock); `take_back(w)` undoes it when that waiter turns out to
 // have timed out. Call with the list's lock held. False if nobody was woken.
+// If `give` throws, the waiter goes back to the front of the list, still
+// waiting, and the exception reaches the caller: nobody is lost.
 template <class Give, class TakeBack>
 bool wake_first(WaitList& list, Give&& give, TakeBack&& take_back) {
   while (Waiter* waiter = list.pop_front()) {
-    give(*waiter);
+    try {
+      give(*waiter);
+    } catch (...) {
+      list.push_front(*waiter);
+      throw;
+    }
     if (unpark(*waiter)) return true;
     take_back(*waiter);
   }

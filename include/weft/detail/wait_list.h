@@ -60,6 +60,17 @@ class WaitList {
     tail_ = &w;
   }
 
+  void push_front(Waiter& w) noexcept {
+    w.prev = nullptr;
+    w.next = head_;
+    w.linked = true;
+    if (head_ != nullptr)
+      head_->prev = &w;
+    else
+      tail_ = &w;
+    head_ = &w;
+  }
+
   Waiter* pop_front() noexcept {
     Waiter* w = head_;
     if (w != nullptr) remove(*w);

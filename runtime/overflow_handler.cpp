@@ -2,8 +2,10 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -59,9 +61,29 @@ void forward(int signal, siginfo_t* info, void* context) noexcept {
   ::sigaction(signal, &fallback, nullptr);
 }
 
+// The interrupted stack pointer; null where it is not known.
+const void* stack_pointer(void* context) noexcept {
+  auto* uc = static_cast<ucontext_t*>(context);
+#if defined(__x86_64__)
+  return reinterpret_cast<const void*>(uc->uc_mcontext.gregs[REG_RSP]);
+#elif defined(__aarch64__)
+  return reinterpret_cast<const void*>(uc->uc_mcontext.sp);
+#else
+  (void)uc;
+  return nullptr;
+#endif
+}
+
 void on_fault(int signal, siginfo_t* info, void* context) {
   FiberControl* fiber = current_fiber();
-  if (fiber != nullptr && fiber->stack.guard_contains(info->si_addr)) {
+  const void* sp = stack_pointer(context);
+  if (fiber != nullptr && fiber->stack.overflowed(info->si_addr, sp)) {
+    // How far below the usable range the frame reached: the lower of the
+    // fault and the stack pointer.
+    const auto bottom = reinterpret_cast<std::uintptr_t>(fiber->stack.bottom());
+    auto low = reinterpret_cast<std::uintptr_t>(info->si_addr);
+    const auto s = reinterpret_cast<std::uintptr_t>(sp);
+    if (s != 0 && s < low) low = s;
     char name[64];
     fiber->copy_name(name, sizeof(name));
     write_text("weft: stack overflow in fiber \"");
@@ -70,7 +92,14 @@ void on_fault(int signal, siginfo_t* info, void* context) {
     write_number(fiber->id);
     write_text(" (stack of ");
     write_number(fiber->stack.usable_size() / 1024);
-    write_text(" KiB; raise Config::stack_size or SpawnOptions::stack_size)\n");
+    if (low < bottom) {
+      write_text(" KiB, a frame reached ");
+      write_number((bottom - low + 1023) / 1024);
+      write_text(" KiB below it");
+    } else {
+      write_text(" KiB");
+    }
+    write_text("; raise Config::stack_size or SpawnOptions::stack_size)\n");
     std::abort();
   }
   forward(signal, info, context);

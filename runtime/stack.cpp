@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include "context.h"
@@ -46,7 +47,7 @@ std::string read_max_map_count() {
 }
 
 void install_guard(char* base, std::size_t mapping_size) {
-  const std::size_t guard = page_size();
+  const std::size_t guard = Stack::guard_size();
   if (guard_method.load(std::memory_order_relaxed) != GuardMethod::mprotect) {
     if (::madvise(base, guard, kMadvGuardInstall) == 0) {
       guard_method.store(GuardMethod::madvise, std::memory_order_relaxed);
@@ -68,12 +69,29 @@ void install_guard(char* base, std::size_t mapping_size) {
 
 }  // namespace
 
-std::size_t Stack::guard_size() noexcept { return page_size(); }
+// The guard region: 64 KiB of address space, not one page. Code built with
+// -fstack-clash-protection (libweft, and users through weft.pc) probes
+// every page a frame spans, so its overflow hits the guard whatever the
+// frame's size; code built without it touches a big frame wherever it
+// likes, so the guard must be wider than the frames it is to catch. The
+// region costs address space only (never backed; with MADV_GUARD_INSTALL
+// not even a mapping), and its page-table share is about 128 bytes a fiber.
+std::size_t Stack::guard_size() noexcept {
+  static const std::size_t size = (kGuardBytes + page_size() - 1) / page_size() * page_size();
+  return size;
+}
+
+void check_stack_size(std::size_t size, const char* what) {
+  if (size >= kMinStackSize && size <= kMaxStackSize) return;
+  throw std::invalid_argument(std::string(what) + " must be at least 16 KiB and at most 1 TiB, got " +
+                              std::to_string(size) + " bytes");
+}
 
 Stack Stack::allocate(std::size_t usable_size) {
+  check_stack_size(usable_size, "weft: a fiber stack's size");
   const std::size_t page = page_size();
   const std::size_t usable = (usable_size + page - 1) / page * page;
-  const std::size_t mapping_size = usable + page;
+  const std::size_t mapping_size = usable + guard_size();
   void* memory = ::mmap(nullptr, mapping_size, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (memory == MAP_FAILED) throw_stack_error("map", usable, errno);

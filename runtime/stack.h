@@ -1,6 +1,6 @@
 // Fiber stacks: mmap'ed address space, committed lazily by the kernel as the
-// fiber touches it, with an inaccessible guard page below the usable range so
-// an overflow faults instead of corrupting a neighbour.
+// fiber touches it, with an inaccessible guard region (kGuardBytes) below the
+// usable range so an overflow faults instead of corrupting a neighbour.
 //
 // Example:
 //   weft::detail::StackPool pool{256 * 1024, 64};
@@ -13,6 +13,7 @@
 #include <weft/stack_error.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -22,10 +23,27 @@ namespace weft {
 
 namespace detail {
 
+// One rule for every stack size weft is given (Config::stack_size, and
+// SpawnOptions::stack_size unless 0): at least 16 KiB, below which libc's
+// own calls (printf) overflow, and at most 1 TiB, so that rounding up to
+// pages and adding the guard cannot wrap.
+constexpr std::size_t kMinStackSize = std::size_t{16} * 1024;
+constexpr std::size_t kMaxStackSize = std::size_t{1} << 40;
+// The guard region below each stack (Stack::guard_size rounds it to pages).
+constexpr std::size_t kGuardBytes = std::size_t{64} * 1024;
+// How far below its stack a fiber's stack pointer may be found and still be
+// taken for an overflow (a frame bigger than the guard) rather than for a
+// fiber that switched to a stack of its own.
+constexpr std::size_t kOvershootReach = std::size_t{1} << 30;
+// Throws std::invalid_argument naming `what` ("weft::Config::stack_size")
+// and the size when `size` breaks that rule.
+void check_stack_size(std::size_t size, const char* what);
+
 class Stack {
  public:
   Stack() = default;
-  // Maps `usable_size` bytes (rounded up to pages) plus one guard page.
+  // Maps `usable_size` bytes (rounded up to pages) plus the guard region;
+  // `usable_size` must obey check_stack_size.
   static Stack allocate(std::size_t usable_size);
 
   Stack(Stack&& other) noexcept
@@ -50,10 +68,21 @@ class Stack {
   char* top() const noexcept { return base_ + mapping_size_; }
   char* bottom() const noexcept { return base_ + guard_size(); }
   std::size_t usable_size() const noexcept { return mapping_size_ - guard_size(); }
-  // True when `address` lies in this stack's guard page.
+  // True when `address` lies in this stack's guard region.
   bool guard_contains(const void* address) const noexcept {
     auto* a = static_cast<const char*>(address);
     return base_ != nullptr && a >= base_ && a < bottom();
+  }
+  // True when a fault at `fault`, taken by a fiber on this stack with its
+  // stack pointer at `sp`, is this stack overflowing: the fault lies in the
+  // guard, or the stack pointer itself is below the usable range (a frame
+  // bigger than the guard whose first access landed beyond it, in memory
+  // that is unmapped or another mapping's guard).
+  bool overflowed(const void* fault, const void* sp) const noexcept {
+    if (guard_contains(fault)) return true;
+    const auto s = reinterpret_cast<std::uintptr_t>(sp);
+    const auto b = reinterpret_cast<std::uintptr_t>(bottom());
+    return base_ != nullptr && s < b && b - s <= kOvershootReach;
   }
   static std::size_t guard_size() noexcept;
   // The sanitizer's state for fibers run on this stack, made on first use

@@ -4,6 +4,7 @@
 #include <weft/scheduler.h>
 
 #include <cstdio>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -32,9 +33,7 @@ std::uint64_t new_fiber_id() noexcept {
 const Config& validated(const Config& config) {
   if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
   if (config.time_slice.count() <= 0) throw std::invalid_argument("weft::Config::time_slice must be positive");
-  if (config.stack_size < 16 * 1024)
-    throw std::invalid_argument("weft::Config::stack_size must be at least 16 KiB, got " +
-                                std::to_string(config.stack_size) + " bytes");
+  check_stack_size(config.stack_size, "weft::Config::stack_size");
   return config;
 }
 
@@ -86,15 +85,24 @@ FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::siz
                                            std::size_t callable_align) {
   Worker* const own = own_worker();
   live_count(own).fetch_add(1, std::memory_order_seq_cst);
-  if (stopping_.load(std::memory_order_seq_cst)) {
+  // Once shutdown has begun only the scheduler's own fibers may spawn (the
+  // work they are finishing may need helpers); a plain thread's spawn is
+  // refused, so a steady stream of them cannot keep shutdown waiting.
+  if (stopping_.load(std::memory_order_seq_cst) || (own == nullptr && shutting_down_.load(std::memory_order_seq_cst))) {
     fiber_exited();
-    throw std::logic_error("weft: spawn on scheduler \"" + config_.name + "\" after it was shut down");
+    throw std::logic_error("weft: spawn on scheduler \"" + config_.name + "\" after its shutdown began");
   }
   FiberControl* fiber = nullptr;
   try {
+    if (options.stack_size != 0)
+      check_stack_size(options.stack_size, "weft: SpawnOptions::stack_size (0: Config::stack_size)");
     Stack stack = stacks_.acquire(options.stack_size, own != nullptr ? own->index() : StackPool::no_cache);
+    // The callable lives at the top of the stack; at least a page must be
+    // left below it for the fiber to run on.
     if (callable_size + callable_align + 4096 > stack.usable_size())
-      throw std::invalid_argument("weft: the fiber's callable does not fit on its stack");
+      throw std::invalid_argument("weft: the fiber's callable (" + std::to_string(callable_size) +
+                                  " bytes) does not fit on its stack of " + std::to_string(stack.usable_size() / 1024) +
+                                  " KiB; capture less by value");
     fiber = new FiberControl(*this, new_fiber_id());
     fiber->stack = std::move(stack);
   } catch (...) {
@@ -244,12 +252,20 @@ void SchedulerCore::report_unhandled(FiberControl* fiber) noexcept {
   std::terminate();
 }
 
+// Bounded whatever the number of stuck fibers: the first kListed by name,
+// then how many wait where (a site is a primitive's kind and operation, not
+// its address, so there are few of them).
 void SchedulerCore::report_stuck_fibers() {
+  constexpr std::size_t kListed = 32;
   std::string report = "weft: scheduler \"" + config_.name + "\" is shutting down but " +
                        std::to_string(live_fibers()) + " fiber(s) are still alive after " +
                        std::to_string(config_.shutdown_grace.count()) + " ms:\n";
+  std::size_t seen = 0;
+  std::map<std::string, std::size_t> by_site;
   registry_.for_each([&](FiberControl& fiber) {
     const FiberSnapshot snap = take_snapshot(fiber);
+    ++by_site[snap.wait_kind.empty() ? snap.state : snap.wait_kind + " (" + snap.wait_operation + ")"];
+    if (seen++ >= kListed) return;
     report += "  \"" + snap.name + "\" #" + std::to_string(snap.id) + " " + snap.state;
     if (!snap.wait_kind.empty()) {
       char address[32];
@@ -259,22 +275,37 @@ void SchedulerCore::report_stuck_fibers() {
     }
     report += "\n";
   });
+  if (seen > kListed) report += "  ... and " + std::to_string(seen - kListed) + " more\n";
+  report += "weft: by wait site:\n";
+  for (const auto& [site, count] : by_site) report += "  " + std::to_string(count) + " " + site + "\n";
   report += config_.shutdown_policy == ShutdownPolicy::abort ? "weft: aborting (ShutdownPolicy::abort)\n"
                                                              : "weft: still waiting (ShutdownPolicy::wait)\n";
   std::fputs(report.c_str(), stderr);
   std::fflush(stderr);
 }
 
+// Any number of threads may call this at once, and again later: the first
+// caller (the leader) does the work, the others wait until it is done. Only
+// the leader joins sysmon, the timers and the workers, so each thread is
+// joined exactly once.
 void SchedulerCore::shutdown() {
-  {
-    std::lock_guard guard(shutdown_lock_);
-    if (stopped_) return;
-  }
   if (own_worker() != nullptr) {
     std::fprintf(stderr, "weft: scheduler \"%s\" shut down from one of its own fibers: it would wait for itself\n",
                  config_.name.c_str());
     std::terminate();
   }
+  {
+    std::unique_lock guard(shutdown_lock_);
+    if (shutdown_claimed_) {
+      all_exited_.wait(guard, [this] { return stopped_; });
+      return;
+    }
+    shutdown_claimed_ = true;
+  }
+  // From here on, spawns from outside the scheduler are refused
+  // (prepare_fiber), so a thread that keeps spawning cannot hold shutdown
+  // off; the scheduler's own fibers may still spawn the work they need to
+  // finish.
   shutting_down_.store(true, std::memory_order_seq_cst);
   for (;;) {
     std::unique_lock guard(shutdown_lock_);
@@ -296,6 +327,7 @@ void SchedulerCore::shutdown() {
   timers_.stop();
   std::lock_guard guard(shutdown_lock_);
   stopped_ = true;
+  all_exited_.notify_all();  // the callers waiting for the leader
 }
 
 SchedulerCore& current_scheduler(const char* what) {

@@ -91,7 +91,9 @@ class SchedulerCore {
 
   // --- fibers' lives ----------------------------------------------------
   // A new fiber with a stack and room for its callable (f->callable);
-  // throws StackError, or std::logic_error once the scheduler has stopped.
+  // throws StackError, std::invalid_argument for a bad stack size, or
+  // std::logic_error once shutdown has begun (from outside the scheduler)
+  // or ended.
   FiberControl* prepare_fiber(const SpawnOptions& options, std::size_t callable_size, std::size_t callable_align);
   // Undoes prepare_fiber when the callable could not be constructed.
   void abandon_fiber(FiberControl* fiber) noexcept;
@@ -101,7 +103,8 @@ class SchedulerCore {
   // Makes a parked fiber runnable again, from any thread.
   void ready(FiberControl* fiber) noexcept;
 
-  // Waits for every fiber, then stops the workers (see Config).
+  // Waits for every fiber, then stops the workers (see Config). Safe from
+  // any number of threads at once; each returns once the workers are gone.
   void shutdown();
 
   // Every worker and live fiber, from any thread, without the workers'
@@ -161,7 +164,8 @@ class SchedulerCore {
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> stopping_{false};
   std::mutex shutdown_lock_;
-  std::condition_variable all_exited_;
+  std::condition_variable all_exited_;  // fiber exits, and the end of shutdown
+  bool shutdown_claimed_ = false;       // a shutdown() caller is its leader
   bool stopped_ = false;
   // Last: weft-dump stops seeing this scheduler before any part of it dies.
   ServiceRegistration services_;

@@ -1,5 +1,3 @@
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <weft/mutex.h>
 
 #include <chrono>
@@ -33,13 +31,7 @@ std::uintptr_t caller_identity() noexcept {
 
 [[noreturn]] void report_bad_unlock(const Mutex* mutex, bool locked) noexcept {
   char caller[96];
-  if (detail::FiberControl* fiber = detail::current_fiber()) {
-    char name[48];
-    fiber->copy_name(name, sizeof name);
-    std::snprintf(caller, sizeof caller, "fiber \"%s\" #%llu", name, static_cast<unsigned long long>(fiber->id));
-  } else {
-    std::snprintf(caller, sizeof caller, "thread %ld", static_cast<long>(::syscall(SYS_gettid)));
-  }
+  detail::describe_caller(caller, sizeof caller);
   std::fprintf(stderr, "weft: weft::Mutex@%p unlocked by %s, %s\n", static_cast<const void*>(mutex), caller,
                locked ? "which does not own it" : "but it was not locked");
   std::abort();

@@ -26,6 +26,29 @@ TEST(Future, MisuseUsesStdFutureErrors) {
   EXPECT_THROW(f.get(), std::future_error);
 }
 
+// A value whose construction throws leaves the promise unset and usable.
+TEST(Future, AValueThatThrowsLeavesThePromiseUsable) {
+  struct Throws {
+    bool fail;
+    explicit Throws(bool f) : fail(f) {}
+    Throws(const Throws& other) : fail(other.fail) {
+      if (fail) throw std::runtime_error("Throws: copy throws");
+    }
+  };
+  Promise<Throws> p;
+  Future<Throws> f = p.get_future();
+  const Throws bad{true};
+  EXPECT_THROW(p.set_value(bad), std::runtime_error);
+  EXPECT_FALSE(f.ready());
+  test::completes_within(
+      30s,
+      [&] {
+        p.set_value(Throws{false});
+        EXPECT_FALSE(f.get().fail);
+      },
+      "a promise after a throwing set_value");
+}
+
 TEST_P(FutureTest, ValueCrossesFromOneCallerToAnother) {
   Promise<std::unique_ptr<std::string>> p;
   Future<std::unique_ptr<std::string>> f = p.get_future();

@@ -308,5 +308,41 @@ TEST(MutexDeathTest, UnlockByANonOwnerIsDetected) {
       "but it was not locked");
 }
 
+// Destroyed while a fiber waits on it: it aborts, naming itself, the caller
+// and the waiter (before, the waiter stayed parked on freed memory).
+TEST(MutexDeathTest, MutexDestroyedWhileWaitedOnAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(2)};
+        auto* m = new Mutex;
+        m->lock();
+        s.spawn({.name = "waiter"}, [m] { m->lock(); }).detach();
+        if (!test::wait_until_parked_on(s, "weft::Mutex")) std::_Exit(2);
+        delete m;
+      },
+      "weft::Mutex@0x[0-9a-f]+ destroyed by thread [0-9]+ while 1 caller\\(s\\) wait on it: fiber \"waiter\" #[0-9]+");
+}
+
+// Destroyed while a fiber waits on it: it aborts, naming itself, the caller
+// and the waiter (before, the waiter stayed parked on freed memory).
+TEST(MutexDeathTest, ConditionVariableDestroyedWhileWaitedOnAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(2)};
+        static Mutex m;
+        auto* cv = new ConditionVariable;
+        s.spawn({.name = "waiter"}, [cv] {
+           std::unique_lock lock(m);
+           cv->wait(lock);
+         }).detach();
+        if (!test::wait_until_parked_on(s, "weft::ConditionVariable")) std::_Exit(2);
+        delete cv;
+      },
+      "weft::ConditionVariable@0x[0-9a-f]+ destroyed by thread [0-9]+ while 1 caller\\(s\\) wait on it: fiber "
+      "\"waiter\" #[0-9]+");
+}
+
 }  // namespace
 }  // namespace weft

@@ -4,6 +4,9 @@
 #include <weft/weft.h>
 
 #include <atomic>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -147,6 +150,88 @@ TEST(Park, FiberWakesThreadAndThreadWakesFiber) {
 }
 
 WEFT_WORKER_COUNTS(ParkTest);
+
+// deadline_after and to_deadline saturate for every Rep and Period. Before
+// they did, hours::max() in sleep_for wrapped to a deadline in the past.
+TEST(Deadline, HugeTimeoutsMeanNever) {
+  using namespace std::chrono;
+  EXPECT_EQ(detail::deadline_after(hours::max()), detail::no_deadline);
+  EXPECT_EQ(detail::deadline_after(nanoseconds::max()), detail::no_deadline);
+  EXPECT_EQ(detail::deadline_after(duration<std::uint64_t, std::milli>(~std::uint64_t{0})), detail::no_deadline);
+  EXPECT_EQ(detail::deadline_after(duration<double>(1e300)), detail::no_deadline);
+  EXPECT_EQ(detail::deadline_after(duration<double>(HUGE_VAL)), detail::no_deadline);
+  EXPECT_EQ(detail::deadline_after(duration<float, std::ratio<3600>>(1e30f)), detail::no_deadline);
+  EXPECT_EQ(detail::to_deadline(time_point<steady_clock, hours>::max()), detail::no_deadline);
+  // system_clock's max is 234 years after 2026: far, but not "never".
+  EXPECT_GT(detail::to_deadline(system_clock::time_point::max()), Clock::now() + hours(24 * 365 * 200));
+  EXPECT_EQ(detail::to_deadline(time_point<system_clock, hours>::max()), detail::no_deadline);
+}
+
+TEST(Deadline, NegativeAndPastMeanNow) {
+  using namespace std::chrono;
+  const auto before = Clock::now();
+  for (const Clock::time_point d :
+       {detail::deadline_after(hours::min()), detail::deadline_after(nanoseconds::min()),
+        detail::deadline_after(duration<double>(-HUGE_VAL)), detail::deadline_after(duration<unsigned>(0)),
+        detail::to_deadline(system_clock::time_point::min()),
+        detail::to_deadline(time_point<steady_clock, hours>::min()),
+        detail::to_deadline(steady_clock::time_point::min())}) {
+    EXPECT_GE(d, before);
+    EXPECT_LE(d, Clock::now());
+  }
+}
+
+TEST(Deadline, OrdinaryTimeoutsAreExactAndRoundUp) {
+  using namespace std::chrono;
+  const auto before = Clock::now();
+  const auto five = detail::deadline_after(duration<unsigned>(5));
+  const auto after = Clock::now();
+  EXPECT_GE(five, before + 5s);
+  EXPECT_LE(five, after + 5s);
+  // A positive timeout smaller than the clock's tick still lies ahead.
+  EXPECT_GT(detail::deadline_after(duration<double>(1e-12)), Clock::now() - 1ns);
+  EXPECT_GE(detail::deadline_after(duration<double>(1e-12)) - Clock::now(), -1ms);
+  const auto in_a_minute = detail::to_deadline(system_clock::now() + 60s);
+  EXPECT_GE(in_a_minute, before + 59s);
+  EXPECT_LE(in_a_minute, Clock::now() + 61s);
+  const auto same_clock = steady_clock::now() + 123456789ns;
+  EXPECT_EQ(detail::to_deadline(same_clock), same_clock);
+}
+
+TEST(Deadline, NaNIsRefused) {
+  using namespace std::chrono;
+  EXPECT_THROW(detail::deadline_after(duration<double>(std::nan(""))), std::invalid_argument);
+  EXPECT_THROW(detail::to_deadline(time_point<system_clock, duration<double>>(duration<double>(std::nan("")))),
+               std::invalid_argument);
+}
+
+// this_fiber::sleep_for(hours::max()) used to return at once, in a fiber
+// and on a thread. On a thread: it must still be asleep a while later.
+TEST(Deadline, ThreadSleepForMaxSleeps) {
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  std::thread([returned] {
+    this_fiber::sleep_for(std::chrono::hours::max());
+    returned->store(true);
+  }).detach();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(returned->load()) << "sleep_for(hours::max()) returned on a thread";
+}
+
+// In a fiber: the fiber is still asleep when shutdown gives up on it.
+TEST(DeadlineDeathTest, FiberSleepForMaxSleeps) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Config config = test::config_with(1);
+        config.shutdown_grace = 100ms;
+        Scheduler s{config};
+        s.spawn({.name = "max"}, [] { this_fiber::sleep_for(std::chrono::hours::max()); }).detach();
+        s.spawn({.name = "max-until"}, [] {
+           this_fiber::sleep_until(std::chrono::time_point<std::chrono::system_clock, std::chrono::hours>::max());
+         }).detach();
+      },
+      "2 fiber\\(s\\) are still alive.*\"max");
+}
 
 }  // namespace
 }  // namespace weft

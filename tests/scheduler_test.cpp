@@ -449,5 +449,85 @@ TEST(SchedulerDeathTest, ShutdownReportsStuckFibers) {
       "\"sleeps-forever\" #[0-9]+ parked, waiting on weft::this_fiber@.*\\(sleep\\)");
 }
 
+// Before shutdown was idempotent, two callers both joined sysmon's thread
+// and the workers: a hang, or std::system_error from a second join.
+TEST(Scheduler, ShutdownFromManyThreadsAtOnce) {
+  Scheduler s{test::config_with(2)};
+  std::atomic<bool> release{false};
+  Fiber f = s.spawn([&] {
+    while (!release.load()) this_fiber::sleep_for(1ms);
+  });
+  f.detach();
+  constexpr int kCallers = 4;
+  std::atomic<int> returned{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i)
+    callers.emplace_back([&] {
+      s.shutdown();
+      returned.fetch_add(1);
+    });
+  std::this_thread::sleep_for(20ms);  // let them all wait on the fiber
+  EXPECT_EQ(returned.load(), 0) << "shutdown returned while a fiber was alive";
+  release.store(true);
+  const auto bound = std::chrono::steady_clock::now() + 60s;
+  while (returned.load() < kCallers && std::chrono::steady_clock::now() < bound) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(returned.load(), kCallers) << "concurrent shutdown() calls hung";
+  for (auto& t : callers) t.join();
+  s.shutdown();  // and once more, afterwards
+  EXPECT_THROW(s.spawn([] {}), std::logic_error);
+}
+
+// A plain thread spawning without pause used to hold shutdown off for
+// ever: shutdown waited for the live count to reach zero, which the stream
+// of new fibers never let happen. Now a spawn from outside is refused as
+// soon as shutdown begins; the scheduler's own fibers may still spawn.
+TEST(Scheduler, ShutdownRefusesSpawnsFromOutside) {
+  Scheduler s{test::config_with(2)};
+  BlockingQueue<int> gate;
+  std::atomic<bool> child_ran{false};
+  Fiber holder = s.spawn([&] {
+    gate.take();  // alive until the test lets it go
+    // Shutdown has begun: a fiber of the scheduler may still spawn.
+    weft::spawn([&] { child_ran.store(true); }).join();
+  });
+  holder.detach();
+  std::thread stopper([&] { s.shutdown(); });
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> ran{0};
+  bool refused = false;
+  const auto bound = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < bound) {
+    try {
+      s.spawn([&] { ran.fetch_add(1); }).detach();
+      accepted.fetch_add(1);
+    } catch (const std::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find("shutdown began"), std::string::npos) << e.what();
+      refused = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(refused) << accepted.load() << " spawns accepted during shutdown, none refused";
+  gate.put(1);
+  stopper.join();
+  EXPECT_TRUE(child_ran.load());
+  EXPECT_EQ(ran.load(), accepted.load()) << "an accepted spawn never ran";
+}
+
+TEST(SchedulerDeathTest, ShutdownReportOfManyStuckFibersIsBounded) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Config config = test::config_with(2);
+        config.shutdown_grace = 100ms;
+        config.shutdown_policy = ShutdownPolicy::abort;
+        BlockingQueue<int> never;  // outlives the scheduler
+        Scheduler s{config};
+        for (int i = 0; i < 200; ++i) s.spawn({.name = "stuck"}, [] { this_fiber::sleep_for(1h); }).detach();
+        s.spawn({.name = "taker"}, [&] { never.take(); }).detach();
+      },
+      "201 fiber\\(s\\) are still alive.*\\.\\.\\. and 169 more\n"
+      "weft: by wait site:\n  1 weft::BlockingQueue \\(take\\)\n  200 weft::this_fiber \\(sleep\\)\n");
+}
+
 }  // namespace
 }  // namespace weft

@@ -82,5 +82,21 @@ TEST_P(SemaphoreTest, TimeoutRacesRelease) {
 
 WEFT_SYNC_PARAMS(SemaphoreTest);
 
+// Destroyed while a fiber waits on it: it aborts, naming itself, the caller
+// and the waiter (before, the waiter stayed parked on freed memory).
+TEST(SemaphoreDeathTest, SemaphoreDestroyedWhileWaitedOnAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(2)};
+        auto* sem = new Semaphore{0};
+        s.spawn({.name = "waiter"}, [sem] { sem->acquire(); }).detach();
+        if (!test::wait_until_parked_on(s, "weft::Semaphore")) std::_Exit(2);
+        delete sem;
+      },
+      "weft::Semaphore@0x[0-9a-f]+ destroyed by thread [0-9]+ while 1 caller\\(s\\) wait on it: fiber \"waiter\" "
+      "#[0-9]+");
+}
+
 }  // namespace
 }  // namespace weft

@@ -4,13 +4,19 @@
 #include <sys/resource.h>
 #include <weft/weft.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "test_support.h"
 
 namespace weft {
+namespace test {
+int unprobed_72k_frame(int seed);  // built without stack-clash probing (tests/stack_frames.cpp)
+}
 namespace {
 
 TEST(Stack, GuardPageSitsBelowTheUsableRange) {
@@ -47,6 +53,50 @@ TEST(Stack, PerSpawnStackSize) {
    }).join();
 }
 
+// One rule for every stack size, with one message. Before: 8 and 12 KiB
+// were accepted (printf then overflowed), 1 and 4096 bytes refused as "the
+// fiber's callable does not fit", and SIZE_MAX - 100 wrapped in the page
+// rounding.
+TEST(Stack, BadSpawnStackSizesAreRefusedByOneRule) {
+  Scheduler s{test::config_with(1)};
+  for (const std::size_t bad : {std::size_t{1}, std::size_t{4096}, std::size_t{8192}, std::size_t{12 * 1024},
+                                std::size_t{16 * 1024 - 1}, (std::size_t{1} << 40) + 1, SIZE_MAX - 100, SIZE_MAX}) {
+    try {
+      s.spawn({.stack_size = bad}, [] {}).join();
+      ADD_FAILURE() << "a stack of " << bad << " bytes was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(), ("weft: SpawnOptions::stack_size (0: Config::stack_size) must be at least 16 KiB and "
+                              "at most 1 TiB, got " +
+                              std::to_string(bad) + " bytes")
+                                 .c_str());
+    }
+  }
+  // The smallest allowed stack runs a fiber that calls printf.
+  s.spawn({.stack_size = 16 * 1024}, [] { std::printf("%s %d %f\n", "on 16 KiB", 16, 16.0); }).join();
+  Config tiny = test::config_with(1);
+  tiny.stack_size = 12 * 1024;
+  EXPECT_THROW(Scheduler{tiny}, std::invalid_argument);
+  tiny.stack_size = SIZE_MAX - 100;
+  EXPECT_THROW(Scheduler{tiny}, std::invalid_argument);
+  EXPECT_THROW(detail::Stack::allocate(SIZE_MAX - 100), std::invalid_argument);
+}
+
+TEST(Stack, ACallableTooBigForItsStackIsNamed) {
+  Scheduler s{test::config_with(1)};
+  struct Big {
+    char bytes[20 * 1024] = {};
+    void operator()() const {}
+  };
+  try {
+    s.spawn({.stack_size = 16 * 1024}, Big{}).join();
+    ADD_FAILURE() << "a 20 KiB callable was put on a 16 KiB stack";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("callable (20480 bytes) does not fit on its stack of 16 KiB"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;
 #else
@@ -69,6 +119,78 @@ TEST(StackDeathTest, OverflowNamesTheFiber) {
         s.spawn({.name = "rpc-3"}, [] { recurse(0); }).join();
       },
       "weft: stack overflow in fiber \"rpc-3\" #[0-9]+");
+}
+
+// A 72 KiB frame on a 64 KiB stack, in code built without stack-clash
+// probing: with a one-page guard its first write landed below the guard,
+// in the neighbouring stack (silently) or in unmapped memory (a bare
+// SIGSEGV). The 64 KiB guard region catches it, and names the fiber.
+TEST(StackDeathTest, AnUnprobedFrameBiggerThanAPageIsCaught) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers report the overflow themselves";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(1)};
+        BlockingQueue<int> go;
+        BlockingQueue<int> never;
+        Fiber big = s.spawn({.name = "big-frame", .stack_size = 64 * 1024}, [&] {
+          go.take();
+          (void)test::unprobed_72k_frame(1);
+        });
+        // Mapped after it, so (top-down mmap) most likely just below it: the
+        // stack an unguarded overflow would write into.
+        s.spawn({.name = "neighbour", .stack_size = 64 * 1024}, [&] { never.take(); }).detach();
+        go.put(1);
+        big.join();
+        std::fprintf(stderr, "no overflow reported\n");
+        std::_Exit(0);
+      },
+      "weft: stack overflow in fiber \"big-frame\" #[0-9]+ \\(stack of 64 KiB, a frame reached [0-9]+ KiB below it");
+}
+
+// Stack-clash probing (in libweft's and this test's flags, and in weft.pc's
+// Cflags) touches every page of a frame from the top: a frame far bigger
+// than the guard still faults in it first.
+[[gnu::noinline]] int probed_frame(int seed) {
+  volatile char buffer[1024 * 1024];
+  buffer[0] = static_cast<char>(seed);
+  return buffer[0];
+}
+
+TEST(StackDeathTest, AProbedFrameBiggerThanTheGuardIsCaught) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers report the overflow themselves";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(1)};
+        s.spawn({.name = "huge-frame", .stack_size = 64 * 1024}, [] { (void)probed_frame(1); }).join();
+        std::fprintf(stderr, "no overflow reported\n");
+      },
+      "weft: stack overflow in fiber \"huge-frame\" #[0-9]+");
+}
+
+// What the handler takes for an overflow: a fault in the guard, or a stack
+// pointer below the usable range (up to kOvershootReach), wherever the
+// fault itself landed; nothing above the guard, nor a stack pointer that is
+// elsewhere altogether.
+TEST(Stack, OverflowIsTheGuardOrAStackPointerBelowTheStack) {
+  detail::Stack stack = detail::Stack::allocate(64 * 1024);
+  char* bottom = stack.bottom();
+  char* mid = bottom + 32 * 1024;
+  EXPECT_GE(detail::Stack::guard_size(), detail::kGuardBytes);
+  EXPECT_TRUE(stack.overflowed(bottom - 1, mid));
+  EXPECT_TRUE(stack.overflowed(bottom - detail::Stack::guard_size(), mid));
+  EXPECT_FALSE(stack.overflowed(bottom - detail::Stack::guard_size() - 1, mid));  // not ours
+  EXPECT_FALSE(stack.overflowed(bottom, mid));
+  EXPECT_FALSE(stack.overflowed(nullptr, mid));
+  // A frame bigger than the guard: the fault is below the guard, in what
+  // may be unmapped memory, and so is the stack pointer.
+  char* far_below = bottom - detail::Stack::guard_size() - 1024 * 1024;
+  EXPECT_TRUE(stack.overflowed(far_below, far_below + 64));
+  EXPECT_TRUE(stack.overflowed(nullptr, bottom - 8));
+  EXPECT_FALSE(stack.overflowed(far_below, bottom - detail::kOvershootReach - 4096));
+  EXPECT_FALSE(stack.overflowed(far_below, nullptr));
+  EXPECT_FALSE(stack.overflowed(far_below, stack.top() + 4096));
 }
 
 TEST(StackDeathTest, OtherFaultsKeepTheirDefaultAction) {

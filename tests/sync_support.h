@@ -2,7 +2,12 @@
 // its callers as fibers or as plain threads.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -43,6 +48,38 @@ class SyncTest : public ::testing::TestWithParam<std::tuple<unsigned, Caller>> {
  private:
   std::unique_ptr<Scheduler> sched_;
 };
+
+// Runs `body` on a thread of its own and waits at most `bound` for it. A
+// primitive left locked by an exception hangs its next caller: that is
+// reported as a failure and the process ends, instead of hanging the run.
+inline void completes_within(std::chrono::seconds bound, const std::function<void()>& body, const char* what) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread runner([body, done] {
+    body();
+    done->store(true);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!done->load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!done->load()) {
+    std::fprintf(stderr, "FAILED: %s did not complete within %lld s (a lock left held?)\n", what,
+                 static_cast<long long>(bound.count()));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  runner.join();
+}
+
+// Waits (at most 30 s) until a fiber of `sched` is parked on a `kind`.
+inline bool wait_until_parked_on(Scheduler& sched, const std::string& kind) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const FiberSnapshot& f : sched.snapshot().fibers)
+      if (f.wait_kind == kind && f.park_state == -1) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
 
 inline std::string sync_test_name(const ::testing::TestParamInfo<std::tuple<unsigned, Caller>>& info) {
   return std::to_string(std::get<0>(info.param)) + "_workers_" +

@@ -78,5 +78,37 @@ TEST_P(WaitGroupTest, LatchReleasesEveryWaiterAtZero) {
 
 WEFT_SYNC_PARAMS(WaitGroupTest);
 
+// Destroyed while a fiber waits on it: it aborts, naming itself, the caller
+// and the waiter (before, the waiter stayed parked on freed memory).
+TEST(WaitGroupDeathTest, WaitGroupDestroyedWhileWaitedOnAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(2)};
+        auto* wg = new WaitGroup;
+        wg->add(1);
+        s.spawn({.name = "waiter"}, [wg] { wg->wait(); }).detach();
+        if (!test::wait_until_parked_on(s, "weft::WaitGroup")) std::_Exit(2);
+        delete wg;
+      },
+      "weft::WaitGroup@0x[0-9a-f]+ destroyed by thread [0-9]+ while 1 caller\\(s\\) wait on it: fiber \"waiter\" "
+      "#[0-9]+");
+}
+
+// Destroyed while a fiber waits on it: it aborts, naming itself, the caller
+// and the waiter (before, the waiter stayed parked on freed memory).
+TEST(WaitGroupDeathTest, LatchDestroyedWhileWaitedOnAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(2)};
+        auto* latch = new Latch{1};
+        s.spawn({.name = "waiter"}, [latch] { latch->wait(); }).detach();
+        if (!test::wait_until_parked_on(s, "weft::Latch")) std::_Exit(2);
+        delete latch;
+      },
+      "weft::Latch@0x[0-9a-f]+ destroyed by thread [0-9]+ while 1 caller\\(s\\) wait on it: fiber \"waiter\" #[0-9]+");
+}
+
 }  // namespace
 }  // namespace weft

@@ -25,12 +25,14 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <utility>
 
+#include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
 #include "detail/ring_buffer.h"
@@ -49,6 +51,9 @@ class BlockingQueue {
   }
   BlockingQueue(const BlockingQueue&) = delete;
   BlockingQueue& operator=(const BlockingQueue&) = delete;
+  // Aborts, naming this and its waiters, if anyone still waits on it
+  // (detail/misuse.h): they would stay parked on freed memory.
+  ~BlockingQueue() { detail::check_no_waiters("weft::BlockingQueue", this, lock_, takers_, &putters_); }
 
   void put(T&& item) { insert(item, detail::no_deadline, "put"); }
   void put(const T& item) { put(T(item)); }
@@ -117,83 +122,97 @@ class BlockingQueue {
 
  private:
   // Waiter::payload: a waiting taker's std::optional<T> slot, or a waiting
-  // putter's T. Waiter::amount: 1 once a putter's item was moved in.
+  // putter's PutSlot. Waiter::amount, for a putter: 1 once its item was
+  // moved in, 2 when moving it in threw (PutSlot::error, rethrown by the
+  // putter itself).
+  struct PutSlot {
+    T* item;
+    std::exception_ptr error;
+  };
+
+  // Exceptions: every path holds lock_ through a unique_lock, so an
+  // exception from T's copy or move or from the ring's allocation leaves
+  // the queue unlocked and usable; a waiter being handed an item when that
+  // throws stays queued (detail::wake_first).
 
   // Adds `item` (moved from only on success). Deadline min(): do not wait.
   bool insert(T& item, detail::Clock::time_point deadline, const char* operation) {
-    lock_.lock();
+    std::unique_lock guard(lock_);
     for (;;) {
-      if (closed_) {
-        lock_.unlock();
-        throw QueueClosed();
-      }
+      if (closed_) throw QueueClosed();
       const bool handed = detail::wake_first(
           takers_, [&](detail::Waiter& w) { slot_of(w).emplace(std::move(item)); },
           [&](detail::Waiter& w) {
             item = std::move(*slot_of(w));
             slot_of(w).reset();
           });
-      if (handed || items_.size() < capacity_) {
-        if (!handed) items_.push_back(std::move(item));
-        lock_.unlock();
+      if (handed) return true;
+      if (items_.size() < capacity_) {
+        items_.push_back(std::move(item));
         return true;
       }
-      if (deadline == detail::Clock::time_point::min()) {
-        lock_.unlock();
-        return false;
-      }
+      if (deadline == detail::Clock::time_point::min()) return false;
+      PutSlot put{&item, nullptr};
       detail::Waiter waiter;
-      waiter.payload = &item;
+      waiter.payload = &put;
+      guard.release();  // wait_in releases lock_ once we are parked
       if (!detail::wait_in(putters_, lock_, waiter, {"weft::BlockingQueue", this, operation}, deadline)) return false;
       if (waiter.amount == 1) return true;  // a taker moved our item in
-      lock_.lock();                         // woken by close(): report it
+      if (waiter.amount == 2) std::rethrow_exception(put.error);
+      guard = std::unique_lock(lock_);  // woken by close(): report it
     }
   }
 
   std::optional<T> remove(detail::Clock::time_point deadline, const char* operation) {
-    lock_.lock();
+    std::unique_lock guard(lock_);
     for (;;) {
       if (!items_.empty()) {
         std::optional<T> item(std::move(items_.front()));
         items_.pop_front();
         admit_putter();
-        lock_.unlock();
         return item;
       }
-      if (closed_) {
-        lock_.unlock();
-        throw QueueClosed();
-      }
-      if (deadline == detail::Clock::time_point::min()) {
-        lock_.unlock();
-        return std::nullopt;
-      }
+      if (closed_) throw QueueClosed();
+      if (deadline == detail::Clock::time_point::min()) return std::nullopt;
       std::optional<T> slot;
       detail::Waiter waiter;
       waiter.payload = &slot;
+      guard.release();  // wait_in releases lock_ once we are parked
       if (!detail::wait_in(takers_, lock_, waiter, {"weft::BlockingQueue", this, operation}, deadline))
         return std::nullopt;
-      if (slot) return slot;  // handed over by a putter
-      lock_.lock();           // woken by close(): drain, then report it
+      if (slot) return slot;            // handed over by a putter
+      guard = std::unique_lock(lock_);  // woken by close(): drain, then report it
     }
   }
 
-  // After a take made room: move the first waiting putter's item in.
+  // After a take made room: move the first waiting putter's item in. A
+  // putter whose item throws on the way in is woken with that exception
+  // (it is its put that failed, not this take), and the next one tried.
   void admit_putter() {
-    if (putters_.empty() || items_.size() >= capacity_) return;
-    detail::wake_first(
-        putters_,
-        [&](detail::Waiter& w) {
-          items_.push_back(std::move(*static_cast<T*>(w.payload)));
-          w.amount = 1;
-        },
-        [&](detail::Waiter& w) {
-          *static_cast<T*>(w.payload) = std::move(items_.back());
-          items_.pop_back();
-          w.amount = 0;
-        });
+    while (!putters_.empty() && items_.size() < capacity_) {
+      detail::wake_first(
+          putters_,
+          [&](detail::Waiter& w) {
+            try {
+              items_.push_back(std::move(*put_of(w).item));
+              w.amount = 1;
+            } catch (...) {
+              put_of(w).error = std::current_exception();
+              w.amount = 2;
+            }
+          },
+          [&](detail::Waiter& w) {
+            if (w.amount == 1) {
+              *put_of(w).item = std::move(items_.back());
+              items_.pop_back();
+            }
+            put_of(w).error = nullptr;
+            w.amount = 0;
+          });
+    }
   }
 
+  static PutSlot& put_of(detail::Waiter& w) { return *static_cast<PutSlot*>(w.payload); }
   static std::optional<T>& slot_of(detail::Waiter& w) { return *static_cast<std::optional<T>*>(w.payload); }
 
   const std::size_t capacity_;

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
 #include "mutex.h"
@@ -26,6 +27,9 @@ class ConditionVariable {
   ConditionVariable() = default;
   ConditionVariable(const ConditionVariable&) = delete;
   ConditionVariable& operator=(const ConditionVariable&) = delete;
+  // Aborts, naming this and its waiters, if anyone still waits on it
+  // (detail/misuse.h): they would stay parked on freed memory.
+  ~ConditionVariable() { detail::check_no_waiters("weft::ConditionVariable", this, lock_, waiters_); }
 
   void notify_one() noexcept;
   void notify_all() noexcept;

@@ -51,10 +51,16 @@ class SharedResult {
     publish();
   }
   // The promise is gone: a result that was never set becomes broken_promise.
-  void abandon() {
+  // Only a flag: each reader throws a future_error of its own (take), so no
+  // exception object is shared between the promise's thread and the
+  // reader's, and the promise's destructor allocates nothing. (A shared
+  // one was freed by whichever thread dropped the last reference, ordered
+  // only by libsupc++'s uninstrumented refcount: TSan reported the reader's
+  // e.code() racing with that free.)
+  void abandon() noexcept {
     std::lock_guard guard(lock_);
     if (ready_) return;
-    error_ = std::make_exception_ptr(std::future_error(std::future_errc::broken_promise));
+    broken_ = true;
     publish();
   }
 
@@ -69,6 +75,7 @@ class SharedResult {
   // After wait: the value, or the stored exception rethrown.
   Stored take() {
     wait_until(no_deadline);
+    if (broken_) throw std::future_error(std::future_errc::broken_promise);
     if (error_) std::rethrow_exception(error_);
     return std::move(*value_);
   }
@@ -83,6 +90,7 @@ class SharedResult {
   bool ready_ = false;
   std::optional<Stored> value_;
   std::exception_ptr error_;
+  bool broken_ = false;  // abandoned before a result was set
   WaitList waiters_;
 };
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
 
@@ -21,6 +22,9 @@ class Latch {
   explicit Latch(std::int64_t expected);
   Latch(const Latch&) = delete;
   Latch& operator=(const Latch&) = delete;
+  // Aborts, naming this and its waiters, if anyone still waits on it
+  // (detail/misuse.h): they would stay parked on freed memory.
+  ~Latch() { detail::check_no_waiters("weft::Latch", this, lock_, waiters_); }
 
   void count_down(std::int64_t n = 1);
   bool try_wait() const noexcept;

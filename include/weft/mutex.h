@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
 
@@ -34,6 +35,9 @@ class Mutex {
   Mutex() = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
+  // Aborts, naming this and its waiters, if anyone still waits on it
+  // (detail/misuse.h): they would stay parked on freed memory.
+  ~Mutex() { detail::check_no_waiters("weft::Mutex", this, lock_, waiters_); }
 
   void lock();
   bool try_lock();

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
 
@@ -23,6 +24,9 @@ class Semaphore {
   explicit Semaphore(std::uint64_t initial = 0) : permits_(initial) {}
   Semaphore(const Semaphore&) = delete;
   Semaphore& operator=(const Semaphore&) = delete;
+  // Aborts, naming this and its waiters, if anyone still waits on it
+  // (detail/misuse.h): they would stay parked on freed memory.
+  ~Semaphore() { detail::check_no_waiters("weft::Semaphore", this, lock_, waiters_); }
 
   void acquire() { acquire_until(detail::no_deadline); }
   bool try_acquire();

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "detail/park.h"
 #include "detail/require_cxx20.h"
 
 namespace weft::detail {
@@ -36,18 +37,17 @@ void yield();
 // already past returns at once (a preemption point, no park).
 void sleep_until(std::chrono::steady_clock::time_point deadline);
 
+// Durations and deadlines of any Rep and Period, saturated (a sleep of
+// hours::max() sleeps for ever; detail::deadline_after).
 template <class Rep, class Period>
 void sleep_for(const std::chrono::duration<Rep, Period>& duration) {
   if (duration <= duration.zero()) return;
-  detail::sleep_parked_until(std::chrono::steady_clock::now() +
-                             std::chrono::ceil<std::chrono::steady_clock::duration>(duration));
+  detail::sleep_parked_until(detail::deadline_after(duration));
 }
 
 template <class Clock, class Duration>
 void sleep_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-  // Other clocks are converted once; a later change of that clock (e.g. a
-  // system_clock step) is not followed.
-  sleep_for(deadline - Clock::now());
+  sleep_until(detail::to_deadline(deadline));
 }
 
 std::uint64_t id() noexcept;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
 
@@ -25,6 +26,9 @@ class WaitGroup {
   WaitGroup() = default;
   WaitGroup(const WaitGroup&) = delete;
   WaitGroup& operator=(const WaitGroup&) = delete;
+  // Aborts, naming this and its waiters, if anyone still waits on it
+  // (detail/misuse.h): they would stay parked on freed memory.
+  ~WaitGroup() { detail::check_no_waiters("weft::WaitGroup", this, lock_, waiters_); }
 
   void add(std::int64_t delta);
   void done() { add(-1); }

@@ -27,6 +27,8 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
+#include <stdexcept>
 #include <type_traits>
 
 #include "require_cxx20.h"
@@ -53,24 +55,42 @@ void park_until(Clock::time_point deadline, const WaitSite& site);
 
 namespace weft::detail {
 
-// Converts a relative timeout to a deadline, saturating instead of
-// overflowing (a timeout of duration::max() means "never").
-template <class Rep, class Period>
-Clock::time_point deadline_after(const std::chrono::duration<Rep, Period>& timeout) {
-  if (timeout <= timeout.zero()) return Clock::now();
-  const auto now = Clock::now();
-  using Wide = std::chrono::duration<long double, std::nano>;
-  if (Wide(timeout) >= Wide(no_deadline - now)) return no_deadline;
-  return now + std::chrono::ceil<Clock::duration>(timeout);
+// Every timeout and deadline weft takes goes through deadline_after or
+// to_deadline: one saturating conversion for every Rep and Period (signed,
+// unsigned, floating point). A timeout too long for steady_clock means
+// "never" (no_deadline), one at or below zero (or a deadline already past)
+// means "now"; nothing wraps. The arithmetic is done in long double
+// nanoseconds, which hold every 64-bit count exactly and every larger one
+// without overflow. A NaN is refused: it names no time at all.
+using WideNanos = std::chrono::duration<long double, std::nano>;
+
+// now + remaining, saturated to [now, no_deadline], rounded up so that a
+// wait never ends before the time asked for.
+inline Clock::time_point saturating_deadline(Clock::time_point now, WideNanos remaining) {
+  if (std::isnan(remaining.count())) throw std::invalid_argument("weft: a timeout or deadline is NaN");
+  if (remaining.count() <= 0) return now;
+  if (remaining >= WideNanos(no_deadline - now)) return no_deadline;
+  return now + std::chrono::ceil<Clock::duration>(remaining);
 }
 
-// A deadline on another clock, converted once to steady_clock.
+// A relative timeout as a deadline (a timeout of duration::max() means
+// "never").
+template <class Rep, class Period>
+Clock::time_point deadline_after(const std::chrono::duration<Rep, Period>& timeout) {
+  return saturating_deadline(Clock::now(), WideNanos(timeout));
+}
+
+// A deadline on any clock, converted once to steady_clock (a later step of
+// that clock, e.g. of system_clock, is not followed).
 template <class OtherClock, class Duration>
 Clock::time_point to_deadline(const std::chrono::time_point<OtherClock, Duration>& deadline) {
+  const WideNanos target(deadline.time_since_epoch());
   if constexpr (std::is_same_v<OtherClock, Clock>) {
-    return std::chrono::time_point_cast<Clock::duration>(deadline);
+    const Clock::time_point now = Clock::now();
+    return saturating_deadline(now, target - WideNanos(now.time_since_epoch()));
   } else {
-    return deadline_after(deadline - OtherClock::now());
+    const WideNanos other_now(OtherClock::now().time_since_epoch());
+    return saturating_deadline(Clock::now(), target - other_now);
   }
 }
 
@@ -108,10 +128,17 @@ bool wait_unless(WaitList& list, SpinLock& lock, TryNow&& try_now, const WaitSit
 // out is skipped). `give(w)` runs before the wake (hand the waiter its item,
 // permit or lock); `take_back(w)` undoes it when that waiter turns out to
 // have timed out. Call with the list's lock held. False if nobody was woken.
+// If `give` throws, the waiter goes back to the front of the list, still
+// waiting, and the exception reaches the caller: nobody is lost.
 template <class Give, class TakeBack>
 bool wake_first(WaitList& list, Give&& give, TakeBack&& take_back) {
   while (Waiter* waiter = list.pop_front()) {
-    give(*waiter);
+    try {
+      give(*waiter);
+    } catch (...) {
+      list.push_front(*waiter);
+      throw;
+    }
     if (unpark(*waiter)) return true;
     take_back(*waiter);
   }

@@ -48,13 +48,22 @@ class RingBuffer {
  private:
   T& slot(std::size_t index) noexcept { return slots_[index & (capacity_ - 1)]; }
 
+  // Strong guarantee: if the allocation or an element's copy throws, the
+  // buffer is as it was (move_if_noexcept copies an element whose move may
+  // throw, so the originals stay intact until every copy is made).
   void grow() {
     const std::size_t capacity = capacity_ == 0 ? 8 : capacity_ * 2;
     T* slots = static_cast<T*>(::operator new (capacity * sizeof(T), std::align_val_t{alignof(T)}));
-    for (std::size_t i = 0; i < size_; ++i) {
-      ::new (static_cast<void*>(&slots[i])) T(std::move_if_noexcept(slot(head_ + i)));
-      slot(head_ + i).~T();
+    std::size_t made = 0;
+    try {
+      for (; made < size_; ++made)
+        ::new (static_cast<void*>(&slots[made])) T(std::move_if_noexcept(slot(head_ + made)));
+    } catch (...) {
+      while (made > 0) slots[--made].~T();
+      ::operator delete (slots, std::align_val_t{alignof(T)});
+      throw;
     }
+    for (std::size_t i = 0; i < size_; ++i) slot(head_ + i).~T();
     ::operator delete (slots_, std::align_val_t{alignof(T)});
     slots_ = slots;
     capacity_ = capacity;

@@ -1,0 +1,53 @@
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <weft/detail/misuse.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "../runtime/fiber_control.h"
+
+namespace weft::detail {
+
+void describe_caller(char* out, std::size_t size) noexcept {
+  if (FiberControl* fiber = current_fiber()) {
+    char name[48];
+    fiber->copy_name(name, sizeof name);
+    std::snprintf(out, size, "fiber \"%s\" #%llu", name, static_cast<unsigned long long>(fiber->id));
+  } else {
+    std::snprintf(out, size, "thread %ld", static_cast<long>(::syscall(SYS_gettid)));
+  }
+}
+
+void abort_destroyed_while_waited_on(const char* kind, const void* object, const WaitList& waiters,
+                                     const WaitList* more) noexcept {
+  // At most this many waiters are named; the count covers them all.
+  constexpr std::size_t kNamed = 8;
+  char caller[96];
+  describe_caller(caller, sizeof caller);
+  std::size_t count = 0;
+  char named[kNamed * 72] = "";
+  std::size_t used = 0;
+  for (const WaitList* list : {&waiters, more}) {
+    if (list == nullptr) continue;
+    for (const Waiter* w = list->front(); w != nullptr; w = w->next, ++count) {
+      if (count >= kNamed || used >= sizeof named) continue;
+      char who[72];
+      if (w->fiber != nullptr) {
+        char name[48];
+        w->fiber->copy_name(name, sizeof name);
+        std::snprintf(who, sizeof who, "%sfiber \"%s\" #%llu", count == 0 ? "" : ", ", name,
+                      static_cast<unsigned long long>(w->fiber->id));
+      } else {
+        std::snprintf(who, sizeof who, "%sa plain thread", count == 0 ? "" : ", ");
+      }
+      used += static_cast<std::size_t>(std::snprintf(named + used, sizeof named - used, "%s", who));
+    }
+  }
+  std::fprintf(stderr, "weft: %s@%p destroyed by %s while %zu caller(s) wait on it: %s%s\n", kind, object, caller,
+               count, named, count > kNamed ? ", ..." : "");
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace weft::detail

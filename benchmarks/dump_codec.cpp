@@ -2,9 +2,14 @@
 // ProcessSnapshot of N fibers (default 100,000), each parked with a stack of
 // kFrames addresses drawn from a few call sites, encoded as the server does
 // and decoded as the CLI does, median of --runs runs (docs/benchmarks.md).
+// Times are this thread's CPU time: on a loaded machine wall time mostly
+// measures the neighbours.
 //
 //   dump_codec                  # 100,000 fibers, 5 runs
 //   dump_codec --fibers 1000 --runs 3
+//   dump_codec --runs 1 --save dump.json   # the document too, to try other readers on
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -14,6 +19,7 @@
 
 #include "cli.h"
 #include "dump_text.h"
+#include "introspect/dump_fields.h"
 #include "introspect/dump_format.h"
 
 namespace {
@@ -23,7 +29,7 @@ constexpr int kSites = 40;
 
 void usage(const char* error) {
   if (error != nullptr) std::fprintf(stderr, "dump_codec: %s\n", error);
-  std::fprintf(stderr, "usage: dump_codec [--fibers N] [--runs R]\n");
+  std::fprintf(stderr, "usage: dump_codec [--fibers N] [--runs R] [--save FILE]\n");
 }
 
 weft::ProcessSnapshot make_snapshot(std::size_t fibers) {
@@ -69,6 +75,12 @@ weft::ProcessSnapshot make_snapshot(std::size_t fibers) {
   return process;
 }
 
+double cpu_ms() {
+  timespec now{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -79,10 +91,13 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::size_t fibers = 100'000;
   int runs = 5;
+  std::string save;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--fibers" && i + 1 < argc)
       fibers = weft::bench::parse_count<std::size_t>(argv[++i], "--fibers", 1, 10'000'000, usage);
+    else if (arg == "--save" && i + 1 < argc)
+      save = argv[++i];
     else if (arg == "--runs" && i + 1 < argc)
       runs = weft::bench::parse_count<int>(argv[++i], "--runs", 1, 1000, usage);
     else
@@ -92,23 +107,26 @@ int main(int argc, char** argv) {
   std::vector<double> encode_ms, decode_ms;
   std::size_t bytes = 0;
   for (int r = 0; r < runs; ++r) {
-    using Clock = std::chrono::steady_clock;
-    const auto t0 = Clock::now();
+    const double t0 = cpu_ms();
     std::string json;
     weft::detail::write_json(process, weft::detail::DumpDetail::full, [&](std::string_view piece) {
       json.append(piece);
       return true;
     });
-    const auto t1 = Clock::now();
-    weft::tools::ByteBuffer buffer;
-    buffer.append(json.data(), json.size());
-    const auto t2 = Clock::now();
-    const weft::tools::Dump dump = weft::tools::read_dump(std::move(buffer));
-    const auto t3 = Clock::now();
+    const double t1 = cpu_ms();
+    const double t2 = cpu_ms();
+    const weft::ProcessSnapshot dump = weft::tools::read_dump(json);
+    const double t3 = cpu_ms();
     if (dump.schedulers.at(0).fibers.size() != fibers) return std::fprintf(stderr, "dump_codec: lost fibers\n"), 1;
     bytes = json.size();
-    encode_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    decode_ms.push_back(std::chrono::duration<double, std::milli>(t3 - t2).count());
+    if (!save.empty() && r == 0) {
+      if (std::FILE* file = std::fopen(save.c_str(), "w")) {
+        std::fwrite(json.data(), 1, json.size(), file);
+        std::fclose(file);
+      }
+    }
+    encode_ms.push_back(t1 - t0);
+    decode_ms.push_back(t3 - t2);
   }
   std::printf("{\"fibers\": %zu, \"bytes\": %zu, \"encode_ms\": %.1f, \"decode_ms\": %.1f, \"runs\": %d}\n", fibers,
               bytes, median(encode_ms), median(decode_ms), runs);

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -22,26 +23,24 @@
 #include <vector>
 
 #include "dump_client.h"
-#include "introspect/dump_socket.h"
-#include "json.h"
+#include "introspect/dump_protocol.h"
 #include "test_support.h"
 
 namespace weft {
 namespace {
 
 using namespace std::chrono_literals;
-using tools::JsonValue;
+using Json = nlohmann::json;
 
 // Sanitized children start slowly; a deadline only bounds a broken run.
 constexpr auto kChildReadyTimeout = 120s;
 constexpr int kRetries = 50;
 
+// The socket `pid` listens on, as weft-dump finds it, and its file.
 bool socket_exists(pid_t pid) {
-  for (const std::string& directory : detail::dump_socket_directories()) {
-    struct stat st;
-    if (::lstat(detail::dump_socket_path(directory, pid).c_str(), &st) == 0) return true;
-  }
-  return false;
+  const std::string path = tools::find_dump_socket(pid);
+  struct stat st;
+  return !path.empty() && ::lstat(path.c_str(), &st) == 0;
 }
 
 struct CliResult {
@@ -221,19 +220,19 @@ bool search_lines(std::string_view text, std::string_view start, Match&& match) 
   return false;
 }
 
-const JsonValue* find_fiber(const JsonValue& dump, const std::string& name) {
-  for (const auto& s : dump["schedulers"].as_array()) {
-    for (const auto& f : s["fibers"].as_array())
-      if (f.str("name") == name) return &f;
+const Json* find_fiber(const Json& dump, const std::string& name) {
+  for (const auto& s : dump["schedulers"]) {
+    for (const auto& f : s["fibers"])
+      if (f["name"].get<std::string>() == name) return &f;
   }
   return nullptr;
 }
 
 // The sleeper runs for an instant every 100 ms; everything else stays put.
-bool all_parked(const JsonValue& dump) {
+bool all_parked(const Json& dump) {
   for (const char* name : {"queue-taker", "pong", "mutex-waiter", "sleeper"}) {
-    const JsonValue* f = find_fiber(dump, name);
-    if (f == nullptr || f->str("state") != "parked" || (*f)["wait"].is_null()) return false;
+    const Json* f = find_fiber(dump, name);
+    if (f == nullptr || (*f)["state"].get<std::string>() != "parked" || (*f)["wait"].is_null()) return false;
   }
   return true;
 }
@@ -400,32 +399,33 @@ TEST_F(DumpOfChild, TopShowsRatesPerWorkerAndFiber) {
 }
 
 TEST_F(DumpOfChild, JsonHoldsTheSameFactsAsFields) {
-  JsonValue dump;
+  Json dump;
   for (int i = 0; i < kRetries; ++i) {
     const CliResult result = run_cli({pid(), "--json"});
     ASSERT_EQ(result.exit_code, 0) << result.err;
-    dump = tools::parse_json(result.out);
+    dump = Json::parse(result.out);
     if (all_parked(dump)) break;
   }
-  EXPECT_EQ(dump.integer("weft_dump"), 1);
-  EXPECT_EQ(dump["process"].integer("pid"), child_->pid());
-  EXPECT_EQ(dump["process"].str("name"), "dump_child");
-  EXPECT_GT(dump["process"].integer("unix_time_ms"), 0);
-  const auto& schedulers = dump["schedulers"].as_array();
+  EXPECT_EQ(dump["weft_dump"].get<std::int64_t>(), detail::kDumpFormatVersion);
+  EXPECT_EQ(dump["process"]["pid"].get<std::int64_t>(), child_->pid());
+  EXPECT_EQ(dump["process"]["name"].get<std::string>(), "dump_child");
+  EXPECT_GT(dump["process"]["unix_time_ms"].get<std::int64_t>(), 0);
+  const auto& schedulers = dump["schedulers"];
   ASSERT_EQ(schedulers.size(), 1u);
-  EXPECT_EQ(schedulers[0].str("name"), "dump-child");
-  EXPECT_EQ(schedulers[0].uint("fiber_count"), 4u);
-  const auto& workers = schedulers[0]["workers"].as_array();
+  EXPECT_EQ(schedulers[0]["name"].get<std::string>(), "dump-child");
+  EXPECT_EQ(schedulers[0]["fiber_count"].get<std::uint64_t>(), 4u);
+  const auto& workers = schedulers[0]["workers"];
   ASSERT_EQ(workers.size(), 2u);
   std::uint64_t fibers_run = 0, parks = 0;
   for (std::size_t i = 0; i < workers.size(); ++i) {
-    EXPECT_EQ(workers[i].uint("index"), i);
-    EXPECT_GT(workers[i].integer("os_thread_id"), 0);
-    EXPECT_TRUE(workers[i].str("state") == "running" || workers[i].str("state") == "searching" ||
-                workers[i].str("state") == "sleeping")
-        << workers[i].str("state");
-    fibers_run += workers[i].uint("fibers_run");
-    parks += workers[i].uint("parks");
+    EXPECT_EQ(workers[i]["index"].get<std::uint64_t>(), i);
+    EXPECT_GT(workers[i]["os_thread_id"].get<std::int64_t>(), 0);
+    EXPECT_TRUE(workers[i]["state"].get<std::string>() == "running" ||
+                workers[i]["state"].get<std::string>() == "searching" ||
+                workers[i]["state"].get<std::string>() == "sleeping")
+        << workers[i]["state"].get<std::string>();
+    fibers_run += workers[i]["fibers_run"].get<std::uint64_t>();
+    parks += workers[i]["parks"].get<std::uint64_t>();
   }
   // Every fiber ran and parked at least once, the sleeper three times.
   EXPECT_GE(fibers_run, 6u);
@@ -433,55 +433,57 @@ TEST_F(DumpOfChild, JsonHoldsTheSameFactsAsFields) {
 
   auto expect_parked = [&](const std::string& name, const std::string& kind, const std::string& operation,
                            bool has_object) {
-    const JsonValue* f = find_fiber(dump, name);
+    const Json* f = find_fiber(dump, name);
     ASSERT_NE(f, nullptr) << name;
-    EXPECT_EQ(f->str("state"), "parked") << name;
-    EXPECT_EQ(f->integer("park_state"), -1) << name;
-    EXPECT_GE(f->uint("park"), 1u) << name;
-    EXPECT_GE(f->uint("active"), 1u) << name;
-    EXPECT_GT(f->uint("id"), 0u) << name;
-    EXPECT_TRUE(f->integer("worker") == 0 || f->integer("worker") == 1) << name;
-    EXPECT_FALSE((*f)["pinned"].as_bool()) << name;
-    EXPECT_EQ(f->str("address").rfind("0x", 0), 0u) << name;
-    const JsonValue& wait = (*f)["wait"];
+    EXPECT_EQ((*f)["state"].get<std::string>(), "parked") << name;
+    EXPECT_EQ((*f)["park_state"].get<std::int64_t>(), -1) << name;
+    EXPECT_GE((*f)["park"].get<std::uint64_t>(), 1u) << name;
+    EXPECT_GE((*f)["active"].get<std::uint64_t>(), 1u) << name;
+    EXPECT_GT((*f)["id"].get<std::uint64_t>(), 0u) << name;
+    EXPECT_TRUE((*f)["worker"].get<std::int64_t>() == 0 || (*f)["worker"].get<std::int64_t>() == 1) << name;
+    EXPECT_FALSE((*f)["pinned"].get<bool>()) << name;
+    EXPECT_EQ((*f)["address"].get<std::string>().rfind("0x", 0), 0u) << name;
+    const Json& wait = (*f)["wait"];
     ASSERT_FALSE(wait.is_null()) << name;
-    EXPECT_EQ(wait.str("kind"), kind) << name;
-    EXPECT_EQ(wait.str("operation"), operation) << name;
+    EXPECT_EQ(wait["kind"].get<std::string>(), kind) << name;
+    EXPECT_EQ(wait["operation"].get<std::string>(), operation) << name;
     EXPECT_EQ(wait["object"].is_null(), !has_object) << name;
-    EXPECT_GE(wait["ms"].as_double(), 0.0) << name;
+    EXPECT_GE(wait["ms"].get<double>(), 0.0) << name;
   };
   expect_parked("queue-taker", "weft::BlockingQueue", "take", true);
   expect_parked("pong", "weft::BlockingQueue", "take", true);
   expect_parked("mutex-waiter", "weft::Mutex", "lock", true);
   expect_parked("sleeper", "weft::this_fiber", "sleep", false);
-  EXPECT_GE(find_fiber(dump, "sleeper")->uint("active"), 3u);
-  EXPECT_GE(find_fiber(dump, "sleeper")->uint("park"), 3u);
+  EXPECT_GE((*find_fiber(dump, "sleeper"))["active"].get<std::uint64_t>(), 3u);
+  EXPECT_GE((*find_fiber(dump, "sleeper"))["park"].get<std::uint64_t>(), 3u);
   // Each parked fiber's stack, innermost first, holds the function that
   // parked it; with debug information, its file and line.
   // The stacks hold addresses; "symbols" says what each one is.
   for (const ParkedIn& parked : kParkedIn) {
-    const JsonValue& stack = (*find_fiber(dump, parked.fiber))["stack"];
-    ASSERT_GE(stack.as_array().size(), 2u) << parked.fiber;
+    const Json& stack = (*find_fiber(dump, parked.fiber))["stack"];
+    ASSERT_GE(stack.size(), 2u) << parked.fiber;
     bool found = false;
-    for (const JsonValue& address : stack.as_array()) {
-      EXPECT_EQ(address.as_string().rfind("0x", 0), 0u) << parked.fiber;
-      ASSERT_TRUE(dump["symbols"].has(address.as_string())) << address.as_string();
-      const JsonValue& frame = dump["symbols"][address.as_string()];
+    for (const Json& address : stack) {
+      EXPECT_EQ(address.get<std::string>().rfind("0x", 0), 0u) << parked.fiber;
+      ASSERT_TRUE(dump["symbols"].contains(address.get<std::string>())) << address.get<std::string>();
+      const Json& frame = dump["symbols"][address.get<std::string>()];
       EXPECT_FALSE(frame["module"].is_null()) << parked.fiber;
-      EXPECT_EQ(frame.str("offset").rfind("0x", 0), 0u) << parked.fiber;
-      if (frame["function"].is_null() || frame.str("function").find(parked.function) == std::string::npos) continue;
+      EXPECT_EQ(frame["offset"].get<std::string>().rfind("0x", 0), 0u) << parked.fiber;
+      if (frame["function"].is_null() ||
+          frame["function"].get<std::string>().find(parked.function) == std::string::npos)
+        continue;
       found = true;
       if (!frame["file"].is_null()) {
-        EXPECT_NE(frame.str("file").find("dump_child.cpp"), std::string::npos) << frame.str("file");
-        EXPECT_GT(frame.uint("line"), 0u) << parked.fiber;
+        EXPECT_NE(frame["file"].get<std::string>().find("dump_child.cpp"), std::string::npos)
+            << frame["file"].get<std::string>();
+        EXPECT_GT(frame["line"].get<std::uint64_t>(), 0u) << parked.fiber;
       }
     }
     EXPECT_TRUE(found) << parked.function << " in the stack of " << parked.fiber;
   }
 
   // Two queues, two objects: the taker and pong wait on different ones.
-  EXPECT_NE(find_fiber(dump, "queue-taker")->operator[]("wait").str("object"),
-            find_fiber(dump, "pong")->operator[]("wait").str("object"));
+  EXPECT_NE((*find_fiber(dump, "queue-taker"))["wait"]["object"], (*find_fiber(dump, "pong"))["wait"]["object"]);
 }
 
 TEST_F(DumpOfChild, ListShowsTheChildWithItsSchedulerAndFibers) {
@@ -578,7 +580,7 @@ TEST(Dump, ServerFollowsTheSchedulersThatWantIt) {
       {
         Scheduler second{test::config_with(2)};
         const auto answer = tools::request_dump(self, "summary", 30s);
-        ASSERT_EQ(answer.json["schedulers"].as_array().size(), 2u);  // `quiet` is not shown
+        ASSERT_EQ(answer.snapshot.schedulers.size(), 2u);  // `quiet` is not shown
       }
       EXPECT_TRUE(socket_exists(self));
     }
@@ -599,15 +601,16 @@ TEST(Dump, AnswersWhileTheOnlyWorkerIsStuck) {
   const auto answer = tools::request_dump(::getpid(), "dump", 30s);
   release.store(true);
   stuck.join();
-  const auto& schedulers = answer.json["schedulers"].as_array();
+  const Json json = Json::parse(answer.text);
+  const auto& schedulers = json["schedulers"];
   ASSERT_EQ(schedulers.size(), 1u);
-  const auto& fibers = schedulers[0]["fibers"].as_array();
+  const auto& fibers = schedulers[0]["fibers"];
   ASSERT_EQ(fibers.size(), 1u);
-  EXPECT_EQ(fibers[0].str("name"), "stuck");
-  EXPECT_EQ(fibers[0].str("state"), "running");
-  EXPECT_EQ(fibers[0].integer("park_state"), 0);
-  EXPECT_EQ(fibers[0].integer("worker"), 0);
-  EXPECT_EQ(schedulers[0]["workers"].as_array()[0].str("state"), "running");
+  EXPECT_EQ(fibers[0]["name"].get<std::string>(), "stuck");
+  EXPECT_EQ(fibers[0]["state"].get<std::string>(), "running");
+  EXPECT_EQ(fibers[0]["park_state"].get<std::int64_t>(), 0);
+  EXPECT_EQ(fibers[0]["worker"].get<std::int64_t>(), 0);
+  EXPECT_EQ(schedulers[0]["workers"][0]["state"].get<std::string>(), "running");
 }
 
 }  // namespace

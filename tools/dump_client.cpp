@@ -53,12 +53,19 @@ void check_process(pid_t pid) {
                           "); run weft-dump as that user (e.g. sudo -u <user> weft-dump)");
 }
 
-// The inodes of the sockets `pid` holds open ("socket:[12345]" links).
-std::set<unsigned long> socket_inodes(pid_t pid) {
+// The inodes of the sockets `pid` holds open ("socket:[12345]" links);
+// `why` says why they could not be read.
+std::set<unsigned long> socket_inodes(pid_t pid, std::string* why) {
   std::set<unsigned long> inodes;
   const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
   DIR* dir = ::opendir(fd_dir.c_str());
-  if (dir == nullptr) return inodes;
+  if (dir == nullptr) {
+    if (why != nullptr && errno == EACCES)
+      *why = ": cannot read " + fd_dir +
+             " (a process that changed its user without exec is not dumpable; it can call "
+             "prctl(PR_SET_DUMPABLE, 1))";
+    return inodes;
+  }
   while (const dirent* entry = ::readdir(dir)) {
     char target[64];
     const ssize_t n = ::readlinkat(::dirfd(dir), entry->d_name, target, sizeof(target) - 1);
@@ -188,8 +195,9 @@ template <class Sink>
 void exchange(pid_t pid, const std::string& request, std::chrono::milliseconds timeout, Sink&& sink) {
   const auto deadline = Clock::now() + timeout;
   check_process(pid);
-  const std::string path = find_dump_socket(pid);
-  if (path.empty()) throw DumpUnavailable(not_weft(pid, ""));
+  std::string why;
+  const std::string path = find_dump_socket(pid, &why);
+  if (path.empty()) throw DumpUnavailable(not_weft(pid, why));
   const std::string timed_out =
       describe(pid) + " did not answer within " + seconds_text(timeout) + " (is it stopped, or out of memory?)";
   Socket socket;
@@ -200,16 +208,22 @@ void exchange(pid_t pid, const std::string& request, std::chrono::milliseconds t
     if (!wait_for(socket.fd(), POLLOUT, deadline)) throw DumpUnavailable(timed_out);
     const ssize_t n = ::send(socket.fd(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) break;  // it answered at once (busy): read why
     if (n < 0) throw DumpUnavailable(describe(pid) + " closed the connection: " + std::strerror(errno));
     sent += static_cast<std::size_t>(n);
   }
+  std::size_t received = 0;
   for (;;) {
     if (!wait_for(socket.fd(), POLLIN, deadline)) throw DumpUnavailable(timed_out);
     char* tail = sink.reserve_tail(kChunk);
     const ssize_t n = ::recv(socket.fd(), tail, kChunk, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    // A server that refuses at once (busy) closes with our request unread,
+    // which resets the connection once its answer has been read: the end.
+    if (n < 0 && errno == ECONNRESET && received > 0) break;
     if (n < 0) throw DumpUnavailable(describe(pid) + " broke the connection: " + std::strerror(errno));
     if (n == 0) break;
+    received += static_cast<std::size_t>(n);
     sink.commit(static_cast<std::size_t>(n));
   }
 }
@@ -258,8 +272,8 @@ ProcessSnapshot check_answer(pid_t pid, std::string_view answer) {
 
 }  // namespace
 
-std::string find_dump_socket(pid_t pid) {
-  const std::set<unsigned long> inodes = socket_inodes(pid);
+std::string find_dump_socket(pid_t pid, std::string* why) {
+  const std::set<unsigned long> inodes = socket_inodes(pid, why);
   if (inodes.empty()) return {};
   for (const UnixSocket& socket : listening_unix_sockets("/proc/" + std::to_string(pid) + "/net/unix"))
     if (inodes.count(socket.inode) != 0 && is_dump_socket_of(socket.path, pid)) return socket.path;

@@ -43,8 +43,9 @@ void stream_dump(pid_t pid, std::chrono::milliseconds timeout, std::FILE* out);
 
 // The dump socket that process `pid` listens on, found in /proc/<pid> (its
 // open sockets, and their names in its network namespace): "" if it has
-// none. Not the caller's guess from its own environment.
-std::string find_dump_socket(pid_t pid);
+// none (and, if it could not look, why in `why`). Not the caller's guess
+// from its own environment.
+std::string find_dump_socket(pid_t pid, std::string* why = nullptr);
 
 // The pids of this user's processes that listen on a dump socket, ascending.
 std::vector<pid_t> find_dump_processes();

@@ -1,7 +1,8 @@
-// The wire format of weft-dump: a ProcessSnapshot as one JSON document.
-// The CLI renders its text from this JSON, so `weft-dump <pid>` and
-// `weft-dump <pid> --json` cannot disagree. The schema is in docs/dump.md;
-// bump kDumpFormatVersion when a field changes meaning or goes away.
+// The wire format of weft-dump: a ProcessSnapshot as one JSON document,
+// written from the field tables of introspect/dump_fields.h (which the CLI
+// reads it back with). The CLI renders its text from this JSON, so
+// `weft-dump <pid>` and `weft-dump <pid> --json` cannot disagree. The schema
+// is in docs/dump.md.
 #pragma once
 
 #include <weft/snapshot.h>
@@ -10,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-namespace weft::detail {
+#include "dump_protocol.h"
 
-constexpr int kDumpFormatVersion = 1;
+namespace weft::detail {
 
 enum class DumpDetail {
   full,     // workers and every fiber
@@ -28,7 +29,7 @@ std::string to_json(const ProcessSnapshot& snapshot, DumpDetail detail);
 bool write_json(const ProcessSnapshot& snapshot, DumpDetail detail,
                 const std::function<bool(std::string_view piece)>& send);
 
-// {"weft_dump": 1, "error": "..."}: what the server answers when it refuses.
+// {"weft_dump": N, "error": "..."}: what the server answers when it refuses.
 std::string error_json(const std::string& message);
 
 }  // namespace weft::detail

@@ -1,5 +1,6 @@
 #include "dump_server.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,54 +14,91 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../sched/scheduler_core.h"
 #include "dump_format.h"
-#include "dump_socket.h"
+#include "dump_protocol.h"
 #include "symbolizer.h"
 
 namespace weft::detail {
 namespace {
 
-// How long the server waits on one client, so that a client that connects
-// and never sends (or never reads) cannot take the dump away from others.
-constexpr int kClientTimeoutSeconds = 5;
-constexpr std::size_t kMaxRequestBytes = 256;
+using Clock = std::chrono::steady_clock;
 
-// What the atexit handler removes: a plain array and a flag, readable at
-// exit without taking a lock that a dying thread may hold.
+// Per client, from its accept: the time to send its request line, and the
+// time to take the whole answer. Deadlines, not per-call timeouts, so that
+// a byte every few seconds cannot hold a client's thread for longer.
+constexpr auto kRequestDeadline = std::chrono::seconds(2);
+constexpr auto kAnswerDeadline = std::chrono::seconds(60);
+// Clients served at once; a client beyond them is told the server is busy
+// (and why) at once, so that idle connections cannot queue others behind
+// them until the CLI's timeout.
+constexpr int kMaxClients = 16;
+
+// What the atexit handler removes: a plain array, the pid that made it and
+// a flag, readable at exit without taking a lock that a dying thread may
+// hold. The pid keeps a forked child's exit() from removing its parent's
+// socket (the child's own atfork handler clears the flag too).
 char exit_socket_path[sizeof(sockaddr_un::sun_path)];
+char exit_socket_directory[sizeof(sockaddr_un::sun_path)];  // "" unless the server made it for itself
+std::atomic<pid_t> exit_socket_owner{0};
 std::atomic<bool> exit_socket_bound{false};
 
 void remove_socket_at_exit() {
-  if (exit_socket_bound.exchange(false)) ::unlink(exit_socket_path);
+  if (exit_socket_owner.load() != ::getpid()) return;
+  if (!exit_socket_bound.exchange(false)) return;
+  ::unlink(exit_socket_path);
+  if (exit_socket_directory[0] != '\0') ::rmdir(exit_socket_directory);
 }
 
-bool send_all(int fd, std::string_view data) {
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+// Waits for `events` on the non-blocking `fd` until `deadline`.
+bool wait_for(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, remaining_ms(deadline));
+    if (n > 0) return true;
+    if (n == 0 || errno != EINTR) return false;
+  }
+}
+
+bool send_all(int fd, std::string_view data, Clock::time_point deadline) {
   std::size_t sent = 0;
   while (sent < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      if (!wait_for(fd, POLLOUT, deadline)) return false;
+      continue;
+    }
     if (n <= 0) return false;
     sent += static_cast<std::size_t>(n);
   }
   return true;
 }
 
-std::string read_request(int fd) {
+// The request line, "" if none came whole by `deadline`.
+std::string read_request(int fd, Clock::time_point deadline) {
   std::string request;
   char buffer[64];
-  while (request.size() < kMaxRequestBytes && request.find('\n') == std::string::npos) {
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n < 0 && errno == EINTR) continue;
+  while (request.size() < kMaxDumpRequestBytes && request.find('\n') == std::string::npos) {
+    if (!wait_for(fd, POLLIN, deadline)) return {};
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) break;
     request.append(buffer, static_cast<std::size_t>(n));
   }
@@ -76,11 +114,27 @@ std::string process_name() {
   return name;
 }
 
+// Makes `directory` (0700) if it is missing and checks that it is this
+// user's alone; "" or why not.
+std::string prepare_directory(const std::string& directory) {
+  if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST)
+    return "cannot create " + directory + ": " + std::strerror(errno);
+  return check_private_directory(directory, ::geteuid());
+}
+
 class DumpServer {
  public:
+  // The one instance, never destroyed: a scheduler that is a static object
+  // may detach during static destruction, after any ordinary global would
+  // be gone; and a thread still running at exit must not meet a destroyed
+  // std::thread (that calls std::terminate).
+  static DumpServer& the_server() {
+    static DumpServer* const server = new DumpServer;
+    return *server;
+  }
+
   void attach(SchedulerCore& core) {
     std::lock_guard lifecycle(lifecycle_lock_);
-    if (running_ && owner_pid_ != ::getpid()) forget_after_fork();
     if (!running_) {
       const std::string error = start();
       if (!error.empty()) {
@@ -104,44 +158,95 @@ class DumpServer {
       schedulers_.erase(gone, schedulers_.end());
       last = schedulers_.empty();
     }
-    if (last && running_ && owner_pid_ == ::getpid()) stop();
+    if (last && running_) stop();
+  }
+
+  // fork(): the child gets a copy of this object but none of its threads.
+  // The locks are held across the fork, so that the child's copies are in
+  // a known state; the child then forgets the parent's server: its thread
+  // handle names a thread it does not have (joining or detaching it is
+  // undefined), and the socket and its file stay the parent's. A scheduler
+  // the child makes starts a server of its own.
+  void before_fork() {
+    lifecycle_lock_.lock();
+    schedulers_lock_.lock();
+    clients_lock_.lock();
+  }
+  void after_fork_in_parent() {
+    clients_lock_.unlock();
+    schedulers_lock_.unlock();
+    lifecycle_lock_.unlock();
+  }
+  void after_fork_in_child() {
+    exit_socket_bound.store(false);
+    if (running_) {
+      new (&thread_) std::thread();  // the parent's handle, dropped without a call on it
+      for (const int fd : client_fds_) ::close(fd);
+      close_fds();
+      running_ = false;
+    }
+    client_fds_.clear();
+    clients_ = 0;
+    schedulers_.clear();  // the parent's schedulers: not this process's to show (docs/usage.md)
+    clients_lock_.unlock();
+    schedulers_lock_.unlock();
+    lifecycle_lock_.unlock();
   }
 
  private:
   // Binds the socket and starts the thread; "" or why it could not.
   std::string start() {
-    const std::string directory = dump_socket_directory();
-    if (std::string error = prepare_dump_socket_directory(directory); !error.empty()) return error;
+    if (!atfork_registered_) {
+      atfork_registered_ =
+          ::pthread_atfork([] { the_server().before_fork(); }, [] { the_server().after_fork_in_parent(); },
+                           [] { the_server().after_fork_in_child(); }) == 0;
+      if (!atfork_registered_) return "pthread_atfork failed";
+    }
+    std::string directory = preferred_dump_socket_directory();
+    own_directory_.clear();
+    if (const std::string why = prepare_directory(directory); !why.empty()) {
+      // Someone else's directory, or one open to others: a socket in it
+      // could be replaced. A fresh one of our own instead; the CLI finds
+      // it through /proc (introspect/dump_protocol.h).
+      std::string name = fallback_dump_socket_template();
+      if (::mkdtemp(name.data()) == nullptr)
+        return "not using " + directory + " (" + why + "), and cannot create " + name + ": " + std::strerror(errno);
+      std::fprintf(stderr, "weft: weft-dump: not using %s (%s); serving from %s\n", directory.c_str(), why.c_str(),
+                   name.c_str());
+      directory = own_directory_ = name;
+    }
     socket_path_ = dump_socket_path(directory, ::getpid());
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
-    if (socket_path_.size() >= sizeof(address.sun_path)) return "socket path too long: " + socket_path_;
+    if (socket_path_.size() >= sizeof(address.sun_path)) return abandon("socket path too long: " + socket_path_);
     std::memcpy(address.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
 
     listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0) return std::string("socket: ") + std::strerror(errno);
+    if (listen_fd_ < 0) return abandon(std::string("socket: ") + std::strerror(errno));
     // A socket left by an earlier process that had our pid and died
     // without cleaning up: the pid is ours now, and so is the name.
     ::unlink(socket_path_.c_str());
     if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        ::chmod(socket_path_.c_str(), 0600) != 0 || ::listen(listen_fd_, 16) != 0) {
+        ::chmod(socket_path_.c_str(), 0600) != 0 || ::listen(listen_fd_, 64) != 0) {
       const std::string error = "cannot listen on " + socket_path_ + ": " + std::strerror(errno);
-      close_fds();
-      return error;
+      ::unlink(socket_path_.c_str());
+      return abandon(error);
     }
     stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
     if (stop_fd_ < 0) {
-      const std::string error = std::string("eventfd: ") + std::strerror(errno);
-      close_fds();
-      return error;
+      ::unlink(socket_path_.c_str());
+      return abandon(std::string("eventfd: ") + std::strerror(errno));
     }
 
     std::memcpy(exit_socket_path, socket_path_.c_str(), socket_path_.size() + 1);
+    std::memcpy(exit_socket_directory, own_directory_.c_str(), own_directory_.size() + 1);
+    exit_socket_owner.store(::getpid());
     exit_socket_bound.store(true);
     if (!atexit_registered_) atexit_registered_ = std::atexit(&remove_socket_at_exit) == 0;
 
     // Signals sent to the process are for the application's threads, not
-    // this one: start it with all of them blocked (threads inherit masks).
+    // this one (nor its clients' threads): start it with all of them
+    // blocked (threads inherit masks).
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
@@ -150,13 +255,19 @@ class DumpServer {
     } catch (const std::system_error& e) {
       pthread_sigmask(SIG_SETMASK, &previous, nullptr);
       remove_socket_at_exit();
-      close_fds();
-      return std::string("cannot start its thread: ") + e.what();
+      return abandon(std::string("cannot start its thread: ") + e.what());
     }
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     running_ = true;
-    owner_pid_ = ::getpid();
     return {};
+  }
+
+  // Undoes a start() that failed after making its directory; returns `error`.
+  std::string abandon(std::string error) {
+    close_fds();
+    if (!own_directory_.empty()) ::rmdir(own_directory_.c_str());
+    own_directory_.clear();
+    return error;
   }
 
   void stop() {
@@ -164,19 +275,16 @@ class DumpServer {
     while (::write(stop_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
     }
     thread_.join();
+    {
+      // Clients still being served are cut off, and waited for: they may
+      // be reading a scheduler that is going away.
+      std::unique_lock guard(clients_lock_);
+      for (const int fd : client_fds_) ::shutdown(fd, SHUT_RDWR);
+      clients_done_.wait(guard, [this] { return clients_ == 0; });
+    }
     remove_socket_at_exit();
     close_fds();
-    running_ = false;
-  }
-
-  // A forked child inherits our state but not the thread, and the parent
-  // still owns the socket: start afresh, leaving the parent's alone.
-  void forget_after_fork() {
-    thread_.detach();  // names a thread of the parent; nothing to join here
-    exit_socket_bound.store(false);
-    close_fds();
-    std::lock_guard guard(schedulers_lock_);
-    schedulers_.clear();
+    own_directory_.clear();
     running_ = false;
   }
 
@@ -197,42 +305,76 @@ class DumpServer {
       }
       if (fds[1].revents != 0) return;
       if (fds[0].revents == 0) continue;
-      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (client < 0) continue;  // the peer gave up already, or a transient error
-      serve(client);
-      ::close(client);
+      const auto accepted = Clock::now();
+      if (!admit(client)) {
+        // Short enough for the socket's buffer: sent without waiting.
+        send_all(client,
+                 error_json("the dump server is busy: " + std::to_string(kMaxClients) +
+                            " clients are being served; try again"),
+                 accepted);
+        ::close(client);
+        continue;
+      }
+      try {
+        std::thread([this, client, accepted] {
+          serve(client, accepted);
+          leave(client);
+        }).detach();
+      } catch (const std::system_error&) {
+        leave(client);
+      }
     }
   }
 
-  void serve(int client) {
+  bool admit(int client) {
+    std::lock_guard guard(clients_lock_);
+    if (clients_ >= kMaxClients) return false;
+    ++clients_;
+    client_fds_.push_back(client);
+    return true;
+  }
+
+  // The last thing a client's thread does; the server object outlives it
+  // (never destroyed).
+  void leave(int client) {
+    std::lock_guard guard(clients_lock_);
+    client_fds_.erase(std::remove(client_fds_.begin(), client_fds_.end(), client), client_fds_.end());
+    ::close(client);
+    if (--clients_ == 0) clients_done_.notify_all();
+  }
+
+  void serve(int client, Clock::time_point accepted) {
+    const auto answer_deadline = accepted + kAnswerDeadline;
     ucred peer{};
     socklen_t size = sizeof(peer);
     if (::getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || peer.uid != ::geteuid()) {
-      send_all(client, error_json("permission denied: weft-dump serves only its own user (uid " +
-                                  std::to_string(::geteuid()) + ")"));
+      send_all(
+          client,
+          error_json("permission denied: weft-dump serves only its own user (uid " + std::to_string(::geteuid()) + ")"),
+          answer_deadline);
       return;
     }
-    const timeval timeout{kClientTimeoutSeconds, 0};
-    ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    const std::string request = read_request(client);
-    if (request != "dump" && request != "summary") {
-      send_all(client, error_json("unknown request \"" + request + "\" (expected \"dump\" or \"summary\")"));
+    const std::string request = read_request(client, accepted + kRequestDeadline);
+    if (request != kDumpRequestFull && request != kDumpRequestSummary) {
+      send_all(client, error_json("unknown request \"" + request + "\" (expected \"dump\" or \"summary\")"),
+               answer_deadline);
       return;
     }
-    const DumpDetail detail = request == "dump" ? DumpDetail::full : DumpDetail::summary;
+    const DumpDetail detail = request == kDumpRequestFull ? DumpDetail::full : DumpDetail::summary;
     ProcessSnapshot process;
     try {
       process = snapshot(detail);
     } catch (const std::exception& e) {
-      send_all(client, error_json(std::string("snapshot failed: ") + e.what()));
+      send_all(client, error_json(std::string("snapshot failed: ") + e.what()), answer_deadline);
       return;
     }
     // Streamed: once a piece is sent there is no taking it back, so a
     // failure from here on (out of memory) just ends the answer early,
     // which the client reports as a malformed dump.
     try {
-      write_json(process, detail, [&](std::string_view piece) { return send_all(client, piece); });
+      write_json(process, detail, [&](std::string_view piece) { return send_all(client, piece, answer_deadline); });
     } catch (const std::exception&) {
     }
   }
@@ -257,22 +399,21 @@ class DumpServer {
   std::mutex schedulers_lock_;  // the list; held while a dump reads it
   std::vector<SchedulerCore*> schedulers_;
   bool running_ = false;
-  pid_t owner_pid_ = 0;
   bool atexit_registered_ = false;
+  bool atfork_registered_ = false;
   std::thread thread_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // an eventfd: written once to stop the thread
   std::string socket_path_;
+  std::string own_directory_;  // the directory start() made for itself, if it did
+
+  std::mutex clients_lock_;
+  std::condition_variable clients_done_;  // clients_ fell to 0
+  int clients_ = 0;                       // threads serving a client
+  std::vector<int> client_fds_;           // their sockets, cut off by stop()
 };
 
-// The one instance, never destroyed: a scheduler that is a static object
-// may detach during static destruction, after any ordinary global would be
-// gone; and a thread still running at exit must not meet a destroyed
-// std::thread (that calls std::terminate).
-DumpServer& the_dump_server() {
-  static DumpServer* const server = new DumpServer;
-  return *server;
-}
+DumpServer& the_dump_server() { return DumpServer::the_server(); }
 
 }  // namespace
 

@@ -29,7 +29,16 @@ Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, void (*body)(void*)
 
 Scheduler::Scheduler(Config config) : core_(std::make_unique<detail::SchedulerCore>(std::move(config))) {}
 
-Scheduler::~Scheduler() { core_->shutdown(); }
+Scheduler::~Scheduler() {
+  // In a forked child the core's threads are not there to join (a worker's
+  // std::thread would terminate the child): the parent's scheduler is left
+  // to the child's exit.
+  if (core_->in_forked_child()) {
+    (void)core_.release();
+    return;
+  }
+  core_->shutdown();
+}
 
 void Scheduler::shutdown() { core_->shutdown(); }
 

@@ -1,12 +1,15 @@
 #include "scheduler_core.h"
 
+#include <pthread.h>
 #include <weft/detail/park.h>
 #include <weft/scheduler.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include "../runtime/overflow_handler.h"
 #include "worker.h"
@@ -60,10 +63,24 @@ transfer_t fiber_main(transfer_t transfer) {
   return self->scheduler->finish_fiber(self);
 }
 
+// How many times this process is a fork()ed child of the process that it
+// started as: one more in each child, counted by an atfork handler, so that
+// checking it costs a load, not a getpid() system call per spawn. It is the
+// process's own fact, not a registry of schedulers.
+std::atomic<unsigned> fork_generation{0};
+
+unsigned current_fork_generation() {
+  static const bool registered =
+      ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); }) == 0;
+  if (!registered) throw std::system_error(errno, std::generic_category(), "weft: pthread_atfork");
+  return fork_generation.load(std::memory_order_relaxed);
+}
+
 }  // namespace
 
 SchedulerCore::SchedulerCore(Config config)
     : config_(validated(config)),
+      fork_generation_(current_fork_generation()),
       stacks_(config_.stack_size, config_.stack_pool_size, config_.workers),
       registry_(config_.workers + 1),
       idle_(config_.workers),
@@ -81,8 +98,16 @@ SchedulerCore::SchedulerCore(Config config)
 // a core of a shutdown that hangs still shows gdb the fibers it waits for.
 SchedulerCore::~SchedulerCore() { shutdown(); }
 
+bool SchedulerCore::in_forked_child() const noexcept {
+  return fork_generation.load(std::memory_order_relaxed) != fork_generation_;
+}
+
 FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::size_t callable_size,
                                            std::size_t callable_align) {
+  if (in_forked_child())
+    throw std::logic_error("weft: spawn on scheduler \"" + config_.name +
+                           "\" in a forked child: its workers are threads of the parent process; create a new "
+                           "weft::Scheduler in the child (docs/usage.md)");
   Worker* const own = own_worker();
   live_count(own).fetch_add(1, std::memory_order_seq_cst);
   // Once shutdown has begun only the scheduler's own fibers may spawn (the
@@ -289,6 +314,7 @@ void SchedulerCore::report_stuck_fibers() {
 // the leader joins sysmon, the timers and the workers, so each thread is
 // joined exactly once.
 void SchedulerCore::shutdown() {
+  if (in_forked_child()) return;  // the workers are the parent's threads
   if (own_worker() != nullptr) {
     std::fprintf(stderr, "weft: scheduler \"%s\" shut down from one of its own fibers: it would wait for itself\n",
                  config_.name.c_str());

@@ -105,7 +105,14 @@ class SchedulerCore {
 
   // Waits for every fiber, then stops the workers (see Config). Safe from
   // any number of threads at once; each returns once the workers are gone.
+  // In a forked child it does nothing: the workers are the parent's threads.
   void shutdown();
+
+  // True in a child forked after this scheduler was made: it has none of
+  // the scheduler's threads, so it cannot run fibers; spawn throws, and the
+  // Scheduler leaks its core instead of joining threads that are not there
+  // (docs/usage.md, "fork").
+  bool in_forked_child() const noexcept;
 
   // Every worker and live fiber, from any thread, without the workers'
   // help (sched/snapshot.cpp). Without `with_fibers`, only their count.
@@ -143,6 +150,7 @@ class SchedulerCore {
   std::int64_t live_sum() const noexcept;
 
   const Config config_;
+  const unsigned fork_generation_;  // the process's forks before this scheduler: in_forked_child()
   StackPool stacks_;
   FiberRegistry registry_;
   IdleWorkers idle_;

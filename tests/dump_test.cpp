@@ -3,45 +3,54 @@
 // it and checks the text and the JSON. Then the refusals, the socket's life
 // and a dump taken while the only worker is stuck.
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <weft/blocking_queue.h>
 #include <weft/weft.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dump_client.h"
-#include "introspect/dump_socket.h"
-#include "json.h"
+#include "introspect/dump_protocol.h"
 #include "test_support.h"
 
 namespace weft {
 namespace {
 
 using namespace std::chrono_literals;
-using tools::JsonValue;
+using Json = nlohmann::json;
 
 // Sanitized children start slowly; a deadline only bounds a broken run.
 constexpr auto kChildReadyTimeout = 120s;
 constexpr int kRetries = 50;
 
+// The socket `pid` listens on, as weft-dump finds it, and its file.
 bool socket_exists(pid_t pid) {
-  for (const std::string& directory : detail::dump_socket_directories()) {
-    struct stat st;
-    if (::lstat(detail::dump_socket_path(directory, pid).c_str(), &st) == 0) return true;
-  }
-  return false;
+  const std::string path = tools::find_dump_socket(pid);
+  struct stat st;
+  return !path.empty() && ::lstat(path.c_str(), &st) == 0;
 }
 
 struct CliResult {
@@ -57,9 +66,21 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
+// Environment changes for a child: a value, or none to unset it.
+using EnvChanges = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
+void apply_env(const EnvChanges& env) {
+  for (const auto& [name, value] : env) {
+    if (value)
+      ::setenv(name.c_str(), value->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+}
+
 // Runs weft-dump with `args`; its output goes through files, so that a
 // large dump cannot fill a pipe while we wait for the exit.
-CliResult run_cli(const std::vector<std::string>& args) {
+CliResult run_cli(const std::vector<std::string>& args, const EnvChanges& env = {}) {
   char out_path[] = "/tmp/weft-dump-test-out-XXXXXX";
   char err_path[] = "/tmp/weft-dump-test-err-XXXXXX";
   const int out_fd = ::mkstemp(out_path);
@@ -68,14 +89,24 @@ CliResult run_cli(const std::vector<std::string>& args) {
   if (pid == 0) {
     ::dup2(out_fd, 1);
     ::dup2(err_fd, 2);
+    apply_env(env);
     std::vector<char*> argv{const_cast<char*>(WEFT_DUMP_CLI)};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
+  // Bounded: weft-dump's own timeouts end it long before this.
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  const auto deadline = std::chrono::steady_clock::now() + kChildReadyTimeout;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
   CliResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   result.out = read_file(out_path);
@@ -91,7 +122,7 @@ CliResult run_cli(const std::vector<std::string>& args) {
 class Child {
  public:
   // `dump_off` sets WEFT_DUMP=0; `uid`, if set, is the child's user.
-  explicit Child(const std::vector<std::string>& argv, bool dump_off = false, std::optional<uid_t> uid = {}) {
+  explicit Child(const std::vector<std::string>& argv, bool dump_off = false, const EnvChanges& env = {}) {
     ::signal(SIGPIPE, SIG_IGN);  // a child that died early fails the test, not the test binary
     int in[2], out[2];
     EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
@@ -101,7 +132,7 @@ class Child {
       ::dup2(in[0], 0);
       ::dup2(out[1], 1);
       if (dump_off) ::setenv("WEFT_DUMP", "0", 1);
-      if (uid && (::setgid(*uid) != 0 || ::setuid(*uid) != 0)) ::_exit(126);
+      apply_env(env);
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
@@ -155,6 +186,112 @@ class Child {
   pid_t pid_ = -1;
   int stdin_ = -1;
   int stdout_ = -1;
+};
+
+// A copy of this test process, forked without exec (so it needs nothing
+// from the file system: the build tree may be closed to `uid`), running
+// `body` as `uid` if given, with lines to and from the test. `body`'s
+// result is the child's last line; the child ends with _exit(), or with
+// std::exit() (atexit handlers run) if `exit_normally`.
+class ForkedChild {
+ public:
+  struct Channel {
+    int in, out;
+    void say(const std::string& line) const {
+      const std::string text = line + "\n";
+      EXPECT_EQ(::write(out, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    }
+    // Blocks until the test sends a line (or goes away).
+    void wait() const {
+      char c;
+      while (::read(in, &c, 1) == 1 && c != '\n') {
+      }
+    }
+  };
+  using Body = std::function<std::string(const Channel&)>;
+
+  explicit ForkedChild(Body body, std::optional<uid_t> uid = {}, const EnvChanges& env = {},
+                       bool exit_normally = false) {
+    int in[2], out[2];
+    EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(in[1]);
+      ::close(out[0]);
+      apply_env(env);
+      if (uid && (::setgroups(0, nullptr) != 0 || ::setgid(*uid) != 0 || ::setuid(*uid) != 0)) {
+        Channel{in[0], out[1]}.say("cannot become uid " + std::to_string(*uid));
+        ::_exit(126);
+      }
+      // As a process the user started (exec makes it dumpable again):
+      // setuid() made /proc/<pid>/fd root's, which weft-dump reads.
+      if (uid) ::prctl(PR_SET_DUMPABLE, 1);
+      std::string result;
+      try {
+        result = body(Channel{in[0], out[1]});
+      } catch (const std::exception& e) {
+        result = std::string("exception: ") + e.what();
+      }
+      Channel{in[0], out[1]}.say(result);
+      if (exit_normally) std::exit(0);
+      ::_exit(0);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    to_child_ = in[1];
+    from_child_ = out[0];
+  }
+  ForkedChild(const ForkedChild&) = delete;
+  ForkedChild& operator=(const ForkedChild&) = delete;
+  ~ForkedChild() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(to_child_);
+    ::close(from_child_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // The child's next line, "" if none came in time.
+  std::string read_line() {
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + kChildReadyTimeout;
+    char c;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{from_child_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      if (::read(from_child_, &c, 1) != 1) break;
+      if (c == '\n') return line;
+      line += c;
+    }
+    return line;
+  }
+  // Lets a waiting child go on.
+  void release() { EXPECT_EQ(::write(to_child_, "\n", 1), 1); }
+  // Its last line and exit status; kills it if it takes too long.
+  std::pair<std::string, int> finish() {
+    std::string last = read_line();
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + kChildReadyTimeout;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    pid_ = -1;
+    return {last, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)};
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_child_ = -1;
+  int from_child_ = -1;
 };
 
 // A strict left-to-right matcher for the CLI's lines, in place of
@@ -221,19 +358,19 @@ bool search_lines(std::string_view text, std::string_view start, Match&& match) 
   return false;
 }
 
-const JsonValue* find_fiber(const JsonValue& dump, const std::string& name) {
-  for (const auto& s : dump["schedulers"].as_array()) {
-    for (const auto& f : s["fibers"].as_array())
-      if (f.str("name") == name) return &f;
+const Json* find_fiber(const Json& dump, const std::string& name) {
+  for (const auto& s : dump["schedulers"]) {
+    for (const auto& f : s["fibers"])
+      if (f["name"].get<std::string>() == name) return &f;
   }
   return nullptr;
 }
 
 // The sleeper runs for an instant every 100 ms; everything else stays put.
-bool all_parked(const JsonValue& dump) {
+bool all_parked(const Json& dump) {
   for (const char* name : {"queue-taker", "pong", "mutex-waiter", "sleeper"}) {
-    const JsonValue* f = find_fiber(dump, name);
-    if (f == nullptr || f->str("state") != "parked" || (*f)["wait"].is_null()) return false;
+    const Json* f = find_fiber(dump, name);
+    if (f == nullptr || (*f)["state"].get<std::string>() != "parked" || (*f)["wait"].is_null()) return false;
   }
   return true;
 }
@@ -400,32 +537,33 @@ TEST_F(DumpOfChild, TopShowsRatesPerWorkerAndFiber) {
 }
 
 TEST_F(DumpOfChild, JsonHoldsTheSameFactsAsFields) {
-  JsonValue dump;
+  Json dump;
   for (int i = 0; i < kRetries; ++i) {
     const CliResult result = run_cli({pid(), "--json"});
     ASSERT_EQ(result.exit_code, 0) << result.err;
-    dump = tools::parse_json(result.out);
+    dump = Json::parse(result.out);
     if (all_parked(dump)) break;
   }
-  EXPECT_EQ(dump.integer("weft_dump"), 1);
-  EXPECT_EQ(dump["process"].integer("pid"), child_->pid());
-  EXPECT_EQ(dump["process"].str("name"), "dump_child");
-  EXPECT_GT(dump["process"].integer("unix_time_ms"), 0);
-  const auto& schedulers = dump["schedulers"].as_array();
+  EXPECT_EQ(dump["weft_dump"].get<std::int64_t>(), detail::kDumpFormatVersion);
+  EXPECT_EQ(dump["process"]["pid"].get<std::int64_t>(), child_->pid());
+  EXPECT_EQ(dump["process"]["name"].get<std::string>(), "dump_child");
+  EXPECT_GT(dump["process"]["unix_time_ms"].get<std::int64_t>(), 0);
+  const auto& schedulers = dump["schedulers"];
   ASSERT_EQ(schedulers.size(), 1u);
-  EXPECT_EQ(schedulers[0].str("name"), "dump-child");
-  EXPECT_EQ(schedulers[0].uint("fiber_count"), 4u);
-  const auto& workers = schedulers[0]["workers"].as_array();
+  EXPECT_EQ(schedulers[0]["name"].get<std::string>(), "dump-child");
+  EXPECT_EQ(schedulers[0]["fiber_count"].get<std::uint64_t>(), 4u);
+  const auto& workers = schedulers[0]["workers"];
   ASSERT_EQ(workers.size(), 2u);
   std::uint64_t fibers_run = 0, parks = 0;
   for (std::size_t i = 0; i < workers.size(); ++i) {
-    EXPECT_EQ(workers[i].uint("index"), i);
-    EXPECT_GT(workers[i].integer("os_thread_id"), 0);
-    EXPECT_TRUE(workers[i].str("state") == "running" || workers[i].str("state") == "searching" ||
-                workers[i].str("state") == "sleeping")
-        << workers[i].str("state");
-    fibers_run += workers[i].uint("fibers_run");
-    parks += workers[i].uint("parks");
+    EXPECT_EQ(workers[i]["index"].get<std::uint64_t>(), i);
+    EXPECT_GT(workers[i]["os_thread_id"].get<std::int64_t>(), 0);
+    EXPECT_TRUE(workers[i]["state"].get<std::string>() == "running" ||
+                workers[i]["state"].get<std::string>() == "searching" ||
+                workers[i]["state"].get<std::string>() == "sleeping")
+        << workers[i]["state"].get<std::string>();
+    fibers_run += workers[i]["fibers_run"].get<std::uint64_t>();
+    parks += workers[i]["parks"].get<std::uint64_t>();
   }
   // Every fiber ran and parked at least once, the sleeper three times.
   EXPECT_GE(fibers_run, 6u);
@@ -433,55 +571,57 @@ TEST_F(DumpOfChild, JsonHoldsTheSameFactsAsFields) {
 
   auto expect_parked = [&](const std::string& name, const std::string& kind, const std::string& operation,
                            bool has_object) {
-    const JsonValue* f = find_fiber(dump, name);
+    const Json* f = find_fiber(dump, name);
     ASSERT_NE(f, nullptr) << name;
-    EXPECT_EQ(f->str("state"), "parked") << name;
-    EXPECT_EQ(f->integer("park_state"), -1) << name;
-    EXPECT_GE(f->uint("park"), 1u) << name;
-    EXPECT_GE(f->uint("active"), 1u) << name;
-    EXPECT_GT(f->uint("id"), 0u) << name;
-    EXPECT_TRUE(f->integer("worker") == 0 || f->integer("worker") == 1) << name;
-    EXPECT_FALSE((*f)["pinned"].as_bool()) << name;
-    EXPECT_EQ(f->str("address").rfind("0x", 0), 0u) << name;
-    const JsonValue& wait = (*f)["wait"];
+    EXPECT_EQ((*f)["state"].get<std::string>(), "parked") << name;
+    EXPECT_EQ((*f)["park_state"].get<std::int64_t>(), -1) << name;
+    EXPECT_GE((*f)["park"].get<std::uint64_t>(), 1u) << name;
+    EXPECT_GE((*f)["active"].get<std::uint64_t>(), 1u) << name;
+    EXPECT_GT((*f)["id"].get<std::uint64_t>(), 0u) << name;
+    EXPECT_TRUE((*f)["worker"].get<std::int64_t>() == 0 || (*f)["worker"].get<std::int64_t>() == 1) << name;
+    EXPECT_FALSE((*f)["pinned"].get<bool>()) << name;
+    EXPECT_EQ((*f)["address"].get<std::string>().rfind("0x", 0), 0u) << name;
+    const Json& wait = (*f)["wait"];
     ASSERT_FALSE(wait.is_null()) << name;
-    EXPECT_EQ(wait.str("kind"), kind) << name;
-    EXPECT_EQ(wait.str("operation"), operation) << name;
+    EXPECT_EQ(wait["kind"].get<std::string>(), kind) << name;
+    EXPECT_EQ(wait["operation"].get<std::string>(), operation) << name;
     EXPECT_EQ(wait["object"].is_null(), !has_object) << name;
-    EXPECT_GE(wait["ms"].as_double(), 0.0) << name;
+    EXPECT_GE(wait["ms"].get<double>(), 0.0) << name;
   };
   expect_parked("queue-taker", "weft::BlockingQueue", "take", true);
   expect_parked("pong", "weft::BlockingQueue", "take", true);
   expect_parked("mutex-waiter", "weft::Mutex", "lock", true);
   expect_parked("sleeper", "weft::this_fiber", "sleep", false);
-  EXPECT_GE(find_fiber(dump, "sleeper")->uint("active"), 3u);
-  EXPECT_GE(find_fiber(dump, "sleeper")->uint("park"), 3u);
+  EXPECT_GE((*find_fiber(dump, "sleeper"))["active"].get<std::uint64_t>(), 3u);
+  EXPECT_GE((*find_fiber(dump, "sleeper"))["park"].get<std::uint64_t>(), 3u);
   // Each parked fiber's stack, innermost first, holds the function that
   // parked it; with debug information, its file and line.
   // The stacks hold addresses; "symbols" says what each one is.
   for (const ParkedIn& parked : kParkedIn) {
-    const JsonValue& stack = (*find_fiber(dump, parked.fiber))["stack"];
-    ASSERT_GE(stack.as_array().size(), 2u) << parked.fiber;
+    const Json& stack = (*find_fiber(dump, parked.fiber))["stack"];
+    ASSERT_GE(stack.size(), 2u) << parked.fiber;
     bool found = false;
-    for (const JsonValue& address : stack.as_array()) {
-      EXPECT_EQ(address.as_string().rfind("0x", 0), 0u) << parked.fiber;
-      ASSERT_TRUE(dump["symbols"].has(address.as_string())) << address.as_string();
-      const JsonValue& frame = dump["symbols"][address.as_string()];
+    for (const Json& address : stack) {
+      EXPECT_EQ(address.get<std::string>().rfind("0x", 0), 0u) << parked.fiber;
+      ASSERT_TRUE(dump["symbols"].contains(address.get<std::string>())) << address.get<std::string>();
+      const Json& frame = dump["symbols"][address.get<std::string>()];
       EXPECT_FALSE(frame["module"].is_null()) << parked.fiber;
-      EXPECT_EQ(frame.str("offset").rfind("0x", 0), 0u) << parked.fiber;
-      if (frame["function"].is_null() || frame.str("function").find(parked.function) == std::string::npos) continue;
+      EXPECT_EQ(frame["offset"].get<std::string>().rfind("0x", 0), 0u) << parked.fiber;
+      if (frame["function"].is_null() ||
+          frame["function"].get<std::string>().find(parked.function) == std::string::npos)
+        continue;
       found = true;
       if (!frame["file"].is_null()) {
-        EXPECT_NE(frame.str("file").find("dump_child.cpp"), std::string::npos) << frame.str("file");
-        EXPECT_GT(frame.uint("line"), 0u) << parked.fiber;
+        EXPECT_NE(frame["file"].get<std::string>().find("dump_child.cpp"), std::string::npos)
+            << frame["file"].get<std::string>();
+        EXPECT_GT(frame["line"].get<std::uint64_t>(), 0u) << parked.fiber;
       }
     }
     EXPECT_TRUE(found) << parked.function << " in the stack of " << parked.fiber;
   }
 
   // Two queues, two objects: the taker and pong wait on different ones.
-  EXPECT_NE(find_fiber(dump, "queue-taker")->operator[]("wait").str("object"),
-            find_fiber(dump, "pong")->operator[]("wait").str("object"));
+  EXPECT_NE((*find_fiber(dump, "queue-taker"))["wait"]["object"], (*find_fiber(dump, "pong"))["wait"]["object"]);
 }
 
 TEST_F(DumpOfChild, ListShowsTheChildWithItsSchedulerAndFibers) {
@@ -537,12 +677,27 @@ TEST(Dump, RefusesAWeftProcessWithDumpsTurnedOff) {
   EXPECT_EQ(child.finish(), 0);
 }
 
+constexpr uid_t kNobody = 65534;
+
+// A weft process of `uid`: a fork of this test that runs a scheduler, so
+// that it needs no access to the build tree (which may be closed to `uid`).
+std::unique_ptr<ForkedChild> weft_process_as(uid_t uid, const EnvChanges& env = {{"XDG_RUNTIME_DIR", {}}}) {
+  return std::make_unique<ForkedChild>(
+      [](const ForkedChild::Channel& channel) {
+        Scheduler sched{test::config_with(1)};
+        channel.say(tools::find_dump_socket(::getpid()).empty() ? "no socket" : "ready");
+        channel.wait();
+        return std::string("done");
+      },
+      uid, env);
+}
+
 TEST(Dump, RefusesAnotherUsersProcess) {
-  // As root, a weft child run as nobody; otherwise init, which is root's.
-  std::unique_ptr<Child> child;
+  // As root, a weft process run as nobody; otherwise init, which is root's.
+  std::unique_ptr<ForkedChild> child;
   pid_t pid = 1;
   if (::geteuid() == 0) {
-    child = std::make_unique<Child>(std::vector<std::string>{WEFT_DUMP_CHILD}, false, 65534);
+    child = weft_process_as(kNobody);
     ASSERT_EQ(child->read_line(), "ready");
     pid = child->pid();
   }
@@ -551,7 +706,8 @@ TEST(Dump, RefusesAnotherUsersProcess) {
   EXPECT_EQ(result.out, "");
   EXPECT_NE(result.err.find("belongs to another user"), std::string::npos) << result.err;
   if (child) {
-    EXPECT_EQ(child->finish(), 0);
+    child->release();
+    EXPECT_EQ(child->finish(), (std::pair<std::string, int>{"done", 0}));
   }
 }
 
@@ -578,7 +734,7 @@ TEST(Dump, ServerFollowsTheSchedulersThatWantIt) {
       {
         Scheduler second{test::config_with(2)};
         const auto answer = tools::request_dump(self, "summary", 30s);
-        ASSERT_EQ(answer.json["schedulers"].as_array().size(), 2u);  // `quiet` is not shown
+        ASSERT_EQ(answer.snapshot.schedulers.size(), 2u);  // `quiet` is not shown
       }
       EXPECT_TRUE(socket_exists(self));
     }
@@ -599,15 +755,339 @@ TEST(Dump, AnswersWhileTheOnlyWorkerIsStuck) {
   const auto answer = tools::request_dump(::getpid(), "dump", 30s);
   release.store(true);
   stuck.join();
-  const auto& schedulers = answer.json["schedulers"].as_array();
+  const Json json = Json::parse(answer.text);
+  const auto& schedulers = json["schedulers"];
   ASSERT_EQ(schedulers.size(), 1u);
-  const auto& fibers = schedulers[0]["fibers"].as_array();
+  const auto& fibers = schedulers[0]["fibers"];
   ASSERT_EQ(fibers.size(), 1u);
-  EXPECT_EQ(fibers[0].str("name"), "stuck");
-  EXPECT_EQ(fibers[0].str("state"), "running");
-  EXPECT_EQ(fibers[0].integer("park_state"), 0);
-  EXPECT_EQ(fibers[0].integer("worker"), 0);
-  EXPECT_EQ(schedulers[0]["workers"].as_array()[0].str("state"), "running");
+  EXPECT_EQ(fibers[0]["name"].get<std::string>(), "stuck");
+  EXPECT_EQ(fibers[0]["state"].get<std::string>(), "running");
+  EXPECT_EQ(fibers[0]["park_state"].get<std::int64_t>(), 0);
+  EXPECT_EQ(fibers[0]["worker"].get<std::int64_t>(), 0);
+  EXPECT_EQ(schedulers[0]["workers"][0]["state"].get<std::string>(), "running");
+}
+
+// --- fork ---------------------------------------------------------------
+
+// A child's exit() runs the atexit handlers it inherited: the parent's
+// socket must survive them (it is the parent's, still served).
+TEST(Dump, AForkedChildsExitLeavesTheParentsSocket) {
+  Scheduler sched{test::config_with(1)};
+  ASSERT_TRUE(socket_exists(::getpid()));
+  const std::string path = tools::find_dump_socket(::getpid());
+  ForkedChild child([](const ForkedChild::Channel&) { return std::string("exiting"); }, {}, {},
+                    /*exit_normally=*/true);
+  EXPECT_EQ(child.finish(), (std::pair<std::string, int>{"exiting", 0}));
+  struct stat st;
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path << " was removed by the child";
+  EXPECT_EQ(tools::request_dump(::getpid(), "summary", 30s).snapshot.schedulers.size(), 1u);
+}
+
+// docs/usage.md: after fork() the parent's scheduler is unusable in the
+// child, and says so; a scheduler the child makes works, dump included.
+TEST(Dump, AForkedChildRefusesTheParentsSchedulerAndRunsItsOwn) {
+  Scheduler parent{test::config_with(2)};
+  ForkedChild child(
+      [&](const ForkedChild::Channel&) -> std::string {
+        try {
+          parent.spawn([] {}).join();
+          return "spawn on the parent's scheduler did not throw";
+        } catch (const std::logic_error& e) {
+          if (std::string(e.what()).find("forked child") == std::string::npos)
+            return std::string("unclear refusal: ") + e.what();
+        }
+        Config config = test::config_with(2);
+        config.name = "child";
+        Scheduler own{config};
+        std::atomic<int> ran{0};
+        own.spawn([&] { ran.fetch_add(1); }).join();
+        if (ran.load() != 1) return "the child's fiber did not run";
+        const auto answer = tools::request_dump(::getpid(), "summary", 30s);
+        if (answer.snapshot.schedulers.size() != 1 || answer.snapshot.schedulers[0].name != "child")
+          return "the child's dump shows " + std::to_string(answer.snapshot.schedulers.size()) + " schedulers";
+        return "ok";  // `own` shuts down here; `parent` is left alone
+      },
+      {}, {}, /*exit_normally=*/true);
+  EXPECT_EQ(child.finish(), (std::pair<std::string, int>{"ok", 0}));
+  EXPECT_EQ(tools::request_dump(::getpid(), "summary", 30s).snapshot.schedulers.size(), 1u);
+  parent.spawn([] {}).join();
+}
+
+// --- who may serve and be believed ----------------------------------------
+
+// A directory made in advance by someone else where the server would put
+// its socket: the server must not use it, and must still be dumpable.
+TEST(Dump, ServerRefusesAPlantedDirectoryAndServesFromItsOwn) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as two users";
+  const uid_t victim = 54321;  // no one else's: a fresh /tmp/weft-<uid>
+  const std::string planted = "/tmp/weft-" + std::to_string(victim);
+  ::rmdir(planted.c_str());
+  ASSERT_EQ(::mkdir(planted.c_str(), 0777), 0) << planted;
+  ASSERT_EQ(::chmod(planted.c_str(), 0777), 0);  // root's, open to all: the "attacker's"
+  auto process = weft_process_as(victim);
+  EXPECT_EQ(process->read_line(), "ready");
+  const std::string path = tools::find_dump_socket(process->pid());
+  EXPECT_EQ(path.rfind(planted + ".", 0), 0u) << path;  // its own /tmp/weft-<uid>.XXXXXX
+  // The victim's own weft-dump finds and believes it (as that user: a
+  // fork, no exec).
+  ForkedChild cli(
+      [&](const ForkedChild::Channel&) -> std::string {
+        try {
+          const auto answer = tools::request_dump(process->pid(), "dump", 30s);
+          return "pid " + std::to_string(answer.snapshot.pid);
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      },
+      victim);
+  EXPECT_EQ(cli.finish(), (std::pair<std::string, int>{"pid " + std::to_string(process->pid()), 0}));
+  process->release();
+  EXPECT_EQ(process->finish(), (std::pair<std::string, int>{"done", 0}));
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << path << " outlived its process";
+  EXPECT_NE(::access(path.substr(0, path.rfind('/')).c_str(), F_OK), 0) << "its directory outlived it";
+  ::rmdir(planted.c_str());
+}
+
+// A listening socket at `path`, answering every connection with `answer`
+// from a thread, until destroyed.
+class FakeServer {
+ public:
+  FakeServer(const std::string& path, std::string answer) : path_(path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    ::unlink(path.c_str());
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << path;
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    thread_ = std::thread([this, answer] {
+      for (;;) {
+        const int client = ::accept(fd_, nullptr, nullptr);
+        if (client < 0) return;
+        [[maybe_unused]] const ssize_t n = ::send(client, answer.data(), answer.size(), MSG_NOSIGNAL);
+        ::close(client);
+      }
+    });
+  }
+  ~FakeServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::thread thread_;
+};
+
+// A private directory of this user, removed with what is in it.
+struct TempDirectory {
+  std::string path;
+  explicit TempDirectory(mode_t mode = 0700) {
+    char name[] = "/tmp/weft-dump-test-XXXXXX";
+    path = ::mkdtemp(name);
+    ::chmod(path.c_str(), mode);
+  }
+  ~TempDirectory() { EXPECT_EQ(std::system(("rm -rf " + path).c_str()), 0); }
+};
+
+// The victim (a weft process) listens on DIR/<pid>.sock; someone replaces
+// that name with a socket of their own that answers a forged dump. The CLI
+// reaches the impostor, and must see that its peer is not the victim.
+TEST(Dump, CliRefusesASocketServedByAnotherProcess) {
+  TempDirectory xdg;
+  const std::string directory = xdg.path + "/weft";
+  Child victim({WEFT_DUMP_CHILD}, false, {{"XDG_RUNTIME_DIR", xdg.path}});
+  ASSERT_EQ(victim.read_line(), "ready");
+  const std::string path = detail::dump_socket_path(directory, victim.pid());
+  ASSERT_EQ(tools::find_dump_socket(victim.pid()), path);
+  const std::string forged = "{\"weft_dump\":" + std::to_string(detail::kDumpFormatVersion) +
+                             ",\"process\":{\"pid\":" + std::to_string(victim.pid()) +
+                             ",\"name\":\"FORGED\",\"time\":\"x\",\"unix_time_ms\":1},\"schedulers\":[]}\n";
+  FakeServer impostor(path, forged);  // unlinks the victim's name and binds its own
+  const CliResult result = run_cli({std::to_string(victim.pid())}, {{"XDG_RUNTIME_DIR", xdg.path}});
+  EXPECT_EQ(result.exit_code, 1) << result.out;
+  EXPECT_EQ(result.out.find("FORGED"), std::string::npos) << result.out;
+  EXPECT_NE(result.err.find("refusing the dump socket " + path + ": it is served by pid " + std::to_string(::getpid())),
+            std::string::npos)
+      << result.err;
+}
+
+// The same victim, with its directory opened to others afterwards: the CLI
+// refuses the socket before connecting.
+TEST(Dump, CliRefusesASocketInADirectoryOpenToOthers) {
+  TempDirectory xdg;
+  const std::string directory = xdg.path + "/weft";
+  Child victim({WEFT_DUMP_CHILD}, false, {{"XDG_RUNTIME_DIR", xdg.path}});
+  ASSERT_EQ(victim.read_line(), "ready");
+  ASSERT_EQ(::chmod(directory.c_str(), 0777), 0);
+  const CliResult result = run_cli({std::to_string(victim.pid())}, {{"XDG_RUNTIME_DIR", xdg.path}});
+  EXPECT_EQ(result.exit_code, 1) << result.out;
+  EXPECT_NE(result.err.find("refusing the dump socket of process " + std::to_string(victim.pid())), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("has mode 0777, not 0700"), std::string::npos) << result.err;
+  ASSERT_EQ(::chmod(directory.c_str(), 0700), 0);
+  EXPECT_EQ(victim.finish(), 0);
+}
+
+// --- discovery ------------------------------------------------------------
+
+// The target chose its directory from its own environment; the CLI, run
+// without that environment (as after sudo -u), still finds it.
+TEST(Dump, FindsATargetWhoseEnvironmentDiffersFromTheCallers) {
+  TempDirectory xdg;
+  Child child({WEFT_DUMP_CHILD}, false, {{"XDG_RUNTIME_DIR", xdg.path}});
+  ASSERT_EQ(child.read_line(), "ready");
+  const CliResult result = run_cli({std::to_string(child.pid())}, {{"XDG_RUNTIME_DIR", {}}});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("Full fiber dump of pid " + std::to_string(child.pid()) + " (dump_child):"),
+            std::string::npos)
+      << result.out;
+  const CliResult list = run_cli({"--list"}, {{"XDG_RUNTIME_DIR", {}}});
+  EXPECT_NE(list.out.find("\n" + std::to_string(child.pid()) + " "), std::string::npos) << list.out;
+  EXPECT_EQ(child.finish(), 0);
+}
+
+// A socket named after a pid that now belongs to another program (here it
+// is even being served, by this test): not that program's.
+TEST(Dump, ASocketNamedAfterAReusedPidIsNotThatProcesss) {
+  Child sleeper({"sleep", "60"});
+  const std::string directory = detail::preferred_dump_socket_directory();
+  ::mkdir(directory.c_str(), 0700);
+  ASSERT_EQ(detail::check_private_directory(directory, ::geteuid()), "");
+  const std::string path = detail::dump_socket_path(directory, sleeper.pid());
+  FakeServer stale(path, "{\"weft_dump\":" + std::to_string(detail::kDumpFormatVersion) + ",\"error\":\"stale\"}\n");
+  const CliResult list = run_cli({"--list"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(list.out.find("\n" + std::to_string(sleeper.pid()) + " "), std::string::npos) << list.out;
+  const CliResult dump = run_cli({std::to_string(sleeper.pid())});
+  EXPECT_EQ(dump.exit_code, 1);
+  EXPECT_NE(dump.err.find("is not a weft process"), std::string::npos) << dump.err;
+}
+
+// --- names ----------------------------------------------------------------
+
+// Names are the application's bytes: control characters must not reach
+// the terminal (nor forge lines), and invalid UTF-8 must not break --json.
+TEST(Dump, NamesWithControlBytesAndInvalidUtf8AreEscaped) {
+  Config config = test::config_with(1);
+  config.name = "evil\x1b[2J\r\nScheduler \"forged\": 9 workers";
+  Scheduler sched{config};
+  BlockingQueue<int> never;
+  Fiber fiber = sched.spawn({.name = "f\x1b]0;title\x07\n- Fiber [0x1] \"forged\" #1\xff\xfe"}, [&] {
+    try {
+      never.take();
+    } catch (const QueueClosed&) {
+    }
+  });
+  const CliResult text = run_cli({std::to_string(::getpid())});
+  const CliResult json = run_cli({std::to_string(::getpid()), "--json"});
+  never.close();
+  fiber.join();
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out.find('\x1b'), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find('\r'), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find('\x07'), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("\n- Fiber [0x1]"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("\nScheduler \"forged\""), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Scheduler \"evil\\x1b[2J\\x0d\\x0aScheduler \"forged\": 9 workers\": 1 workers"),
+            std::string::npos)
+      << text.out;
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  Json dump;
+  ASSERT_NO_THROW(dump = Json::parse(json.out)) << json.out;
+  EXPECT_EQ(dump["schedulers"][0]["name"].get<std::string>(), config.name);
+  EXPECT_EQ(dump["schedulers"][0]["fibers"][0]["name"].get<std::string>(),
+            "f\x1b]0;title\x07\n- Fiber [0x1] \"forged\" #1\xef\xbf\xbd\xef\xbf\xbd");  // U+FFFD twice
+}
+
+// --- clients that hold the server -----------------------------------------
+
+// A connection to this process's server; `request` sent, nothing read.
+int connect_to_self(const std::string& request = "") {
+  const std::string path = tools::find_dump_socket(::getpid());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  if (!request.empty()) {
+    EXPECT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+  }
+  return fd;
+}
+
+// Clients that connect and say nothing, that ask and never read, or that
+// trickle their request, each take only their own time.
+TEST(Dump, ClientsThatHoldTheServerDoNotBlockOthers) {
+  Scheduler sched{test::config_with(1)};
+  // Enough parked fibers that a dump does not fit in a socket's buffers.
+  constexpr int kFibers = 3000;
+  BlockingQueue<int> never;
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < kFibers; ++i)
+    fibers.push_back(sched.spawn({.name = "parked"}, [&] {
+      try {
+        never.take();
+      } catch (const QueueClosed&) {
+      }
+    }));
+  std::vector<int> held;
+  held.push_back(connect_to_self());          // silent
+  held.push_back(connect_to_self("dump\n"));  // never reads its answer
+  held.push_back(connect_to_self("d"));       // and trickles the rest:
+  std::atomic<bool> trickling{true};
+  std::thread trickle([&] {
+    for (const char c : std::string("ump\n")) {
+      for (int i = 0; i < 100 && trickling.load(); ++i) std::this_thread::sleep_for(10ms);
+      [[maybe_unused]] const ssize_t n = ::send(held.back(), &c, 1, MSG_NOSIGNAL);
+    }
+  });
+  for (const int fd : held) EXPECT_GE(fd, 0);
+  // Each of these within its own time, with all three still held; the
+  // server used to take one client at a time, 5 s each.
+  for (int i = 0; i < 3; ++i) {
+    const auto answer = tools::request_dump(::getpid(), "dump", 4s);
+    EXPECT_EQ(answer.snapshot.schedulers.at(0).fibers.size(), std::size_t{kFibers});
+  }
+  trickling.store(false);
+  trickle.join();
+  for (const int fd : held) ::close(fd);
+  never.close();
+  for (Fiber& f : fibers) f.join();
+}
+
+// A thousand connections that say nothing: the CLI says the server is
+// busy (or is served, once they time out), never a socket error.
+TEST(Dump, AThousandPendingConnectionsMakeTheServerBusy) {
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  const rlimit saved = files;
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, 4096);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_cur < 1100) GTEST_SKIP() << "cannot open 1000 files";
+  {
+    Scheduler sched{test::config_with(1)};
+    std::vector<int> pending;
+    for (int i = 0; i < 1000; ++i)
+      if (const int fd = connect_to_self(); fd >= 0) pending.push_back(fd);
+    EXPECT_GT(pending.size(), 16u);
+    const CliResult result = run_cli({std::to_string(::getpid()), "--timeout", "3"});
+    if (result.exit_code != 0) {
+      EXPECT_EQ(result.exit_code, 1);
+      EXPECT_NE(result.err.find("busy"), std::string::npos) << result.err;
+    }
+    EXPECT_EQ(result.err.find("Transport endpoint"), std::string::npos) << result.err;
+    for (const int fd : pending) ::close(fd);
+    // Once they are gone, dumps are served again.
+    EXPECT_EQ(tools::request_dump(::getpid(), "summary", 30s).snapshot.schedulers.size(), 1u);
+  }
+  ::setrlimit(RLIMIT_NOFILE, &saved);
 }
 
 }  // namespace

@@ -12,9 +12,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string_view>
+#include <thread>
 
-#include "introspect/dump_socket.h"
+#include "introspect/dump_protocol.h"
 
 namespace weft::tools {
 namespace {
@@ -25,7 +28,7 @@ std::string process_name(pid_t pid) {
   std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
   std::string name;
   std::getline(comm, name);
-  return name;
+  return printable(name);
 }
 
 std::string describe(pid_t pid) {
@@ -42,21 +45,67 @@ void check_process(pid_t pid) {
       throw DumpUnavailable(describe(pid) +
                             " belongs to another user; run weft-dump as that user (e.g. sudo -u <user> weft-dump)");
   }
-  // Root may signal anyone, but a process's socket sits in its own user's
-  // private directory, and its server answers only that user.
+  // Root may signal anyone, but a process's server answers only its own
+  // user.
   struct stat st;
   if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0 && st.st_uid != ::geteuid())
     throw DumpUnavailable(describe(pid) + " belongs to another user (uid " + std::to_string(st.st_uid) +
                           "); run weft-dump as that user (e.g. sudo -u <user> weft-dump)");
 }
 
-std::string find_socket(pid_t pid) {
-  for (const std::string& directory : detail::dump_socket_directories()) {
-    const std::string path = detail::dump_socket_path(directory, pid);
-    struct stat st;
-    if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return path;
+// The inodes of the sockets `pid` holds open ("socket:[12345]" links);
+// `why` says why they could not be read.
+std::set<unsigned long> socket_inodes(pid_t pid, std::string* why) {
+  std::set<unsigned long> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* dir = ::opendir(fd_dir.c_str());
+  if (dir == nullptr) {
+    if (why != nullptr && errno == EACCES)
+      *why = ": cannot read " + fd_dir +
+             " (a process that changed its user without exec is not dumpable; it can call "
+             "prctl(PR_SET_DUMPABLE, 1))";
+    return inodes;
   }
-  return {};
+  while (const dirent* entry = ::readdir(dir)) {
+    char target[64];
+    const ssize_t n = ::readlinkat(::dirfd(dir), entry->d_name, target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    unsigned long inode = 0;
+    if (std::sscanf(target, "socket:[%lu]", &inode) == 1) inodes.insert(inode);
+  }
+  ::closedir(dir);
+  return inodes;
+}
+
+// The listening Unix sockets of a network namespace (/proc/<pid>/net/unix
+// lines: Num RefCount Protocol Flags Type St Inode Path), by inode.
+struct UnixSocket {
+  unsigned long inode;
+  std::string path;
+};
+std::vector<UnixSocket> listening_unix_sockets(const std::string& table) {
+  constexpr unsigned long kAcceptConnections = 0x10000;  // __SO_ACCEPTCON in Flags
+  std::vector<UnixSocket> sockets;
+  std::ifstream in(table);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string num, refs, protocol, flags, type, state, path;
+    unsigned long inode = 0;
+    if (!(fields >> num >> refs >> protocol >> flags >> type >> state >> inode >> path)) continue;
+    if ((std::stoul(flags, nullptr, 16) & kAcceptConnections) == 0) continue;
+    sockets.push_back({inode, path});
+  }
+  return sockets;
+}
+
+bool is_dump_socket_of(const std::string& path, pid_t pid) {
+  std::string name(1, '/');  // not "/" + ...: GCC 12 draws a false -Wrestrict from that
+  name += std::to_string(pid);
+  name += detail::kDumpSocketSuffix;
+  return path.size() > name.size() && path.compare(path.size() - name.size(), name.size(), name) == 0;
 }
 
 std::string not_weft(pid_t pid, const std::string& detail) {
@@ -93,68 +142,110 @@ class Socket {
   int fd_;
 };
 
-constexpr std::size_t kChunk = 256 * 1024;
+std::string seconds_text(std::chrono::milliseconds timeout) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.1f s", static_cast<double>(timeout.count()) / 1000);
+  return buffer;
+}
 
-// Receives the answer into `sink`: recv() into sink.reserve_tail(kChunk),
-// then sink.commit(bytes), straight into its storage.
-template <class Sink>
-void exchange(pid_t pid, const std::string& path, const std::string& request, Clock::time_point deadline,
-              std::chrono::milliseconds timeout, Sink&& sink) {
-  const std::string timed_out = describe(pid) + " did not answer within " +
-                                std::to_string(timeout.count() / 1000.0).substr(0, 4) +
-                                " s (is it stopped, or out of memory?)";
-  Socket socket;
+// Connects to `path` and checks, before a byte is believed, that the
+// directory is private to this user and that the peer is `pid` itself of
+// this user (SO_PEERCRED), not whoever planted a socket under its name.
+void connect_checked(const Socket& socket, pid_t pid, const std::string& path, Clock::time_point deadline,
+                     std::chrono::milliseconds timeout) {
+  const std::string directory = path.substr(0, path.rfind('/'));
+  if (const std::string why = detail::check_private_directory(directory, ::geteuid()); !why.empty())
+    throw DumpUnavailable("refusing the dump socket of " + describe(pid) + ": " + why);
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.size() >= sizeof(address.sun_path)) throw DumpUnavailable("socket path too long: " + path);
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    if (errno == EAGAIN || errno == EINPROGRESS) {
-      // The listen backlog is full: the server is busy or stuck.
-      if (!wait_for(socket.fd(), POLLOUT, deadline)) throw DumpUnavailable(timed_out);
-      int error = 0;
-      socklen_t size = sizeof(error);
-      ::getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &error, &size);
-      if (error != 0) throw DumpUnavailable(not_weft(pid, " (connect: " + std::string(std::strerror(error)) + ")"));
-    } else if (errno == ECONNREFUSED) {
-      throw DumpUnavailable(not_weft(pid, ": its socket " + path + " is not being served"));
-    } else {
-      throw DumpUnavailable("cannot connect to " + path + ": " + std::strerror(errno));
+  // A full listen backlog makes a non-blocking Unix connect fail with
+  // EAGAIN (there is no connect in progress to wait for): try again until
+  // the deadline, then say the server is busy.
+  for (;;) {
+    if (::connect(socket.fd(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) break;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) {
+      if (remaining_ms(deadline) == 0)
+        throw DumpUnavailable("the dump server of " + describe(pid) +
+                              " is busy: its connection queue stayed full for " + seconds_text(timeout) +
+                              "; try again");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
     }
+    if (errno == ECONNREFUSED) throw DumpUnavailable(not_weft(pid, ": its socket " + path + " is not being served"));
+    throw DumpUnavailable("cannot connect to " + path + ": " + std::strerror(errno));
   }
+  ucred peer{};
+  socklen_t size = sizeof(peer);
+  if (::getsockopt(socket.fd(), SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0)
+    throw DumpUnavailable("cannot check who serves " + path + ": " + std::strerror(errno));
+  if (peer.uid != ::geteuid() || peer.pid != pid)
+    throw DumpUnavailable("refusing the dump socket " + path + ": it is served by pid " + std::to_string(peer.pid) +
+                          " (uid " + std::to_string(peer.uid) + "), not by " + describe(pid) + " (uid " +
+                          std::to_string(::geteuid()) + ")");
+}
+
+// Receives the answer into `sink`: recv() into sink.reserve_tail(kChunk),
+// then sink.commit(bytes), straight into its storage.
+constexpr std::size_t kChunk = 256 * 1024;
+
+template <class Sink>
+void exchange(pid_t pid, const std::string& request, std::chrono::milliseconds timeout, Sink&& sink) {
+  const auto deadline = Clock::now() + timeout;
+  check_process(pid);
+  std::string why;
+  const std::string path = find_dump_socket(pid, &why);
+  if (path.empty()) throw DumpUnavailable(not_weft(pid, why));
+  const std::string timed_out =
+      describe(pid) + " did not answer within " + seconds_text(timeout) + " (is it stopped, or out of memory?)";
+  Socket socket;
+  connect_checked(socket, pid, path, deadline, timeout);
   const std::string line = request + "\n";
   std::size_t sent = 0;
   while (sent < line.size()) {
     if (!wait_for(socket.fd(), POLLOUT, deadline)) throw DumpUnavailable(timed_out);
     const ssize_t n = ::send(socket.fd(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) break;  // it answered at once (busy): read why
     if (n < 0) throw DumpUnavailable(describe(pid) + " closed the connection: " + std::strerror(errno));
     sent += static_cast<std::size_t>(n);
   }
+  std::size_t received = 0;
   for (;;) {
     if (!wait_for(socket.fd(), POLLIN, deadline)) throw DumpUnavailable(timed_out);
     char* tail = sink.reserve_tail(kChunk);
     const ssize_t n = ::recv(socket.fd(), tail, kChunk, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    // A server that refuses at once (busy) closes with our request unread,
+    // which resets the connection once its answer has been read: the end.
+    if (n < 0 && errno == ECONNRESET && received > 0) break;
     if (n < 0) throw DumpUnavailable(describe(pid) + " broke the connection: " + std::strerror(errno));
     if (n == 0) break;
+    received += static_cast<std::size_t>(n);
     sink.commit(static_cast<std::size_t>(n));
   }
 }
 
-// The answer as a whole: a 100,000-fiber dump is ~30 MB.
-ByteBuffer receive(pid_t pid, const std::string& request, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  check_process(pid);
-  const std::string path = find_socket(pid);
-  if (path.empty()) throw DumpUnavailable(not_weft(pid, ""));
-  ByteBuffer answer;
-  exchange(pid, path, request, deadline, timeout, answer);
-  return answer;
-}
+// A string grown by recv() without zeroing what it will overwrite anyway
+// costs little next to parsing: kept simple.
+struct StringSink {
+  std::string text;
+  std::size_t used = 0;
+  char* reserve_tail(std::size_t bytes) {
+    if (text.size() < used + bytes) text.resize(std::max(text.size() * 2, used + bytes));
+    return text.data() + used;
+  }
+  void commit(std::size_t bytes) { used += bytes; }
+  std::string take() {
+    text.resize(used);
+    return std::move(text);
+  }
+};
 
-// The server writes `{"weft_dump":1,"process":` first in a dump, and
-// `{"weft_dump":1,"error":` in a refusal: this much tells them apart.
+// The server writes `{"weft_dump":N,"process":` first in a dump, and
+// `{"weft_dump":N,"error":` in a refusal: this much tells them apart.
 constexpr std::size_t kDecisivePrefix = 32;
 
 bool looks_like_dump(std::string_view answer) {
@@ -165,88 +256,83 @@ bool looks_like_dump(std::string_view answer) {
   return i > start.size() && answer.substr(i, 11) == ",\"process\":";
 }
 
-// Throws DumpUnavailable with the reason when `answer` is not a dump.
-void check_answer(pid_t pid, std::string_view answer) {
+// The answer read back; throws DumpUnavailable with the reason when it is
+// not a dump.
+ProcessSnapshot check_answer(pid_t pid, std::string_view answer) {
   if (answer.empty()) throw DumpUnavailable(describe(pid) + " closed the connection without answering");
-  if (looks_like_dump(answer)) return;
-  JsonValue json;
   try {
-    json = parse_json(answer);
-  } catch (const JsonError& e) {
-    throw DumpUnavailable(describe(pid) + " answered something that is not a weft dump: " + e.what());
+    return read_dump(answer);
+  } catch (const DumpRefused& e) {
+    throw DumpUnavailable(describe(pid) + " refused the dump: " + e.what());
+  } catch (const DumpFormatError& e) {
+    throw DumpUnavailable(describe(pid) +
+                          " answered something that is not a dump this weft-dump can read: " + e.what());
   }
-  if (json.type() != JsonValue::Type::object || !json.has("weft_dump"))
-    throw DumpUnavailable(describe(pid) + " answered something that is not a weft dump");
-  if (json.has("error")) throw DumpUnavailable(describe(pid) + " refused the dump: " + json.str("error"));
 }
 
 }  // namespace
 
-DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::milliseconds timeout) {
-  const ByteBuffer received = receive(pid, request, timeout);
-  std::string answer(received.view());
-  check_answer(pid, answer);
-  JsonValue json;
-  try {
-    json = parse_json(answer);
-  } catch (const JsonError& e) {
-    throw DumpUnavailable(describe(pid) + " answered something that is not a weft dump: " + e.what());
-  }
-  return {std::move(answer), std::move(json)};
+std::string find_dump_socket(pid_t pid, std::string* why) {
+  const std::set<unsigned long> inodes = socket_inodes(pid, why);
+  if (inodes.empty()) return {};
+  for (const UnixSocket& socket : listening_unix_sockets("/proc/" + std::to_string(pid) + "/net/unix"))
+    if (inodes.count(socket.inode) != 0 && is_dump_socket_of(socket.path, pid)) return socket.path;
+  return {};
 }
 
-ByteBuffer request_dump_text(pid_t pid, const std::string& request, std::chrono::milliseconds timeout) {
-  ByteBuffer answer = receive(pid, request, timeout);
-  check_answer(pid, answer.view());
+DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::milliseconds timeout) {
+  StringSink sink;
+  exchange(pid, request, timeout, sink);
+  DumpAnswer answer;
+  answer.text = sink.take();
+  answer.snapshot = check_answer(pid, answer.text);
   return answer;
 }
 
 void stream_dump(pid_t pid, std::chrono::milliseconds timeout, std::FILE* out) {
-  const auto deadline = Clock::now() + timeout;
-  check_process(pid);
-  const std::string path = find_socket(pid);
-  if (path.empty()) throw DumpUnavailable(not_weft(pid, ""));
   // Held back until the prefix shows a dump (then everything flows
   // through), or to the end (a refusal: a few bytes, explained as usual).
   struct Sink {
     std::FILE* out;
-    ByteBuffer head;
+    StringSink head;
     bool streaming = false;
     char* reserve_tail(std::size_t bytes) { return head.reserve_tail(bytes); }
     void commit(std::size_t bytes) {
       head.commit(bytes);
-      if (!streaming && (head.size() < kDecisivePrefix || !looks_like_dump(head.view()))) return;
+      const std::string_view seen(head.text.data(), head.used);
+      if (!streaming && (seen.size() < kDecisivePrefix || !looks_like_dump(seen))) return;
       streaming = true;
-      std::fwrite(head.data(), 1, head.size(), out);
-      head.clear();  // keeps its storage for the next chunk
+      std::fwrite(seen.data(), 1, seen.size(), out);
+      head.used = 0;  // keeps its storage for the next chunk
     }
   } sink{out, {}};
-  exchange(pid, path, "dump", deadline, timeout, sink);
+  exchange(pid, "dump", timeout, sink);
   if (sink.streaming) return;
-  check_answer(pid, sink.head.view());
-  std::fwrite(sink.head.data(), 1, sink.head.size(), out);  // a whole dump shorter than the prefix
+  const std::string head = sink.head.take();
+  check_answer(pid, head);
+  std::fwrite(head.data(), 1, head.size(), out);  // a whole dump shorter than the prefix
 }
 
 std::vector<pid_t> find_dump_processes() {
+  // Every listening socket named like a dump socket in our network
+  // namespace, kept only if its pid is ours and really holds it: a file
+  // left behind, or a pid reused by another program, does not count.
   std::vector<pid_t> pids;
-  for (const std::string& directory : detail::dump_socket_directories()) {
-    DIR* dir = ::opendir(directory.c_str());
-    if (dir == nullptr) continue;
-    while (const dirent* entry = ::readdir(dir)) {
-      const std::string name = entry->d_name;
-      const std::size_t dot = name.find(".sock");
-      if (dot == 0 || dot == std::string::npos || dot + 5 != name.size()) continue;
-      if (!std::all_of(name.begin(), name.begin() + static_cast<long>(dot),
-                       [](char c) { return c >= '0' && c <= '9'; }))
-        continue;
-      const pid_t pid = static_cast<pid_t>(std::stol(name.substr(0, dot)));
-      if (::kill(pid, 0) != 0 && errno == ESRCH) {
-        ::unlink((directory + "/" + name).c_str());  // its process died without cleaning up
-        continue;
-      }
-      pids.push_back(pid);
-    }
-    ::closedir(dir);
+  for (const UnixSocket& socket : listening_unix_sockets("/proc/net/unix")) {
+    const std::size_t slash = socket.path.rfind('/');
+    if (slash == std::string::npos) continue;
+    const std::string name = socket.path.substr(slash + 1);
+    const std::size_t dot = name.size() - std::min(name.size(), detail::kDumpSocketSuffix.size());
+    if (dot == 0 || name.compare(dot, std::string::npos, detail::kDumpSocketSuffix) != 0 ||
+        !std::all_of(name.begin(), name.begin() + static_cast<long>(dot),
+                     [](char c) { return c >= '0' && c <= '9'; }) ||
+        dot > 9)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name.substr(0, dot)));
+    struct stat st;
+    if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0 || st.st_uid != ::geteuid()) continue;
+    if (find_dump_socket(pid) != socket.path) continue;
+    pids.push_back(pid);
   }
   std::sort(pids.begin(), pids.end());
   pids.erase(std::unique(pids.begin(), pids.end()), pids.end());

@@ -1,6 +1,7 @@
-// The CLI's half of the weft-dump protocol (introspect/dump_server.h): find a
-// process's socket, decide why there is none, ask, and read the answer
-// under a deadline so that a stuck process cannot hang the tool.
+// The CLI's half of the weft-dump protocol (introspect/dump_server.h): find
+// the socket a process itself listens on, check that it is private to this
+// user and served by that very process, ask, and read the answer under a
+// deadline so that a stuck process cannot hang the tool.
 #pragma once
 
 #include <sys/types.h>
@@ -11,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "json.h"
+#include "dump_text.h"
 
 namespace weft::tools {
 
@@ -21,29 +22,32 @@ struct DumpUnavailable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// What the server answered: its JSON as sent (what --json prints) and parsed.
+// What the server answered: its JSON as sent (what --json prints), and read
+// back into the snapshot it was written from.
 struct DumpAnswer {
   std::string text;
-  JsonValue json;
+  ProcessSnapshot snapshot;
 };
 
 // Sends `request` ("dump" or "summary") to process `pid` and returns its
-// parsed answer. Throws DumpUnavailable: no such process, another user's
-// process, not a weft process or dumps off, no answer within `timeout`,
-// or the server's own refusal.
+// answer. Throws DumpUnavailable: no such process, another user's process,
+// not a weft process or dumps off, a socket that is not private or not
+// served by `pid`, a busy server, no answer within `timeout`, the server's
+// own refusal, or an answer that is not a dump.
 DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::milliseconds timeout);
-
-// The same as text only, checked to be a dump (what `weft-dump` renders
-// with read_dump(): a 100,000-fiber dump is too big for a JsonValue tree).
-ByteBuffer request_dump_text(pid_t pid, const std::string& request, std::chrono::milliseconds timeout);
 
 // Asks for a full dump and copies the server's JSON to `out` as it arrives,
 // without parsing it: what `weft-dump --json` prints. Throws as request_dump
 // before the first byte is written.
 void stream_dump(pid_t pid, std::chrono::milliseconds timeout, std::FILE* out);
 
-// The pids of this user's processes that have a dump socket, ascending.
-// Sockets left behind by processes that no longer exist are removed.
+// The dump socket that process `pid` listens on, found in /proc/<pid> (its
+// open sockets, and their names in its network namespace): "" if it has
+// none (and, if it could not look, why in `why`). Not the caller's guess
+// from its own environment.
+std::string find_dump_socket(pid_t pid, std::string* why = nullptr);
+
+// The pids of this user's processes that listen on a dump socket, ascending.
 std::vector<pid_t> find_dump_processes();
 
 }  // namespace weft::tools

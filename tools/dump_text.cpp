@@ -1,192 +1,138 @@
 #include "dump_text.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace weft::tools {
 namespace {
 
-// Bits of the fields a worker or fiber must have.
-template <std::size_t N>
-void require(unsigned seen, const char* what) {
-  if (seen != (1u << N) - 1) throw JsonError(std::string("a ") + what + " lacks a field");
+namespace dump = detail::dump;
+using dump::Fields;
+namespace od = simdjson::ondemand;
+
+// The decoder: simdjson's On Demand reader walks the document once, in its
+// order, and each member is matched against its struct's field table. A
+// tree (nlohmann::json's) of a 100,000-fiber dump took seconds to build
+// (docs/benchmarks.md).
+
+std::string_view text_of(od::value v) { return v.get_string(); }
+
+// One value, by its member's type and the field's codec; simdjson throws
+// on a value of another JSON type, caught by read_object to name the field.
+template <class M>
+void read_value(od::value v, M& out, dump::Plain) {
+  if constexpr (std::is_same_v<M, bool>) {
+    out = v.get_bool();
+  } else if constexpr (std::is_floating_point_v<M>) {
+    out = static_cast<M>(double(v.get_double()));
+  } else if constexpr (std::is_integral_v<M> && std::is_signed_v<M>) {
+    const std::int64_t n = v.get_int64();
+    if (n < std::numeric_limits<M>::min() || n > std::numeric_limits<M>::max())
+      throw DumpFormatError("out of range: " + std::to_string(n));
+    out = static_cast<M>(n);
+  } else if constexpr (std::is_integral_v<M>) {
+    const std::uint64_t n = v.get_uint64();
+    if (n > std::numeric_limits<M>::max()) throw DumpFormatError("out of range: " + std::to_string(n));
+    out = static_cast<M>(n);
+  } else {
+    out = text_of(v);
+  }
+}
+inline void read_value(od::value v, const void*& out, dump::Hex) {
+  out = v.is_null() ? nullptr : reinterpret_cast<const void*>(dump::parse_hex(text_of(v), "a value"));
+}
+inline void read_value(od::value v, std::uintptr_t& out, dump::Hex) { out = dump::parse_hex(text_of(v), "a value"); }
+inline void read_value(od::value v, std::vector<std::uintptr_t>& out, dump::HexList) {
+  out.clear();
+  for (od::value address : v.get_array()) out.push_back(dump::parse_hex(text_of(address), "a frame"));
+}
+template <class M>
+void read_value(od::value v, M& out, dump::OrNull) {
+  if (v.is_null())
+    out = M{};
+  else
+    read_value(v, out, dump::Plain{});
 }
 
-DumpWorker read_worker(JsonCursor& json) {
-  DumpWorker w;
-  unsigned seen = 0;
-  json.begin_object();
-  for (std::string_view key; json.next_key(key);) {
-    if (key == "index") {
-      w.index = json.uint();
-      seen |= 1;
-    } else if (key == "os_thread_id") {
-      w.os_thread_id = json.integer();
-      seen |= 2;
-    } else if (key == "state") {
-      w.state = json.string();
-      seen |= 4;
-    } else if (key == "queue_length") {
-      w.queue_length = json.uint();
-      seen |= 8;
-    } else if (key == "fibers_run") {
-      w.fibers_run = json.uint();
-      seen |= 16;
-    } else if (key == "steals") {
-      w.steals = json.uint();
-      seen |= 32;
-    } else if (key == "failed_steals") {
-      w.failed_steals = json.uint();
-      seen |= 64;
-    } else if (key == "parks") {
-      w.parks = json.uint();
-      seen |= 128;
-    } else if (key == "preempts") {
-      w.preempts = json.uint();
-      seen |= 256;
-    } else if (key == "handoffs") {
-      w.handoffs = json.uint();
-      w.has_handoffs = true;
-    } else if (key == "running_ms") {
-      w.running_ms = json.number();
-    } else if (key == "stuck") {
-      w.stuck = json.boolean();
-    } else if (key == "stuck_fiber") {
-      w.stuck_fiber = json.uint();
-    } else {
-      json.skip();
+template <class S, class Table>
+void read_object(od::value v, S& s, const Table& table, const char* what);
+
+// Whether a document must have the entry's key.
+template <class S, class M, class Codec>
+constexpr bool required(const dump::Field<S, M, Codec>&) {
+  return true;
+}
+template <class S, class Outer, class M>
+constexpr bool required(const dump::Nested<S, Outer, M>&) {
+  return true;
+}
+template <class S, class Table>
+constexpr bool required(const dump::Group<S, Table>&) {
+  return true;
+}
+template <class S, class R>
+constexpr bool required(const dump::Derived<S, R>&) {
+  return false;
+}
+template <class S, class M>
+constexpr bool required(const dump::FullOnly<S, M>&) {
+  return false;  // absent from a summary
+}
+
+template <class S, class M, class Codec>
+void read_entry(od::value v, S& s, const dump::Field<S, M, Codec>& f) {
+  read_value(v, s.*f.member, f.codec);
+}
+template <class S, class Outer, class M>
+void read_entry(od::value v, S& s, const dump::Nested<S, Outer, M>& f) {
+  read_value(v, (s.*f.outer).*f.member, dump::Plain{});
+}
+template <class S, class Table>
+void read_entry(od::value v, S& s, const dump::Group<S, Table>& g) {
+  if (!v.is_null()) read_object(v, s, g.fields, g.name.data());
+}
+template <class S, class R>
+void read_entry(od::value, S&, const dump::Derived<S, R>&) {}
+template <class S, class E>
+void read_entry(od::value v, S& s, const dump::FullOnly<S, std::vector<E>>& list) {
+  auto& out = s.*list.member;
+  for (od::value element : v.get_array()) read_object(element, out.emplace_back(), Fields<E>::table, list.name.data());
+}
+
+template <class S, class Table, std::size_t... I>
+void read_object(od::value v, S& s, const Table& table, const char* what, std::index_sequence<I...>) {
+  static_assert(sizeof...(I) <= 64);
+  std::uint64_t seen = 0;
+  for (od::field member : v.get_object()) {
+    const std::string_view key = member.unescaped_key();
+    try {
+      // The entry named `key`, if any; unknown keys are skipped.
+      (void)((key == std::get<I>(table).name &&
+              (read_entry(member.value(), s, std::get<I>(table)), seen |= std::uint64_t{1} << I, true)) ||
+             ...);
+    } catch (const simdjson::simdjson_error& e) {
+      throw DumpFormatError(std::string(what) + " field \"" + std::string(key) + "\": " + e.what());
+    } catch (const DumpFormatError& e) {
+      throw DumpFormatError(std::string(what) + " field \"" + std::string(key) + "\": " + e.what());
     }
   }
-  require<9>(seen, "worker");
-  return w;
+  auto check = [&](const auto& entry, std::size_t i) {
+    if (required(entry) && (seen & (std::uint64_t{1} << i)) == 0)
+      throw DumpFormatError(std::string(what) + " lacks \"" + std::string(entry.name) + "\"");
+  };
+  (check(std::get<I>(table), I), ...);
 }
 
-void read_wait(JsonCursor& json, DumpFiber& f) {
-  if (json.null()) return;
-  f.has_wait = true;
-  json.begin_object();
-  for (std::string_view key; json.next_key(key);) {
-    if (key == "kind")
-      f.wait_kind = json.string();
-    else if (key == "object")
-      f.wait_object = json.null() ? std::string_view() : json.string();
-    else if (key == "operation")
-      f.wait_operation = json.string();
-    else if (key == "ms")
-      f.wait_ms = json.number();
-    else
-      json.skip();
-  }
-}
-
-// Absent from older processes' JSON: then no frames.
-void read_stack(JsonCursor& json, DumpFiber& f, std::vector<std::string_view>& frames) {
-  f.first_frame = frames.size();
-  json.begin_array();
-  while (json.next_item()) frames.push_back(json.string());
-  f.frame_count = frames.size() - f.first_frame;
-}
-
-void read_symbols(JsonCursor& json, std::unordered_map<std::string_view, DumpSymbol>& symbols) {
-  json.begin_object();
-  for (std::string_view address; json.next_key(address);) {
-    DumpSymbol symbol;
-    json.begin_object();
-    for (std::string_view key; json.next_key(key);) {
-      std::string_view* text = key == "function" ? &symbol.function
-                               : key == "file"   ? &symbol.file
-                               : key == "module" ? &symbol.module
-                               : key == "offset" ? &symbol.offset
-                                                 : nullptr;
-      if (text != nullptr) {
-        if (!json.null()) *text = json.string();
-      } else if (key == "line") {
-        if (!json.null()) symbol.line = json.uint();
-      } else {
-        json.skip();
-      }
-    }
-    symbols.emplace(address, symbol);
-  }
-}
-
-DumpFiber read_fiber(JsonCursor& json, std::vector<std::string_view>& frames) {
-  DumpFiber f;
-  unsigned seen = 0;
-  json.begin_object();
-  for (std::string_view key; json.next_key(key);) {
-    // Ordered as the server writes them; a key costs a few compares.
-    if (key == "id") {
-      f.id = json.uint();
-      seen |= 1;
-    } else if (key == "address") {
-      f.address = json.string();
-      seen |= 2;
-    } else if (key == "name") {
-      f.name = json.string();
-      seen |= 4;
-    } else if (key == "state") {
-      f.state = json.string();
-      seen |= 8;
-    } else if (key == "worker") {
-      f.worker = json.integer();
-      seen |= 16;
-    } else if (key == "pinned") {
-      f.pinned = json.boolean();
-      seen |= 32;
-    } else if (key == "active") {
-      f.active = json.uint();
-      seen |= 64;
-    } else if (key == "steal") {
-      f.steal = json.uint();
-      seen |= 128;
-    } else if (key == "steal_fail") {
-      f.steal_fail = json.uint();
-      seen |= 256;
-    } else if (key == "preempt") {
-      f.preempt = json.uint();
-      seen |= 512;
-    } else if (key == "park") {
-      f.park = json.uint();
-      seen |= 1024;
-    } else if (key == "park_state") {
-      f.park_state = json.integer();
-      seen |= 2048;
-    } else if (key == "wait") {
-      read_wait(json, f);
-      seen |= 4096;
-    } else if (key == "stack") {
-      read_stack(json, f, frames);
-    } else {
-      json.skip();
-    }
-  }
-  require<13>(seen, "fiber");
-  return f;
-}
-
-DumpScheduler read_scheduler(JsonCursor& json) {
-  DumpScheduler s;
-  json.begin_object();
-  for (std::string_view key; json.next_key(key);) {
-    if (key == "name") {
-      s.name = json.string();
-    } else if (key == "worker_count") {
-      s.worker_count = json.uint();
-    } else if (key == "fiber_count") {
-      s.fiber_count = json.uint();
-    } else if (key == "workers") {
-      json.begin_array();
-      while (json.next_item()) s.workers.push_back(read_worker(json));
-    } else if (key == "fibers") {
-      s.fibers.reserve(s.fiber_count);
-      json.begin_array();
-      while (json.next_item()) s.fibers.push_back(read_fiber(json, s.frames));
-    } else {
-      json.skip();
-    }
-  }
-  return s;
+template <class S, class Table>
+void read_object(od::value v, S& s, const Table& table, const char* what) {
+  read_object(v, s, table, what, std::make_index_sequence<std::tuple_size_v<Table>>{});
 }
 
 // Appends printf-formatted text to `out` without a temporary string.
@@ -197,17 +143,15 @@ void append(std::string& out, const char* format, Args... args) {
   if (n > 0) out.append(buffer, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof(buffer) - 1));
 }
 
-void append_view(std::string& out, std::string_view text) { out.append(text.data(), text.size()); }
-
 using ull = unsigned long long;
 using ll = long long;
 
-void worker_line(std::string& out, const DumpWorker& w) {
+void worker_line(std::string& out, const WorkerSnapshot& w) {
   append(out, "  Worker %llu [tid %lld] ", ull(w.index), ll(w.os_thread_id));
-  append_view(out, w.state);
-  append(out, " queue=%llu fibers_run=%llu steals=%llu failed_steals=%llu parks=%llu preempts=%llu",
-         ull(w.queue_length), ull(w.fibers_run), ull(w.steals), ull(w.failed_steals), ull(w.parks), ull(w.preempts));
-  if (w.has_handoffs) append(out, " handoffs=%llu", ull(w.handoffs));
+  append_printable(out, w.state);
+  append(out, " queue=%llu fibers_run=%llu steals=%llu failed_steals=%llu parks=%llu preempts=%llu handoffs=%llu",
+         ull(w.queue_length), ull(w.fibers_run), ull(w.steals), ull(w.failed_steals), ull(w.parks), ull(w.preempts),
+         ull(w.handoffs));
   if (w.stuck)
     append(out, "\n   STUCK: fiber #%llu has run %.1f ms without a switch (no checkpoint, or a blocking call)",
            ull(w.stuck_fiber), w.running_ms);
@@ -216,15 +160,15 @@ void worker_line(std::string& out, const DumpWorker& w) {
 
 // "weft::BlockingQueue@0x55d0c3a0 (take)"; no address for waits on no
 // object (a sleep).
-void wait_site(std::string& out, const DumpFiber& f) {
-  append_view(out, f.wait_kind);
-  if (!f.wait_object.empty()) {
+void wait_site(std::string& out, const FiberSnapshot& f) {
+  append_printable(out, f.wait_kind);
+  if (f.wait_object != nullptr) {
     out += '@';
-    append_view(out, f.wait_object);
+    out += hex_address(f.wait_object);
   }
   if (!f.wait_operation.empty()) {
     out += " (";
-    append_view(out, f.wait_operation);
+    append_printable(out, f.wait_operation);
     out += ')';
   }
 }
@@ -239,22 +183,24 @@ std::string_view base_name(std::string_view path) {
 //       at lock_mutex(weft::Mutex&) (dump_child.cpp:58)
 // With no debug information, the object and offset stand in for file and
 // line; with no symbol either, the address stands in for the function.
-void stack_lines(std::string& out, const DumpFiber& f, const DumpScheduler& s, const Dump& dump) {
-  for (std::size_t i = f.first_frame; i < f.first_frame + f.frame_count && i < s.frames.size(); ++i) {
-    const std::string_view address = s.frames[i];
+void stack_lines(std::string& out, const FiberSnapshot& f, const ProcessSnapshot& dump) {
+  for (const std::uintptr_t address : f.stack) {
     const auto it = dump.symbols.find(address);
-    const DumpSymbol unknown;
-    const DumpSymbol& symbol = it != dump.symbols.end() ? it->second : unknown;
+    const FrameSymbol unknown;
+    const FrameSymbol& symbol = it != dump.symbols.end() ? it->second : unknown;
     out += "      at ";
-    append_view(out, symbol.function.empty() ? address : symbol.function);
+    if (symbol.function.empty())
+      out += dump::hex(address);
+    else
+      append_printable(out, symbol.function);
     out += " (";
     if (!symbol.file.empty()) {
-      append_view(out, base_name(symbol.file));
+      append_printable(out, base_name(symbol.file));
       if (symbol.line != 0) append(out, ":%llu", ull(symbol.line));
     } else if (!symbol.module.empty()) {
-      append_view(out, base_name(symbol.module));
+      append_printable(out, base_name(symbol.module));
       out += '+';
-      append_view(out, symbol.offset);
+      out += dump::hex(symbol.offset);
     } else {
       out += "unknown";
     }
@@ -262,14 +208,15 @@ void stack_lines(std::string& out, const DumpFiber& f, const DumpScheduler& s, c
   }
 }
 
-void fiber_block(std::string& out, const DumpFiber& f, const DumpScheduler& s, const Dump& dump) {
+void fiber_block(std::string& out, const FiberSnapshot& f, const ProcessSnapshot& dump) {
   out += "\n- Fiber [";
-  append_view(out, f.address);
+  out += hex_address(f.address);
   out += "] \"";
-  append_view(out, f.name);
+  append_printable(out, f.name);
   append(out, "\" #%llu active=%llu steal=%llu steal_fail=%llu preempt=%llu park=%llu/%lld\n   ", ull(f.id),
-         ull(f.active), ull(f.steal), ull(f.steal_fail), ull(f.preempt), ull(f.park), ll(f.park_state));
-  append_view(out, f.state);
+         ull(f.counts.active), ull(f.counts.steal), ull(f.counts.steal_fail), ull(f.counts.preempt), ull(f.counts.park),
+         ll(f.park_state));
+  append_printable(out, f.state);
   if (f.state == "running")
     append(out, " on worker %lld", ll(f.worker));
   else if (f.worker >= 0)
@@ -278,56 +225,61 @@ void fiber_block(std::string& out, const DumpFiber& f, const DumpScheduler& s, c
     out += " (not started yet)";
   if (f.pinned) out += ", pinned to its worker";
   out += '\n';
-  if (f.has_wait) {
+  if (!f.wait_kind.empty()) {
     if (f.park_state == 1) {
       out += "   woken from waiting on ";
       wait_site(out, f);
-      out += ", waits for a worker (parked " + format_duration_ms(f.wait_ms) + " ago)\n";
+      out += ", waits for a worker (parked " + format_duration_ms(f.waiting_ms) + " ago)\n";
     } else if (f.state == "parked") {
       out += "   waiting on ";
       wait_site(out, f);
-      out += " for " + format_duration_ms(f.wait_ms) + "\n";
-      stack_lines(out, f, s, dump);
+      out += " for " + format_duration_ms(f.waiting_ms) + "\n";
+      stack_lines(out, f, dump);
     }
   }
 }
 
 }  // namespace
 
-Dump read_dump(ByteBuffer text) {
-  Dump dump;
-  dump.text = std::move(text);
-  JsonCursor json(dump.text.data(), dump.text.size());
-  bool has_process = false, has_schedulers = false;
-  json.begin_object();
-  for (std::string_view key; json.next_key(key);) {
-    if (key == "process") {
-      has_process = true;
-      json.begin_object();
-      for (std::string_view k; json.next_key(k);) {
-        if (k == "pid")
-          dump.pid = json.integer();
-        else if (k == "name")
-          dump.name = json.string();
-        else if (k == "time")
-          dump.time = json.string();
-        else if (k == "unix_time_ms")
-          dump.unix_time_ms = json.integer();
-        else
-          json.skip();
+ProcessSnapshot read_dump(std::string_view json) {
+  using P = Fields<ProcessSnapshot>;
+  ProcessSnapshot dump;
+  try {
+    const simdjson::padded_string padded(json);
+    od::parser parser;
+    od::document document = parser.iterate(padded);
+    bool first = true, process = false, schedulers = false;
+    for (od::field member : document.get_object()) {
+      const std::string_view key = member.unescaped_key();
+      if (first) {
+        // The version comes first, and decides how to read the rest.
+        if (key != P::version) throw DumpFormatError("not a weft dump: no \"" + std::string(P::version) + "\" first");
+        const std::int64_t version = member.value().get_int64();
+        if (version != detail::kDumpFormatVersion)
+          throw DumpFormatError("schema version " + std::to_string(version) + ", but this weft-dump reads version " +
+                                std::to_string(detail::kDumpFormatVersion) +
+                                " (use the weft-dump of the target's weft)");
+        first = false;
+      } else if (key == P::process_key) {
+        read_object(member.value(), dump, P::process, "process");
+        process = true;
+      } else if (key == P::schedulers) {
+        for (od::value s : member.value().get_array())
+          read_object(s, dump.schedulers.emplace_back(), Fields<SchedulerSnapshot>::table, "scheduler");
+        schedulers = true;
+      } else if (key == P::symbols) {
+        for (od::field symbol : member.value().get_object()) {
+          const std::uintptr_t address = dump::parse_hex(std::string_view(symbol.unescaped_key()), "a symbol's key");
+          read_object(symbol.value(), dump.symbols[address], Fields<FrameSymbol>::table, "symbol");
+        }
+      } else if (key == P::error) {
+        throw DumpRefused(printable(text_of(member.value())));
       }
-    } else if (key == "schedulers") {
-      has_schedulers = true;
-      json.begin_array();
-      while (json.next_item()) dump.schedulers.push_back(read_scheduler(json));
-    } else if (key == "symbols") {
-      read_symbols(json, dump.symbols);
-    } else {
-      json.skip();
     }
+    if (first || !process || !schedulers) throw DumpFormatError("not a weft dump: no version, process or schedulers");
+  } catch (const simdjson::simdjson_error& e) {
+    throw DumpFormatError(std::string("not valid JSON: ") + e.what());
   }
-  json.end();
-  if (!has_process || !has_schedulers) throw JsonError("not a full dump: no process or schedulers");
   return dump;
 }
 
@@ -340,34 +292,61 @@ std::string format_duration_ms(double ms) {
   return buffer;
 }
 
-std::string render_dump_text(const Dump& dump, std::FILE* file) {
+void append_printable(std::string& out, std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;  // U+0080-U+009F in UTF-8
+    if (c < 0x20 || c == 0x7f) {
+      append(out, "\\x%02x", unsigned(c));
+    } else if (c1) {
+      append(out, "\\x%02x", unsigned(static_cast<unsigned char>(text[++i])));
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+}
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  append_printable(out, text);
+  return out;
+}
+
+std::string hex_address(const void* address) { return dump::hex(reinterpret_cast<std::uintptr_t>(address)); }
+
+std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
   std::size_t fibers = 0, frames = 0;
-  for (const DumpScheduler& s : dump.schedulers) {
+  for (const SchedulerSnapshot& s : dump.schedulers) {
     fibers += s.fibers.size();
-    frames += s.frames.size();
+    for (const FiberSnapshot& f : s.fibers) frames += f.stack.size();
   }
   constexpr std::size_t kPiece = 64 * 1024;
   std::string out;
   out.reserve(file != nullptr ? kPiece + 4096 : 4096 + fibers * 240 + frames * 200);
-  std::string time(dump.time);  // ISO 8601: 2025-06-01T08:03:43.123Z
+  std::string time = dump::iso_time(dump);  // 2025-06-01T08:03:43.123Z
   std::replace(time.begin(), time.end(), 'T', ' ');
   if (!time.empty() && time.back() == 'Z') time.replace(time.size() - 1, 1, " UTC");
   out += time + "\n";
   append(out, "Full fiber dump of pid %lld (", ll(dump.pid));
-  append_view(out, dump.name);
+  append_printable(out, dump.name);
   out += "):\n";
   if (dump.schedulers.empty()) out += "\n(no running weft schedulers)\n";
-  for (const DumpScheduler& s : dump.schedulers) {
+  for (const SchedulerSnapshot& s : dump.schedulers) {
     out += "\nScheduler \"";
-    append_view(out, s.name);
-    append(out, "\": %llu workers, %llu fibers\n\n", ull(s.worker_count), ull(s.fiber_count));
-    for (const DumpWorker& w : s.workers) worker_line(out, w);
-    std::vector<const DumpFiber*> sorted;
+    append_printable(out, s.name);
+    append(out, "\": %llu workers, %llu fibers\n\n", ull(s.workers.size()), ull(s.fiber_count));
+    for (const WorkerSnapshot& w : s.workers) worker_line(out, w);
+    std::vector<const FiberSnapshot*> sorted;
     sorted.reserve(s.fibers.size());
-    for (const DumpFiber& f : s.fibers) sorted.push_back(&f);
-    std::sort(sorted.begin(), sorted.end(), [](const DumpFiber* a, const DumpFiber* b) { return a->id < b->id; });
-    for (const DumpFiber* f : sorted) {
-      fiber_block(out, *f, s, dump);
+    for (const FiberSnapshot& f : s.fibers) sorted.push_back(&f);
+    std::sort(sorted.begin(), sorted.end(),
+              [](const FiberSnapshot* a, const FiberSnapshot* b) { return a->id < b->id; });
+    for (const FiberSnapshot* f : sorted) {
+      fiber_block(out, *f, dump);
       if (file != nullptr && out.size() >= kPiece) {
         std::fwrite(out.data(), 1, out.size(), file);
         out.clear();

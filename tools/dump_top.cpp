@@ -105,44 +105,45 @@ double rate(std::uint64_t now, std::uint64_t before, double seconds) {
 }
 
 struct WorkerRow {
-  const DumpWorker* w;
+  const WorkerSnapshot* w;
   double run, steal, park, preempt;
 };
 
 struct FiberRow {
-  const DumpFiber* f;
+  const FiberSnapshot* f;
   double active, steal, park, preempt;
 };
 
 }  // namespace
 
-std::string render_top_frame(const Dump& previous, const Dump& current, double seconds, int rows) {
-  std::unordered_map<std::uint64_t, const DumpFiber*> before;
-  for (const DumpScheduler& s : previous.schedulers)
-    for (const DumpFiber& f : s.fibers) before.emplace(f.id, &f);
+std::string render_top_frame(const ProcessSnapshot& previous, const ProcessSnapshot& current, double seconds,
+                             int rows) {
+  std::unordered_map<std::uint64_t, const FiberSnapshot*> before;
+  for (const SchedulerSnapshot& s : previous.schedulers)
+    for (const FiberSnapshot& f : s.fibers) before.emplace(f.id, &f);
   std::string out;
   int left = std::max(rows, 8);
   auto line = [&] { --left; };
-  std::string time(current.time);
+  std::string time = detail::dump::iso_time(current);
   std::replace(time.begin(), time.end(), 'T', ' ');
   std::uint64_t fibers = 0;
-  for (const DumpScheduler& s : current.schedulers) fibers += s.fiber_count;
+  for (const SchedulerSnapshot& s : current.schedulers) fibers += s.fiber_count;
   append(out,
          "weft-dump --top: pid %lld (%s)  %s  %llu schedulers, %llu fibers  rates per second over %.1f s  (q quits)\n",
-         static_cast<long long>(current.pid), std::string(current.name).c_str(), time.c_str(),
+         static_cast<long long>(current.pid), printable(current.name).c_str(), time.c_str(),
          static_cast<unsigned long long>(current.schedulers.size()), static_cast<unsigned long long>(fibers), seconds);
   line();
   for (std::size_t si = 0; si < current.schedulers.size(); ++si) {
-    const DumpScheduler& s = current.schedulers[si];
-    const DumpScheduler* old =
+    const SchedulerSnapshot& s = current.schedulers[si];
+    const SchedulerSnapshot* old =
         si < previous.schedulers.size() && previous.schedulers[si].name == s.name ? &previous.schedulers[si] : nullptr;
     std::vector<WorkerRow> workers;
-    for (const DumpWorker& w : s.workers) {
-      const DumpWorker* p = nullptr;
+    for (const WorkerSnapshot& w : s.workers) {
+      const WorkerSnapshot* p = nullptr;
       if (old != nullptr)
-        for (const DumpWorker& o : old->workers)
+        for (const WorkerSnapshot& o : old->workers)
           if (o.index == w.index) p = &o;
-      const DumpWorker zero;
+      const WorkerSnapshot zero;
       if (p == nullptr) p = &zero;
       workers.push_back({&w, rate(w.fibers_run, p->fibers_run, seconds), rate(w.steals, p->steals, seconds),
                          rate(w.parks, p->parks, seconds), rate(w.preempts, p->preempts, seconds)});
@@ -150,27 +151,28 @@ std::string render_top_frame(const Dump& previous, const Dump& current, double s
     std::stable_sort(workers.begin(), workers.end(), [](const WorkerRow& a, const WorkerRow& b) {
       return a.run + a.steal + a.park + a.preempt > b.run + b.steal + b.park + b.preempt;
     });
-    append(out, "\nScheduler \"%s\": %llu workers, %llu fibers\n", std::string(s.name).c_str(),
-           static_cast<unsigned long long>(s.worker_count), static_cast<unsigned long long>(s.fiber_count));
+    append(out, "\nScheduler \"%s\": %llu workers, %llu fibers\n", printable(s.name).c_str(),
+           static_cast<unsigned long long>(s.workers.size()), static_cast<unsigned long long>(s.fiber_count));
     append(out, "%6s %8s %-9s %6s %10s %10s %10s %10s\n", "WORKER", "TID", "STATE", "QUEUE", "RUN/s", "STEALS/s",
            "PARKS/s", "PREEMPTS/s");
     line(), line(), line();
     for (const WorkerRow& r : workers) {
       if (left <= 3) break;
       append(out, "%6llu %8lld %-9s %6llu %10.1f %10.1f %10.1f %10.1f%s\n", static_cast<unsigned long long>(r.w->index),
-             static_cast<long long>(r.w->os_thread_id), std::string(r.w->state).c_str(),
+             static_cast<long long>(r.w->os_thread_id), printable(r.w->state).c_str(),
              static_cast<unsigned long long>(r.w->queue_length), r.run, r.steal, r.park, r.preempt,
              r.w->stuck ? "  STUCK" : "");
       line();
     }
     std::vector<FiberRow> rows_of_fibers;
     rows_of_fibers.reserve(s.fibers.size());
-    for (const DumpFiber& f : s.fibers) {
+    for (const FiberSnapshot& f : s.fibers) {
       const auto it = before.find(f.id);
-      const DumpFiber zero;
-      const DumpFiber* p = it == before.end() ? &zero : it->second;  // new: counted from its spawn
-      rows_of_fibers.push_back({&f, rate(f.active, p->active, seconds), rate(f.steal, p->steal, seconds),
-                                rate(f.park, p->park, seconds), rate(f.preempt, p->preempt, seconds)});
+      const FiberSnapshot zero;
+      const FiberSnapshot* p = it == before.end() ? &zero : it->second;  // new: counted from its spawn
+      rows_of_fibers.push_back(
+          {&f, rate(f.counts.active, p->counts.active, seconds), rate(f.counts.steal, p->counts.steal, seconds),
+           rate(f.counts.park, p->counts.park, seconds), rate(f.counts.preempt, p->counts.preempt, seconds)});
     }
     std::sort(rows_of_fibers.begin(), rows_of_fibers.end(), [](const FiberRow& a, const FiberRow& b) {
       if (a.active != b.active) return a.active > b.active;
@@ -186,17 +188,17 @@ std::string render_top_frame(const Dump& previous, const Dump& current, double s
       if (left <= 1 && shown + 1 < rows_of_fibers.size()) break;
       char id[24];
       std::snprintf(id, sizeof(id), "#%llu", static_cast<unsigned long long>(r.f->id));
-      append(out, "%8s %-20.20s %-8.8s %10.1f %10.1f %10.1f %10.1f  ", id, clip(r.f->name, 20).c_str(),
-             clip(r.f->state, 8).c_str(), r.active, r.steal, r.park, r.preempt);
-      if (r.f->has_wait && r.f->park_state == -1) {
-        out.append(r.f->wait_kind);
+      append(out, "%8s %-20.20s %-8.8s %10.1f %10.1f %10.1f %10.1f  ", id, clip(printable(r.f->name), 20).c_str(),
+             clip(printable(r.f->state), 8).c_str(), r.active, r.steal, r.park, r.preempt);
+      if (!r.f->wait_kind.empty() && r.f->park_state == -1) {
+        append_printable(out, r.f->wait_kind);
         if (!r.f->wait_operation.empty()) {
           out.append(" (");
-          out.append(r.f->wait_operation);
+          append_printable(out, r.f->wait_operation);
           out.append(")");
         }
         out.append(" ");
-        out.append(format_duration_ms(r.f->wait_ms));
+        out.append(format_duration_ms(r.f->waiting_ms));
       }
       out.append("\n");
       line();
@@ -214,11 +216,11 @@ int run_top(pid_t pid, const TopOptions& options) {
   const bool interactive = ::isatty(STDIN_FILENO) && ::isatty(STDOUT_FILENO);
   std::unique_ptr<RawTerminal> terminal;
   if (interactive) terminal = std::make_unique<RawTerminal>();
-  Dump previous = read_dump(request_dump_text(pid, "dump", options.timeout));
+  ProcessSnapshot previous = request_dump(pid, "dump", options.timeout).snapshot;
   auto previous_at = Clock::now();
   for (long frame = 0; options.iterations == 0 || frame < options.iterations; ++frame) {
     if (wait_for_quit(previous_at + options.interval, interactive)) break;
-    Dump current = read_dump(request_dump_text(pid, "dump", options.timeout));
+    ProcessSnapshot current = request_dump(pid, "dump", options.timeout).snapshot;
     const auto now = Clock::now();
     // The server's clock says when each snapshot was taken; ours, when it
     // arrived, is the fallback.

@@ -19,11 +19,11 @@ struct TopOptions {
 };
 
 // Runs the view; returns weft-dump's exit status. Throws DumpUnavailable
-// (and JsonError) as request_dump does.
+// (and DumpFormatError) as request_dump does.
 int run_top(pid_t pid, const TopOptions& options);
 
 // One frame from two dumps `seconds` apart, at most `rows` lines (the
 // header and the worker rows come first; fibers fill what is left).
-std::string render_top_frame(const Dump& previous, const Dump& current, double seconds, int rows);
+std::string render_top_frame(const ProcessSnapshot& previous, const ProcessSnapshot& current, double seconds, int rows);
 
 }  // namespace weft::tools

@@ -36,16 +36,15 @@ int list_processes(std::chrono::milliseconds timeout) {
   std::printf("%-8s %-16s %-10s %-8s %s\n", "PID", "NAME", "SCHEDULERS", "FIBERS", "SCHEDULER NAMES");
   for (const pid_t pid : weft::tools::find_dump_processes()) {
     try {
-      const weft::tools::DumpAnswer answer = weft::tools::request_dump(pid, "summary", timeout);
-      const auto& schedulers = answer.json["schedulers"].as_array();
+      const weft::ProcessSnapshot process = weft::tools::request_dump(pid, "summary", timeout).snapshot;
       std::uint64_t fibers = 0;
       std::string names;
-      for (const auto& s : schedulers) {
-        fibers += s.uint("fiber_count");
-        names += (names.empty() ? "" : ", ") + s.str("name");
+      for (const auto& s : process.schedulers) {
+        fibers += s.fiber_count;
+        names += (names.empty() ? "" : ", ") + weft::tools::printable(s.name);
       }
-      std::printf("%-8d %-16s %-10zu %-8llu %s\n", pid, answer.json["process"].str("name").c_str(), schedulers.size(),
-                  static_cast<unsigned long long>(fibers), names.c_str());
+      std::printf("%-8d %-16s %-10zu %-8llu %s\n", pid, weft::tools::printable(process.name).c_str(),
+                  process.schedulers.size(), static_cast<unsigned long long>(fibers), names.c_str());
     } catch (const std::exception& e) {
       // A process that cannot answer is still worth a line: it is the one
       // an operator is looking for.
@@ -104,13 +103,12 @@ int main(int argc, char** argv) {
       // The server's JSON is the document: copied through as it arrives.
       weft::tools::stream_dump(pid, timeout, stdout);
     } else {
-      weft::tools::render_dump_text(weft::tools::read_dump(weft::tools::request_dump_text(pid, "dump", timeout)),
-                                    stdout);
+      weft::tools::render_dump_text(weft::tools::request_dump(pid, "dump", timeout).snapshot, stdout);
     }
   } catch (const weft::tools::DumpUnavailable& e) {
     std::fprintf(stderr, "weft-dump: %s\n", e.what());
     return 1;
-  } catch (const weft::tools::JsonError& e) {
+  } catch (const weft::tools::DumpFormatError& e) {
     std::fprintf(stderr, "weft-dump: process %d sent a dump this weft-dump cannot read: %s\n", pid, e.what());
     return 1;
   }

@@ -69,6 +69,12 @@
 
 #include <weft/detail/wait_list.h>  // Clock
 
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "../sched/idle_poller.h"
+
 namespace weft::detail {
 
 enum class FdWaitResult { ready, timed_out, closed };
@@ -87,5 +93,57 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline);
 // same number never receives this one's events. A cheap no-op for an fd
 // weft never waited on.
 void fd_closing(int fd) noexcept;
+
+struct FdRecord;
+
+// One scheduler's poller (the SchedulerCore owns it as its IdlePoller).
+class Poller final : public IdlePoller {
+ public:
+  explicit Poller(SchedulerCore& core);
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+  ~Poller() override;
+
+  // With `record.lock` held: adds `fd` to this epoll unless it is there.
+  // Throws (with the lock released) if epoll_ctl refuses it.
+  void add_locked(FdRecord& record, int fd);
+  // Deletes `fd` from the poller `owner` (or from every poller, if
+  // `others`), as fd_closing() does.
+  static void remove(int fd, std::uint64_t owner, bool others) noexcept;
+  // Around a fiber's park on an fd: has_waiters() counts it.
+  void waiter_parking() noexcept { waiters_.fetch_add(1, std::memory_order_relaxed); }
+  void waiter_back() noexcept { waiters_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // IdlePoller (sched/idle_poller.h)
+  bool has_waiters() const noexcept override { return waiters_.load(std::memory_order_relaxed) > 0; }
+  bool poll_now() noexcept override;
+  void poll_if_stale(std::chrono::nanoseconds stale_after) noexcept override;
+  bool try_begin_block(unsigned worker) noexcept override;
+  void block_and_end() noexcept override;
+  void end_block() noexcept override;
+  void wake() noexcept override;
+  PollerSnapshot view() const noexcept override;
+
+ private:
+  // One epoll_wait (timeout as epoll_wait's: -1 blocks) and its events;
+  // true if it woke a fiber.
+  bool poll(int timeout_ms) noexcept;
+  void drain_wake() noexcept;
+
+  SchedulerCore& core_;
+  const std::uint64_t id_;  // never reused, unlike an epoll fd's number
+  int epoll_fd_ = -1;
+  int event_fd_ = -1;
+  std::atomic<std::int64_t> waiters_{0};     // fibers parked on an fd
+  std::atomic<std::int64_t> registered_{0};  // fds added and not yet deleted
+  std::atomic<bool> polling_{false};         // a non-blocking poll runs
+  std::atomic<int> blocker_{-1};             // the worker in epoll_wait; -1: none
+  std::atomic<bool> wake_pending_{false};    // an eventfd write not yet drained
+  std::atomic<std::int64_t> last_poll_ns_{0};
+  std::atomic<std::uint64_t> polls_{0};
+  std::atomic<std::uint64_t> events_{0};
+  std::atomic<std::uint64_t> stale_polls_{0};  // sysmon's
+  Poller* next_ = nullptr;                     // in the list of live pollers
+};
 
 }  // namespace weft::detail

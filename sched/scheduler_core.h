@@ -68,6 +68,7 @@
 #include "../runtime/stack.h"
 #include "fiber_registry.h"
 #include "idle.h"
+#include "idle_poller.h"
 #include "services.h"
 #include "sysmon.h"
 #include "timers.h"
@@ -115,6 +116,7 @@ class SchedulerCore {
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }
   Sysmon& sysmon() noexcept { return sysmon_; }
+  IdlePoller& poller() noexcept { return *poller_; }
 
   void push_global(FiberControl* fiber) noexcept;
   void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
@@ -143,6 +145,8 @@ class SchedulerCore {
   StackPool stacks_;
   FiberRegistry registry_;
   IdleWorkers idle_;
+  // The netpoller (io/netpoller.h); built before the workers start.
+  std::unique_ptr<IdlePoller> poller_;
   TimerQueue timers_;
   moodycamel::ConcurrentQueue<FiberControl*> global_;
   std::atomic<std::int64_t> global_size_{0};

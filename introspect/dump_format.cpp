@@ -220,6 +220,11 @@ void write_fiber(JsonWriter& json, const FiberSnapshot& f) {
       json.null();
     json.field("operation", f.wait_operation);
     json.field("ms", f.waiting_ms);
+    if (f.wait_fd >= 0) {
+      // Parked on an fd (docs/io.md): its number and what it is.
+      json.field("fd", f.wait_fd);
+      json.field("fd_info", f.wait_fd_info);
+    }
     json.end_object();
   }
   // Addresses only: their names are in the document's "symbols", once
@@ -265,6 +270,16 @@ bool write_document(const ProcessSnapshot& snapshot, DumpDetail detail, std::siz
     json.field("name", s.name);
     json.field("worker_count", static_cast<unsigned>(s.workers.size()));
     json.field("fiber_count", s.fiber_count);
+    json.key("poller");
+    json.begin_object();
+    json.field("blocker", s.poller.blocker);
+    json.field("fds_registered", s.poller.fds_registered);
+    json.field("io_waiters", s.poller.io_waiters);
+    json.field("polls", s.poller.polls);
+    json.field("events", s.poller.events);
+    json.field("sysmon_polls", s.poller.sysmon_polls);
+    json.field("since_poll_ms", s.poller.since_poll_ms);
+    json.end_object();
     if (detail == DumpDetail::full) {
       json.key("workers");
       json.begin_array();

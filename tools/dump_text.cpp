@@ -74,6 +74,10 @@ void read_wait(JsonCursor& json, DumpFiber& f) {
       f.wait_operation = json.string();
     else if (key == "ms")
       f.wait_ms = json.number();
+    else if (key == "fd")
+      f.wait_fd = json.integer();
+    else if (key == "fd_info")
+      f.wait_fd_info = json.string();
     else
       json.skip();
   }
@@ -165,6 +169,29 @@ DumpFiber read_fiber(JsonCursor& json, std::vector<std::string_view>& frames) {
   return f;
 }
 
+void read_poller(JsonCursor& json, DumpPoller& p) {
+  p.present = true;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    if (key == "blocker")
+      p.blocker = json.integer();
+    else if (key == "fds_registered")
+      p.fds_registered = json.uint();
+    else if (key == "io_waiters")
+      p.io_waiters = json.uint();
+    else if (key == "polls")
+      p.polls = json.uint();
+    else if (key == "events")
+      p.events = json.uint();
+    else if (key == "sysmon_polls")
+      p.sysmon_polls = json.uint();
+    else if (key == "since_poll_ms")
+      p.since_poll_ms = json.number();
+    else
+      json.skip();
+  }
+}
+
 DumpScheduler read_scheduler(JsonCursor& json) {
   DumpScheduler s;
   json.begin_object();
@@ -175,6 +202,8 @@ DumpScheduler read_scheduler(JsonCursor& json) {
       s.worker_count = json.uint();
     } else if (key == "fiber_count") {
       s.fiber_count = json.uint();
+    } else if (key == "poller") {
+      read_poller(json, s.poller);
     } else if (key == "workers") {
       json.begin_array();
       while (json.next_item()) s.workers.push_back(read_worker(json));
@@ -214,9 +243,31 @@ void worker_line(std::string& out, const DumpWorker& w) {
   out += '\n';
 }
 
+//   Poller: worker 1 blocked in epoll_wait, 3 fds registered, 2 fibers waiting on I/O, 120 polls, 45 events
+void poller_line(std::string& out, const DumpPoller& p) {
+  if (!p.present) return;
+  out += "  Poller: ";
+  if (p.blocker >= 0)
+    append(out, "worker %lld blocked in epoll_wait", ll(p.blocker));
+  else
+    append(out, "nobody blocked in epoll_wait, last poll %.1f ms ago", p.since_poll_ms);
+  append(out, ", %llu fds registered, %llu fibers waiting on I/O, %llu polls (%llu by sysmon), %llu events\n",
+         ull(p.fds_registered), ull(p.io_waiters), ull(p.polls), ull(p.sysmon_polls), ull(p.events));
+}
+
 // "weft::BlockingQueue@0x55d0c3a0 (take)"; no address for waits on no
-// object (a sleep).
+// object (a sleep). An fd: "fd 7 (readable) 127.0.0.1:41234 -> 127.0.0.1:6379".
 void wait_site(std::string& out, const DumpFiber& f) {
+  if (f.wait_fd >= 0) {
+    append(out, "fd %lld (", ll(f.wait_fd));
+    append_view(out, f.wait_operation);
+    out += ')';
+    if (!f.wait_fd_info.empty()) {
+      out += ' ';
+      append_view(out, f.wait_fd_info);
+    }
+    return;
+  }
   append_view(out, f.wait_kind);
   if (!f.wait_object.empty()) {
     out += '@';
@@ -362,6 +413,7 @@ std::string render_dump_text(const Dump& dump, std::FILE* file) {
     append_view(out, s.name);
     append(out, "\": %llu workers, %llu fibers\n\n", ull(s.worker_count), ull(s.fiber_count));
     for (const DumpWorker& w : s.workers) worker_line(out, w);
+    poller_line(out, s.poller);
     std::vector<const DumpFiber*> sorted;
     sorted.reserve(s.fibers.size());
     for (const DumpFiber& f : s.fibers) sorted.push_back(&f);

@@ -45,15 +45,26 @@ struct DumpFiber {
   bool has_wait = false;
   std::string_view wait_kind, wait_object, wait_operation;  // wait_object empty: null
   double wait_ms = 0;
+  std::int64_t wait_fd = -1;      // parked on an fd: its number (wait_kind "fd")
+  std::string_view wait_fd_info;  // "127.0.0.1:41234 -> 127.0.0.1:6379", "pipe", ...
   // Its stack: the return addresses [first_frame, first_frame + frame_count)
   // of its scheduler's `frames`, innermost first (one vector for all, not
   // one per fiber).
   std::size_t first_frame = 0, frame_count = 0;
 };
 
+// The scheduler's netpoller (absent from older processes' JSON).
+struct DumpPoller {
+  bool present = false;
+  std::int64_t blocker = -1;  // the worker blocked in epoll_wait; -1: none
+  std::uint64_t fds_registered = 0, io_waiters = 0, polls = 0, events = 0, sysmon_polls = 0;
+  double since_poll_ms = 0;
+};
+
 struct DumpScheduler {
   std::string_view name;
   std::uint64_t worker_count = 0, fiber_count = 0;
+  DumpPoller poller;
   std::vector<DumpWorker> workers;
   std::vector<DumpFiber> fibers;
   std::vector<std::string_view> frames;  // every fiber's stack, one after another

@@ -28,8 +28,11 @@
 //
 // A worker's loop: pick_next (every 61st pick the global queue first; then
 // next slot, inbox, ring, spawned, global, steal); if
-// nothing, search briefly (at most half the workers at once), then sleep
-// on a futex (sched/idle.h has the no-lost-wakeup protocol). A fiber that
+// nothing, poll the netpoller without blocking if fibers wait on fds,
+// search briefly (at most half the workers at once), then sleep on a
+// futex (sched/idle.h has the no-lost-wakeup protocol), or, for one
+// sleeper while fibers wait on fds, in epoll_wait (io/netpoller.h says how
+// it is still woken like the others). A fiber that
 // parks or yields picks its successor itself and switches to it directly:
 // one context switch per hand-off; only when there is nothing to run does
 // it switch back to the worker's own stack to search and sleep.

@@ -133,6 +133,8 @@ struct Fields<FiberSnapshot> {
       field("object", &F::wait_object, Hex{}),
       field("operation", &F::wait_operation),
       field("ms", &F::waiting_ms),
+      field("fd", &F::wait_fd),  // parked on an fd (docs/io.md); -1 otherwise
+      field("fd_info", &F::wait_fd_info),
   };
   static constexpr auto table = std::tuple{
       field("id", &F::id),
@@ -163,11 +165,24 @@ struct Fields<FrameSymbol> {
 
 inline std::uint64_t worker_count(const SchedulerSnapshot& s) { return s.workers.size(); }
 
+inline bool always(const SchedulerSnapshot&) { return true; }
+
 template <>
 struct Fields<SchedulerSnapshot> {
   using S = SchedulerSnapshot;
+  using P = PollerSnapshot;
+  static constexpr auto poller = std::tuple{
+      nested("blocker", &S::poller, &P::blocker),
+      nested("fds_registered", &S::poller, &P::fds_registered),
+      nested("io_waiters", &S::poller, &P::io_waiters),
+      nested("polls", &S::poller, &P::polls),
+      nested("events", &S::poller, &P::events),
+      nested("sysmon_polls", &S::poller, &P::sysmon_polls),
+      nested("since_poll_ms", &S::poller, &P::since_poll_ms),
+  };
   static constexpr auto table = std::tuple{
       field("name", &S::name),           derived("worker_count", &worker_count), field("fiber_count", &S::fiber_count),
+      group("poller", poller, &always),  // the netpoller (docs/io.md)
       full_only("workers", &S::workers), full_only("fibers", &S::fibers),  // streamed: the big one
   };
 };

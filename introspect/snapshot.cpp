@@ -6,6 +6,7 @@
 
 #include "../sched/scheduler_core.h"
 #include "../sched/worker.h"
+#include "fd_info.h"
 #include "fiber_stack_walk.h"
 
 namespace weft::detail {
@@ -33,6 +34,7 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.stuck_fiber = seen.fiber_id;
     snap.workers.push_back(w);
   }
+  snap.poller = poller_->view();
   if (!with_fibers) {
     snap.fiber_count = registry_.size();
     return snap;
@@ -51,6 +53,12 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
         FiberSnapshot& f = snap.fibers.emplace_back(take_snapshot(fiber));
         if (const Worker* worker = fiber.worker.load(std::memory_order_relaxed))
           f.worker = static_cast<int>(worker->index());
+        if (f.wait_kind == kFdWaitKind) {
+          // The site's object is the fd's number (io/netpoller.cpp). Described
+          // now: what it is may have changed since the fiber parked.
+          f.wait_fd = static_cast<int>(reinterpret_cast<std::uintptr_t>(f.wait_object));
+          f.wait_fd_info = describe_fd(f.wait_fd);
+        }
         if (f.park_state == -1) {
           walker.add(fiber, f.stack);
           if (walker.full()) walker.walk();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "futex.h"
+#include "idle_poller.h"
 
 namespace weft::detail {
 
@@ -25,8 +26,18 @@ void IdleWorkers::prepare_sleep(IdleSlot& slot) noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
+bool IdleWorkers::begin_poll(IdleSlot& slot) noexcept {
+  std::lock_guard guard(lock_);
+  // Unlisted: a waker took this slot and stored its wake word, which the
+  // epoll_wait would not see.
+  if (!slot.listed) return false;
+  slot.polling = true;
+  return true;
+}
+
 void IdleWorkers::cancel_sleep(IdleSlot& slot) noexcept {
   std::lock_guard guard(lock_);
+  slot.polling = false;
   if (!slot.listed) return;  // already woken: the wake is simply absorbed
   slot.listed = false;
   sleepers_.erase(std::find(sleepers_.begin(), sleepers_.end(), &slot));
@@ -41,14 +52,27 @@ void IdleWorkers::wake_locked(IdleSlot& slot) noexcept {
   slot.listed = false;
   sleeping_.fetch_sub(1, std::memory_order_relaxed);
   slot.wake_word.store(1, std::memory_order_release);
-  futex_wake(slot.wake_word);
+  // A polling slot sleeps in epoll_wait, marked under this lock (begin_poll).
+  if (slot.polling)
+    poller_->wake();
+  else
+    futex_wake(slot.wake_word);
 }
 
 void IdleWorkers::wake_one() noexcept {
   std::lock_guard guard(lock_);
   if (sleepers_.empty()) return;
-  IdleSlot* slot = sleepers_.back();
-  sleepers_.pop_back();
+  // The most recent futex sleeper; the polling one only when it is the
+  // last, since it watches the fds where it is.
+  auto it = sleepers_.end() - 1;
+  for (auto scan = sleepers_.rbegin(); scan != sleepers_.rend(); ++scan) {
+    if (!(*scan)->polling) {
+      it = std::next(scan).base();
+      break;
+    }
+  }
+  IdleSlot* slot = *it;
+  sleepers_.erase(it);
   wake_locked(*slot);
 }
 

@@ -11,6 +11,11 @@
 //
 // At most half the workers search (spin) at once, so that more workers than
 // cores do not burn the cores that have real work.
+//
+// One sleeper may sleep in the netpoller's epoll_wait instead of on its
+// futex (io/netpoller.h, "How a blocker is woken"): it stays a listed
+// sleeper, and marks its slot `polling` under the lock once it has
+// re-checked the queues; waking that slot writes the poller's eventfd.
 #pragma once
 
 #include <atomic>
@@ -24,7 +29,10 @@ namespace weft::detail {
 struct IdleSlot {
   std::atomic<std::uint32_t> wake_word{0};  // futex: 1 once woken
   bool listed = false;                      // in the sleepers list (guarded by IdleWorkers)
+  bool polling = false;                     // sleeps in epoll_wait, not on the futex (guarded likewise)
 };
+
+class IdlePoller;
 
 class IdleWorkers {
  public:
@@ -51,11 +59,20 @@ class IdleWorkers {
 
   void wake_all() noexcept;
 
+  // The scheduler's netpoller, whose wake() breaks a polling sleeper. Set
+  // once, before any worker starts.
+  void set_poller(IdlePoller* poller) noexcept { poller_ = poller; }
+  // Between prepare_sleep and the sleep: marks the slot as sleeping in
+  // epoll_wait. False if it was woken already (then do not block; call
+  // cancel_sleep as usual). The mark ends with cancel_sleep.
+  bool begin_poll(IdleSlot& slot) noexcept;
+
  private:
   void wake_one() noexcept;
   void wake_locked(IdleSlot& slot) noexcept;
 
   const unsigned workers_;
+  IdlePoller* poller_ = nullptr;
   std::atomic<unsigned> searching_{0};
   std::atomic<unsigned> sleeping_{0};
   std::mutex lock_;

@@ -86,6 +86,8 @@ SchedulerCore::SchedulerCore(Config config)
       idle_(config_.workers),
       live_(std::make_unique<LiveCount[]>(config_.workers + 1)) {
   install_overflow_handler();
+  poller_ = make_idle_poller(*this);
+  idle_.set_poller(poller_.get());
   workers_.reserve(config_.workers);
   for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
   timers_.start();
@@ -292,7 +294,11 @@ void SchedulerCore::report_stuck_fibers() {
     ++by_site[snap.wait_kind.empty() ? snap.state : snap.wait_kind + " (" + snap.wait_operation + ")"];
     if (seen++ >= kListed) return;
     report += "  \"" + snap.name + "\" #" + std::to_string(snap.id) + " " + snap.state;
-    if (!snap.wait_kind.empty()) {
+    if (snap.wait_kind == kFdWaitKind) {
+      // The site's object is the fd's number (io/netpoller.cpp).
+      report += ", waiting on fd " + std::to_string(reinterpret_cast<std::uintptr_t>(snap.wait_object)) + " (" +
+                snap.wait_operation + ") for " + std::to_string(static_cast<long long>(snap.waiting_ms)) + " ms";
+    } else if (!snap.wait_kind.empty()) {
       char address[32];
       std::snprintf(address, sizeof(address), "%p", snap.wait_object);
       report += ", waiting on " + snap.wait_kind + "@" + address + " (" + snap.wait_operation + ") for " +

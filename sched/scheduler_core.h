@@ -28,8 +28,11 @@
 //
 // A worker's loop: pick_next (every 61st pick the global queue first; then
 // next slot, inbox, ring, spawned, global, steal); if
-// nothing, search briefly (at most half the workers at once), then sleep
-// on a futex (sched/idle.h has the no-lost-wakeup protocol). A fiber that
+// nothing, poll the netpoller without blocking if fibers wait on fds,
+// search briefly (at most half the workers at once), then sleep on a
+// futex (sched/idle.h has the no-lost-wakeup protocol), or, for one
+// sleeper while fibers wait on fds, in epoll_wait (io/netpoller.h says how
+// it is still woken like the others). A fiber that
 // parks or yields picks its successor itself and switches to it directly:
 // one context switch per hand-off; only when there is nothing to run does
 // it switch back to the worker's own stack to search and sleep.
@@ -68,6 +71,7 @@
 #include "../runtime/stack.h"
 #include "fiber_registry.h"
 #include "idle.h"
+#include "idle_poller.h"
 #include "services.h"
 #include "sysmon.h"
 #include "timers.h"
@@ -125,6 +129,7 @@ class SchedulerCore {
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }
   Sysmon& sysmon() noexcept { return sysmon_; }
+  IdlePoller& poller() noexcept { return *poller_; }
 
   void push_global(FiberControl* fiber) noexcept;
   void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
@@ -154,6 +159,8 @@ class SchedulerCore {
   StackPool stacks_;
   FiberRegistry registry_;
   IdleWorkers idle_;
+  // The netpoller (io/netpoller.h); built before the workers start.
+  std::unique_ptr<IdlePoller> poller_;
   TimerQueue timers_;
   moodycamel::ConcurrentQueue<FiberControl*> global_;
   std::atomic<std::int64_t> global_size_{0};

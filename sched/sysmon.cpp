@@ -65,6 +65,9 @@ void Sysmon::run() {
     bool any_running = false;
     bool all_sleeping = true;
     const bool acted = scan(now, any_running, all_sleeping);
+    // Workers busy with fibers that never idle never poll: do it for them
+    // (Go's sysmon: "poll network if not polled for more than 10ms").
+    core_.poller().poll_if_stale(kPollStaleAfter);
     if (acted)
       delay = kMinTick;
     else

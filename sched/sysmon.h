@@ -83,6 +83,7 @@ class Sysmon {
   static constexpr std::chrono::microseconds kMaxTick{10'000};
   static constexpr std::chrono::microseconds kHandOffAfter{1'000};
   static constexpr unsigned kDeepSleepAfter = 50;
+  static constexpr std::chrono::milliseconds kPollStaleAfter{10};
 
  private:
   // Per worker. The plain fields are sysmon's own; the atomics are read by

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../runtime/overflow_handler.h"
+#include "idle_poller.h"
 #include "scheduler_core.h"
 
 namespace weft::detail {
@@ -436,7 +437,14 @@ FiberControl* Worker::pick_next() {
 
 FiberControl* Worker::wait_for_work() {
   IdleWorkers& idle = core_.idle();
+  IdlePoller& poller = core_.poller();
   for (;;) {
+    // Before stealing: fds that became ready (io/netpoller.h). Here, on the
+    // worker's own stack, and never in pick_next, which also runs on a
+    // parking fiber's stack while it holds its fd record's lock.
+    if (poller.has_waiters() && poller.poll_now()) {
+      if (FiberControl* fiber = pick_next()) return fiber;
+    }
     if (idle.begin_search()) {
       state_.store(WorkerState::searching, std::memory_order_relaxed);
       for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
@@ -457,6 +465,17 @@ FiberControl* Worker::wait_for_work() {
     if (FiberControl* fiber = pick_next()) {
       idle.cancel_sleep(idle_slot_);
       return fiber;
+    }
+    // Fibers wait on fds: one sleeper sleeps in epoll_wait instead, so that
+    // readiness is seen without anyone spinning.
+    if (poller.has_waiters() && poller.try_begin_block(index_)) {
+      if (idle.begin_poll(idle_slot_))
+        poller.block_and_end();
+      else
+        poller.end_block();
+      idle.cancel_sleep(idle_slot_);  // whatever ended it; a wake is absorbed
+      if (core_.stopping()) return nullptr;
+      continue;  // what the poll readied is in this worker's queues
     }
     idle.wait(idle_slot_);
     if (core_.stopping()) return nullptr;

@@ -2,8 +2,10 @@
 // on a BlockingQueue, a Mutex and in a sleep; the test runs the real CLI on
 // it and checks the text and the JSON. Then the refusals, the socket's life
 // and a dump taken while the only worker is stuck.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "dump_client.h"
+#include "dump_text.h"
 #include "introspect/dump_protocol.h"
 #include "test_support.h"
 
@@ -1088,6 +1091,55 @@ TEST(Dump, AThousandPendingConnectionsMakeTheServerBusy) {
     EXPECT_EQ(tools::request_dump(::getpid(), "summary", 30s).snapshot.schedulers.size(), 1u);
   }
   ::setrlimit(RLIMIT_NOFILE, &saved);
+}
+
+// A fiber parked on a socket: the text says which fd, which way and what
+// it is connected to; the scheduler's line says who polls; --json the same.
+TEST(Dump, ShowsAFiberParkedOnASocketAndThePoller) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  sockaddr_in local{};
+  length = sizeof(local);
+  ASSERT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&local), &length), 0);
+  const int server = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(server, 0);
+
+  Scheduler sched{test::config_with(2)};
+  Fiber reader = sched.spawn({.name = "socket-reader"}, [&] { EXPECT_TRUE(io::wait_readable(client)); });
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (sched.snapshot().poller.io_waiters == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  const std::string fd_line = "waiting on fd " + std::to_string(client) +
+                              " (readable) 127.0.0.1:" + std::to_string(ntohs(local.sin_port)) +
+                              " -> 127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + " for ";
+  const auto answer = tools::request_dump(::getpid(), "dump", 30s);
+  const std::string text = tools::render_dump_text(answer.snapshot);
+  ASSERT_EQ(::write(server, "x", 1), 1);
+  reader.join();
+  for (int fd : {client, server, listener}) ::close(fd);
+
+  EXPECT_NE(text.find(fd_line), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  Poller: "), std::string::npos) << text;
+  EXPECT_NE(text.find(" fds registered, 1 fibers waiting on I/O, "), std::string::npos) << text;
+  const Json json = Json::parse(answer.text);
+  const auto& scheduler = json["schedulers"][0];
+  EXPECT_EQ(scheduler["poller"]["io_waiters"].get<std::uint64_t>(), 1u);
+  EXPECT_GE(scheduler["poller"]["fds_registered"].get<std::uint64_t>(), 1u);
+  const auto& fiber = scheduler["fibers"][0];
+  EXPECT_EQ(fiber["wait"]["kind"].get<std::string>(), "fd");
+  EXPECT_EQ(fiber["wait"]["operation"].get<std::string>(), "readable");
+  EXPECT_EQ(fiber["wait"]["fd"].get<int>(), client);
+  EXPECT_EQ(fiber["wait"]["fd_info"].get<std::string>(), "127.0.0.1:" + std::to_string(ntohs(local.sin_port)) +
+                                                             " -> 127.0.0.1:" + std::to_string(ntohs(address.sin_port)));
 }
 
 }  // namespace

@@ -158,9 +158,30 @@ void worker_line(std::string& out, const WorkerSnapshot& w) {
   out += '\n';
 }
 
+//   Poller: worker 1 blocked in epoll_wait, 3 fds registered, 2 fibers waiting on I/O, 120 polls, 45 events
+void poller_line(std::string& out, const PollerSnapshot& p) {
+  out += "  Poller: ";
+  if (p.blocker >= 0)
+    append(out, "worker %lld blocked in epoll_wait", ll(p.blocker));
+  else
+    append(out, "nobody blocked in epoll_wait, last poll %.1f ms ago", p.since_poll_ms);
+  append(out, ", %llu fds registered, %llu fibers waiting on I/O, %llu polls (%llu by sysmon), %llu events\n",
+         ull(p.fds_registered), ull(p.io_waiters), ull(p.polls), ull(p.sysmon_polls), ull(p.events));
+}
+
 // "weft::BlockingQueue@0x55d0c3a0 (take)"; no address for waits on no
-// object (a sleep).
+// object (a sleep). An fd: "fd 7 (readable) 127.0.0.1:41234 -> 127.0.0.1:6379".
 void wait_site(std::string& out, const FiberSnapshot& f) {
+  if (f.wait_fd >= 0) {
+    append(out, "fd %lld (", ll(f.wait_fd));
+    append_printable(out, f.wait_operation);
+    out += ')';
+    if (!f.wait_fd_info.empty()) {
+      out += ' ';
+      append_printable(out, f.wait_fd_info);
+    }
+    return;
+  }
   append_printable(out, f.wait_kind);
   if (f.wait_object != nullptr) {
     out += '@';
@@ -340,6 +361,7 @@ std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
     append_printable(out, s.name);
     append(out, "\": %llu workers, %llu fibers\n\n", ull(s.workers.size()), ull(s.fiber_count));
     for (const WorkerSnapshot& w : s.workers) worker_line(out, w);
+    poller_line(out, s.poller);
     std::vector<const FiberSnapshot*> sorted;
     sorted.reserve(s.fibers.size());
     for (const FiberSnapshot& f : s.fibers) sorted.push_back(&f);

@@ -37,6 +37,11 @@ struct FiberSnapshot {
   const void* wait_object = nullptr;
   std::string wait_operation;  // "take"
   double waiting_ms = 0;
+  // Parked on an fd (wait_kind "fd", wait_operation "readable" or
+  // "writable"): the fd, and what it is, read when the snapshot was taken:
+  // "127.0.0.1:41234 -> 127.0.0.1:6379", "pipe", "eventfd", "file", ...
+  int wait_fd = -1;
+  std::string wait_fd_info;
   // Where it parked, innermost first: the return address into park()'s
   // caller (its call site), then one per caller found by walking the frame
   // pointers (introspect/fiber_stack_walk.h). Empty unless it is parked; also
@@ -73,8 +78,20 @@ struct WorkerSnapshot {
   std::uint64_t stuck_fiber = 0;  // the stuck fiber's id, 0 if unknown
 };
 
+// A scheduler's netpoller (docs/io.md).
+struct PollerSnapshot {
+  int blocker = -1;                  // the worker blocked in epoll_wait; -1: none
+  std::uint64_t fds_registered = 0;  // fds in its epoll set
+  std::uint64_t io_waiters = 0;      // fibers parked on an fd
+  std::uint64_t polls = 0;           // epoll_wait calls
+  std::uint64_t events = 0;          // fd events handled
+  std::uint64_t sysmon_polls = 0;    // polls sysmon made because nobody had for 10 ms
+  double since_poll_ms = 0;          // since the last epoll_wait returned (0 while one blocks)
+};
+
 struct SchedulerSnapshot {
   std::string name;
+  PollerSnapshot poller;
   std::vector<WorkerSnapshot> workers;
   std::vector<FiberSnapshot> fibers;  // live fibers only
   std::uint64_t fiber_count = 0;      // live fibers, also when `fibers` was not taken

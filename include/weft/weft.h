@@ -17,6 +17,7 @@
 #include "fiber.h"
 #include "fiber_local.h"
 #include "future.h"
+#include "io.h"
 #include "latch.h"
 #include "mutex.h"
 #include "queue_closed.h"

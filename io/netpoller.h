@@ -1,0 +1,149 @@
+// The netpoller: how fibers wait for file descriptors (Go's netpoll.go and
+// the netpoll half of proc.go are the model).
+//
+// Glossary
+//   record    one per fd number, process-wide (io/fd_records.h): a lock,
+//             the fd's generation, and per direction (read, write) a list of
+//             waiters and an event counter. Records are never freed, so an
+//             event for a closed fd can always be looked up and dropped.
+//   poller    one per scheduler: an epoll instance plus an eventfd. An fd
+//             is added to it (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET) the first
+//             time a fiber of that scheduler parks on it, and stays until
+//             fd_closing(). The event's data is (fd, generation).
+//   blocker   the one idle worker that sleeps in epoll_wait instead of on
+//             its futex.
+//
+// Waiting (wait_fd, in a fiber):
+//   1. read the direction's event counter;
+//   2. poll(fd, 0): ready -> return (level semantics: the caller may have
+//      read only part of what is there, and no new edge would come);
+//   3. register the fd with this scheduler's poller if it is not yet;
+//   4. lock the record; if the counter moved since 1, return ready;
+//      else link a Waiter and detail::park(waiter, &lock, site, deadline).
+//   An edge that arrives after 2 either comes before the registration in 3
+//   (epoll_ctl ADD reports the fd's current readiness as an event) or after
+//   it; either way the poller bumps the counter under the record's lock
+//   after step 1, so step 4 sees it, or it finds the waiter linked and
+//   unparks it. Nothing is lost, and no epoll_ctl runs on the hot path.
+//   Timeouts are park()'s: exactly one of the poller's unpark() and the
+//   deadline wins (include/weft/detail/park.h). No second wake protocol.
+//
+// Events: the poller locks the record, drops the event if its generation
+// is not the record's (a closed-and-reused fd number), bumps the counters
+// of the directions it reports (an error or hang-up counts for both) and
+// unparks every waiter of those directions: each re-checks by retrying its
+// call, so waking all is always correct, and a fiber that loses the race
+// for the data simply waits again.
+//
+// Closing: fd_closing(fd), called before the real close() or dup2() over
+// the fd, bumps the generation, unparks every waiter with `closed`, and
+// deletes the fd from every poller it was added to. Plain threads waiting
+// in poll(2) are not woken (the kernel keeps the file open for them).
+//
+// Who polls (the idle loop, sched/worker.cpp, through sched/idle_poller.h):
+//   - a worker with nothing local to run polls without blocking before it
+//     steals, if fibers wait on I/O and nobody is blocked in epoll_wait;
+//     one thread polls at a time (a try-lock), the others go on stealing;
+//   - a worker about to sleep becomes the blocker if fibers wait on I/O
+//     and there is none yet: it stays listed as a sleeper (idle.h) but
+//     sleeps in epoll_wait. At most one blocker per scheduler (a CAS on
+//     the poller's blocker flag);
+//   - sysmon polls without blocking when nobody has polled for 10 ms, so
+//     that workers busy with CPU-bound fibers do not starve I/O.
+//
+// How a blocker is woken (the guarantee): it registers as a sleeper and
+// re-checks every queue exactly as a futex sleeper does (idle.h), then,
+// under the idle lock, marks its slot `polling`. A publisher that picks
+// that slot (wake_one prefers futex sleepers; wake_all takes all) writes
+// the eventfd instead of the futex. The eventfd write is guarded by a CAS
+// on `wake_pending` (at most one wake-up in flight); the blocker reads the
+// eventfd and clears the flag when it returns from epoll_wait. A mark set
+// after the slot was already woken is refused (the slot is no longer
+// listed), so the blocker never sleeps through a wake.
+//
+// Readiness wakes fibers with the scheduler's ready(): on one of its
+// workers into the next slot and the ring (which wakes idle peers for
+// what it cannot run), from sysmon or another scheduler into the global
+// queue with a notify.
+#pragma once
+
+#include <weft/detail/wait_list.h>  // Clock
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "../sched/idle_poller.h"
+
+namespace weft::detail {
+
+enum class FdWaitResult { ready, timed_out, closed };
+enum class FdDirection { read, write };
+
+// Waits until `fd` is ready for `direction`, until `deadline`
+// (no_deadline: never), or until the fd is closed through fd_closing().
+// On a plain thread: poll(2) (`closed` is then never returned). Throws
+// std::system_error naming the fd: EBADF if it is not open, EPERM (or
+// what epoll_ctl said) if it cannot be polled.
+FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline);
+
+// Call before the real close() of `fd` (or a dup2/dup3 onto it): wakes
+// every fiber waiting on it, in every scheduler, with `closed`, removes it
+// from every poller, and bumps its generation so that a later fd with the
+// same number never receives this one's events. A cheap no-op for an fd
+// weft never waited on.
+void fd_closing(int fd) noexcept;
+
+struct FdRecord;
+
+// One scheduler's poller (the SchedulerCore owns it as its IdlePoller).
+class Poller final : public IdlePoller {
+ public:
+  explicit Poller(SchedulerCore& core);
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+  ~Poller() override;
+
+  // With `record.lock` held: adds `fd` to this epoll unless it is there.
+  // Throws (with the lock released) if epoll_ctl refuses it.
+  void add_locked(FdRecord& record, int fd);
+  // Deletes `fd` from the poller `owner` (or from every poller, if
+  // `others`), as fd_closing() does.
+  static void remove(int fd, std::uint64_t owner, bool others) noexcept;
+  // Around a fiber's park on an fd: has_waiters() counts it.
+  void waiter_parking() noexcept { waiters_.fetch_add(1, std::memory_order_relaxed); }
+  void waiter_back() noexcept { waiters_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // IdlePoller (sched/idle_poller.h)
+  bool has_waiters() const noexcept override { return waiters_.load(std::memory_order_relaxed) > 0; }
+  bool poll_now() noexcept override;
+  void poll_if_stale(std::chrono::nanoseconds stale_after) noexcept override;
+  bool try_begin_block(unsigned worker) noexcept override;
+  void block_and_end() noexcept override;
+  void end_block() noexcept override;
+  void wake() noexcept override;
+  PollerSnapshot view() const noexcept override;
+
+ private:
+  // One epoll_wait (timeout as epoll_wait's: -1 blocks) and its events;
+  // true if it woke a fiber.
+  bool poll(int timeout_ms) noexcept;
+  void drain_wake() noexcept;
+
+  SchedulerCore& core_;
+  const std::uint64_t id_;  // never reused, unlike an epoll fd's number
+  int epoll_fd_ = -1;
+  int event_fd_ = -1;
+  std::atomic<std::int64_t> waiters_{0};     // fibers parked on an fd
+  std::atomic<std::int64_t> registered_{0};  // fds added and not yet deleted
+  std::atomic<bool> polling_{false};         // a non-blocking poll runs
+  std::atomic<int> blocker_{-1};             // the worker in epoll_wait; -1: none
+  std::atomic<bool> wake_pending_{false};    // an eventfd write not yet drained
+  std::atomic<std::int64_t> last_poll_ns_{0};
+  std::atomic<std::uint64_t> polls_{0};
+  std::atomic<std::uint64_t> events_{0};
+  std::atomic<std::uint64_t> stale_polls_{0};  // sysmon's
+  Poller* next_ = nullptr;                     // in the list of live pollers
+};
+
+}  // namespace weft::detail

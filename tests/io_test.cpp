@@ -428,6 +428,47 @@ TEST_P(IoWorkersTest, TheSnapshotSaysWhatAFiberWaitsFor) {
   }
 }
 
+TEST(Io, TwoSchedulersWaitOnOneFdAndBothSeeReadinessAndTheClose) {
+  Scheduler first{test::config_with(2)};
+  Scheduler second{test::config_with(1)};
+  FdPair pipe = make_pipe();
+  const int fd = pipe.reader;
+  {
+    std::atomic<int> ready{0};
+    auto body = [&] {
+      if (detail::wait_fd(fd, detail::FdDirection::read, detail::Clock::now() + 30s) == detail::FdWaitResult::ready)
+        ready.fetch_add(1);
+    };
+    Fiber a = first.spawn(body);
+    Fiber b = second.spawn(body);
+    ASSERT_TRUE(wait_for_io_waiters(first, 1));
+    ASSERT_TRUE(wait_for_io_waiters(second, 1));
+    write_byte(pipe.writer);
+    a.join();
+    b.join();
+    EXPECT_EQ(ready.load(), 2);
+  }
+  ASSERT_EQ(read_byte(fd), 1);
+  {
+    std::atomic<int> closed{0};
+    auto body = [&] {
+      // Each scheduler's poller has the fd: the first's owns the record,
+      // the second's added it too.
+      if (detail::wait_fd(fd, detail::FdDirection::read, detail::no_deadline) == detail::FdWaitResult::closed)
+        closed.fetch_add(1);
+    };
+    Fiber a = first.spawn(body);
+    Fiber b = second.spawn(body);
+    ASSERT_TRUE(wait_for_io_waiters(first, 1));
+    ASSERT_TRUE(wait_for_io_waiters(second, 1));
+    FdPair::close_fd(pipe.reader);
+    a.join();
+    b.join();
+    EXPECT_EQ(closed.load(), 2);
+  }
+  EXPECT_EQ(first.snapshot().poller.fds_registered + second.snapshot().poller.fds_registered, 0u);
+}
+
 TEST(Io, TenThousandParkedConnectionsOnOneWorker) {
   // Two fds a connection, and a few for the rest of the process.
   int connections = static_cast<int>(test::scaled(10'000));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <weft/snapshot.h>
 
+#include "../io/blocking_pool.h"
 #include "../sched/scheduler_core.h"
 #include "../sched/worker.h"
 #include "fiber_stack_walk.h"
@@ -32,6 +33,14 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.stuck = seen.stuck;
     w.stuck_fiber = seen.fiber_id;
     snap.workers.push_back(w);
+  }
+  snap.blocking.max_threads = config_.blocking_threads;
+  if (const BlockingPool* pool = BlockingPool::find(*this)) {
+    const BlockingPool::Stats stats = pool->stats();
+    snap.blocking.threads = stats.threads;
+    snap.blocking.busy = stats.busy;
+    snap.blocking.queued = stats.queued;
+    snap.blocking.calls = stats.calls;
   }
   if (!with_fibers) {
     snap.fiber_count = registry_.size();

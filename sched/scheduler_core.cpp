@@ -35,6 +35,12 @@ const Config& validated(const Config& config) {
   if (config.stack_size < 16 * 1024)
     throw std::invalid_argument("weft::Config::stack_size must be at least 16 KiB, got " +
                                 std::to_string(config.stack_size) + " bytes");
+  if (config.blocking_threads == 0 || config.blocking_threads > 1024)
+    throw std::invalid_argument("weft::Config::blocking_threads must be 1 to 1024, got " +
+                                std::to_string(config.blocking_threads));
+  if (config.spare_workers > 1024)
+    throw std::invalid_argument("weft::Config::spare_workers must be at most 1024, got " +
+                                std::to_string(config.spare_workers));
   return config;
 }
 
@@ -294,6 +300,17 @@ void SchedulerCore::shutdown() {
   timers_.stop();
   std::lock_guard guard(shutdown_lock_);
   stopped_ = true;
+}
+
+Extension& SchedulerCore::extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&)) {
+  const auto i = static_cast<std::size_t>(kind);
+  if (Extension* made = extensions_[i].load(std::memory_order_acquire)) return *made;
+  std::lock_guard guard(extension_lock_);
+  if (Extension* made = extensions_[i].load(std::memory_order_relaxed)) return *made;
+  owned_extensions_[i] = make(*this);
+  // Release: a reader that finds the pointer finds it fully built.
+  extensions_[i].store(owned_extensions_[i].get(), std::memory_order_release);
+  return *owned_extensions_[i];
 }
 
 SchedulerCore& current_scheduler(const char* what) {

@@ -56,6 +56,7 @@
 #include <concurrentqueue/concurrentqueue.h>
 #include <weft/config.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -66,6 +67,7 @@
 
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
+#include "extension.h"
 #include "fiber_registry.h"
 #include "idle.h"
 #include "services.h"
@@ -130,6 +132,15 @@ class SchedulerCore {
   // An exception escaped a detached fiber: the Config's handler, or terminate.
   void report_unhandled(FiberControl* fiber) noexcept;
 
+  // --- services of the layers above (sched/extension.h) -----------------
+  // The extension of that kind, made by `make` on first use (which may
+  // throw; then the next call tries again). Any thread.
+  Extension& extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&));
+  // The extension of that kind if it has been made, else null. Any thread.
+  Extension* find_extension(ExtensionKind kind) const noexcept {
+    return extensions_[static_cast<std::size_t>(kind)].load(std::memory_order_acquire);
+  }
+
  private:
   static void release_finished(void* fiber) noexcept;
   void report_stuck_fibers();
@@ -163,6 +174,11 @@ class SchedulerCore {
   std::mutex shutdown_lock_;
   std::condition_variable all_exited_;
   bool stopped_ = false;
+  // Made on first use; destroyed after services_ (weft-dump may read them)
+  // and before everything above (their threads may still call ready()).
+  std::mutex extension_lock_;
+  std::array<std::atomic<Extension*>, static_cast<std::size_t>(ExtensionKind::count)> extensions_{};
+  std::array<std::unique_ptr<Extension>, static_cast<std::size_t>(ExtensionKind::count)> owned_extensions_;
   // Last: weft-dump stops seeing this scheduler before any part of it dies.
   ServiceRegistration services_;
 };

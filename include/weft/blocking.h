@@ -56,7 +56,7 @@ class BlockingResult {
     if constexpr (std::is_void_v<R>) {
       return;
     } else if constexpr (std::is_reference_v<R>) {
-      return static_cast<R>(*value_);
+      return static_cast<R>(**value_);
     } else {
       return std::move(*value_);
     }

@@ -73,11 +73,22 @@ struct WorkerSnapshot {
   std::uint64_t stuck_fiber = 0;  // the stuck fiber's id, 0 if unknown
 };
 
+// The helper threads of weft::blocking (include/weft/blocking.h); all zero
+// until a fiber first calls it.
+struct BlockingPoolSnapshot {
+  unsigned threads = 0;      // started so far
+  unsigned max_threads = 0;  // Config::blocking_threads
+  unsigned busy = 0;         // running a call now
+  std::uint64_t queued = 0;  // calls waiting for a free helper
+  std::uint64_t calls = 0;   // calls completed
+};
+
 struct SchedulerSnapshot {
   std::string name;
   std::vector<WorkerSnapshot> workers;
   std::vector<FiberSnapshot> fibers;  // live fibers only
   std::uint64_t fiber_count = 0;      // live fibers, also when `fibers` was not taken
+  BlockingPoolSnapshot blocking;
 };
 
 // What weft-dump receives: the process and every scheduler it runs.

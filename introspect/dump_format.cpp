@@ -160,6 +160,8 @@ void write_worker(JsonWriter& json, const WorkerSnapshot& w) {
   json.field("running_ms", w.running_ms);
   json.field("stuck", w.stuck);
   json.field("stuck_fiber", w.stuck_fiber);
+  json.field("blocked_in", w.blocked_in);
+  json.field("spare", w.spare);
   json.end_object();
 }
 
@@ -265,6 +267,14 @@ bool write_document(const ProcessSnapshot& snapshot, DumpDetail detail, std::siz
     json.field("name", s.name);
     json.field("worker_count", static_cast<unsigned>(s.workers.size()));
     json.field("fiber_count", s.fiber_count);
+    json.key("blocking_pool");
+    json.begin_object();
+    json.field("threads", s.blocking.threads);
+    json.field("max_threads", s.blocking.max_threads);
+    json.field("busy", s.blocking.busy);
+    json.field("queued", s.blocking.queued);
+    json.field("calls", s.blocking.calls);
+    json.end_object();
     if (detail == DumpDetail::full) {
       json.key("workers");
       json.begin_array();

@@ -5,6 +5,7 @@
 #include <weft/snapshot.h>
 
 #include "../io/blocking_pool.h"
+#include "../sched/kernel_call.h"
 #include "../sched/scheduler_core.h"
 #include "../sched/worker.h"
 #include "fiber_stack_walk.h"
@@ -16,6 +17,7 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
   snap.name = config_.name;
   snap.workers.reserve(workers_.size());
   for (const auto& worker : workers_) {
+    if (worker->is_spare() && !worker->spare_started()) continue;
     WorkerSnapshot w;
     w.index = worker->index();
     w.os_thread_id = worker->os_thread_id();
@@ -32,6 +34,8 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.running_ms = seen.running_ms;
     w.stuck = seen.stuck;
     w.stuck_fiber = seen.fiber_id;
+    if (w.stuck) w.blocked_in = describe_kernel_call(w.os_thread_id);
+    w.spare = worker->is_spare();
     snap.workers.push_back(w);
   }
   snap.blocking.max_threads = config_.blocking_threads;

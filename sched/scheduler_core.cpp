@@ -71,15 +71,16 @@ transfer_t fiber_main(transfer_t transfer) {
 
 SchedulerCore::SchedulerCore(Config config)
     : config_(validated(config)),
-      stacks_(config_.stack_size, config_.stack_pool_size, config_.workers),
-      registry_(config_.workers + 1),
-      idle_(config_.workers),
-      live_(std::make_unique<LiveCount[]>(config_.workers + 1)) {
+      stacks_(config_.stack_size, config_.stack_pool_size, config_.workers + config_.spare_workers),
+      registry_(config_.workers + config_.spare_workers + 1),
+      idle_(config_.workers, config_.workers + config_.spare_workers),
+      live_(std::make_unique<LiveCount[]>(config_.workers + config_.spare_workers + 1)) {
   install_overflow_handler();
-  workers_.reserve(config_.workers);
-  for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
+  const unsigned all = config_.workers + config_.spare_workers;
+  workers_.reserve(all);
+  for (unsigned i = 0; i < all; ++i) workers_.push_back(std::make_unique<Worker>(*this, i, i >= config_.workers));
   timers_.start();
-  for (auto& worker : workers_) worker->start();
+  for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start();
   sysmon_.start();
   services_.attach(*this);
 }
@@ -202,7 +203,8 @@ std::atomic<std::int64_t>& SchedulerCore::live_count(Worker* own) noexcept {
 
 std::int64_t SchedulerCore::live_sum() const noexcept {
   std::int64_t sum = 0;
-  for (unsigned i = 0; i <= config_.workers; ++i) sum += live_[i].n.load(std::memory_order_seq_cst);
+  for (unsigned i = 0; i <= config_.workers + config_.spare_workers; ++i)
+    sum += live_[i].n.load(std::memory_order_seq_cst);
   return sum;
 }
 
@@ -294,12 +296,38 @@ void SchedulerCore::shutdown() {
     report_stuck_fibers();
     if (config_.shutdown_policy == ShutdownPolicy::abort) std::abort();
   }
-  sysmon_.stop();
+  sysmon_.stop();  // no spare is started after this
   idle_.wake_all();
+  for (auto& worker : workers_)
+    if (worker->is_spare() && worker->spare_started()) worker->wake_spare();
   for (auto& worker : workers_) worker->join();
   timers_.stop();
   std::lock_guard guard(shutdown_lock_);
   stopped_ = true;
+}
+
+bool SchedulerCore::activate_spare() noexcept {
+  for (unsigned i = config_.workers; i < workers_.size(); ++i) {
+    Worker& spare = *workers_[i];
+    if (spare.spare_running()) continue;
+    const bool fresh = !spare.spare_started();
+    active_spares_.fetch_add(1, std::memory_order_relaxed);
+    // Counted before the thread can look: thieves must see its queues.
+    if (fresh) spares_started_.fetch_add(1, std::memory_order_relaxed);
+    if (spare.activate()) return true;
+    active_spares_.fetch_sub(1, std::memory_order_relaxed);
+    if (fresh) spares_started_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  return false;
+}
+
+bool SchedulerCore::retire_spare_if_surplus() noexcept {
+  unsigned active = active_spares_.load(std::memory_order_relaxed);
+  while (active > spare_target_.load(std::memory_order_relaxed)) {
+    if (active_spares_.compare_exchange_weak(active, active - 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
 }
 
 Extension& SchedulerCore::extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&)) {

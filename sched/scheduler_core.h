@@ -111,12 +111,31 @@ class SchedulerCore {
   SchedulerSnapshot snapshot(bool with_fibers = true);
 
   // --- parts, for the worker and park -----------------------------------
+  // Config::workers workers, then Config::spare_workers spares (worker.h).
   std::vector<std::unique_ptr<Worker>>& workers() noexcept { return workers_; }
+  // How many of workers() may hold fibers: the workers, and the spares
+  // that have ever been started (they are started lowest index first).
+  std::size_t steal_span() const noexcept { return config_.workers + spares_started_.load(std::memory_order_relaxed); }
   TimerQueue& timers() noexcept { return timers_; }
   IdleWorkers& idle() noexcept { return idle_; }
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }
   Sysmon& sysmon() noexcept { return sysmon_; }
+
+  // --- spare workers (worker.h; decided by sysmon) ----------------------
+  // Sysmon: how many spares may run fibers now, one per worker thread
+  // blocked in the kernel, at most Config::spare_workers.
+  void set_spare_target(unsigned target) noexcept { spare_target_.store(target, std::memory_order_relaxed); }
+  unsigned spare_target() const noexcept { return spare_target_.load(std::memory_order_relaxed); }
+  unsigned active_spares() const noexcept { return active_spares_.load(std::memory_order_relaxed); }
+  bool spare_surplus() const noexcept { return active_spares() > spare_target(); }
+  // Sysmon: starts or wakes one spare that is not running; false if none
+  // is free or no thread could be started.
+  bool activate_spare() noexcept;
+  // A spare's thread, retiring: when surplus (false if it is not, or another
+  // spare took the retirement), or unconditionally when it has nothing to run.
+  bool retire_spare_if_surplus() noexcept;
+  void retire_spare() noexcept { active_spares_.fetch_sub(1, std::memory_order_relaxed); }
 
   void push_global(FiberControl* fiber) noexcept;
   void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
@@ -158,6 +177,9 @@ class SchedulerCore {
   moodycamel::ConcurrentQueue<FiberControl*> global_;
   std::atomic<std::int64_t> global_size_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<unsigned> spare_target_{0};
+  std::atomic<unsigned> active_spares_{0};  // counted by activate_spare, retire_spare*
+  std::atomic<unsigned> spares_started_{0};
   Sysmon sysmon_{*this};  // after workers_: it watches them
 
   // Live fibers, counted in slots: 0 for plain threads, i + 1 for worker i.

@@ -115,6 +115,9 @@ class Sysmon {
   // fibers to the FIFO global queue undoes its depth-first order.
   bool holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   void report_stuck(Worker& worker, Watch& watch, Clock::time_point now);
+  // Sets how many spares may run and starts those wanted (worker.h); true
+  // if it started one.
+  bool manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept;
   void deep_sleep();
   void wake() noexcept;
 

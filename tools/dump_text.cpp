@@ -53,6 +53,10 @@ DumpWorker read_worker(JsonCursor& json) {
       w.stuck = json.boolean();
     } else if (key == "stuck_fiber") {
       w.stuck_fiber = json.uint();
+    } else if (key == "blocked_in") {
+      w.blocked_in = json.string();
+    } else if (key == "spare") {
+      w.spare = json.boolean();
     } else {
       json.skip();
     }
@@ -165,6 +169,28 @@ DumpFiber read_fiber(JsonCursor& json, std::vector<std::string_view>& frames) {
   return f;
 }
 
+DumpBlockingPool read_blocking_pool(JsonCursor& json) {
+  DumpBlockingPool pool;
+  pool.present = true;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    if (key == "threads") {
+      pool.threads = json.uint();
+    } else if (key == "max_threads") {
+      pool.max_threads = json.uint();
+    } else if (key == "busy") {
+      pool.busy = json.uint();
+    } else if (key == "queued") {
+      pool.queued = json.uint();
+    } else if (key == "calls") {
+      pool.calls = json.uint();
+    } else {
+      json.skip();
+    }
+  }
+  return pool;
+}
+
 DumpScheduler read_scheduler(JsonCursor& json) {
   DumpScheduler s;
   json.begin_object();
@@ -175,6 +201,8 @@ DumpScheduler read_scheduler(JsonCursor& json) {
       s.worker_count = json.uint();
     } else if (key == "fiber_count") {
       s.fiber_count = json.uint();
+    } else if (key == "blocking_pool") {
+      s.blocking_pool = read_blocking_pool(json);
     } else if (key == "workers") {
       json.begin_array();
       while (json.next_item()) s.workers.push_back(read_worker(json));
@@ -203,14 +231,20 @@ using ull = unsigned long long;
 using ll = long long;
 
 void worker_line(std::string& out, const DumpWorker& w) {
-  append(out, "  Worker %llu [tid %lld] ", ull(w.index), ll(w.os_thread_id));
+  append(out, "  %s %llu [tid %lld] ", w.spare ? "Spare" : "Worker", ull(w.index), ll(w.os_thread_id));
   append_view(out, w.state);
   append(out, " queue=%llu fibers_run=%llu steals=%llu failed_steals=%llu parks=%llu preempts=%llu",
          ull(w.queue_length), ull(w.fibers_run), ull(w.steals), ull(w.failed_steals), ull(w.parks), ull(w.preempts));
   if (w.has_handoffs) append(out, " handoffs=%llu", ull(w.handoffs));
-  if (w.stuck)
-    append(out, "\n   STUCK: fiber #%llu has run %.1f ms without a switch (no checkpoint, or a blocking call)",
-           ull(w.stuck_fiber), w.running_ms);
+  if (w.stuck) {
+    append(out, "\n   STUCK: fiber #%llu has run %.1f ms without a switch", ull(w.stuck_fiber), w.running_ms);
+    if (w.blocked_in.empty()) {
+      out += " (no checkpoint, or a blocking call)";
+    } else {
+      out += ", ";
+      append_view(out, w.blocked_in);
+    }
+  }
   out += '\n';
 }
 
@@ -360,7 +394,12 @@ std::string render_dump_text(const Dump& dump, std::FILE* file) {
   for (const DumpScheduler& s : dump.schedulers) {
     out += "\nScheduler \"";
     append_view(out, s.name);
-    append(out, "\": %llu workers, %llu fibers\n\n", ull(s.worker_count), ull(s.fiber_count));
+    append(out, "\": %llu workers, %llu fibers\n", ull(s.worker_count), ull(s.fiber_count));
+    if (s.blocking_pool.present && s.blocking_pool.threads != 0)
+      append(out, "  weft::blocking: %llu of %llu helper threads, %llu busy, %llu calls queued, %llu done\n",
+             ull(s.blocking_pool.threads), ull(s.blocking_pool.max_threads), ull(s.blocking_pool.busy),
+             ull(s.blocking_pool.queued), ull(s.blocking_pool.calls));
+    out += '\n';
     for (const DumpWorker& w : s.workers) worker_line(out, w);
     std::vector<const DumpFiber*> sorted;
     sorted.reserve(s.fibers.size());

@@ -26,6 +26,14 @@ struct DumpWorker {
   double running_ms = 0;
   bool stuck = false;
   std::uint64_t stuck_fiber = 0;
+  std::string_view blocked_in;  // empty: not in the kernel, or unknown
+  bool spare = false;
+};
+
+// weft::blocking's helper threads (absent from older processes' JSON).
+struct DumpBlockingPool {
+  bool present = false;
+  std::uint64_t threads = 0, max_threads = 0, busy = 0, queued = 0, calls = 0;
 };
 
 // What an address of the stacks is (the document's "symbols"); empty views
@@ -54,6 +62,7 @@ struct DumpFiber {
 struct DumpScheduler {
   std::string_view name;
   std::uint64_t worker_count = 0, fiber_count = 0;
+  DumpBlockingPool blocking_pool;
   std::vector<DumpWorker> workers;
   std::vector<DumpFiber> fibers;
   std::vector<std::string_view> frames;  // every fiber's stack, one after another

@@ -71,6 +71,13 @@ struct WorkerSnapshot {
   double running_ms = 0;
   bool stuck = false;
   std::uint64_t stuck_fiber = 0;  // the stuck fiber's id, 0 if unknown
+  // When stuck: what its thread is doing in the kernel ("blocked in read(2)
+  // on fd 7"); empty when it runs on a CPU or the kernel does not say.
+  std::string blocked_in;
+  // A spare worker (docs/sysmon.md): its index is Config::workers or more,
+  // and it runs fibers only while a worker is blocked in the kernel (state
+  // "spare" when it does not). Listed once its thread has started.
+  bool spare = false;
 };
 
 // The helper threads of weft::blocking (include/weft/blocking.h); all zero

@@ -36,8 +36,9 @@
 //
 // Sysmon (sched/sysmon.h, docs/sysmon.md) watches the workers from a
 // thread of its own: it asks a fiber that has run past Config::time_slice
-// to yield at its next checkpoint, and hands the queued fibers of a worker
-// that has not switched for 1 ms to the global queue.
+// to yield at its next checkpoint, hands the queued fibers of a worker
+// that has not switched for 1 ms to the global queue, and, while a worker's
+// thread is blocked in the kernel, lets a spare worker run them (worker.h).
 //
 // Rejected alternatives
 //   - One shared queue (a thread pool's design): every switch contends on

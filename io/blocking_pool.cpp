@@ -4,6 +4,8 @@
 #include <weft/blocking.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <exception>
 #include <system_error>
 
 #include "../sched/scheduler_core.h"
@@ -11,7 +13,7 @@
 
 namespace weft::detail {
 
-void run_blocking(void (*call)(void*) noexcept, void* arg) {
+void run_blocking(void (*call)(void*), void* arg) {
   Worker* worker = current_worker();
   if (worker == nullptr || worker->current() == nullptr) {
     call(arg);  // a plain thread may block itself
@@ -50,7 +52,7 @@ std::string BlockingPool::thread_name(const std::string& scheduler, unsigned ind
   return scheduler.substr(0, kMax - suffix.size()) + suffix;
 }
 
-void BlockingPool::run(void (*call)(void*) noexcept, void* arg) {
+void BlockingPool::run(void (*call)(void*), void* arg) {
   Job job{call, arg};
   Waiter waiter;
   waiter.payload = &job;
@@ -109,7 +111,14 @@ void BlockingPool::helper_main(unsigned index) {
     busy_.fetch_add(1, std::memory_order_relaxed);
     lock_.unlock();
     const Job& job = *static_cast<const Job*>(caller->payload);
-    job.call(job.arg);
+    try {
+      job.call(job.arg);
+    } catch (...) {
+      // Nobody could receive it: weft::blocking catches for its callers.
+      std::fprintf(stderr, "weft: a call run by %s's blocking pool threw; run_blocking's calls must not throw\n",
+                   name_.c_str());
+      std::terminate();
+    }
     busy_.fetch_sub(1, std::memory_order_relaxed);
     completed_.fetch_add(1, std::memory_order_relaxed);
     // The caller's frame, which holds `job` and the waiter, may be gone

@@ -49,7 +49,7 @@ class BlockingPool final : public Extension {
   static BlockingPool* find(const SchedulerCore& core) noexcept;
 
   // From a fiber: runs call(arg) on a helper and parks until it returns.
-  void run(void (*call)(void*) noexcept, void* arg);
+  void run(void (*call)(void*), void* arg);
 
   struct Stats {
     unsigned threads = 0;      // started so far
@@ -66,7 +66,7 @@ class BlockingPool final : public Extension {
 
  private:
   struct Job {
-    void (*call)(void*) noexcept;
+    void (*call)(void*);
     void* arg;
   };
 

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <weft/weft.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "dump_client.h"
+#include "dump_text.h"
 #include "introspect/dump_socket.h"
 #include "json.h"
 #include "test_support.h"
@@ -608,6 +610,44 @@ TEST(Dump, AnswersWhileTheOnlyWorkerIsStuck) {
   EXPECT_EQ(fibers[0].integer("park_state"), 0);
   EXPECT_EQ(fibers[0].integer("worker"), 0);
   EXPECT_EQ(schedulers[0]["workers"].as_array()[0].str("state"), "running");
+}
+
+// A worker blocked in a raw read: the dump names the call and the fd, in
+// the JSON and in the STUCK line, and shows the blocking pool once used.
+TEST(Dump, TheStuckLineNamesTheSystemCall) {
+  Scheduler sched{test::config_with(1)};
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::atomic<bool> started{false};
+  Fiber pool_user = sched.spawn([] { EXPECT_EQ(blocking([] { return 3; }), 3); });
+  pool_user.join();
+  Fiber blocker = sched.spawn({.name = "reader"}, [&] {
+    started = true;
+    char c;
+    EXPECT_EQ(::syscall(SYS_read, fds[0], &c, 1), 1);
+  });
+  while (!started.load()) std::this_thread::yield();
+  const std::string expected = "blocked in read(2) on fd " + std::to_string(fds[0]);
+  std::string text;
+  std::string blocked_in;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto answer = tools::request_dump(::getpid(), "dump", 30s);
+    blocked_in = answer.json["schedulers"].as_array()[0]["workers"].as_array()[0].str("blocked_in");
+    if (blocked_in == expected) {
+      text = tools::render_dump_text(tools::read_dump(tools::request_dump_text(::getpid(), "dump", 30s)));
+      if (text.find("STUCK") != std::string::npos) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(::write(fds[1], "x", 1), 1);
+  blocker.join();
+  ::close(fds[0]);
+  ::close(fds[1]);
+  EXPECT_EQ(blocked_in, expected);
+  EXPECT_NE(text.find("without a switch, " + expected), std::string::npos) << text;
+  EXPECT_NE(text.find("weft::blocking: 1 of 16 helper threads, 0 busy, 0 calls queued, 1 done"), std::string::npos)
+      << text;
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ namespace detail {
 // Runs call(arg) on a helper thread of the calling fiber's scheduler and
 // parks the fiber until it has returned (io/blocking_pool.h); on a plain
 // thread, calls it right here. `call` must not throw.
-void run_blocking(void (*call)(void*) noexcept, void* arg);
+void run_blocking(void (*call)(void*), void* arg);
 
 // What fn returned or threw, carried back from the helper thread.
 template <class R>

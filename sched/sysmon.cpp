@@ -110,6 +110,7 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   watch.reported = false;
   watch.asked = {};
   watch.cpu_start_ns = -1;
+  watch.kernel_since = {};
   watch.running_since_ns.store(0, std::memory_order_relaxed);
   watch.stuck.store(false, std::memory_order_relaxed);
   watch.stuck_fiber.store(0, std::memory_order_relaxed);
@@ -169,7 +170,14 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     const bool holding_up = someone_to_take && ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
     if (holding_up && ran >= kHandOffAfter) {
       worker.set_stuck(true);
-      const bool in_kernel = in_kernel_sleep(worker.thread_state());
+      // Blocked in the kernel: asleep there at every look for half the
+      // hand-off delay. One look could catch a thread in a moment's wait
+      // (a page fault, a sanitizer's internal lock) that needs no spare.
+      if (!in_kernel_sleep(worker.thread_state()))
+        watch.kernel_since = {};
+      else if (watch.kernel_since == Clock::time_point{})
+        watch.kernel_since = now;
+      const bool in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
       if (in_kernel) ++blocked;
       if (worker.has_stealable_work()) {
         if (config.workers > 1 || in_kernel) {

@@ -97,6 +97,9 @@ class Sysmon {
     // delay (-1: not read yet), and when that was.
     std::int64_t cpu_start_ns = -1;
     Clock::time_point cpu_since{};
+    // Since when every look has found the thread asleep in the kernel
+    // (epoch: the last look did not); for spare workers.
+    Clock::time_point kernel_since{};
     std::atomic<std::int64_t> running_since_ns{0};
     std::atomic<bool> stuck{false};
     std::atomic<std::uint64_t> stuck_fiber{0};

@@ -119,6 +119,8 @@ struct Fields<WorkerSnapshot> {
       field("running_ms", &W::running_ms),
       field("stuck", &W::stuck),
       field("stuck_fiber", &W::stuck_fiber),
+      field("blocked_in", &W::blocked_in),  // what a stuck thread does in the kernel
+      field("spare", &W::spare),            // a spare worker (docs/sysmon.md)
   };
 };
 
@@ -180,9 +182,16 @@ struct Fields<SchedulerSnapshot> {
       nested("sysmon_polls", &S::poller, &P::sysmon_polls),
       nested("since_poll_ms", &S::poller, &P::since_poll_ms),
   };
+  using B = BlockingPoolSnapshot;
+  static constexpr auto blocking = std::tuple{
+      nested("threads", &S::blocking, &B::threads), nested("max_threads", &S::blocking, &B::max_threads),
+      nested("busy", &S::blocking, &B::busy),       nested("queued", &S::blocking, &B::queued),
+      nested("calls", &S::blocking, &B::calls),
+  };
   static constexpr auto table = std::tuple{
       field("name", &S::name),           derived("worker_count", &worker_count), field("fiber_count", &S::fiber_count),
       group("poller", poller, &always),  // the netpoller (docs/io.md)
+      group("blocking_pool", blocking, &always),  // weft::blocking's helpers
       full_only("workers", &S::workers), full_only("fibers", &S::fibers),  // streamed: the big one
   };
 };

@@ -95,6 +95,7 @@ extern "C" {
     {"scheduler.shard_count", offsetof(weft::detail::GdbScheduler, shard_count)},
     {"scheduler.workers", offsetof(weft::detail::GdbScheduler, workers)},
     {"scheduler.worker_count", offsetof(weft::detail::GdbScheduler, worker_count)},
+    {"scheduler.regular_workers", offsetof(weft::detail::GdbScheduler, regular_workers)},
     {"worker.tid", weft::detail::GdbLayoutAccess::worker_tid()},
     {"shard.size", weft::detail::GdbLayoutAccess::shard_size},
     {"shard.head", weft::detail::GdbLayoutAccess::shard_head},
@@ -156,6 +157,7 @@ void list_for_gdb(SchedulerCore& core) noexcept {
   entry->shard_count = GdbLayoutAccess::shard_count(core.registry());
   entry->workers = worker_array;
   entry->worker_count = workers.size();
+  entry->regular_workers = core.config().workers;
   // Appended, so that gdb lists schedulers in creation order, as weft-dump.
   std::lock_guard guard(list_lock);
   GdbScheduler** link = &weft_gdb_schedulers;

@@ -29,11 +29,12 @@ class SchedulerCore;
 struct GdbScheduler {
   GdbScheduler* next;
   const SchedulerCore* core;
-  const char* name;            // Config::name, alive as long as the scheduler
-  const void* shards;          // FiberRegistry's shards ...
-  std::uint64_t shard_count;   // ... and their count
-  const void* const* workers;  // Worker*, by index, to name a fiber's worker
-  std::uint64_t worker_count;
+  const char* name;               // Config::name, alive as long as the scheduler
+  const void* shards;             // FiberRegistry's shards ...
+  std::uint64_t shard_count;      // ... and their count
+  const void* const* workers;     // Worker*, by index, to name a fiber's worker
+  std::uint64_t worker_count;     // in `workers`: Config::workers, then the spares
+  std::uint64_t regular_workers;  // Config::workers, as weft-dump counts them
 };
 
 // Adds `core` to weft_gdb_schedulers. Called once it is fully built; a

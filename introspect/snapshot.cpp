@@ -4,6 +4,8 @@
 #include <unistd.h>
 #include <weft/snapshot.h>
 
+#include "../io/blocking_pool.h"
+#include "../sched/kernel_call.h"
 #include "../sched/scheduler_core.h"
 #include "../sched/worker.h"
 #include "fd_info.h"
@@ -16,6 +18,7 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
   snap.name = config_.name;
   snap.workers.reserve(workers_.size());
   for (const auto& worker : workers_) {
+    if (worker->is_spare() && !worker->spare_started()) continue;
     WorkerSnapshot w;
     w.index = worker->index();
     w.os_thread_id = worker->os_thread_id();
@@ -32,9 +35,19 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.running_ms = seen.running_ms;
     w.stuck = seen.stuck;
     w.stuck_fiber = seen.fiber_id;
+    if (w.stuck) w.blocked_in = describe_kernel_call(w.os_thread_id);
+    w.spare = worker->is_spare();
     snap.workers.push_back(w);
   }
   snap.poller = poller_->view();
+  snap.blocking.max_threads = config_.blocking_threads;
+  if (const BlockingPool* pool = BlockingPool::find(*this)) {
+    const BlockingPool::Stats stats = pool->stats();
+    snap.blocking.threads = stats.threads;
+    snap.blocking.busy = stats.busy;
+    snap.blocking.queued = stats.queued;
+    snap.blocking.calls = stats.calls;
+  }
   if (!with_fibers) {
     snap.fiber_count = registry_.size();
     return snap;

@@ -36,7 +36,9 @@ class IdlePoller;
 
 class IdleWorkers {
  public:
-  explicit IdleWorkers(unsigned workers) : workers_(workers) { sleepers_.reserve(workers); }
+  // `sleepers`: how many may sleep at once (the workers, and spares that
+  // hold pinned fibers), so that going to sleep never allocates.
+  IdleWorkers(unsigned workers, unsigned sleepers) : workers_(workers) { sleepers_.reserve(sleepers); }
 
   // After publishing work any worker may run.
   void notify_work() noexcept {

@@ -37,6 +37,12 @@ const Config& validated(const Config& config) {
   if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
   if (config.time_slice.count() <= 0) throw std::invalid_argument("weft::Config::time_slice must be positive");
   check_stack_size(config.stack_size, "weft::Config::stack_size");
+  if (config.blocking_threads == 0 || config.blocking_threads > 1024)
+    throw std::invalid_argument("weft::Config::blocking_threads must be 1 to 1024, got " +
+                                std::to_string(config.blocking_threads));
+  if (config.spare_workers > 1024)
+    throw std::invalid_argument("weft::Config::spare_workers must be at most 1024, got " +
+                                std::to_string(config.spare_workers));
   return config;
 }
 
@@ -81,17 +87,18 @@ unsigned current_fork_generation() {
 SchedulerCore::SchedulerCore(Config config)
     : config_(validated(config)),
       fork_generation_(current_fork_generation()),
-      stacks_(config_.stack_size, config_.stack_pool_size, config_.workers),
-      registry_(config_.workers + 1),
-      idle_(config_.workers),
-      live_(std::make_unique<LiveCount[]>(config_.workers + 1)) {
+      stacks_(config_.stack_size, config_.stack_pool_size, config_.workers + config_.spare_workers),
+      registry_(config_.workers + config_.spare_workers + 1),
+      idle_(config_.workers, config_.workers + config_.spare_workers),
+      live_(std::make_unique<LiveCount[]>(config_.workers + config_.spare_workers + 1)) {
   install_overflow_handler();
   poller_ = make_idle_poller(*this);
   idle_.set_poller(poller_.get());
-  workers_.reserve(config_.workers);
-  for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
+  const unsigned all = config_.workers + config_.spare_workers;
+  workers_.reserve(all);
+  for (unsigned i = 0; i < all; ++i) workers_.push_back(std::make_unique<Worker>(*this, i, i >= config_.workers));
   timers_.start();
-  for (auto& worker : workers_) worker->start();
+  for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start();
   sysmon_.start();
   services_.attach(*this);
 }
@@ -233,7 +240,8 @@ std::atomic<std::int64_t>& SchedulerCore::live_count(Worker* own) noexcept {
 
 std::int64_t SchedulerCore::live_sum() const noexcept {
   std::int64_t sum = 0;
-  for (unsigned i = 0; i <= config_.workers; ++i) sum += live_[i].n.load(std::memory_order_seq_cst);
+  for (unsigned i = 0; i <= config_.workers + config_.spare_workers; ++i)
+    sum += live_[i].n.load(std::memory_order_seq_cst);
   return sum;
 }
 
@@ -353,13 +361,50 @@ void SchedulerCore::shutdown() {
     report_stuck_fibers();
     if (config_.shutdown_policy == ShutdownPolicy::abort) std::abort();
   }
-  sysmon_.stop();
+  sysmon_.stop();  // no spare is started after this
   idle_.wake_all();
+  for (auto& worker : workers_)
+    if (worker->is_spare() && worker->spare_started()) worker->wake_spare();
   for (auto& worker : workers_) worker->join();
   timers_.stop();
   std::lock_guard guard(shutdown_lock_);
   stopped_ = true;
   all_exited_.notify_all();  // the callers waiting for the leader
+}
+
+bool SchedulerCore::activate_spare() noexcept {
+  for (unsigned i = config_.workers; i < workers_.size(); ++i) {
+    Worker& spare = *workers_[i];
+    if (spare.spare_running()) continue;
+    const bool fresh = !spare.spare_started();
+    active_spares_.fetch_add(1, std::memory_order_relaxed);
+    // Counted before the thread can look: thieves must see its queues.
+    if (fresh) spares_started_.fetch_add(1, std::memory_order_relaxed);
+    if (spare.activate()) return true;
+    active_spares_.fetch_sub(1, std::memory_order_relaxed);
+    if (fresh) spares_started_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  return false;
+}
+
+bool SchedulerCore::retire_spare_if_surplus() noexcept {
+  unsigned active = active_spares_.load(std::memory_order_relaxed);
+  while (active > spare_target_.load(std::memory_order_relaxed)) {
+    if (active_spares_.compare_exchange_weak(active, active - 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+Extension& SchedulerCore::extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&)) {
+  const auto i = static_cast<std::size_t>(kind);
+  if (Extension* made = extensions_[i].load(std::memory_order_acquire)) return *made;
+  std::lock_guard guard(extension_lock_);
+  if (Extension* made = extensions_[i].load(std::memory_order_relaxed)) return *made;
+  owned_extensions_[i] = make(*this);
+  // Release: a reader that finds the pointer finds it fully built.
+  extensions_[i].store(owned_extensions_[i].get(), std::memory_order_release);
+  return *owned_extensions_[i];
 }
 
 SchedulerCore& current_scheduler(const char* what) {

@@ -39,8 +39,9 @@
 //
 // Sysmon (sched/sysmon.h, docs/sysmon.md) watches the workers from a
 // thread of its own: it asks a fiber that has run past Config::time_slice
-// to yield at its next checkpoint, and hands the queued fibers of a worker
-// that has not switched for 1 ms to the global queue.
+// to yield at its next checkpoint, hands the queued fibers of a worker
+// that has not switched for 1 ms to the global queue, and, while a worker's
+// thread is blocked in the kernel, lets a spare worker run them (worker.h).
 //
 // Rejected alternatives
 //   - One shared queue (a thread pool's design): every switch contends on
@@ -59,6 +60,7 @@
 #include <concurrentqueue/concurrentqueue.h>
 #include <weft/config.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -69,6 +71,7 @@
 
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
+#include "extension.h"
 #include "fiber_registry.h"
 #include "idle.h"
 #include "idle_poller.h"
@@ -123,13 +126,32 @@ class SchedulerCore {
   SchedulerSnapshot snapshot(bool with_fibers = true);
 
   // --- parts, for the worker and park -----------------------------------
+  // Config::workers workers, then Config::spare_workers spares (worker.h).
   std::vector<std::unique_ptr<Worker>>& workers() noexcept { return workers_; }
+  // How many of workers() may hold fibers: the workers, and the spares
+  // that have ever been started (they are started lowest index first).
+  std::size_t steal_span() const noexcept { return config_.workers + spares_started_.load(std::memory_order_relaxed); }
   TimerQueue& timers() noexcept { return timers_; }
   IdleWorkers& idle() noexcept { return idle_; }
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }
   Sysmon& sysmon() noexcept { return sysmon_; }
   IdlePoller& poller() noexcept { return *poller_; }
+
+  // --- spare workers (worker.h; decided by sysmon) ----------------------
+  // Sysmon: how many spares may run fibers now, one per worker thread
+  // blocked in the kernel, at most Config::spare_workers.
+  void set_spare_target(unsigned target) noexcept { spare_target_.store(target, std::memory_order_relaxed); }
+  unsigned spare_target() const noexcept { return spare_target_.load(std::memory_order_relaxed); }
+  unsigned active_spares() const noexcept { return active_spares_.load(std::memory_order_relaxed); }
+  bool spare_surplus() const noexcept { return active_spares() > spare_target(); }
+  // Sysmon: starts or wakes one spare that is not running; false if none
+  // is free or no thread could be started.
+  bool activate_spare() noexcept;
+  // A spare's thread, retiring: when surplus (false if it is not, or another
+  // spare took the retirement), or unconditionally when it has nothing to run.
+  bool retire_spare_if_surplus() noexcept;
+  void retire_spare() noexcept { active_spares_.fetch_sub(1, std::memory_order_relaxed); }
 
   void push_global(FiberControl* fiber) noexcept;
   void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
@@ -144,6 +166,15 @@ class SchedulerCore {
   std::uint64_t live_fibers() const noexcept;
   // An exception escaped a detached fiber: the Config's handler, or terminate.
   void report_unhandled(FiberControl* fiber) noexcept;
+
+  // --- services of the layers above (sched/extension.h) -----------------
+  // The extension of that kind, made by `make` on first use (which may
+  // throw; then the next call tries again). Any thread.
+  Extension& extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&));
+  // The extension of that kind if it has been made, else null. Any thread.
+  Extension* find_extension(ExtensionKind kind) const noexcept {
+    return extensions_[static_cast<std::size_t>(kind)].load(std::memory_order_acquire);
+  }
 
  private:
   static void release_finished(void* fiber) noexcept;
@@ -165,6 +196,9 @@ class SchedulerCore {
   moodycamel::ConcurrentQueue<FiberControl*> global_;
   std::atomic<std::int64_t> global_size_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<unsigned> spare_target_{0};
+  std::atomic<unsigned> active_spares_{0};  // counted by activate_spare, retire_spare*
+  std::atomic<unsigned> spares_started_{0};
   Sysmon sysmon_{*this};  // after workers_: it watches them
 
   // Live fibers, counted in slots: 0 for plain threads, i + 1 for worker i.
@@ -182,6 +216,11 @@ class SchedulerCore {
   std::condition_variable all_exited_;  // fiber exits, and the end of shutdown
   bool shutdown_claimed_ = false;       // a shutdown() caller is its leader
   bool stopped_ = false;
+  // Made on first use; destroyed after services_ (weft-dump may read them)
+  // and before everything above (their threads may still call ready()).
+  std::mutex extension_lock_;
+  std::array<std::atomic<Extension*>, static_cast<std::size_t>(ExtensionKind::count)> extensions_{};
+  std::array<std::unique_ptr<Extension>, static_cast<std::size_t>(ExtensionKind::count)> owned_extensions_;
   // Last: weft-dump stops seeing this scheduler before any part of it dies.
   ServiceRegistration services_;
 };

@@ -8,10 +8,15 @@
 #include <string>
 
 #include "asymmetric_fence.h"
+#include "kernel_call.h"
 #include "scheduler_core.h"
 
 namespace weft::detail {
 namespace {
+
+// 'S' (interruptible) or 'D' (uninterruptible, a disk read): asleep in the
+// kernel, not merely waiting for a CPU ('R').
+bool in_kernel_sleep(char state) noexcept { return state == 'S' || state == 'D'; }
 
 std::int64_t to_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -23,7 +28,7 @@ Sysmon::Sysmon(SchedulerCore& core)
     : core_(core),
       slice_(core.config().time_slice),
       running_cap_(std::clamp<std::chrono::microseconds>(slice_ / 8, kMinTick, kMaxTick)),
-      watches_(std::make_unique<Watch[]>(core.config().workers)) {}
+      watches_(std::make_unique<Watch[]>(core.config().workers + core.config().spare_workers)) {}
 
 void Sysmon::start() {
   heavy_fence_available();  // registers for membarrier now, not in the middle of a hand-off
@@ -46,7 +51,7 @@ void Sysmon::wake() noexcept {
 
 Sysmon::WorkerView Sysmon::view(unsigned worker) const noexcept {
   WorkerView view;
-  if (worker >= core_.config().workers) return view;
+  if (worker >= core_.config().workers + core_.config().spare_workers) return view;
   const Watch& watch = watches_[worker];
   const std::int64_t since = watch.running_since_ns.load(std::memory_order_relaxed);
   if (since != 0) view.running_ms = static_cast<double>(to_ns(Clock::now()) - since) / 1e6;
@@ -89,7 +94,8 @@ void Sysmon::deep_sleep() {
   bool all_sleeping = true;
   for (const auto& worker : core_.workers()) {
     const WorkerState state = worker->state();
-    if (state != WorkerState::sleeping && state != WorkerState::stopped) all_sleeping = false;
+    if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
+      all_sleeping = false;
   }
   if (!all_sleeping || stopping_.load(std::memory_order_acquire)) {
     deep_asleep_.store(false, std::memory_order_relaxed);
@@ -107,20 +113,30 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   watch.reported = false;
   watch.asked = {};
   watch.cpu_start_ns = -1;
+  watch.kernel_since = {};
   watch.running_since_ns.store(0, std::memory_order_relaxed);
   watch.stuck.store(false, std::memory_order_relaxed);
   watch.stuck_fiber.store(0, std::memory_order_relaxed);
 }
 
 bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) {
-  const bool preemption = core_.config().preemption;
+  const Config& config = core_.config();
+  const bool preemption = config.preemption;
   bool acted = false;
   auto& workers = core_.workers();
-  for (std::size_t i = 0; i < workers.size(); ++i) {
+  // For the spares (worker.h): threads blocked in the kernel in one fiber,
+  // threads idle, and whether fibers wait that such a thread holds up.
+  unsigned blocked = 0;
+  unsigned idle = 0;
+  bool held_up_work = false;
+  const std::size_t span = core_.steal_span();
+  for (std::size_t i = 0; i < span; ++i) {
     Worker& worker = *workers[i];
     Watch& watch = watches_[i];
     const WorkerState state = worker.state();
-    if (state != WorkerState::sleeping && state != WorkerState::stopped) all_sleeping = false;
+    if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
+      all_sleeping = false;
+    if (state == WorkerState::sleeping || state == WorkerState::searching) ++idle;
     const std::uint64_t tick = worker.switch_tick();
     if (state != WorkerState::running) {
       if (watch.watching) forget(worker, watch);
@@ -151,17 +167,45 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
       watch.asked = now;
       acted = true;
     }
-    // With one worker there is nobody to hand off to: the global queue
-    // would only feed the same worker, in FIFO order.
-    const bool holding_up = workers.size() > 1 && ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
+    // With one worker and no spares there is nobody to hand off to: the
+    // global queue would only feed the same worker, in FIFO order.
+    const bool someone_to_take = config.workers > 1 || config.spare_workers > 0;
+    const bool holding_up = someone_to_take && ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
     if (holding_up && ran >= kHandOffAfter) {
       worker.set_stuck(true);
+      // Blocked in the kernel: asleep there at every look for half the
+      // hand-off delay. One look could catch a thread in a moment's wait
+      // (a page fault, a sanitizer's internal lock) that needs no spare.
+      if (!in_kernel_sleep(worker.thread_state()))
+        watch.kernel_since = {};
+      else if (watch.kernel_since == Clock::time_point{})
+        watch.kernel_since = now;
+      const bool in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
+      if (in_kernel) ++blocked;
       if (worker.has_stealable_work()) {
-        if (worker.hand_off_queued(scratch_) != 0) acted = true;
-        core_.idle().notify_work();  // for what moved, and for what thieves may now take
+        if (config.workers > 1 || in_kernel) {
+          if (worker.hand_off_queued(scratch_) != 0) acted = true;
+          core_.idle().notify_work();  // for what moved, and for what thieves may now take
+        }
+        if (in_kernel) held_up_work = true;
       }
     }
   }
+  if (config.spare_workers > 0 && manage_spares(blocked, idle, held_up_work)) acted = true;
+  return acted;
+}
+
+bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept {
+  // One spare per thread blocked in the kernel: so the threads that run
+  // fibers on a CPU stay at most Config::workers (the invariant of
+  // worker.h). A surplus spare retires at its next switch.
+  const unsigned target = std::min(blocked, core_.config().spare_workers);
+  core_.set_spare_target(target);
+  // Start one only for fibers that wait and that no idle worker will take.
+  const bool waiting = held_up_work || core_.global_size() > 0;
+  if (!waiting || idle != 0) return false;
+  bool acted = false;
+  while (core_.active_spares() < target && core_.activate_spare()) acted = true;
   return acted;
 }
 
@@ -202,6 +246,8 @@ void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
   report.fiber_id = fiber_id;
   report.fiber_name = fiber_name;
   report.running_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - watch.since);
+  const std::string blocked_in = describe_kernel_call(worker.os_thread_id());
+  report.blocked_in = blocked_in;
   try {
     config.on_stuck_worker(report);
   } catch (...) {

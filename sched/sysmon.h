@@ -98,6 +98,9 @@ class Sysmon {
     // delay (-1: not read yet), and when that was.
     std::int64_t cpu_start_ns = -1;
     Clock::time_point cpu_since{};
+    // Since when every look has found the thread asleep in the kernel
+    // (epoch: the last look did not); for spare workers.
+    Clock::time_point kernel_since{};
     std::atomic<std::int64_t> running_since_ns{0};
     std::atomic<bool> stuck{false};
     std::atomic<std::uint64_t> stuck_fiber{0};
@@ -116,6 +119,9 @@ class Sysmon {
   // fibers to the FIFO global queue undoes its depth-first order.
   bool holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   void report_stuck(Worker& worker, Watch& watch, Clock::time_point now);
+  // Sets how many spares may run and starts those wanted (worker.h); true
+  // if it started one.
+  bool manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept;
   void deep_sleep();
   void wake() noexcept;
 

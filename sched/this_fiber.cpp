@@ -50,12 +50,17 @@ void checkpoint() noexcept { detail::checkpoint(); }
 
 PinGuard pin() {
   detail::FiberControl& fiber = require_fiber("weft::this_fiber::pin()");
-  fiber.pin_count.fetch_add(1, std::memory_order_relaxed);
+  // The first pin binds the fiber to this worker: a spare must not retire
+  // under it (sched/worker.h).
+  if (fiber.pin_count.fetch_add(1, std::memory_order_relaxed) == 0) detail::current_worker()->count_pin(1);
   return PinGuard(&fiber);
 }
 
 PinGuard::~PinGuard() {
-  if (fiber_ != nullptr) static_cast<detail::FiberControl*>(fiber_)->pin_count.fetch_sub(1, std::memory_order_relaxed);
+  if (fiber_ == nullptr) return;
+  // Unpinned on the worker it was pinned on: it could not move meanwhile.
+  if (static_cast<detail::FiberControl*>(fiber_)->pin_count.fetch_sub(1, std::memory_order_relaxed) == 1)
+    if (detail::Worker* worker = detail::current_worker()) worker->count_pin(-1);
 }
 
 }  // namespace weft::this_fiber

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../runtime/overflow_handler.h"
+#include "futex.h"
 #include "idle_poller.h"
 #include "scheduler_core.h"
 
@@ -77,13 +78,17 @@ const char* to_string(WorkerState state) noexcept {
       return "sleeping";
     case WorkerState::stopped:
       return "stopped";
+    case WorkerState::spare:
+      return "spare";
   }
   return "unknown";
 }
 
-Worker::Worker(SchedulerCore& core, unsigned index)
+Worker::Worker(SchedulerCore& core, unsigned index, bool spare)
     : core_(core),
       index_(index),
+      spare_(spare),
+      state_(spare ? WorkerState::spare : WorkerState::running),
       until_global_check_(kGlobalCheckInterval),
       random_state_(0x9E3779B97F4A7C15ull * (index + 1)) {}
 
@@ -93,6 +98,66 @@ void Worker::start() {
 
 void Worker::join() {
   if (thread_.joinable()) thread_.join();
+}
+
+bool Worker::activate() noexcept {
+  spare_running_.store(true, std::memory_order_relaxed);
+  // The bump is what the thread waits for (wait_for_activation); release:
+  // it sees the queues sysmon handed off before.
+  activations_.fetch_add(1, std::memory_order_release);
+  if (spare_started_.load(std::memory_order_relaxed)) {
+    futex_wake(activations_);
+    return true;
+  }
+  try {
+    start();
+  } catch (...) {  // std::system_error: no thread to be had; sysmon tries again later
+    spare_running_.store(false, std::memory_order_relaxed);
+    return false;
+  }
+  spare_started_.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+void Worker::wake_spare() noexcept {
+  activations_.fetch_add(1, std::memory_order_release);
+  futex_wake(activations_);
+}
+
+void Worker::wait_for_activation() noexcept {
+  std::uint32_t now = activations_.load(std::memory_order_acquire);
+  while (now == activations_seen_) {
+    futex_wait(activations_, now);
+    now = activations_.load(std::memory_order_acquire);
+  }
+  activations_seen_ = now;
+}
+
+bool Worker::leaving() const noexcept {
+  if (!spare_) [[likely]]
+    return false;
+  return pinned_here_ == 0 && core_.spare_surplus();
+}
+
+void Worker::flush_to_global() noexcept {
+  FiberControl* batch[RunQueue<RingEntry>::capacity];
+  std::size_t n = 0;
+  if (FiberControl* next = next_.take()) batch[n++] = next;
+  auto owner = ring_.owner();
+  while (FiberControl* fiber = owner.pop().fiber()) batch[n++] = fiber;
+  core_.push_global_bulk(batch, n);
+  // Nothing pinned is here (leaving() and the idle retirement check
+  // pinned_here_), so the inbox is empty.
+  n = 0;
+  while (FiberControl* fiber = spawned_.pop()) {
+    batch[n++] = fiber;
+    if (n == std::size(batch)) {
+      core_.push_global_bulk(batch, n);
+      n = 0;
+    }
+  }
+  core_.push_global_bulk(batch, n);
+  core_.idle().notify_work();
 }
 
 std::uint32_t Worker::queue_length() const noexcept {
@@ -163,11 +228,40 @@ void Worker::run_loop() {
   adopt_thread_context(loop_context_);
   AltSignalStack alt_stack;
 
+  if (!spare_) {
+    run_fibers();
+  } else {
+    for (;;) {
+      wait_for_activation();
+      if (core_.stopping()) break;
+      state_.store(WorkerState::running, std::memory_order_relaxed);
+      run_fibers();
+      if (core_.stopping()) break;
+      flush_to_global();
+      state_.store(WorkerState::spare, std::memory_order_relaxed);
+      current_.store(nullptr, std::memory_order_relaxed);
+      // Release: a sysmon that activates it again sees the queues flushed.
+      spare_running_.store(false, std::memory_order_release);
+    }
+  }
+  state_.store(WorkerState::stopped, std::memory_order_relaxed);
+  cpu_clock_valid_.store(false, std::memory_order_relaxed);
+  tls_worker = nullptr;
+}
+
+void Worker::run_fibers() {
   for (;;) {
+    if (spare_ && pinned_here_ == 0 && core_.retire_spare_if_surplus()) return;
     FiberControl* next = pick_next();
     if (next == nullptr) {
+      // Idle: a spare retires rather than sleep with the workers, whom
+      // notify_work() wakes for any work (Go's stopm for an M without a P).
+      if (spare_ && pinned_here_ == 0) {
+        core_.retire_spare();
+        return;
+      }
       next = wait_for_work();
-      if (next == nullptr) break;
+      if (next == nullptr) return;
       // Back from idle: a sysmon that went to sleep with every worker
       // idle must watch this one again (sched/sysmon.h).
       state_.store(WorkerState::running, std::memory_order_relaxed);
@@ -177,9 +271,6 @@ void Worker::run_loop() {
     switch_context(loop_context_, next->context, SwitchAction{});
     // Back on the thread's own stack: a fiber found nothing to hand off to.
   }
-  state_.store(WorkerState::stopped, std::memory_order_relaxed);
-  cpu_clock_valid_.store(false, std::memory_order_relaxed);
-  tls_worker = nullptr;
 }
 
 // Inlined into its four callers: a call and a return fewer per switch.
@@ -199,7 +290,7 @@ void Worker::run_loop() {
 
 void Worker::switch_away(SwitchAction action) {
   FiberControl* self = current();
-  FiberControl* next = pick_next();
+  FiberControl* next = leaving() ? nullptr : pick_next();
   if (next != nullptr) {
     switch_in(next);
     switch_context(self->context, next->context, action);
@@ -211,9 +302,17 @@ void Worker::switch_away(SwitchAction action) {
 }
 
 void Worker::yield_current() {
+  FiberControl* self = current();
+  if (leaving()) {
+    // Back to the loop, which retires; the fiber waits in the ring, which
+    // the loop flushes to the global queue.
+    self->state.store(FiberState::runnable, std::memory_order_relaxed);
+    current_.store(nullptr, std::memory_order_relaxed);
+    switch_context(self->context, loop_context_, SwitchAction{&requeue, self});
+    return;
+  }
   FiberControl* next = pick_next();
   if (next == nullptr) return;  // nothing else wants this worker
-  FiberControl* self = current();
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   switch_in(next);
   switch_context(self->context, next->context, SwitchAction{&requeue, self});
@@ -227,6 +326,10 @@ void Worker::preempt_current() {
   if (!preempt_tick_.compare_exchange_strong(requested, 0, std::memory_order_relaxed)) return;
   FiberControl* self = current();
   if (self == nullptr || requested != switch_tick_.load(std::memory_order_relaxed)) return;
+  if (leaving()) {
+    yield_current();  // which goes back to the loop to retire
+    return;
+  }
   // The back of the run queue means behind every fiber that became ready
   // while this one ran, and timers and other threads put those in the
   // global queue, of which pick_next takes one batch (and which is not FIFO
@@ -234,7 +337,7 @@ void Worker::preempt_current() {
   const std::int64_t waiting = core_.global_size();
   if (waiting > 0) {
     auto owner = ring_.owner();
-    std::int64_t share = waiting / static_cast<std::int64_t>(core_.workers().size()) + 1;
+    std::int64_t share = waiting / static_cast<std::int64_t>(core_.config().workers) + 1;
     FiberControl* batch[kGlobalBatch];
     while (share > 0 && RunQueue<RingEntry>::capacity - owner.size() >= kGlobalBatch) {
       const std::size_t n = core_.pop_global_bulk(batch, kGlobalBatch);
@@ -263,7 +366,7 @@ void Worker::park_current(SwitchAction after) {
 
 transfer_t Worker::exit_current(SwitchAction after) {
   FiberControl* self = current();
-  FiberControl* next = pick_next();
+  FiberControl* next = leaving() ? nullptr : pick_next();
   if (next != nullptr) {
     switch_in(next);
     return exit_context(self->context, next->context, after);
@@ -341,7 +444,7 @@ bool Worker::has_local_waiting() const noexcept {
 
 FiberControl* Worker::pick_global() {
   FiberControl* batch[kGlobalBatch];
-  const std::size_t workers = core_.workers().size();
+  const std::size_t workers = core_.config().workers;
   std::size_t want = kGlobalBatch;
   if (workers > 1) {
     // Take a fair share, not everything: others may be idle too.
@@ -360,7 +463,9 @@ FiberControl* Worker::pick_global() {
 
 FiberControl* Worker::steal() {
   auto& workers = core_.workers();
-  const std::size_t count = workers.size();
+  // The workers and the spares that have ever run (a retired spare's
+  // queues are empty; a running one's may be stolen from).
+  const std::size_t count = core_.steal_span();
   if (count < 2) return nullptr;
   random_state_ ^= random_state_ << 13;
   random_state_ ^= random_state_ >> 7;

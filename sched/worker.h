@@ -35,7 +35,9 @@ class RingEntry {
   std::uintptr_t bits_ = 0;
 };
 
-enum class WorkerState : std::uint8_t { running, searching, sleeping, stopped };
+// spare: a spare worker that is not running fibers (retired, or never
+// started); see "Spare workers" below.
+enum class WorkerState : std::uint8_t { running, searching, sleeping, stopped, spare };
 const char* to_string(WorkerState state) noexcept;
 
 // Written by the worker's thread (handoffs: by sysmon), read by the dump.
@@ -48,9 +50,19 @@ struct WorkerCounters {
   std::atomic<std::uint64_t> handoffs{0};  // fibers sysmon moved off while it was stuck
 };
 
+// Spare workers (docs/sysmon.md): Config::spare_workers more Workers, with
+// indexes from Config::workers on, whose threads sysmon starts (or wakes)
+// when a worker's thread is blocked in the kernel while fibers wait, Go's
+// handoffp in weft's terms. A spare runs the same loop and queues as any
+// worker, and it retires, flushing its queues to the global queue, at its
+// next switch once it is surplus (more spares active than threads blocked)
+// or as soon as it finds nothing to run. So at most Config::workers threads
+// run fibers, except while a worker is blocked in the kernel, and for the
+// time a surplus spare's fiber runs on until its next switch. A fiber
+// pinned on a spare keeps it from retiring until it unpins.
 class Worker {
  public:
-  Worker(SchedulerCore& core, unsigned index);
+  Worker(SchedulerCore& core, unsigned index, bool spare = false);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -80,6 +92,9 @@ class Worker {
   // Yields the running fiber if sysmon asked for it (the slow half of
   // checkpoint(); see sched/sysmon.h).
   void preempt_current();
+  // A fiber running here pinned itself (+1) or unpinned (-1): a spare with
+  // pinned fibers may not retire, since only it may run them.
+  void count_pin(int delta) noexcept { pinned_here_ += delta; }
 
   // --- any thread -------------------------------------------------------
   // Hands a pinned fiber to this worker, the only one allowed to run it.
@@ -105,6 +120,18 @@ class Worker {
   // how many fibers moved.
   std::size_t hand_off_queued(RunQueue<RingEntry>& scratch) noexcept;
 
+  // --- spares (sysmon's thread) ----------------------------------------
+  bool is_spare() const noexcept { return spare_; }
+  // Running fibers, or about to: set by activate(), cleared by the spare's
+  // thread once it has retired and flushed its queues.
+  bool spare_running() const noexcept { return spare_running_.load(std::memory_order_acquire); }
+  bool spare_started() const noexcept { return spare_started_.load(std::memory_order_relaxed); }
+  // Starts the spare's thread, or wakes it; false if no thread could be
+  // started.
+  bool activate() noexcept;
+  // Wakes a spare's thread to end (shutdown, once stopping() holds).
+  void wake_spare() noexcept;
+
   // --- read by the dump (any thread) ------------------------------------
   WorkerState state() const noexcept { return state_.load(std::memory_order_relaxed); }
   int os_thread_id() const noexcept { return tid_.load(std::memory_order_relaxed); }
@@ -120,6 +147,15 @@ class Worker {
  private:
   friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the thread id
   void run_loop();
+  // Runs fibers until the scheduler stops, or (a spare) until it retires.
+  void run_fibers();
+  // A spare that should stop running fibers at this switch: surplus, with
+  // nothing pinned here. Cheap when false: one branch for a worker.
+  bool leaving() const noexcept;
+  // A retiring spare's queued fibers go to the global queue.
+  void flush_to_global() noexcept;
+  // The spare's thread, between activations.
+  void wait_for_activation() noexcept;
   // Next fiber to run, without blocking: next slot, inbox, ring, spawned,
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
@@ -138,6 +174,7 @@ class Worker {
 
   SchedulerCore& core_;
   const unsigned index_;
+  const bool spare_;
   std::thread thread_;
   std::atomic<int> tid_{0};
   std::atomic<bool> cpu_clock_valid_{false};
@@ -165,6 +202,14 @@ class Worker {
   std::atomic<std::uint64_t> preempt_tick_{0};  // sysmon's request; 0: none
   std::atomic<bool> stuck_{false};              // written by sysmon
   std::uint64_t random_state_;
+  int pinned_here_ = 0;  // fibers pinned on this worker (count_pin)
+  // Spares: activations so far (a futex word the thread waits on, bumped
+  // by activate() and wake_spare(), never reset so no wake is lost), the
+  // last one the thread has seen, and whether it runs fibers.
+  std::atomic<std::uint32_t> activations_{0};
+  std::uint32_t activations_seen_ = 0;
+  std::atomic<bool> spare_running_{false};
+  std::atomic<bool> spare_started_{false};
   IdleSlot idle_slot_;
   WorkerCounters counters_;
 };

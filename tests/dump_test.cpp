@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1140,6 +1141,44 @@ TEST(Dump, ShowsAFiberParkedOnASocketAndThePoller) {
   EXPECT_EQ(fiber["wait"]["fd"].get<int>(), client);
   EXPECT_EQ(fiber["wait"]["fd_info"].get<std::string>(), "127.0.0.1:" + std::to_string(ntohs(local.sin_port)) +
                                                              " -> 127.0.0.1:" + std::to_string(ntohs(address.sin_port)));
+}
+
+// A worker blocked in a raw read: the dump names the call and the fd, in
+// the JSON and in the STUCK line, and shows the blocking pool once used.
+TEST(Dump, TheStuckLineNamesTheSystemCall) {
+  Scheduler sched{test::config_with(1)};
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::atomic<bool> started{false};
+  Fiber pool_user = sched.spawn([] { EXPECT_EQ(blocking([] { return 3; }), 3); });
+  pool_user.join();
+  Fiber blocker = sched.spawn({.name = "reader"}, [&] {
+    started = true;
+    char c;
+    EXPECT_EQ(::syscall(SYS_read, fds[0], &c, 1), 1);
+  });
+  while (!started.load()) std::this_thread::yield();
+  const std::string expected = "blocked in read(2) on fd " + std::to_string(fds[0]);
+  std::string text;
+  std::string blocked_in;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto answer = tools::request_dump(::getpid(), "dump", 30s);
+    blocked_in = Json::parse(answer.text)["schedulers"][0]["workers"][0]["blocked_in"].get<std::string>();
+    if (blocked_in == expected) {
+      text = tools::render_dump_text(answer.snapshot);
+      if (text.find("STUCK") != std::string::npos) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(::write(fds[1], "x", 1), 1);
+  blocker.join();
+  ::close(fds[0]);
+  ::close(fds[1]);
+  EXPECT_EQ(blocked_in, expected);
+  EXPECT_NE(text.find("without a switch, " + expected), std::string::npos) << text;
+  EXPECT_NE(text.find("weft::blocking: 1 of 16 helper threads, 0 busy, 0 calls queued, 1 done"), std::string::npos)
+      << text;
 }
 
 }  // namespace

@@ -147,14 +147,20 @@ using ull = unsigned long long;
 using ll = long long;
 
 void worker_line(std::string& out, const WorkerSnapshot& w) {
-  append(out, "  Worker %llu [tid %lld] ", ull(w.index), ll(w.os_thread_id));
+  append(out, "  %s %llu [tid %lld] ", w.spare ? "Spare" : "Worker", ull(w.index), ll(w.os_thread_id));
   append_printable(out, w.state);
   append(out, " queue=%llu fibers_run=%llu steals=%llu failed_steals=%llu parks=%llu preempts=%llu handoffs=%llu",
          ull(w.queue_length), ull(w.fibers_run), ull(w.steals), ull(w.failed_steals), ull(w.parks), ull(w.preempts),
          ull(w.handoffs));
-  if (w.stuck)
-    append(out, "\n   STUCK: fiber #%llu has run %.1f ms without a switch (no checkpoint, or a blocking call)",
-           ull(w.stuck_fiber), w.running_ms);
+  if (w.stuck) {
+    append(out, "\n   STUCK: fiber #%llu has run %.1f ms without a switch", ull(w.stuck_fiber), w.running_ms);
+    if (w.blocked_in.empty()) {
+      out += " (no checkpoint, or a blocking call)";
+    } else {
+      out += ", ";
+      append_printable(out, w.blocked_in);
+    }
+  }
   out += '\n';
 }
 
@@ -359,7 +365,12 @@ std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
   for (const SchedulerSnapshot& s : dump.schedulers) {
     out += "\nScheduler \"";
     append_printable(out, s.name);
-    append(out, "\": %llu workers, %llu fibers\n\n", ull(s.workers.size()), ull(s.fiber_count));
+    append(out, "\": %llu workers, %llu fibers\n", ull(s.workers.size()), ull(s.fiber_count));
+    if (s.blocking.threads != 0)
+      append(out, "  weft::blocking: %llu of %llu helper threads, %llu busy, %llu calls queued, %llu done\n",
+             ull(s.blocking.threads), ull(s.blocking.max_threads), ull(s.blocking.busy), ull(s.blocking.queued),
+             ull(s.blocking.calls));
+    out += '\n';
     for (const WorkerSnapshot& w : s.workers) worker_line(out, w);
     poller_line(out, s.poller);
     std::vector<const FiberSnapshot*> sorted;

@@ -42,6 +42,10 @@ struct StuckWorker {
   std::uint64_t fiber_id = 0;  // 0 if the fiber could not be identified
   std::string_view fiber_name;
   std::chrono::milliseconds running_for{0};  // since sysmon first saw it run
+  // What the thread is doing in the kernel, from /proc/self/task/<tid>/syscall:
+  // "blocked in read(2) on fd 7", "blocked in syscall 230"; empty when it is
+  // running on a CPU (a loop without checkpoints) or the kernel does not say.
+  std::string_view blocked_in;
 };
 // Called on the sysmon thread, once per stuck episode. Keep it short and do
 // not wait on weft primitives in it: sysmon does nothing else meanwhile.
@@ -74,6 +78,13 @@ struct Config {
   std::chrono::microseconds time_slice{10'000};
   // Off by default; see StuckWorker.
   StuckWorkerHandler on_stuck_worker;
+  // Helper threads of weft::blocking (include/weft/blocking.h), at most;
+  // started one at a time as calls find every helper busy. 1 to 1024.
+  unsigned blocking_threads = 16;
+  // Spare threads that take over a worker's fibers while its thread is
+  // blocked in the kernel (docs/sysmon.md), at most; started on demand and
+  // retired when idle. 0 turns replacement off. At most 1024.
+  unsigned spare_workers = 16;
 };
 
 }  // namespace weft

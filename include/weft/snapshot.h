@@ -76,6 +76,23 @@ struct WorkerSnapshot {
   double running_ms = 0;
   bool stuck = false;
   std::uint64_t stuck_fiber = 0;  // the stuck fiber's id, 0 if unknown
+  // When stuck: what its thread is doing in the kernel ("blocked in read(2)
+  // on fd 7"); empty when it runs on a CPU or the kernel does not say.
+  std::string blocked_in;
+  // A spare worker (docs/sysmon.md): its index is Config::workers or more,
+  // and it runs fibers only while a worker is blocked in the kernel (state
+  // "spare" when it does not). Listed once its thread has started.
+  bool spare = false;
+};
+
+// The helper threads of weft::blocking (include/weft/blocking.h); all zero
+// until a fiber first calls it.
+struct BlockingPoolSnapshot {
+  unsigned threads = 0;      // started so far
+  unsigned max_threads = 0;  // Config::blocking_threads
+  unsigned busy = 0;         // running a call now
+  std::uint64_t queued = 0;  // calls waiting for a free helper
+  std::uint64_t calls = 0;   // calls completed
 };
 
 // A scheduler's netpoller (docs/io.md).
@@ -95,6 +112,7 @@ struct SchedulerSnapshot {
   std::vector<WorkerSnapshot> workers;
   std::vector<FiberSnapshot> fibers;  // live fibers only
   std::uint64_t fiber_count = 0;      // live fibers, also when `fibers` was not taken
+  BlockingPoolSnapshot blocking;
 };
 
 // What weft-dump receives: the process and every scheduler it runs.

@@ -10,6 +10,7 @@
 //   consumer.join();
 #pragma once
 
+#include "blocking.h"
 #include "blocking_queue.h"
 #include "condition_variable.h"
 #include "config.h"

@@ -204,6 +204,8 @@ def schedulers(layout):
         s.address = node
         s.name = _cstring(field("name"), 256, strings)
         s.worker_count = field("worker_count")
+        # Spare workers (docs/sysmon.md) follow the regular ones in the array.
+        s.regular_workers = field("regular_workers") if layout.has("scheduler.regular_workers") else s.worker_count
         workers = field("workers")
         s.worker_index = {}
         s.worker_tids = []
@@ -680,7 +682,7 @@ See also: weft-bt."""
         now_ns, at_least = _clock([f for s in found for f in s.fibers])
         for s in found:
             gdb.write(
-                'Scheduler "%s": %d workers, %d fibers\n' % (s.name, s.worker_count, len(s.fibers))
+                'Scheduler "%s": %d workers, %d fibers\n' % (s.name, s.regular_workers, len(s.fibers))
             )
             for f in s.fibers:
                 gdb.write(fiber_line(f, now_ns, at_least) + "\n")

@@ -1,0 +1,241 @@
+// weft::blocking (include/weft/blocking.h, io/blocking_pool.h): values,
+// void, references and exceptions come back; the call runs on a named
+// helper thread while the worker runs other fibers; callers beyond the pool
+// queue and all finish; a plain thread just calls fn.
+#include <pthread.h>
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/blocking_pool.h"
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string this_thread_name() {
+  char name[16] = {};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  return name;
+}
+
+// Waits on a plain flag, as a call into code that knows nothing of weft
+// would; bounded so that a broken pool fails instead of hanging.
+bool spin_until(const std::atomic<bool>& flag, Clock::duration limit = 20s) {
+  const auto deadline = Clock::now() + limit;
+  while (!flag.load()) {
+    if (Clock::now() >= deadline) return false;
+    ::usleep(100);
+  }
+  return true;
+}
+
+class Blocking : public test::WorkersTest {};
+
+TEST_P(Blocking, ReturnsTheValueComputedOnAHelperThread) {
+  sched()
+      .spawn([] {
+        const auto worker_thread = std::this_thread::get_id();
+        std::thread::id helper_thread;
+        const int value = blocking([&] {
+          helper_thread = std::this_thread::get_id();
+          return 6 * 7;
+        });
+        EXPECT_EQ(value, 42);
+        EXPECT_NE(helper_thread, std::thread::id{});
+        EXPECT_NE(helper_thread, worker_thread);
+      })
+      .join();
+}
+
+TEST_P(Blocking, VoidMoveOnlyAndReferenceResults) {
+  sched()
+      .spawn([] {
+        int side_effect = 0;
+        blocking([&] { side_effect = 5; });
+        EXPECT_EQ(side_effect, 5);
+
+        std::unique_ptr<std::string> owned = blocking([] { return std::make_unique<std::string>("moved"); });
+        ASSERT_NE(owned, nullptr);
+        EXPECT_EQ(*owned, "moved");
+
+        std::vector<int> numbers{1, 2, 3};
+        std::vector<int>& same = blocking([&]() -> std::vector<int>& { return numbers; });
+        EXPECT_EQ(&same, &numbers);
+      })
+      .join();
+}
+
+TEST_P(Blocking, RethrowsWhatTheCallThrew) {
+  sched()
+      .spawn([] {
+        try {
+          blocking([]() -> int { throw std::runtime_error("disk on fire"); });
+          ADD_FAILURE() << "blocking() returned although the call threw";
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "disk on fire");
+        }
+        struct Custom {
+          int code;
+        };
+        try {
+          blocking([] { throw Custom{7}; });
+          ADD_FAILURE() << "blocking() returned although the call threw";
+        } catch (const Custom& c) {
+          EXPECT_EQ(c.code, 7);
+        }
+        // The pool survives: the next call works.
+        EXPECT_EQ(blocking([] { return 1; }), 1);
+      })
+      .join();
+}
+
+TEST_P(Blocking, TheWorkerRunsOtherFibersWhileTheCallBlocks) {
+  // The call waits for a flag that only another fiber sets. Were the
+  // caller's worker blocked (one worker: the only one), the flag would
+  // never be set and the call would give up after its bound.
+  std::atomic<bool> flag{false};
+  std::atomic<bool> saw_flag{false};
+  Fiber caller = sched().spawn([&] { saw_flag = blocking([&] { return spin_until(flag); }); });
+  Fiber setter = sched().spawn([&] {
+    this_fiber::sleep_for(1ms);
+    flag = true;
+  });
+  setter.join();
+  caller.join();
+  EXPECT_TRUE(saw_flag);
+}
+
+TEST_P(Blocking, HelpersAreNamedAfterTheScheduler) {
+  sched()
+      .spawn([] {
+        const std::string name = blocking([] { return this_thread_name(); });
+        EXPECT_EQ(name.rfind("test-blocking-", 0), 0u) << name;
+      })
+      .join();
+}
+
+TEST_P(Blocking, ManyMoreCallersThanHelpersQueueAndAllFinish) {
+  Config config = test::config_with(workers());
+  config.blocking_threads = 3;
+  Scheduler sched{config};
+  constexpr int kCallers = 60;
+  std::atomic<int> running{0};
+  std::atomic<int> most_running{0};
+  std::atomic<int> finished{0};
+  std::atomic<bool> release{false};
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < kCallers; ++i) {
+    fibers.push_back(sched.spawn([&, i] {
+      const int got = blocking([&] {
+        const int now = ++running;
+        int seen = most_running.load();
+        while (now > seen && !most_running.compare_exchange_weak(seen, now)) {
+        }
+        spin_until(release, 2ms);  // hold the helper a little, so that callers pile up
+        --running;
+        return i;
+      });
+      EXPECT_EQ(got, i);
+      ++finished;
+    }));
+  }
+  // While the calls run, the pool never grows past its bound.
+  const auto deadline = Clock::now() + 30s;
+  while (finished.load() < kCallers / 2 && Clock::now() < deadline) {
+    EXPECT_LE(sched.snapshot().blocking.threads, 3u);
+    std::this_thread::sleep_for(1ms);
+  }
+  release = true;
+  for (auto& fiber : fibers) fiber.join();
+  EXPECT_EQ(finished.load(), kCallers);
+  EXPECT_LE(most_running.load(), 3);
+  EXPECT_GE(most_running.load(), 1);
+  const BlockingPoolSnapshot pool = sched.snapshot().blocking;
+  EXPECT_LE(pool.threads, 3u);
+  EXPECT_GE(pool.threads, 1u);
+  EXPECT_EQ(pool.max_threads, 3u);
+  EXPECT_EQ(pool.busy, 0u);
+  EXPECT_EQ(pool.queued, 0u);
+  EXPECT_EQ(pool.calls, static_cast<std::uint64_t>(kCallers));
+}
+
+TEST_P(Blocking, UnderLoadEveryValueAndEveryExceptionComesBack) {
+  Config config = test::config_with(workers());
+  config.blocking_threads = 4;
+  Scheduler sched{config};
+  const int kFibers = 100;
+  const int kCalls = static_cast<int>(test::scaled(40) + 4);
+  std::atomic<long> sum{0};
+  std::atomic<int> caught{0};
+  std::vector<Fiber> fibers;
+  for (int f = 0; f < kFibers; ++f) {
+    fibers.push_back(sched.spawn([&, f] {
+      for (int c = 0; c < kCalls; ++c) {
+        const int n = f * kCalls + c;
+        try {
+          sum += blocking([n] {
+            if (n % 3 == 0) throw std::invalid_argument(std::to_string(n));
+            return static_cast<long>(n);
+          });
+        } catch (const std::invalid_argument& e) {
+          EXPECT_EQ(e.what(), std::to_string(n));
+          ++caught;
+        }
+      }
+    }));
+  }
+  for (auto& fiber : fibers) fiber.join();
+  long expected_sum = 0;
+  int expected_caught = 0;
+  for (int n = 0; n < kFibers * kCalls; ++n) {
+    if (n % 3 == 0)
+      ++expected_caught;
+    else
+      expected_sum += n;
+  }
+  EXPECT_EQ(sum.load(), expected_sum);
+  EXPECT_EQ(caught.load(), expected_caught);
+  EXPECT_EQ(sched.snapshot().blocking.calls, static_cast<std::uint64_t>(kFibers * kCalls));
+}
+
+WEFT_WORKER_COUNTS(Blocking);
+
+TEST(BlockingOnAPlainThread, CallsFnRightThere) {
+  Scheduler sched{test::config_with(2)};
+  const auto self = std::this_thread::get_id();
+  EXPECT_EQ(blocking([] { return std::this_thread::get_id(); }), self);
+  EXPECT_THROW(blocking([] { throw std::out_of_range("x"); }), std::out_of_range);
+  // No fiber asked: the pool was never started.
+  EXPECT_EQ(sched.snapshot().blocking.threads, 0u);
+}
+
+TEST(BlockingPoolNames, KeepTheIndexWithinFifteenCharacters) {
+  EXPECT_EQ(detail::BlockingPool::thread_name("weft", 0), "weft-blocking-0");
+  EXPECT_EQ(detail::BlockingPool::thread_name("payments", 12), "pay-blocking-12");
+  EXPECT_EQ(detail::BlockingPool::thread_name("", 3), "-blocking-3");
+}
+
+TEST(BlockingConfig, RejectsAPoolOfNoThreads) {
+  Config config = test::config_with(1);
+  config.blocking_threads = 0;
+  try {
+    Scheduler sched{config};
+    ADD_FAILURE() << "a pool of 0 threads was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("blocking_threads"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace weft

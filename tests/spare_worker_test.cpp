@@ -1,0 +1,278 @@
+// Spare workers (sched/worker.h, docs/sysmon.md): when every worker's
+// thread is blocked in the kernel in a raw system call (which no libc hook
+// could catch), sysmon starts spare threads that run the other fibers; the
+// spares retire once the workers return; the stuck report names the call.
+// Pass or fail rests on what ran before what; durations only bound loops.
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sched/kernel_call.h"
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+template <class Done>
+bool wait_until(Done&& done, Clock::duration limit = 20s) {
+  const auto deadline = Clock::now() + limit;
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+struct Pipe {
+  int fds[2] = {-1, -1};
+  Pipe() { EXPECT_EQ(::pipe(fds), 0); }
+  ~Pipe() {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  void release() { EXPECT_EQ(::write(fds[1], "x", 1), 1); }
+};
+
+// Fibers run by spares, and spares ever started, as the snapshot lists them.
+struct SpareUse {
+  std::uint64_t fibers_run = 0;
+  unsigned started = 0;
+};
+SpareUse spare_use(Scheduler& sched) {
+  SpareUse use;
+  for (const WorkerSnapshot& w : sched.snapshot().workers) {
+    if (!w.spare) continue;
+    ++use.started;
+    use.fibers_run += w.fibers_run;
+  }
+  return use;
+}
+
+unsigned spares_running(Scheduler& sched) {
+  unsigned n = 0;
+  for (const WorkerSnapshot& w : sched.snapshot().workers)
+    if (w.spare && w.state != "spare") ++n;
+  return n;
+}
+
+class SpareWorkers : public ::testing::TestWithParam<unsigned> {
+ protected:
+  unsigned workers() const { return GetParam(); }
+  Config config() {
+    Config config = test::config_with(workers());
+    config.on_stuck_worker = [this](const StuckWorker& stuck) {
+      std::lock_guard guard(lock_);
+      reports_.emplace_back(stuck.blocked_in);
+    };
+    return config;
+  }
+  std::vector<std::string> reports() {
+    std::lock_guard guard(lock_);
+    return reports_;
+  }
+
+ private:
+  std::mutex lock_;
+  std::vector<std::string> reports_;
+};
+
+TEST_P(SpareWorkers, OtherFibersRunWhileEveryWorkerIsBlockedInARawRead) {
+  Scheduler sched{config()};
+  std::vector<Pipe> pipes(workers());
+  std::atomic<unsigned> blockers_started{0};
+  std::atomic<unsigned> blockers_done{0};
+  std::vector<Fiber> blockers;
+  for (unsigned i = 0; i < workers(); ++i) {
+    blockers.push_back(sched.spawn({.name = "blocker"}, [&, fd = pipes[i].fds[0]] {
+      ++blockers_started;
+      char c;
+      // The raw system call: no weft call, no libc wrapper a hook could catch.
+      EXPECT_EQ(::syscall(SYS_read, fd, &c, 1), 1);
+      ++blockers_done;
+    }));
+  }
+  ASSERT_TRUE(wait_until([&] { return blockers_started.load() == workers(); }));
+
+  constexpr int kOthers = 20;
+  std::atomic<int> others_done{0};
+  std::vector<Fiber> others;
+  for (int i = 0; i < kOthers; ++i) {
+    others.push_back(sched.spawn([&] {
+      this_fiber::sleep_for(1ms);
+      this_fiber::yield();
+      {
+        // Pinned on whatever runs it, a spare most likely: the spare must
+        // not retire under it.
+        auto pin = this_fiber::pin();
+        this_fiber::sleep_for(1ms);
+      }
+      ++others_done;
+    }));
+  }
+  const bool others_finished = wait_until([&] { return others_done.load() == kOthers; });
+  // The stuck report, which comes after two time slices, names the call
+  // and the fd.
+  std::string seen;
+  const bool named = wait_until([&] {
+    seen.clear();
+    for (const std::string& report : reports()) {
+      seen += "[" + report + "] ";
+      for (const auto& pipe : pipes)
+        if (report == "blocked in read(2) on fd " + std::to_string(pipe.fds[0])) return true;
+    }
+    return false;
+  });
+  const unsigned blocked_at_the_end = workers() - blockers_done.load();
+  for (auto& pipe : pipes) pipe.release();
+  for (auto& fiber : blockers) fiber.join();
+  for (auto& fiber : others) fiber.join();
+
+  EXPECT_TRUE(others_finished) << others_done.load() << " of " << kOthers << " ran while the workers were blocked";
+  EXPECT_EQ(blocked_at_the_end, workers()) << "a blocker returned before the others ran: the test proved nothing";
+  // Spares ran them (they come and go as the fibers sleep and wake, so
+  // count what they ran rather than catch them running), and at most one
+  // per blocked thread was ever started: spares are started lowest index
+  // first, so those started were once all running. (A spare that took a
+  // blocker may have needed one more.)
+  const SpareUse use = spare_use(sched);
+  EXPECT_GE(use.fibers_run, 1u);
+  EXPECT_GE(use.started, 1u);
+  EXPECT_LE(use.started, 2 * workers());
+
+  // The workers are back: every spare retires.
+  EXPECT_TRUE(wait_until([&] { return spares_running(sched) == 0; })) << spares_running(sched) << " spares still run";
+  EXPECT_TRUE(named) << "reports: " << seen;
+}
+
+TEST_P(SpareWorkers, ASpareTakesOverFromAWorkerLoopingInRawNanosleep) {
+  Scheduler sched{config()};
+  std::atomic<bool> release{false};
+  std::atomic<unsigned> sleepers_started{0};
+  std::vector<Fiber> sleepers;
+  for (unsigned i = 0; i < workers(); ++i) {
+    sleepers.push_back(sched.spawn([&] {
+      ++sleepers_started;
+      const auto limit = Clock::now() + 30s;
+      while (!release.load() && Clock::now() < limit) {
+        const timespec pause{0, 20'000'000};
+        ::syscall(SYS_nanosleep, &pause, nullptr);
+      }
+    }));
+  }
+  ASSERT_TRUE(wait_until([&] { return sleepers_started.load() == workers(); }));
+  std::atomic<bool> ran{false};
+  Fiber other = sched.spawn([&] { ran = true; });
+  const bool ran_while_asleep = wait_until([&] { return ran.load(); });
+  // While they sleep, the snapshot names the call on the stuck workers.
+  bool named = false;
+  wait_until([&] {
+    for (const WorkerSnapshot& w : sched.snapshot().workers)
+      if (w.stuck && w.blocked_in == "blocked in nanosleep(2)") named = true;
+    return named;
+  });
+  release = true;
+  other.join();
+  for (auto& fiber : sleepers) fiber.join();
+  EXPECT_TRUE(ran_while_asleep);
+  EXPECT_TRUE(named);
+  EXPECT_TRUE(wait_until([&] { return spares_running(sched) == 0; }));
+}
+
+TEST_P(SpareWorkers, NoSpareForFibersThatBurnTheCpu) {
+  // A loop without checkpoints runs on a CPU: a spare would only add a
+  // thread competing for the same cores, beyond Config::workers.
+  Config cfg = config();
+  Scheduler sched{cfg};
+  std::atomic<unsigned> hogs_started{0};
+  std::atomic<bool> stop{false};
+  std::vector<Fiber> hogs;
+  for (unsigned i = 0; i < workers(); ++i) {
+    hogs.push_back(sched.spawn([&] {
+      ++hogs_started;
+      // Pure computation, no call that might sleep in the kernel (under a
+      // sanitizer even a clock read might take a lock); bounded in count.
+      std::uint64_t x = 1;
+      for (std::uint64_t i = 0; i < 20'000'000'000ull && !stop.load(std::memory_order_relaxed); ++i)
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+      EXPECT_NE(x, 0u);
+    }));
+  }
+  std::atomic<bool> waiting_ran{false};
+  Fiber waiting = sched.spawn([&] { waiting_ran = true; });
+  std::this_thread::sleep_for(150ms);  // sysmon's chance to (wrongly) start a spare
+  stop = true;
+  for (auto& fiber : hogs) fiber.join();
+  waiting.join();
+  EXPECT_TRUE(waiting_ran);
+  EXPECT_EQ(spare_use(sched).started, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, SpareWorkers, ::testing::Values(1u, 2u, 4u), ::weft::test::worker_count_name);
+
+TEST(SpareWorkersOff, WithNoSparesNothingIsStarted) {
+  Config config = test::config_with(1);
+  config.spare_workers = 0;
+  Scheduler sched{config};
+  Pipe pipe;
+  std::atomic<bool> started{false};
+  Fiber blocker = sched.spawn([&] {
+    started = true;
+    char c;
+    ::syscall(SYS_read, pipe.fds[0], &c, 1);
+  });
+  ASSERT_TRUE(wait_until([&] { return started.load(); }));
+  std::this_thread::sleep_for(50ms);  // sysmon's chance to (wrongly) start one
+  EXPECT_EQ(sched.snapshot().workers.size(), 1u);
+  pipe.release();
+  blocker.join();
+}
+
+TEST(KernelCall, NamesTheCallAndItsFd) {
+  EXPECT_STREQ(detail::syscall_name(SYS_read), "read");
+  EXPECT_STREQ(detail::syscall_name(SYS_nanosleep), "nanosleep");
+  EXPECT_EQ(detail::syscall_name(-5), nullptr);
+  Pipe pipe;
+  std::atomic<int> tid{0};
+  std::thread reader([&] {
+    tid = static_cast<int>(::syscall(SYS_gettid));
+    char c;
+    EXPECT_EQ(::syscall(SYS_read, pipe.fds[0], &c, 1), 1);
+  });
+  std::string seen;
+  const bool named = wait_until([&] {
+    seen = detail::describe_kernel_call(tid.load());
+    return seen == "blocked in read(2) on fd " + std::to_string(pipe.fds[0]);
+  });
+  pipe.release();
+  reader.join();
+  EXPECT_TRUE(named) << seen;
+  // A thread running on a CPU is in no call. (Not this thread: reading the
+  // file is itself a read(2) on it.)
+  std::atomic<bool> stop{false};
+  std::atomic<int> spinner_tid{0};
+  std::thread spinner([&] {
+    spinner_tid = static_cast<int>(::syscall(SYS_gettid));
+    while (!stop.load()) {
+    }
+  });
+  const bool saw_running =
+      wait_until([&] { return spinner_tid.load() != 0 && detail::describe_kernel_call(spinner_tid.load()).empty(); });
+  stop = true;
+  spinner.join();
+  EXPECT_TRUE(saw_running);
+  EXPECT_EQ(detail::describe_kernel_call(-1), "");
+}
+
+}  // namespace
+}  // namespace weft

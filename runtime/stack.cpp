@@ -75,7 +75,7 @@ void install_guard(char* base, std::size_t mapping_size) {
 // frame's size; code built without it touches a big frame wherever it
 // likes, so the guard must be wider than the frames it is to catch. The
 // region costs address space only (never backed; with MADV_GUARD_INSTALL
-// not even a mapping), and its page-table share is about 128 bytes a fiber.
+// not even a mapping), plus its share of the page tables (docs/benchmarks.md).
 std::size_t Stack::guard_size() noexcept {
   static const std::size_t size = (kGuardBytes + page_size() - 1) / page_size() * page_size();
   return size;

@@ -12,8 +12,13 @@
 //
 // Timeouts and would-block: offer*/put_for return false, poll*/take_for
 // return std::nullopt. The item given to a call that returns false, or that
-// throws, is left untouched in the caller's hands (it is only moved from on
-// success), so a move-only item is never lost.
+// throws QueueClosed or std::bad_alloc, is left untouched in the caller's
+// hands (it is only moved from on success), so a move-only item is never
+// lost; if the item's own move throws, it is in whatever state that left.
+//
+// Exceptions: one from T's copy or move, or std::bad_alloc while the ring
+// grows, reaches the caller and leaves the queue usable (see the private
+// part). Destroying the queue while callers wait on it aborts, naming them.
 //
 // Closing: after close(), every put-side call throws weft::QueueClosed; the
 // take side first drains what is left, then throws weft::QueueClosed. That

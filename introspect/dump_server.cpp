@@ -14,11 +14,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <list>
 #include <mutex>
 #include <new>
 #include <string>
@@ -178,13 +179,17 @@ class DumpServer {
   void after_fork_in_child() {
     exit_socket_bound.store(false);
     if (running_) {
-      new (&thread_) std::thread();  // the parent's handle, dropped without a call on it
-      for (const int fd : client_fds_) ::close(fd);
+      // The parent's handles, dropped without a call on them.
+      new (&thread_) std::thread();
+      for (Client& client : clients_) {
+        new (&client.thread) std::thread();
+        if (client.fd >= 0) ::close(client.fd);
+      }
       close_fds();
       running_ = false;
     }
-    client_fds_.clear();
-    clients_ = 0;
+    clients_.clear();
+    active_clients_ = 0;
     schedulers_.clear();  // the parent's schedulers: not this process's to show (docs/usage.md)
     clients_lock_.unlock();
     schedulers_lock_.unlock();
@@ -192,6 +197,14 @@ class DumpServer {
   }
 
  private:
+  // A connection being served on a thread of its own. The thread is
+  // joined by run() once it is done (reap), or by stop().
+  struct Client {
+    std::thread thread;
+    int fd;     // -1 once closed
+    bool done;  // its thread has left serve()
+  };
+
   // Binds the socket and starts the thread; "" or why it could not.
   std::string start() {
     if (!atfork_registered_) {
@@ -272,14 +285,18 @@ class DumpServer {
     const std::uint64_t one = 1;
     while (::write(stop_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
     }
-    thread_.join();
+    thread_.join();  // no more clients, nor reaping, from here on
+    // Clients still being served are cut off, and joined: they may be
+    // reading a scheduler that is going away, and no thread of the server
+    // outlives it (a fork right after sees none).
+    std::list<Client> clients;
     {
-      // Clients still being served are cut off, and waited for: they may
-      // be reading a scheduler that is going away.
-      std::unique_lock guard(clients_lock_);
-      for (const int fd : client_fds_) ::shutdown(fd, SHUT_RDWR);
-      clients_done_.wait(guard, [this] { return clients_ == 0; });
+      std::lock_guard guard(clients_lock_);
+      for (const Client& client : clients_)
+        if (client.fd >= 0) ::shutdown(client.fd, SHUT_RDWR);
+      clients.splice(clients.end(), clients_);
     }
+    for (Client& client : clients) client.thread.join();
     remove_socket_at_exit();
     close_fds();
     own_directory_.clear();
@@ -303,10 +320,11 @@ class DumpServer {
       }
       if (fds[1].revents != 0) return;
       if (fds[0].revents == 0) continue;
+      reap();
       const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (client < 0) continue;  // the peer gave up already, or a transient error
       const auto accepted = Clock::now();
-      if (!admit(client)) {
+      if (!admit(client, accepted)) {
         // Short enough for the socket's buffer: sent without waiting.
         send_all(client,
                  error_json("the dump server is busy: " + std::to_string(kMaxClients) +
@@ -315,32 +333,48 @@ class DumpServer {
         ::close(client);
         continue;
       }
-      try {
-        std::thread([this, client, accepted] {
-          serve(client, accepted);
-          leave(client);
-        }).detach();
-      } catch (const std::system_error&) {
-        leave(client);
-      }
     }
   }
 
-  bool admit(int client) {
+  // A thread for `client`, unless kMaxClients are being served.
+  bool admit(int client, Clock::time_point accepted) {
     std::lock_guard guard(clients_lock_);
-    if (clients_ >= kMaxClients) return false;
-    ++clients_;
-    client_fds_.push_back(client);
+    if (active_clients_ >= kMaxClients) return false;
+    const auto it = clients_.insert(clients_.end(), Client{{}, client, false});
+    try {
+      it->thread = std::thread([this, it, accepted] {
+        serve(it->fd, accepted);
+        leave(*it);
+      });
+    } catch (const std::system_error&) {
+      clients_.erase(it);
+      return false;
+    }
+    ++active_clients_;
     return true;
   }
 
-  // The last thing a client's thread does; the server object outlives it
-  // (never destroyed).
-  void leave(int client) {
+  // The last thing a client's thread does.
+  void leave(Client& client) {
     std::lock_guard guard(clients_lock_);
-    client_fds_.erase(std::remove(client_fds_.begin(), client_fds_.end(), client), client_fds_.end());
-    ::close(client);
-    if (--clients_ == 0) clients_done_.notify_all();
+    ::close(client.fd);
+    client.fd = -1;
+    client.done = true;
+    --active_clients_;
+  }
+
+  // Joins the threads of clients that are done.
+  void reap() {
+    std::list<Client> done;
+    {
+      std::lock_guard guard(clients_lock_);
+      for (auto it = clients_.begin(); it != clients_.end();) {
+        const auto next = std::next(it);
+        if (it->done) done.splice(done.end(), clients_, it);
+        it = next;
+      }
+    }
+    for (Client& client : done) client.thread.join();
   }
 
   void serve(int client, Clock::time_point accepted) {
@@ -405,10 +439,9 @@ class DumpServer {
   std::string socket_path_;
   std::string own_directory_;  // the directory start() made for itself, if it did
 
-  std::mutex clients_lock_;
-  std::condition_variable clients_done_;  // clients_ fell to 0
-  int clients_ = 0;                       // threads serving a client
-  std::vector<int> client_fds_;           // their sockets, cut off by stop()
+  std::mutex clients_lock_;  // clients_, and each one's fd and done
+  std::list<Client> clients_;
+  int active_clients_ = 0;  // of clients_, those not done
 };
 
 DumpServer& the_dump_server() { return DumpServer::the_server(); }

@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <list>
 #include <mutex>
 #include <new>
 #include <string>
@@ -171,8 +173,10 @@ class DumpServer {
     lifecycle_lock_.lock();
     schedulers_lock_.lock();
     clients_lock_.lock();
+    snapshot_lock_.lock();
   }
   void after_fork_in_parent() {
+    snapshot_lock_.unlock();
     clients_lock_.unlock();
     schedulers_lock_.unlock();
     lifecycle_lock_.unlock();
@@ -180,13 +184,20 @@ class DumpServer {
   void after_fork_in_child() {
     exit_socket_bound.store(false);
     if (running_) {
-      new (&thread_) std::thread();  // the parent's handle, dropped without a call on it
-      for (const int fd : client_fds_) ::close(fd);
+      // The parent's handles, dropped without a call on them.
+      new (&thread_) std::thread();
+      for (Client& client : clients_) {
+        new (&client.thread) std::thread();
+        if (client.fd >= 0) ::close(client.fd);
+      }
       close_fds();
       running_ = false;
     }
-    client_fds_.clear();
-    clients_ = 0;
+    clients_.clear();
+    active_clients_ = 0;
+    snapshot_queue_.clear();                          // the parent's clients' requests
+    new (&snapshot_done_) std::condition_variable();  // and their waits
+    snapshot_lock_.unlock();
     schedulers_.clear();  // the parent's schedulers: not this process's to show (docs/usage.md)
     clients_lock_.unlock();
     schedulers_lock_.unlock();
@@ -194,6 +205,14 @@ class DumpServer {
   }
 
  private:
+  // A connection being served on a thread of its own. The thread is
+  // joined by run() once it is done (reap), or by stop().
+  struct Client {
+    std::thread thread;
+    int fd;     // -1 once closed
+    bool done;  // its thread has left serve()
+  };
+
   // Binds the socket and starts the thread; "" or why it could not.
   std::string start() {
     if (!atfork_registered_) {
@@ -233,7 +252,9 @@ class DumpServer {
       return abandon(error);
     }
     stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
-    if (stop_fd_ < 0) {
+    snapshot_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    stopping_ = false;
+    if (stop_fd_ < 0 || snapshot_fd_ < 0) {
       ::unlink(socket_path_.c_str());
       return abandon(std::string("eventfd: ") + std::strerror(errno));
     }
@@ -274,14 +295,23 @@ class DumpServer {
     const std::uint64_t one = 1;
     while (::write(stop_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
     }
-    thread_.join();
+    thread_.join();  // no more clients, reaping or snapshots from here on
     {
-      // Clients still being served are cut off, and waited for: they may
-      // be reading a scheduler that is going away.
-      std::unique_lock guard(clients_lock_);
-      for (const int fd : client_fds_) ::shutdown(fd, SHUT_RDWR);
-      clients_done_.wait(guard, [this] { return clients_ == 0; });
+      std::lock_guard guard(snapshot_lock_);
+      stopping_ = true;  // clients waiting for a snapshot give up
     }
+    snapshot_done_.notify_all();
+    // Clients still being served are cut off, and joined: they may be
+    // reading a scheduler that is going away, and no thread of the server
+    // outlives it (a fork right after sees none).
+    std::list<Client> clients;
+    {
+      std::lock_guard guard(clients_lock_);
+      for (const Client& client : clients_)
+        if (client.fd >= 0) ::shutdown(client.fd, SHUT_RDWR);
+      clients.splice(clients.end(), clients_);
+    }
+    for (Client& client : clients) client.thread.join();
     remove_socket_at_exit();
     close_fds();
     own_directory_.clear();
@@ -291,24 +321,27 @@ class DumpServer {
   void close_fds() {
     if (listen_fd_ >= 0) ::close(listen_fd_);
     if (stop_fd_ >= 0) ::close(stop_fd_);
-    listen_fd_ = stop_fd_ = -1;
+    if (snapshot_fd_ >= 0) ::close(snapshot_fd_);
+    listen_fd_ = stop_fd_ = snapshot_fd_ = -1;
   }
 
   void run() {
     pthread_setname_np(pthread_self(), "weft-dump");
     for (;;) {
-      pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
+      pollfd fds[3] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {snapshot_fd_, POLLIN, 0}};
+      if (::poll(fds, 3, -1) < 0) {
         if (errno == EINTR) continue;
         std::fprintf(stderr, "weft: weft-dump server stopped: poll: %s\n", std::strerror(errno));
         return;
       }
       if (fds[1].revents != 0) return;
+      if (fds[2].revents != 0) take_snapshots();
       if (fds[0].revents == 0) continue;
+      reap();
       const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (client < 0) continue;  // the peer gave up already, or a transient error
       const auto accepted = Clock::now();
-      if (!admit(client)) {
+      if (!admit(client, accepted)) {
         // Short enough for the socket's buffer: sent without waiting.
         send_all(client,
                  error_json("the dump server is busy: " + std::to_string(kMaxClients) +
@@ -317,32 +350,48 @@ class DumpServer {
         ::close(client);
         continue;
       }
-      try {
-        std::thread([this, client, accepted] {
-          serve(client, accepted);
-          leave(client);
-        }).detach();
-      } catch (const std::system_error&) {
-        leave(client);
-      }
     }
   }
 
-  bool admit(int client) {
+  // A thread for `client`, unless kMaxClients are being served.
+  bool admit(int client, Clock::time_point accepted) {
     std::lock_guard guard(clients_lock_);
-    if (clients_ >= kMaxClients) return false;
-    ++clients_;
-    client_fds_.push_back(client);
+    if (active_clients_ >= kMaxClients) return false;
+    const auto it = clients_.insert(clients_.end(), Client{{}, client, false});
+    try {
+      it->thread = std::thread([this, it, accepted] {
+        serve(it->fd, accepted);
+        leave(*it);
+      });
+    } catch (const std::system_error&) {
+      clients_.erase(it);
+      return false;
+    }
+    ++active_clients_;
     return true;
   }
 
-  // The last thing a client's thread does; the server object outlives it
-  // (never destroyed).
-  void leave(int client) {
+  // The last thing a client's thread does.
+  void leave(Client& client) {
     std::lock_guard guard(clients_lock_);
-    client_fds_.erase(std::remove(client_fds_.begin(), client_fds_.end(), client), client_fds_.end());
-    ::close(client);
-    if (--clients_ == 0) clients_done_.notify_all();
+    ::close(client.fd);
+    client.fd = -1;
+    client.done = true;
+    --active_clients_;
+  }
+
+  // Joins the threads of clients that are done.
+  void reap() {
+    std::list<Client> done;
+    {
+      std::lock_guard guard(clients_lock_);
+      for (auto it = clients_.begin(); it != clients_.end();) {
+        const auto next = std::next(it);
+        if (it->done) done.splice(done.end(), clients_, it);
+        it = next;
+      }
+    }
+    for (Client& client : done) client.thread.join();
   }
 
   void serve(int client, Clock::time_point accepted) {
@@ -363,19 +412,72 @@ class DumpServer {
       return;
     }
     const DumpDetail detail = request == kDumpRequestFull ? DumpDetail::full : DumpDetail::summary;
-    ProcessSnapshot process;
-    try {
-      process = snapshot(detail);
-    } catch (const std::exception& e) {
-      send_all(client, error_json(std::string("snapshot failed: ") + e.what()), answer_deadline);
+    SnapshotRequest wanted;
+    wanted.detail = detail;
+    if (!request_snapshot(wanted)) return;  // the server is stopping
+    if (!wanted.error.empty()) {
+      send_all(client, error_json("snapshot failed: " + wanted.error), answer_deadline);
       return;
     }
+    const ProcessSnapshot& process = wanted.process;
     // Streamed: once a piece is sent there is no taking it back, so a
     // failure from here on (out of memory) just ends the answer early,
     // which the client reports as a malformed dump.
     try {
       write_json(process, detail, [&](std::string_view piece) { return send_all(client, piece, answer_deadline); });
     } catch (const std::exception&) {
+    }
+  }
+
+  // Snapshots are taken on the server's own thread, one at a time, for
+  // every client: Boost.Stacktrace keeps its symbol tables (libbacktrace's
+  // state: every loaded object's debug information) per thread, so on a
+  // thread per client each dump would read them afresh, and leak them.
+  struct SnapshotRequest {
+    DumpDetail detail = DumpDetail::full;
+    ProcessSnapshot process;
+    std::string error;  // why it could not be taken
+    bool done = false;
+  };
+
+  // Hands `wanted` to the server's thread and waits for it; false if the
+  // server stopped first.
+  bool request_snapshot(SnapshotRequest& wanted) {
+    std::unique_lock guard(snapshot_lock_);
+    if (stopping_) return false;
+    snapshot_queue_.push_back(&wanted);
+    const std::uint64_t one = 1;
+    while (::write(snapshot_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+    snapshot_done_.wait(guard, [&] { return wanted.done || stopping_; });
+    if (!wanted.done)
+      snapshot_queue_.erase(std::remove(snapshot_queue_.begin(), snapshot_queue_.end(), &wanted),
+                            snapshot_queue_.end());
+    return wanted.done;
+  }
+
+  // On the server's thread: every snapshot asked for so far.
+  void take_snapshots() {
+    std::uint64_t count;
+    [[maybe_unused]] const ssize_t n = ::read(snapshot_fd_, &count, sizeof(count));
+    for (;;) {
+      SnapshotRequest* wanted;
+      {
+        std::lock_guard guard(snapshot_lock_);
+        if (snapshot_queue_.empty()) return;
+        wanted = snapshot_queue_.front();
+        snapshot_queue_.erase(snapshot_queue_.begin());
+      }
+      try {
+        wanted->process = snapshot(wanted->detail);
+      } catch (const std::exception& e) {
+        wanted->error = e.what();
+      }
+      {
+        std::lock_guard guard(snapshot_lock_);
+        wanted->done = true;
+      }
+      snapshot_done_.notify_all();
     }
   }
 
@@ -407,10 +509,15 @@ class DumpServer {
   std::string socket_path_;
   std::string own_directory_;  // the directory start() made for itself, if it did
 
-  std::mutex clients_lock_;
-  std::condition_variable clients_done_;  // clients_ fell to 0
-  int clients_ = 0;                       // threads serving a client
-  std::vector<int> client_fds_;           // their sockets, cut off by stop()
+  std::mutex snapshot_lock_;  // the queue, each request's done, stopping_
+  std::condition_variable snapshot_done_;
+  std::vector<SnapshotRequest*> snapshot_queue_;  // clients' requests, for the server's thread
+  int snapshot_fd_ = -1;                          // an eventfd: a request is queued
+  bool stopping_ = false;
+
+  std::mutex clients_lock_;  // clients_, and each one's fd and done
+  std::list<Client> clients_;
+  int active_clients_ = 0;  // of clients_, those not done
 };
 
 DumpServer& the_dump_server() { return DumpServer::the_server(); }

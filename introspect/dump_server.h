@@ -3,7 +3,7 @@
 // cooperation, so that a busy or stuck worker cannot block a dump.
 //
 // One server per process, not per scheduler: the socket is named after the
-// pid (`<dir>/<pid>.sock`, introspect/dump_socket.h), and one `weft-dump <pid>`
+// pid (`<dir>/<pid>.sock`, introspect/dump_protocol.h), and one `weft-dump <pid>`
 // must show every scheduler of the process. So schedulers register with a
 // process-wide list. That list is weft's one global, and it is justified:
 // the thing it models, "this process's weft schedulers", is itself
@@ -16,8 +16,13 @@
 // Protocol: the client connects and sends one line, "dump" (everything) or
 // "summary" (per scheduler only its counts, for `weft-dump --list`); the
 // server answers with one JSON document (introspect/dump_format.h) and closes.
-// A peer of another uid (SO_PEERCRED) gets {"error": ...} instead.
-// Requests are served one at a time on the server's thread.
+// A peer of another uid (SO_PEERCRED) gets {"error": ...} instead. Each
+// client is served on a thread of its own, under deadlines of its own, up
+// to 16 at once (more are told the server is busy), so that no client can
+// hold the others up.
+//
+// fork(): the child forgets the parent's server (pthread_atfork), whose
+// socket stays the parent's; a scheduler made in the child starts its own.
 //
 // Turned off by Config::dump = false, or for the whole process by the
 // environment variable WEFT_DUMP=0.

@@ -790,16 +790,20 @@ TEST(Dump, AForkedChildsExitLeavesTheParentsSocket) {
 // docs/usage.md: after fork() the parent's scheduler is unusable in the
 // child, and says so; a scheduler the child makes works, dump included.
 TEST(Dump, AForkedChildRefusesTheParentsSchedulerAndRunsItsOwn) {
-  Scheduler parent{test::config_with(2)};
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support threads started after a multi-threaded fork (die_after_fork)";
+#endif
+  auto parent = std::make_unique<Scheduler>(test::config_with(2));
   ForkedChild child(
       [&](const ForkedChild::Channel&) -> std::string {
         try {
-          parent.spawn([] {}).join();
+          parent->spawn([] {}).join();
           return "spawn on the parent's scheduler did not throw";
         } catch (const std::logic_error& e) {
           if (std::string(e.what()).find("forked child") == std::string::npos)
             return std::string("unclear refusal: ") + e.what();
         }
+        parent.reset();  // the child's copy: its worker threads are the parent's, not joinable here
         Config config = test::config_with(2);
         config.name = "child";
         Scheduler own{config};
@@ -814,7 +818,7 @@ TEST(Dump, AForkedChildRefusesTheParentsSchedulerAndRunsItsOwn) {
       {}, {}, /*exit_normally=*/true);
   EXPECT_EQ(child.finish(), (std::pair<std::string, int>{"ok", 0}));
   EXPECT_EQ(tools::request_dump(::getpid(), "summary", 30s).snapshot.schedulers.size(), 1u);
-  parent.spawn([] {}).join();
+  parent->spawn([] {}).join();
 }
 
 // --- who may serve and be believed ----------------------------------------
@@ -1056,8 +1060,12 @@ TEST(Dump, ClientsThatHoldTheServerDoNotBlockOthers) {
   // Each of these within its own time, with all three still held; the
   // server used to take one client at a time, 5 s each.
   for (int i = 0; i < 3; ++i) {
-    const auto answer = tools::request_dump(::getpid(), "dump", 4s);
-    EXPECT_EQ(answer.snapshot.schedulers.at(0).fibers.size(), std::size_t{kFibers});
+    try {
+      const auto answer = tools::request_dump(::getpid(), "dump", 4s);
+      EXPECT_EQ(answer.snapshot.schedulers.at(0).fibers.size(), std::size_t{kFibers});
+    } catch (const tools::DumpUnavailable& e) {
+      ADD_FAILURE() << "dump " << i << ": " << e.what();
+    }
   }
   trickling.store(false);
   trickle.join();

@@ -1,0 +1,46 @@
+// What every libc hook shares (io/hooks_*.cpp): whether the caller should
+// park at all, deadlines from timeouts, and the one way a hook waits for an
+// fd (through the netpoller's wait_fd).
+//
+// The rule every hook keeps: when parking_enabled() is false it calls the
+// real function and nothing else (apart from recording fd state), so a
+// plain thread, code before any scheduler, a forked child's thread and
+// WEFT_HOOKS=0 get exactly libc's behaviour.
+#pragma once
+
+#include <weft/detail/park.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "../runtime/fiber_control.h"
+#include "netpoller.h"
+
+namespace weft::detail {
+
+// WEFT_HOOKS=0 (or off/false/no), read once: the hooks pass everything through.
+bool hooks_enabled() noexcept;
+
+// True on the thread that called fork(), in the child: it may still look
+// like a fiber to weft, but no worker is left to resume it.
+bool in_forked_child() noexcept;
+
+// True when a blocking call should park the calling fiber.
+inline bool parking_enabled() noexcept { return current_fiber() != nullptr && hooks_enabled() && !in_forked_child(); }
+
+// A socket timeout in nanoseconds (0: none) as a deadline.
+inline Clock::time_point deadline_after_ns(std::int64_t ns) {
+  if (ns <= 0) return no_deadline;
+  return deadline_after(std::chrono::nanoseconds(ns));
+}
+
+// Waits until `fd` is ready for `direction`, or the deadline. Returns 0
+// when ready, else the errno the blocking call would have reported:
+// EAGAIN at the deadline (a socket timeout), EBADF when the fd was closed
+// meanwhile, or what wait_fd threw (EPERM for an fd epoll cannot watch).
+int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline) noexcept;
+
+// Parks the calling fiber until `deadline`.
+void sleep_parked(Clock::time_point deadline) noexcept;
+
+}  // namespace weft::detail

@@ -119,6 +119,7 @@ void fd_duplicated(int from, int to) noexcept {
 void fd_forgotten(int fd) noexcept {
   FdState* state = fd_state(fd);
   if (state == nullptr) return;
+  state->generation.fetch_add(1, std::memory_order_relaxed);
   state->flags.store(0, std::memory_order_relaxed);
   state->recv_timeout_ns.store(0, std::memory_order_relaxed);
   state->send_timeout_ns.store(0, std::memory_order_relaxed);

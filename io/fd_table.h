@@ -35,6 +35,10 @@ struct FdState {
   static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
 
   std::atomic<std::uint32_t> flags{0};
+  // Bumped when the fd is closed through weft: a hook that parked on this
+  // fd and wakes to another generation knows its fd is gone (EBADF), even
+  // if the number was reused meanwhile.
+  std::atomic<std::uint32_t> generation{0};
   // Nanoseconds; 0 means no timeout (block forever), as for the kernel.
   std::atomic<std::int64_t> recv_timeout_ns{0};
   std::atomic<std::int64_t> send_timeout_ns{0};

@@ -42,8 +42,11 @@ bool hooks_enabled() noexcept {
 
 bool in_forked_child() noexcept { return forked_thread; }
 
+this_fiber::PinGuard stay_on_this_worker() { return this_fiber::pin(); }
+
 int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline) noexcept {
   try {
+    const this_fiber::PinGuard same_thread = stay_on_this_worker();
     switch (wait_fd(fd, direction, deadline)) {
       case FdWaitResult::ready:
         return 0;
@@ -62,6 +65,7 @@ int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline) noexc
 
 void sleep_parked(Clock::time_point deadline) noexcept {
   try {
+    const this_fiber::PinGuard same_thread = stay_on_this_worker();
     sleep_parked_until(deadline);
   } catch (...) {
     // Parking allocates nothing that can fail for a timer; nothing to report.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <weft/detail/park.h>
+#include <weft/this_fiber.h>
 
 #include <chrono>
 #include <cstdint>
@@ -27,6 +28,17 @@ bool in_forked_child() noexcept;
 
 // True when a blocking call should park the calling fiber.
 inline bool parking_enabled() noexcept { return current_fiber() != nullptr && hooks_enabled() && !in_forked_child(); }
+
+// Keeps the calling fiber on its worker while a hook parks it, so that the
+// hooked call returns on the thread it was made on. Not for weft's sake:
+// for the caller's. __errno_location() is declared const, so compiled code
+// computes errno's address once per function and keeps it across calls
+// (GCC -O2 does, in the caller of read() as much as anywhere): a fiber
+// that resumed on another worker would have its errno written to one
+// thread and read from another. The same holds for any thread_local the
+// caller's library cached. A fiber still moves between workers at weft's
+// own suspension points (docs/io.md, "what changes for your code").
+this_fiber::PinGuard stay_on_this_worker();
 
 // A socket timeout in nanoseconds (0: none) as a deadline.
 inline Clock::time_point deadline_after_ns(std::int64_t ns) {

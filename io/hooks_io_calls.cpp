@@ -37,6 +37,15 @@ namespace {
 
 bool would_block(int error) { return error == EAGAIN || error == EWOULDBLOCK; }
 
+// wait_for_fd, and EBADF if the fd was closed through weft while the fiber
+// was parked (its number may already belong to another fd).
+int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_point deadline) {
+  const std::uint32_t generation = state.generation.load(std::memory_order_relaxed);
+  const int failed = wait_for_fd(fd, direction, deadline);
+  if (state.generation.load(std::memory_order_relaxed) != generation) return EBADF;
+  return failed;
+}
+
 // The record of an fd a fiber should park on for this call, or null when
 // the call must go straight to libc.
 FdState* parkable(int fd, int flags = 0) noexcept {
@@ -52,7 +61,7 @@ FdState* parkable(int fd, int flags = 0) noexcept {
 // fiber parks until `fd` is ready in `direction` or the timeout passes.
 // errno is the caller's own on success and set afresh on failure.
 template <class Attempt>
-auto attempt_or_park(int fd, FdDirection direction, std::int64_t timeout_ns, Attempt&& attempt) {
+auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::int64_t timeout_ns, Attempt&& attempt) {
   const int saved = errno_value();
   bool have_deadline = false;
   Clock::time_point deadline{};
@@ -68,7 +77,7 @@ auto attempt_or_park(int fd, FdDirection direction, std::int64_t timeout_ns, Att
       deadline = deadline_after_ns(timeout_ns);
       have_deadline = true;
     }
-    if (const int failed = wait_for_fd(fd, direction, deadline)) {
+    if (const int failed = park_on(fd, state, direction, deadline)) {
       set_errno(failed);
       return decltype(result)(-1);
     }
@@ -80,7 +89,7 @@ auto attempt_or_park(int fd, FdDirection direction, std::int64_t timeout_ns, Att
 // call blocks this worker as it would block a thread (docs/io.md).
 template <class Call>
 auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) {
-  const int failed = wait_for_fd(fd, direction, no_deadline);
+  const int failed = park_on(fd, state, direction, no_deadline);
   if (failed == EPERM) {
     state.set_kind(FdKind::unpollable);  // epoll refuses it (e.g. /dev/null): pass it through from now on
   } else if (failed != 0) {
@@ -95,7 +104,7 @@ std::int64_t send_timeout(const FdState& state) { return state.send_timeout_ns.l
 
 ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   if (!(flags & MSG_WAITALL) || n == 0) {
-    return attempt_or_park(fd, FdDirection::read, recv_timeout(state),
+    return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state),
                            [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
   }
   // MSG_WAITALL: blocks until all n bytes, EOF, an error or the timeout;
@@ -113,7 +122,7 @@ ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr
     if (r == 0) break;
     const int error = errno_value();
     if (would_block(error)) {
-      if (const int failed = wait_for_fd(fd, FdDirection::read, deadline)) {
+      if (const int failed = park_on(fd, state, FdDirection::read, deadline)) {
         if (done > 0) break;
         set_errno(failed);
         return -1;
@@ -152,7 +161,7 @@ ssize_t send_all(int fd, FdState& state, const void* buf, size_t n, int flags, c
       deadline = deadline_after_ns(send_timeout(state));
       have_deadline = true;
     }
-    if (const int failed = wait_for_fd(fd, FdDirection::write, deadline)) {
+    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
       if (done > 0) break;
       set_errno(failed);
       return -1;
@@ -208,7 +217,7 @@ ssize_t sendmsg_all(int fd, FdState& state, const msghdr* msg, int flags) {
       deadline = deadline_after_ns(send_timeout(state));
       have_deadline = true;
     }
-    if (const int failed = wait_for_fd(fd, FdDirection::write, deadline)) {
+    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
       if (done > 0) break;
       set_errno(failed);
       return -1;
@@ -260,7 +269,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
       result = real::accept4()(fd, addr, addr_len, flags);
     } while (result < 0 && !parking_enabled() && plain_thread_should_retry(fd));
   } else {
-    result = attempt_or_park(fd, FdDirection::read, recv_timeout(*listener), [&] {
+    result = attempt_or_park(fd, *listener, FdDirection::read, recv_timeout(*listener), [&] {
       return with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
     });
   }
@@ -298,7 +307,7 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
     sleep_parked(std::min(deadline, Clock::now() + backoff));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(16));
   }
-  if (const int failed = wait_for_fd(fd, FdDirection::write, deadline)) {
+  if (const int failed = park_on(fd, *state, FdDirection::write, deadline)) {
     // A connect timed out by SO_SNDTIMEO reports EINPROGRESS (socket(7)).
     set_errno(failed == EAGAIN ? EINPROGRESS : failed);
     return -1;
@@ -335,7 +344,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
-    return attempt_or_park(fd, FdDirection::read, recv_timeout(*state),
+    return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
                            [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
   }
   return wait_then_call(fd, *state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
@@ -377,7 +386,7 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
   // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
-  return attempt_or_park(fd, FdDirection::read, recv_timeout(*state),
+  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
                          [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
 }
 
@@ -386,7 +395,7 @@ int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* tim
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   // Parks for the first message; then returns what has arrived (as with
   // MSG_WAITFORONE; docs/io.md).
-  return attempt_or_park(fd, FdDirection::read, recv_timeout(*state),
+  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
                          [&] { return real::recvmmsg()(fd, msgs, count, flags | MSG_DONTWAIT, nullptr); });
 }
 
@@ -411,7 +420,7 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
-  return attempt_or_park(fd, FdDirection::write, send_timeout(*state),
+  return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state),
                          [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });
 }
 

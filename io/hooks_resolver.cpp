@@ -33,7 +33,10 @@ auto offloaded(Fn&& fn) {
       call->host_error = h_errno;
     }
   } call{&fn};
-  run_blocking(&Call::run, &call);
+  {
+    const this_fiber::PinGuard same_thread = stay_on_this_worker();
+    run_blocking(&Call::run, &call);
+  }
   set_errno(call.error);
   h_errno = call.host_error;
   return call.result;

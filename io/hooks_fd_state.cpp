@@ -210,3 +210,75 @@ int shutdown(int fd, int how) noexcept {
 }
 
 }  // extern "C"
+
+// The calls that make an fd of a kind the hooks do not track. They are
+// hooked only to forget what the table held for the number: the previous
+// fd may have been closed where no hook sees it (inside libc: fclose), and
+// the new one must be classified afresh on its first use from a fiber.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+
+namespace weft::detail {
+namespace {
+
+int forget_new(int fd) noexcept {
+  if (fd >= 0) fd_forgotten(fd);
+  return fd;
+}
+
+// open's mode argument exists only with O_CREAT or O_TMPFILE.
+mode_t mode_argument(int flags, va_list args) {
+  return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? mode_t(va_arg(args, int)) : 0;
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+extern "C" {
+
+int open(const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_argument(flags, args);
+  va_end(args);
+  return forget_new(real::open()(path, flags, mode));
+}
+
+int open64(const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_argument(flags, args);
+  va_end(args);
+  return forget_new(real::open64()(path, flags, mode));
+}
+
+int openat(int dir, const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_argument(flags, args);
+  va_end(args);
+  return forget_new(real::openat()(dir, path, flags, mode));
+}
+
+int openat64(int dir, const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_argument(flags, args);
+  va_end(args);
+  return forget_new(real::openat64()(dir, path, flags, mode));
+}
+
+int creat(const char* path, mode_t mode) { return forget_new(real::creat()(path, mode)); }
+int creat64(const char* path, mode_t mode) { return forget_new(real::creat64()(path, mode)); }
+int eventfd(unsigned int value, int flags) noexcept { return forget_new(real::eventfd()(value, flags)); }
+int epoll_create(int size) noexcept { return forget_new(real::epoll_create()(size)); }
+int epoll_create1(int flags) noexcept { return forget_new(real::epoll_create1()(flags)); }
+int timerfd_create(int clock, int flags) noexcept { return forget_new(real::timerfd_create()(clock, flags)); }
+int signalfd(int fd, const sigset_t* mask, int flags) noexcept { return forget_new(real::signalfd()(fd, mask, flags)); }
+int inotify_init() noexcept { return forget_new(real::inotify_init()()); }
+int inotify_init1(int flags) noexcept { return forget_new(real::inotify_init1()(flags)); }
+
+}  // extern "C"

@@ -99,6 +99,15 @@ auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) 
   return call();
 }
 
+// The table said socket, the kernel says otherwise: the number was reused
+// by an fd made where no hook saw it. Forget the record (it is classified
+// again on the next call) and let the caller make the plain call.
+bool not_a_socket_after_all(int fd) {
+  if (errno_value() != ENOTSOCK) return false;
+  fd_forgotten(fd);
+  return true;
+}
+
 std::int64_t recv_timeout(const FdState& state) { return state.recv_timeout_ns.load(std::memory_order_relaxed); }
 std::int64_t send_timeout(const FdState& state) { return state.send_timeout_ns.load(std::memory_order_relaxed); }
 
@@ -333,7 +342,11 @@ extern "C" {
 ssize_t read(int fd, void* buf, size_t n) {
   FdState* state = parkable(fd);
   if (state == nullptr) return real::read()(fd, buf, n);
-  if (state->kind() == FdKind::socket) return receive(fd, *state, buf, n, 0, nullptr, nullptr);
+  if (state->kind() == FdKind::socket) {
+    const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
+    if (result >= 0 || !not_a_socket_after_all(fd)) return result;
+    return real::read()(fd, buf, n);
+  }
   return wait_then_call(fd, *state, FdDirection::read, [&] { return real::read()(fd, buf, n); });
 }
 
@@ -344,8 +357,10 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
-    return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
-                           [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+    const ssize_t result = attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
+                                           [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+    if (result >= 0 || !not_a_socket_after_all(fd)) return result;
+    return real::readv()(fd, iov, count);
   }
   return wait_then_call(fd, *state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
 }
@@ -353,7 +368,11 @@ ssize_t readv(int fd, const iovec* iov, int count) {
 ssize_t write(int fd, const void* buf, size_t n) {
   FdState* state = parkable(fd);
   if (state == nullptr) return real::write()(fd, buf, n);
-  if (state->kind() == FdKind::socket) return send_all(fd, *state, buf, n, 0, nullptr, 0);
+  if (state->kind() == FdKind::socket) {
+    const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
+    if (result >= 0 || !not_a_socket_after_all(fd)) return result;
+    return real::write()(fd, buf, n);
+  }
   return wait_then_call(fd, *state, FdDirection::write, [&] { return real::write()(fd, buf, n); });
 }
 
@@ -365,7 +384,9 @@ ssize_t writev(int fd, const iovec* iov, int count) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
-    return sendmsg_all(fd, *state, &msg, 0);
+    const ssize_t result = sendmsg_all(fd, *state, &msg, 0);
+    if (result >= 0 || !not_a_socket_after_all(fd)) return result;
+    return real::writev()(fd, iov, count);
   }
   return wait_then_call(fd, *state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
 }

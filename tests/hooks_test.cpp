@@ -776,3 +776,29 @@ TEST(HooksFortify, ReadChkAndPollChkPark) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// An fd closed and reopened where no hook sees it (inside libc: fclose,
+// fopen) must not be treated as the socket its number used to be.
+TEST(HooksFdTable, ANumberReusedBehindTheHooksBackIsReclassified) {
+  Scheduler sched = one_worker();
+  in_fiber(sched, [] {
+    SocketPair pair;
+    const int fd = pair.fds[0];
+    ASSERT_EQ(send(pair.b(), "s", 1, 0), 1);
+    char c;
+    ASSERT_EQ(read(fd, &c, 1), 1);  // classified as a socket
+    syscall(SYS_close, fd);
+    pair.fds[0] = -1;
+    const int file = int(syscall(SYS_openat, AT_FDCWD, "/proc/self/cmdline", O_RDONLY));
+    ASSERT_EQ(file, fd);
+    char buf[16];
+    EXPECT_GT(read(file, buf, sizeof(buf)), 0) << std::strerror(errno);
+    close(file);
+  });
+}
+
+}  // namespace
+}  // namespace weft

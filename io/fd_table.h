@@ -39,6 +39,10 @@ struct FdState {
   // fd and wakes to another generation knows its fd is gone (EBADF), even
   // if the number was reused meanwhile.
   std::atomic<std::uint32_t> generation{0};
+  // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
+  // got EAGAIN retries only if a flip began meanwhile (EAGAIN is also
+  // what SO_RCVTIMEO gives).
+  std::atomic<std::uint32_t> flips{0};
   // Nanoseconds; 0 means no timeout (block forever), as for the kernel.
   std::atomic<std::int64_t> recv_timeout_ns{0};
   std::atomic<std::int64_t> send_timeout_ns{0};

@@ -246,6 +246,7 @@ auto with_nonblock(int fd, FdState& state, Call&& call) {
     state.flip_lock.unlock();
     return decltype(call())(-1);
   }
+  state.flips.fetch_add(1, std::memory_order_relaxed);
   state.set_bit(FdState::flipped_bit, true);
   real::fcntl()(fd, F_SETFL, flags | O_NONBLOCK);
   auto result = call();
@@ -258,11 +259,14 @@ auto with_nonblock(int fd, FdState& state, Call&& call) {
 }
 
 // A plain thread whose blocking accept met a moment when a fiber had the
-// listener flipped to O_NONBLOCK: wait as the kernel would have, then retry.
-bool plain_thread_should_retry(int fd) {
+// listener flipped to O_NONBLOCK: wait as the kernel would have, then
+// retry. `flips_before` is FdState::flips read before the call; no flip
+// since means the EAGAIN was the kernel's own (SO_RCVTIMEO).
+bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
   if (!would_block(errno_value())) return false;
   const FdState* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::socket || state->user_nonblock()) return false;
+  if (!state->flipped() && state->flips.load(std::memory_order_relaxed) == flips_before) return false;
   const int saved = errno_value();
   pollfd p{fd, POLLIN, 0};
   real::poll()(&p, 1, 10);  // bounded: the flip lasts one non-blocking call
@@ -274,9 +278,12 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
   FdState* listener = parkable(fd);
   int result;
   if (listener == nullptr || listener->kind() != FdKind::socket) {
-    do {
+    const FdState* known = fd_state(fd);
+    for (;;) {
+      const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
       result = real::accept4()(fd, addr, addr_len, flags);
-    } while (result < 0 && !parking_enabled() && plain_thread_should_retry(fd));
+      if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
+    }
   } else {
     result = attempt_or_park(fd, *listener, FdDirection::read, recv_timeout(*listener), [&] {
       return with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });

@@ -802,3 +802,24 @@ TEST(HooksFdTable, ANumberReusedBehindTheHooksBackIsReclassified) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// The plain-thread side of the connect/accept flip must not retry the
+// kernel's own EAGAIN: SO_RCVTIMEO on a blocking accept still times out.
+TEST(HooksPlainThread, APlainThreadsAcceptTimesOutBySoRcvtimeo) {
+  Listener listener;
+  set_timeout(listener.fd, SO_RCVTIMEO, 30ms);
+  int result = 0, error = 0;
+  std::thread acceptor([&] {
+    result = accept(listener.fd, nullptr, nullptr);
+    error = errno;
+  });
+  acceptor.join();
+  EXPECT_EQ(result, -1);
+  EXPECT_EQ(error, EAGAIN);
+}
+
+}  // namespace
+}  // namespace weft

@@ -5,8 +5,8 @@
 //
 // Each case makes the same calls from N plain threads and then from N fibers
 // on 2 workers; every answer must be right, and the fibers must not take
-// much longer than the threads (the bound is generous, 3x plus scheduling
-// slack, for 2 loaded cores; the ratio is printed). Before the hooks the
+// much longer than the threads (the bound is generous, 3x plus 500 ms of
+// scheduling slack, for 2 loaded cores; the ratio is printed). Before the hooks the
 // fibers took 22-45x as long (the measurements).
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -267,7 +267,7 @@ void compare_threads_and_fibers(const char* what, const std::function<bool(int)>
   const double ms_fibers = std::chrono::duration<double, std::milli>(fibers_took).count();
   std::printf("%s: %d plain threads %.0f ms, %d fibers on 2 workers %.0f ms (%.2fx)\n", what, callers, ms_threads,
               callers, ms_fibers, ms_fibers / ms_threads);
-  EXPECT_LT(fibers_took, 3 * threads_took + 300ms) << what;
+  EXPECT_LT(fibers_took, 3 * threads_took + 500ms) << what;
 }
 
 TEST(HooksLibs, HiredisBlockingContext) {

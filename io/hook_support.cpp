@@ -1,5 +1,16 @@
 #include "hook_support.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_HOOKS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_HOOKS_TSAN 1
+#endif
+#endif
+#ifdef WEFT_HOOKS_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 #include <pthread.h>
 #include <weft/this_fiber.h>
 
@@ -42,11 +53,30 @@ bool hooks_enabled() noexcept {
 
 bool in_forked_child() noexcept { return forked_thread; }
 
-this_fiber::PinGuard stay_on_this_worker() { return this_fiber::pin(); }
+ParkScope::ParkScope() : pin_(this_fiber::pin()) {
+#ifdef WEFT_HOOKS_TSAN
+  // The fiber's context resumes as whichever TSan fiber it names: the
+  // park's own until the destructor, which switches back (flags 0: with
+  // synchronisation, both ways).
+  ExecutionContext& context = current_fiber()->context;
+  own_tsan_fiber_ = context.tsan_fiber;
+  park_tsan_fiber_ = __tsan_create_fiber(0);
+  context.tsan_fiber = park_tsan_fiber_;
+  __tsan_switch_to_fiber(park_tsan_fiber_, 0);
+#endif
+}
+
+ParkScope::~ParkScope() {
+#ifdef WEFT_HOOKS_TSAN
+  __tsan_switch_to_fiber(own_tsan_fiber_, 0);
+  current_fiber()->context.tsan_fiber = own_tsan_fiber_;
+  __tsan_destroy_fiber(park_tsan_fiber_);
+#endif
+}
 
 int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline) noexcept {
   try {
-    const this_fiber::PinGuard same_thread = stay_on_this_worker();
+    const ParkScope park;
     switch (wait_fd(fd, direction, deadline)) {
       case FdWaitResult::ready:
         return 0;
@@ -65,7 +95,7 @@ int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline) noexc
 
 void sleep_parked(Clock::time_point deadline) noexcept {
   try {
-    const this_fiber::PinGuard same_thread = stay_on_this_worker();
+    const ParkScope park;
     sleep_parked_until(deadline);
   } catch (...) {
     // Parking allocates nothing that can fail for a timer; nothing to report.

@@ -29,16 +29,37 @@ bool in_forked_child() noexcept;
 // True when a blocking call should park the calling fiber.
 inline bool parking_enabled() noexcept { return current_fiber() != nullptr && hooks_enabled() && !in_forked_child(); }
 
-// Keeps the calling fiber on its worker while a hook parks it, so that the
-// hooked call returns on the thread it was made on. Not for weft's sake:
-// for the caller's. __errno_location() is declared const, so compiled code
-// computes errno's address once per function and keeps it across calls
-// (GCC -O2 does, in the caller of read() as much as anywhere): a fiber
-// that resumed on another worker would have its errno written to one
-// thread and read from another. The same holds for any thread_local the
-// caller's library cached. A fiber still moves between workers at weft's
-// own suspension points (docs/io.md, "what changes for your code").
-this_fiber::PinGuard stay_on_this_worker();
+// Held by a hook around every park (wait_for_fd, sleep_parked, the
+// resolver's offload). Two jobs:
+//
+// 1. It keeps the calling fiber on its worker, so that the hooked call
+//    returns on the thread it was made on. Not for weft's sake: for the
+//    caller's. __errno_location() is declared const, so compiled code
+//    computes errno's address once per function and keeps it across calls
+//    (GCC -O2 does, in the caller of read() as much as anywhere): a fiber
+//    that resumed on another worker would have its errno written to one
+//    thread and read from another. The same holds for any thread_local the
+//    caller's library cached. A fiber still moves between workers at
+//    weft's own suspension points (docs/io.md, "what changes for your code").
+//
+// 2. Under ThreadSanitizer, the hook is reached from inside TSan's own
+//    interceptor of the same call (read, poll, nanosleep...), which marks
+//    the caller as in a blocking call and ignores its synchronisation
+//    (atomics and mutexes) until the real call returns: the scheduler's
+//    park and wake-up would look like races. So the park runs as a
+//    separate TSan fiber, synchronised with the caller's on entry and exit.
+class [[nodiscard]] ParkScope {
+ public:
+  ParkScope();
+  ~ParkScope();
+  ParkScope(const ParkScope&) = delete;
+  ParkScope& operator=(const ParkScope&) = delete;
+
+ private:
+  this_fiber::PinGuard pin_;
+  void* own_tsan_fiber_ = nullptr;
+  void* park_tsan_fiber_ = nullptr;
+};
 
 // A socket timeout in nanoseconds (0: none) as a deadline.
 inline Clock::time_point deadline_after_ns(std::int64_t ns) {

@@ -34,7 +34,7 @@ auto offloaded(Fn&& fn) {
     }
   } call{&fn};
   {
-    const this_fiber::PinGuard same_thread = stay_on_this_worker();
+    const ParkScope park;
     run_blocking(&Call::run, &call);
   }
   set_errno(call.error);

@@ -57,8 +57,8 @@ class [[nodiscard]] ParkScope {
 
  private:
   this_fiber::PinGuard pin_;
-  void* own_tsan_fiber_ = nullptr;
-  void* park_tsan_fiber_ = nullptr;
+  [[maybe_unused]] void* own_tsan_fiber_ = nullptr;  // under TSan only
+  [[maybe_unused]] void* park_tsan_fiber_ = nullptr;
 };
 
 // A socket timeout in nanoseconds (0: none) as a deadline.

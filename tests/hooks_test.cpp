@@ -118,7 +118,9 @@ TEST(HooksSleep, EverySleepCallParksTheFiberNotTheWorker) {
          EXPECT_EQ(select(0, nullptr, nullptr, nullptr, &tv), 0);
        }},
   };
-  for (const auto& [name, sleep] : sleeps) {
+  for (const auto& entry : sleeps) {
+    const char* name = entry.first;
+    void (*sleep)() = entry.second;  // not a structured binding: the lambda below captures it
     std::atomic<bool> other_ran{false};
     bool ran_during_sleep = false;
     Clock::duration slept{};

@@ -18,11 +18,13 @@
 // (for at most 10 minutes, in case the test that started it is gone).
 // Dumps are off: gdb needs no dump server.
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <weft/weft.h>
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <thread>
 
 namespace {
@@ -52,7 +54,10 @@ void keep_frame() { asm volatile("" ::: "memory"); }
 }
 
 [[gnu::noinline]] void block_thread_for_gdb() {
-  std::this_thread::sleep_for(1h);  // a blocking call: the fiber stays running, its worker blocked
+  // A raw system call, which the libc hooks do not turn into a park: the
+  // fiber stays running, its worker's thread blocked in the kernel.
+  const timespec hour{3600, 0};
+  ::syscall(SYS_nanosleep, &hour, nullptr);
   keep_frame();
 }
 

@@ -2,6 +2,7 @@
 // of a stuck worker's queue (sched/sysmon.h, docs/sysmon.md). Pass or fail
 // rests on counters and on the order of events the fibers record, never on
 // how long anything took; durations below only bound loops.
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <weft/weft.h>
 
@@ -130,7 +131,8 @@ TEST(Sysmon, CheckpointOffAFiberIsANoOp) {
 
 TEST(Sysmon, FibersQueuedBehindAStuckWorkerRunBeforeItReturns) {
   // Preemption off, so that only the hand-off can move the queued fibers
-  // (the stuck fiber never yields anyway: it sits in ::usleep).
+  // (the stuck fiber never yields anyway: it sits in a raw nanosleep, which
+  // the libc hooks cannot turn into a park, docs/io.md).
   Config config = sysmon_config(2, false, 20ms);
   std::mutex report_lock;
   StuckWorker reported;
@@ -148,7 +150,7 @@ TEST(Sysmon, FibersQueuedBehindAStuckWorkerRunBeforeItReturns) {
   Scheduler sched{config};
   sched_ptr = &sched;
 
-  std::atomic<bool> usleep_returned{false};
+  std::atomic<bool> sleep_returned{false};
   std::atomic<std::uint64_t> stuck_id{0};
   constexpr int kQueued = 20;
   std::vector<std::atomic<int>> ran_before_return(kQueued + 1);  // 1 yes, -1 no
@@ -158,7 +160,7 @@ TEST(Sysmon, FibersQueuedBehindAStuckWorkerRunBeforeItReturns) {
   // next slot, which no thief takes: only sysmon's hand-off frees it.
   Fiber woken = sched.spawn({.name = "woken"}, [&] {
     wake_me.acquire();
-    ran_before_return[kQueued].store(usleep_returned.load() ? -1 : 1);
+    ran_before_return[kQueued].store(sleep_returned.load() ? -1 : 1);
   });
   Fiber stuck = sched.spawn({.name = "stuck"}, [&] {
     stuck_id.store(this_fiber::id());
@@ -166,9 +168,10 @@ TEST(Sysmon, FibersQueuedBehindAStuckWorkerRunBeforeItReturns) {
     wake_me.release();                                     // -> this worker's next slot
     std::vector<Fiber> queued;
     for (int i = 0; i < kQueued; ++i)
-      queued.push_back(spawn([&, i] { ran_before_return[i].store(usleep_returned.load() ? -1 : 1); }));
-    ::usleep(200'000);  // blocks the worker's thread
-    usleep_returned.store(true);
+      queued.push_back(spawn([&, i] { ran_before_return[i].store(sleep_returned.load() ? -1 : 1); }));
+    const timespec stuck_for{0, 200'000'000};
+    syscall(SYS_nanosleep, &stuck_for, nullptr);  // blocks the worker's thread (::usleep would park)
+    sleep_returned.store(true);
     for (auto& f : queued) f.join();
   });
   stuck.join();

@@ -1,0 +1,60 @@
+// hooks: what libweft's libc hooks add to a call that does not park (a
+// plain thread, or no scheduler at all): the hooked read() against the
+// real read() behind it (io/real_calls.h), on the same 1-byte read of
+// /dev/zero, and fcntl(F_GETFD), the cheapest tracked call. The
+// difference per call is the hook's cost; the target is <= 5 ns
+// (docs/io.md, docs/benchmarks.md). A system call's own noise on a loaded
+// machine (several ns) hides that difference, so BM_HookPassThroughDecision
+// times what a hook adds without the kernel: the decision not to park and
+// the load of the real function's pointer.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "bench_support.h"
+#include "io/hook_support.h"
+#include "io/real_calls.h"
+
+namespace {
+
+struct DevZero {
+  int fd = open("/dev/zero", O_RDONLY);
+  ~DevZero() { close(fd); }
+};
+
+void BM_HookedRead(benchmark::State& state) {
+  DevZero zero;
+  char byte;
+  for (auto _ : state) benchmark::DoNotOptimize(read(zero.fd, &byte, 1));
+}
+BENCHMARK(BM_HookedRead)->MinTime(0.5);
+
+void BM_RealRead(benchmark::State& state) {
+  DevZero zero;
+  char byte;
+  auto* real_read = weft::detail::real::read();
+  for (auto _ : state) benchmark::DoNotOptimize(real_read(zero.fd, &byte, 1));
+}
+BENCHMARK(BM_RealRead)->MinTime(0.5);
+
+void BM_HookedFcntlGetfd(benchmark::State& state) {
+  DevZero zero;
+  for (auto _ : state) benchmark::DoNotOptimize(fcntl(zero.fd, F_GETFD));
+}
+BENCHMARK(BM_HookedFcntlGetfd)->MinTime(0.5);
+
+void BM_RealFcntlGetfd(benchmark::State& state) {
+  DevZero zero;
+  auto* real_fcntl = weft::detail::real::fcntl64();
+  for (auto _ : state) benchmark::DoNotOptimize(real_fcntl(zero.fd, F_GETFD));
+}
+BENCHMARK(BM_RealFcntlGetfd)->MinTime(0.5);
+
+void BM_HookPassThroughDecision(benchmark::State& state) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(weft::detail::parking_enabled());
+    benchmark::DoNotOptimize(weft::detail::real::read());
+  }
+}
+BENCHMARK(BM_HookPassThroughDecision)->MinTime(0.5);
+
+}  // namespace

@@ -1,0 +1,105 @@
+#include "hook_support.h"
+
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_HOOKS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_HOOKS_TSAN 1
+#endif
+#endif
+#ifdef WEFT_HOOKS_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+#include <pthread.h>
+#include <weft/this_fiber.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <system_error>
+
+namespace weft::detail {
+namespace {
+
+// -1 until read; then 0 or 1. Computed lazily: a hook may run before any
+// constructor.
+std::atomic<int> enabled_state{-1};
+
+[[gnu::tls_model("initial-exec")]] thread_local bool forked_thread = false;
+
+void on_fork_child() noexcept { forked_thread = true; }
+
+// The child of a fork keeps only the thread that forked; if that was a
+// worker running a fiber, nothing will ever resume it after a park. Its
+// hooks pass through from then on; new threads (a scheduler the child
+// starts) park as usual.
+[[gnu::constructor]] void register_fork_handler() { pthread_atfork(nullptr, nullptr, &on_fork_child); }
+
+}  // namespace
+
+bool hooks_enabled() noexcept {
+  int state = enabled_state.load(std::memory_order_relaxed);
+  if (__builtin_expect(state < 0, 0)) {
+    const char* value = std::getenv("WEFT_HOOKS");
+    const bool off = value != nullptr && (std::strcmp(value, "0") == 0 || std::strcmp(value, "off") == 0 ||
+                                          std::strcmp(value, "false") == 0 || std::strcmp(value, "no") == 0);
+    state = off ? 0 : 1;
+    enabled_state.store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
+}
+
+bool in_forked_child() noexcept { return forked_thread; }
+
+ParkScope::ParkScope() : pin_(this_fiber::pin()) {
+#ifdef WEFT_HOOKS_TSAN
+  // The fiber's context resumes as whichever TSan fiber it names: the
+  // park's own until the destructor, which switches back (flags 0: with
+  // synchronisation, both ways).
+  ExecutionContext& context = current_fiber()->context;
+  own_tsan_fiber_ = context.tsan_fiber;
+  park_tsan_fiber_ = __tsan_create_fiber(0);
+  context.tsan_fiber = park_tsan_fiber_;
+  __tsan_switch_to_fiber(park_tsan_fiber_, 0);
+#endif
+}
+
+ParkScope::~ParkScope() {
+#ifdef WEFT_HOOKS_TSAN
+  __tsan_switch_to_fiber(own_tsan_fiber_, 0);
+  current_fiber()->context.tsan_fiber = own_tsan_fiber_;
+  __tsan_destroy_fiber(park_tsan_fiber_);
+#endif
+}
+
+int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline) noexcept {
+  try {
+    const ParkScope park;
+    switch (wait_fd(fd, direction, deadline)) {
+      case FdWaitResult::ready:
+        return 0;
+      case FdWaitResult::timed_out:
+        return EAGAIN;
+      case FdWaitResult::closed:
+        return EBADF;
+    }
+    return 0;
+  } catch (const std::system_error& error) {
+    return error.code().value() != 0 ? error.code().value() : EIO;
+  } catch (...) {
+    return ENOMEM;  // std::bad_alloc registering the fd
+  }
+}
+
+void sleep_parked(Clock::time_point deadline) noexcept {
+  try {
+    const ParkScope park;
+    sleep_parked_until(deadline);
+  } catch (...) {
+    // Parking allocates nothing that can fail for a timer; nothing to report.
+  }
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,79 @@
+// What every libc hook shares (io/hooks_*.cpp): whether the caller should
+// park at all, deadlines from timeouts, and the one way a hook waits for an
+// fd (through the netpoller's wait_fd).
+//
+// The rule every hook keeps: when parking_enabled() is false it calls the
+// real function and nothing else (apart from recording fd state), so a
+// plain thread, code before any scheduler, a forked child's thread and
+// WEFT_HOOKS=0 get exactly libc's behaviour.
+#pragma once
+
+#include <weft/detail/park.h>
+#include <weft/this_fiber.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "../runtime/fiber_control.h"
+#include "netpoller.h"
+
+namespace weft::detail {
+
+// WEFT_HOOKS=0 (or off/false/no), read once: the hooks pass everything through.
+bool hooks_enabled() noexcept;
+
+// True on the thread that called fork(), in the child: it may still look
+// like a fiber to weft, but no worker is left to resume it.
+bool in_forked_child() noexcept;
+
+// True when a blocking call should park the calling fiber.
+inline bool parking_enabled() noexcept { return current_fiber() != nullptr && hooks_enabled() && !in_forked_child(); }
+
+// Held by a hook around every park (wait_for_fd, sleep_parked, the
+// resolver's offload). Two jobs:
+//
+// 1. It keeps the calling fiber on its worker, so that the hooked call
+//    returns on the thread it was made on. Not for weft's sake: for the
+//    caller's. __errno_location() is declared const, so compiled code
+//    computes errno's address once per function and keeps it across calls
+//    (GCC -O2 does, in the caller of read() as much as anywhere): a fiber
+//    that resumed on another worker would have its errno written to one
+//    thread and read from another. The same holds for any thread_local the
+//    caller's library cached. A fiber still moves between workers at
+//    weft's own suspension points (docs/io.md, "what changes for your code").
+//
+// 2. Under ThreadSanitizer, the hook is reached from inside TSan's own
+//    interceptor of the same call (read, poll, nanosleep...), which marks
+//    the caller as in a blocking call and ignores its synchronisation
+//    (atomics and mutexes) until the real call returns: the scheduler's
+//    park and wake-up would look like races. So the park runs as a
+//    separate TSan fiber, synchronised with the caller's on entry and exit.
+class [[nodiscard]] ParkScope {
+ public:
+  ParkScope();
+  ~ParkScope();
+  ParkScope(const ParkScope&) = delete;
+  ParkScope& operator=(const ParkScope&) = delete;
+
+ private:
+  this_fiber::PinGuard pin_;
+  [[maybe_unused]] void* own_tsan_fiber_ = nullptr;  // under TSan only
+  [[maybe_unused]] void* park_tsan_fiber_ = nullptr;
+};
+
+// A socket timeout in nanoseconds (0: none) as a deadline.
+inline Clock::time_point deadline_after_ns(std::int64_t ns) {
+  if (ns <= 0) return no_deadline;
+  return deadline_after(std::chrono::nanoseconds(ns));
+}
+
+// Waits until `fd` is ready for `direction`, or the deadline. Returns 0
+// when ready, else the errno the blocking call would have reported:
+// EAGAIN at the deadline (a socket timeout), EBADF when the fd was closed
+// meanwhile, or what wait_fd threw (EPERM for an fd epoll cannot watch).
+int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline) noexcept;
+
+// Parks the calling fiber until `deadline`.
+void sleep_parked(Clock::time_point deadline) noexcept;
+
+}  // namespace weft::detail

@@ -1,0 +1,284 @@
+// The calls that create, change or end an fd, hooked on every thread and
+// always (WEFT_HOOKS=0 too), so that io/fd_table.h knows every fd a fiber
+// may later use: socket, socketpair, pipe, pipe2, dup, dup2, dup3,
+// fcntl/fcntl64 (F_SETFL, F_GETFL, F_DUPFD), ioctl(FIONBIO), setsockopt
+// (SO_RCVTIMEO, SO_SNDTIMEO), close, shutdown. (accept is in
+// hooks_io_calls.cpp.) Each calls the real function first and records
+// only what succeeded.
+//
+// close (and dup2/dup3 onto an open fd) tells the netpoller first
+// (fd_closing): every fiber parked on the fd wakes with EBADF, and a new fd
+// that reuses the number gets none of the old one's wake-ups.
+// Define fcntl itself, not the fcntl64 that _FILE_OFFSET_BITS=64 renames it to
+// (both are hooked, and on 64-bit systems they are the same function).
+#undef _FILE_OFFSET_BITS
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+
+#include "fd_table.h"
+#include "hook_support.h"
+#include "real_calls.h"
+
+namespace weft::detail {
+namespace {
+
+void before_close(int fd) noexcept {
+  if (fd < 0) return;
+  // A forked child shares its parent's epoll instances: removing the fd
+  // there would remove the parent's registration (docs/io.md, fork).
+  if (!in_forked_child()) fd_closing(fd);
+  fd_forgotten(fd);
+}
+
+std::int64_t timeval_ns(const void* value, socklen_t len) {
+  if (value == nullptr || len < socklen_t(sizeof(timeval))) return 0;
+  const auto* tv = static_cast<const timeval*>(value);
+  // A negative timeout is taken by the kernel as "do not wait".
+  if (tv->tv_sec < 0) return 1;
+  return std::int64_t(tv->tv_sec) * 1'000'000'000 + std::int64_t(tv->tv_usec) * 1'000;
+}
+
+bool is_timeout_option(int option) {
+  if (option == SO_RCVTIMEO || option == SO_SNDTIMEO) return true;
+#if defined(SO_RCVTIMEO_NEW)
+  if (option == SO_RCVTIMEO_NEW || option == SO_SNDTIMEO_NEW) return true;
+#endif
+  return false;
+}
+
+bool is_recv_timeout(int option) {
+#if defined(SO_RCVTIMEO_NEW)
+  if (option == SO_RCVTIMEO_NEW) return true;
+#endif
+  return option == SO_RCVTIMEO;
+}
+
+// fcntl and fcntl64 share everything but the real function.
+template <class Real>
+int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
+  switch (cmd) {
+    case F_SETFL: {
+      FdState* state = fd_state(fd);
+      if (state == nullptr) return real_fcntl(fd, cmd, arg);
+      // Under the flip lock: a connect/accept in flight restores the
+      // flags it read, and must not overwrite these.
+      state->flip_lock.lock();
+      const int result = real_fcntl(fd, cmd, arg);
+      if (result == 0)
+        state->set_bit(FdState::user_nonblock_bit, int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK);
+      state->flip_lock.unlock();
+      return result;
+    }
+    case F_GETFL: {
+      const int result = real_fcntl(fd, cmd, arg);
+      const FdState* state = fd_state(fd);
+      // During a flip the kernel's flag is weft's; report the user's.
+      if (result >= 0 && state != nullptr && state->flipped())
+        return state->user_nonblock() ? (result | O_NONBLOCK) : (result & ~O_NONBLOCK);
+      return result;
+    }
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC: {
+      const int result = real_fcntl(fd, cmd, arg);
+      if (result >= 0) fd_duplicated(fd, result);
+      return result;
+    }
+    default:
+      return real_fcntl(fd, cmd, arg);
+  }
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+
+int socket(int domain, int type, int protocol) noexcept {
+  const int fd = real::socket()(domain, type, protocol);
+  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK);
+  return fd;
+}
+
+int socketpair(int domain, int type, int protocol, int fds[2]) noexcept {
+  const int result = real::socketpair()(domain, type, protocol, fds);
+  if (result == 0) {
+    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK);
+    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK);
+  }
+  return result;
+}
+
+int pipe(int fds[2]) noexcept {
+  const int result = real::pipe()(fds);
+  if (result == 0) {
+    fd_created(fds[0], FdKind::pollable, false);
+    fd_created(fds[1], FdKind::pollable, false);
+  }
+  return result;
+}
+
+int pipe2(int fds[2], int flags) noexcept {
+  const int result = real::pipe2()(fds, flags);
+  if (result == 0) {
+    fd_created(fds[0], FdKind::pollable, flags & O_NONBLOCK);
+    fd_created(fds[1], FdKind::pollable, flags & O_NONBLOCK);
+  }
+  return result;
+}
+
+int dup(int fd) noexcept {
+  const int result = real::dup()(fd);
+  if (result >= 0) fd_duplicated(fd, result);
+  return result;
+}
+
+int dup2(int fd, int target) noexcept {
+  // dup2 onto an open fd closes it first; onto itself it does nothing.
+  if (fd != target && fcntl(fd, F_GETFD) >= 0) before_close(target);
+  const int result = real::dup2()(fd, target);
+  if (result >= 0 && fd != target) fd_duplicated(fd, result);
+  return result;
+}
+
+int dup3(int fd, int target, int flags) noexcept {
+  if (fd != target && fcntl(fd, F_GETFD) >= 0) before_close(target);
+  const int result = real::dup3()(fd, target, flags);
+  if (result >= 0) fd_duplicated(fd, result);
+  return result;
+}
+
+int fcntl(int fd, int cmd, ...) {
+  va_list args;
+  va_start(args, cmd);
+  // As glibc does: every argument fcntl takes fits a pointer.
+  void* arg = va_arg(args, void*);
+  va_end(args);
+  return fcntl_hooked(real::fcntl(), fd, cmd, arg);
+}
+
+int fcntl64(int fd, int cmd, ...) {
+  va_list args;
+  va_start(args, cmd);
+  void* arg = va_arg(args, void*);
+  va_end(args);
+  return fcntl_hooked(real::fcntl64(), fd, cmd, arg);
+}
+
+int ioctl(int fd, unsigned long request, ...) noexcept {
+  va_list args;
+  va_start(args, request);
+  void* arg = va_arg(args, void*);
+  va_end(args);
+  if (request != FIONBIO) return real::ioctl()(fd, request, arg);
+  FdState* state = fd_state(fd);
+  if (state == nullptr) return real::ioctl()(fd, request, arg);
+  state->flip_lock.lock();
+  const int result = real::ioctl()(fd, request, arg);
+  if (result == 0 && arg != nullptr) state->set_bit(FdState::user_nonblock_bit, *static_cast<const int*>(arg) != 0);
+  state->flip_lock.unlock();
+  return result;
+}
+
+int setsockopt(int fd, int level, int option, const void* value, socklen_t len) noexcept {
+  const int result = real::setsockopt()(fd, level, option, value, len);
+  if (result == 0 && level == SOL_SOCKET && is_timeout_option(option)) {
+    if (FdState* state = classified_fd_state(fd)) {
+      auto& slot = is_recv_timeout(option) ? state->recv_timeout_ns : state->send_timeout_ns;
+      slot.store(timeval_ns(value, len), std::memory_order_relaxed);
+    }
+  }
+  return result;
+}
+
+int close(int fd) {
+  before_close(fd);
+  return real::close()(fd);
+}
+
+int shutdown(int fd, int how) noexcept {
+  // Nothing to record: a fiber parked on the fd wakes on the kernel's own
+  // EOF/HUP edge, and then reads 0 or gets EPIPE, as a thread would.
+  return real::shutdown()(fd, how);
+}
+
+}  // extern "C"
+
+// The calls that make an fd of a kind the hooks do not track. They are
+// hooked only to forget what the table held for the number: the previous
+// fd may have been closed where no hook sees it (inside libc: fclose), and
+// the new one must be classified afresh on its first use from a fiber.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+
+namespace weft::detail {
+namespace {
+
+int forget_new(int fd) noexcept {
+  if (fd >= 0) fd_forgotten(fd);
+  return fd;
+}
+
+// open's mode argument exists only with O_CREAT or O_TMPFILE.
+mode_t mode_argument(int flags, va_list args) {
+  return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? mode_t(va_arg(args, int)) : 0;
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+extern "C" {
+
+int open(const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_argument(flags, args);
+  va_end(args);
+  return forget_new(real::open()(path, flags, mode));
+}
+
+int open64(const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_argument(flags, args);
+  va_end(args);
+  return forget_new(real::open64()(path, flags, mode));
+}
+
+int openat(int dir, const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_argument(flags, args);
+  va_end(args);
+  return forget_new(real::openat()(dir, path, flags, mode));
+}
+
+int openat64(int dir, const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const mode_t mode = mode_argument(flags, args);
+  va_end(args);
+  return forget_new(real::openat64()(dir, path, flags, mode));
+}
+
+int creat(const char* path, mode_t mode) { return forget_new(real::creat()(path, mode)); }
+int creat64(const char* path, mode_t mode) { return forget_new(real::creat64()(path, mode)); }
+int eventfd(unsigned int value, int flags) noexcept { return forget_new(real::eventfd()(value, flags)); }
+int epoll_create(int size) noexcept { return forget_new(real::epoll_create()(size)); }
+int epoll_create1(int flags) noexcept { return forget_new(real::epoll_create1()(flags)); }
+int timerfd_create(int clock, int flags) noexcept { return forget_new(real::timerfd_create()(clock, flags)); }
+int signalfd(int fd, const sigset_t* mask, int flags) noexcept { return forget_new(real::signalfd()(fd, mask, flags)); }
+int inotify_init() noexcept { return forget_new(real::inotify_init()()); }
+int inotify_init1(int flags) noexcept { return forget_new(real::inotify_init1()(flags)); }
+
+}  // extern "C"

@@ -1,0 +1,478 @@
+// The I/O calls that park: read, write and their vector, socket and
+// message forms, connect and accept, and the _FORTIFY_SOURCE variants.
+//
+// On a socket the user left blocking, a fiber attempts the call with
+// MSG_DONTWAIT (read -> recv, readv -> recvmsg, and so on: equal for a
+// socket, see recv(2)) and parks on EAGAIN until the fd is ready or its
+// SO_RCVTIMEO/SO_SNDTIMEO passes; the fd's O_NONBLOCK is never touched for
+// that. Writes loop until everything is written, as a blocking write does;
+// MSG_WAITALL receives loop likewise. A pipe or other pollable fd is
+// waited for first and then called (it has no per-call non-blocking flag).
+// connect and accept have no such flag either: they set O_NONBLOCK for the
+// duration of the one non-blocking call, under the fd's flip lock, and put
+// the user's flags back before parking.
+//
+// A user O_NONBLOCK fd or a MSG_DONTWAIT call is passed straight through:
+// it returns EAGAIN as before and never parks.
+#undef _FORTIFY_SOURCE
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <vector>
+
+#include "fd_table.h"
+#include "hook_support.h"
+#include "real_calls.h"
+
+extern "C" [[noreturn]] void __chk_fail(void);
+
+namespace weft::detail {
+namespace {
+
+bool would_block(int error) { return error == EAGAIN || error == EWOULDBLOCK; }
+
+// wait_for_fd, and EBADF if the fd was closed through weft while the fiber
+// was parked (its number may already belong to another fd).
+int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_point deadline) {
+  const std::uint32_t generation = state.generation.load(std::memory_order_relaxed);
+  const int failed = wait_for_fd(fd, direction, deadline);
+  if (state.generation.load(std::memory_order_relaxed) != generation) return EBADF;
+  return failed;
+}
+
+// The record of an fd a fiber should park on for this call, or null when
+// the call must go straight to libc.
+FdState* parkable(int fd, int flags = 0) noexcept {
+  if (!parking_enabled() || (flags & MSG_DONTWAIT)) return nullptr;
+  FdState* state = classified_fd_state(fd);
+  if (state == nullptr || state->user_nonblock()) return nullptr;
+  const FdKind kind = state->kind();
+  if (kind != FdKind::socket && kind != FdKind::pollable) return nullptr;
+  return state;
+}
+
+// One socket call: `attempt()` makes it with MSG_DONTWAIT; on EAGAIN the
+// fiber parks until `fd` is ready in `direction` or the timeout passes.
+// errno is the caller's own on success and set afresh on failure.
+template <class Attempt>
+auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::int64_t timeout_ns, Attempt&& attempt) {
+  const int saved = errno_value();
+  bool have_deadline = false;
+  Clock::time_point deadline{};
+  for (;;) {
+    auto result = attempt();
+    if (result >= 0) {
+      set_errno(saved);
+      return result;
+    }
+    const int error = errno_value();
+    if (!would_block(error)) return result;
+    if (!have_deadline) {
+      deadline = deadline_after_ns(timeout_ns);
+      have_deadline = true;
+    }
+    if (const int failed = park_on(fd, state, direction, deadline)) {
+      set_errno(failed);
+      return decltype(result)(-1);
+    }
+  }
+}
+
+// A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
+// blocking call. Another reader may take what made it ready, and then the
+// call blocks this worker as it would block a thread (docs/io.md).
+template <class Call>
+auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) {
+  const int failed = park_on(fd, state, direction, no_deadline);
+  if (failed == EPERM) {
+    state.set_kind(FdKind::unpollable);  // epoll refuses it (e.g. /dev/null): pass it through from now on
+  } else if (failed != 0) {
+    set_errno(failed);
+    return decltype(call())(-1);
+  }
+  return call();
+}
+
+// The table said socket, the kernel says otherwise: the number was reused
+// by an fd made where no hook saw it. Forget the record (it is classified
+// again on the next call) and let the caller make the plain call.
+bool not_a_socket_after_all(int fd) {
+  if (errno_value() != ENOTSOCK) return false;
+  fd_forgotten(fd);
+  return true;
+}
+
+std::int64_t recv_timeout(const FdState& state) { return state.recv_timeout_ns.load(std::memory_order_relaxed); }
+std::int64_t send_timeout(const FdState& state) { return state.send_timeout_ns.load(std::memory_order_relaxed); }
+
+ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
+  if (!(flags & MSG_WAITALL) || n == 0) {
+    return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state),
+                           [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
+  }
+  // MSG_WAITALL: blocks until all n bytes, EOF, an error or the timeout;
+  // what arrived before the last two is returned.
+  const int saved = errno_value();
+  const Clock::time_point deadline = deadline_after_ns(recv_timeout(state));
+  size_t done = 0;
+  const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
+  while (done < n) {
+    const ssize_t r = real::recvfrom()(fd, static_cast<char*>(buf) + done, n - done, once, addr, addr_len);
+    if (r > 0) {
+      done += size_t(r);
+      continue;
+    }
+    if (r == 0) break;
+    const int error = errno_value();
+    if (would_block(error)) {
+      if (const int failed = park_on(fd, state, FdDirection::read, deadline)) {
+        if (done > 0) break;
+        set_errno(failed);
+        return -1;
+      }
+      continue;
+    }
+    if (done > 0) break;
+    return -1;
+  }
+  set_errno(saved);
+  return ssize_t(done);
+}
+
+// Sends everything, as a blocking send does: on a partial write the rest
+// follows; an error or the timeout after a partial write returns the count.
+ssize_t send_all(int fd, FdState& state, const void* buf, size_t n, int flags, const sockaddr* addr,
+                 socklen_t addr_len) {
+  const int saved = errno_value();
+  bool have_deadline = false;
+  Clock::time_point deadline{};
+  size_t done = 0;
+  for (;;) {
+    const ssize_t r =
+        real::sendto()(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT, addr, addr_len);
+    if (r >= 0) {
+      done += size_t(r);
+      if (done >= n) break;
+      continue;
+    }
+    const int error = errno_value();
+    if (!would_block(error)) {
+      if (done > 0) break;
+      return -1;
+    }
+    if (!have_deadline) {
+      deadline = deadline_after_ns(send_timeout(state));
+      have_deadline = true;
+    }
+    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
+      if (done > 0) break;
+      set_errno(failed);
+      return -1;
+    }
+  }
+  set_errno(saved);
+  return ssize_t(done);
+}
+
+size_t iov_total(const iovec* iov, int count) {
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+  return total;
+}
+
+// sendmsg that sends everything: after a partial write the remaining
+// iovecs are copied and advanced (the caller's array is const).
+ssize_t sendmsg_all(int fd, FdState& state, const msghdr* msg, int flags) {
+  const int saved = errno_value();
+  const size_t total = iov_total(msg->msg_iov, int(msg->msg_iovlen));
+  bool have_deadline = false;
+  Clock::time_point deadline{};
+  size_t done = 0;
+  msghdr current = *msg;
+  std::vector<iovec> rest;
+  for (;;) {
+    const ssize_t r = real::sendmsg()(fd, &current, flags | MSG_DONTWAIT);
+    if (r >= 0) {
+      done += size_t(r);
+      if (done >= total) break;
+      // Ancillary data went with the first bytes; the rest is plain.
+      rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
+      size_t skip = done;
+      auto it = rest.begin();
+      while (it != rest.end() && skip >= it->iov_len) skip -= (it++)->iov_len;
+      rest.erase(rest.begin(), it);
+      if (!rest.empty()) {
+        rest.front().iov_base = static_cast<char*>(rest.front().iov_base) + skip;
+        rest.front().iov_len -= skip;
+      }
+      current.msg_iov = rest.data();
+      current.msg_iovlen = rest.size();
+      current.msg_control = nullptr;
+      current.msg_controllen = 0;
+      continue;
+    }
+    const int error = errno_value();
+    if (!would_block(error)) {
+      if (done > 0) break;
+      return -1;
+    }
+    if (!have_deadline) {
+      deadline = deadline_after_ns(send_timeout(state));
+      have_deadline = true;
+    }
+    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
+      if (done > 0) break;
+      set_errno(failed);
+      return -1;
+    }
+  }
+  set_errno(saved);
+  return ssize_t(done);
+}
+
+// Runs `call` with O_NONBLOCK set on the open file description, and the
+// user's flags back afterwards. Only for calls that never block then.
+template <class Call>
+auto with_nonblock(int fd, FdState& state, Call&& call) {
+  state.flip_lock.lock();
+  const int flags = real::fcntl()(fd, F_GETFL);
+  if (flags < 0) {
+    state.flip_lock.unlock();
+    return decltype(call())(-1);
+  }
+  state.flips.fetch_add(1, std::memory_order_relaxed);
+  state.set_bit(FdState::flipped_bit, true);
+  real::fcntl()(fd, F_SETFL, flags | O_NONBLOCK);
+  auto result = call();
+  const int error = errno_value();
+  real::fcntl()(fd, F_SETFL, flags);
+  state.set_bit(FdState::flipped_bit, false);
+  state.flip_lock.unlock();
+  set_errno(error);
+  return result;
+}
+
+// A plain thread whose blocking accept met a moment when a fiber had the
+// listener flipped to O_NONBLOCK: wait as the kernel would have, then
+// retry. `flips_before` is FdState::flips read before the call; no flip
+// since means the EAGAIN was the kernel's own (SO_RCVTIMEO).
+bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
+  if (!would_block(errno_value())) return false;
+  const FdState* state = fd_state(fd);
+  if (state == nullptr || state->kind() != FdKind::socket || state->user_nonblock()) return false;
+  if (!state->flipped() && state->flips.load(std::memory_order_relaxed) == flips_before) return false;
+  const int saved = errno_value();
+  pollfd p{fd, POLLIN, 0};
+  real::poll()(&p, 1, 10);  // bounded: the flip lasts one non-blocking call
+  set_errno(saved);
+  return true;
+}
+
+int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
+  FdState* listener = parkable(fd);
+  int result;
+  if (listener == nullptr || listener->kind() != FdKind::socket) {
+    const FdState* known = fd_state(fd);
+    for (;;) {
+      const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
+      result = real::accept4()(fd, addr, addr_len, flags);
+      if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
+    }
+  } else {
+    result = attempt_or_park(fd, *listener, FdDirection::read, recv_timeout(*listener), [&] {
+      return with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
+    });
+  }
+  if (result >= 0) {
+    // The accepted socket inherits the listener's timeouts (the kernel
+    // clones the socket), not its file status flags.
+    const FdState* from = fd_state(fd);
+    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK,
+               from ? from->recv_timeout_ns.load(std::memory_order_relaxed) : 0,
+               from ? from->send_timeout_ns.load(std::memory_order_relaxed) : 0);
+  }
+  return result;
+}
+
+int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
+  FdState* state = parkable(fd);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
+  const int saved = errno_value();
+  const Clock::time_point deadline = deadline_after_ns(send_timeout(*state));
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    const int r = with_nonblock(fd, *state, [&] { return real::connect()(fd, addr, addr_len); });
+    if (r == 0) {
+      set_errno(saved);
+      return 0;
+    }
+    const int error = errno_value();
+    if (error == EINPROGRESS) break;
+    if (!would_block(error)) return -1;
+    // AF_UNIX with a full backlog: no edge will come; retry, backing off.
+    if (Clock::now() >= deadline) {
+      set_errno(EAGAIN);
+      return -1;
+    }
+    sleep_parked(std::min(deadline, Clock::now() + backoff));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(16));
+  }
+  if (const int failed = park_on(fd, *state, FdDirection::write, deadline)) {
+    // A connect timed out by SO_SNDTIMEO reports EINPROGRESS (socket(7)).
+    set_errno(failed == EAGAIN ? EINPROGRESS : failed);
+    return -1;
+  }
+  int so_error = 0;
+  socklen_t len = sizeof(so_error);
+  if (real::getsockopt()(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) return -1;
+  if (so_error != 0) {
+    set_errno(so_error);
+    return -1;
+  }
+  set_errno(saved);
+  return 0;
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+
+ssize_t read(int fd, void* buf, size_t n) {
+  FdState* state = parkable(fd);
+  if (state == nullptr) return real::read()(fd, buf, n);
+  if (state->kind() == FdKind::socket) {
+    const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
+    if (result >= 0 || !not_a_socket_after_all(fd)) return result;
+    return real::read()(fd, buf, n);
+  }
+  return wait_then_call(fd, *state, FdDirection::read, [&] { return real::read()(fd, buf, n); });
+}
+
+ssize_t readv(int fd, const iovec* iov, int count) {
+  FdState* state = parkable(fd);
+  if (state == nullptr) return real::readv()(fd, iov, count);
+  if (state->kind() == FdKind::socket) {
+    msghdr msg{};
+    msg.msg_iov = const_cast<iovec*>(iov);
+    msg.msg_iovlen = size_t(count);
+    const ssize_t result = attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
+                                           [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+    if (result >= 0 || !not_a_socket_after_all(fd)) return result;
+    return real::readv()(fd, iov, count);
+  }
+  return wait_then_call(fd, *state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
+}
+
+ssize_t write(int fd, const void* buf, size_t n) {
+  FdState* state = parkable(fd);
+  if (state == nullptr) return real::write()(fd, buf, n);
+  if (state->kind() == FdKind::socket) {
+    const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
+    if (result >= 0 || !not_a_socket_after_all(fd)) return result;
+    return real::write()(fd, buf, n);
+  }
+  return wait_then_call(fd, *state, FdDirection::write, [&] { return real::write()(fd, buf, n); });
+}
+
+ssize_t writev(int fd, const iovec* iov, int count) {
+  FdState* state = parkable(fd);
+  if (state == nullptr) return real::writev()(fd, iov, count);
+  if (state->kind() == FdKind::socket) {
+    if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
+    msghdr msg{};
+    msg.msg_iov = const_cast<iovec*>(iov);
+    msg.msg_iovlen = size_t(count);
+    const ssize_t result = sendmsg_all(fd, *state, &msg, 0);
+    if (result >= 0 || !not_a_socket_after_all(fd)) return result;
+    return real::writev()(fd, iov, count);
+  }
+  return wait_then_call(fd, *state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
+}
+
+ssize_t recv(int fd, void* buf, size_t n, int flags) {
+  FdState* state = parkable(fd, flags);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::recv()(fd, buf, n, flags);
+  return receive(fd, *state, buf, n, flags, nullptr, nullptr);
+}
+
+ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
+  FdState* state = parkable(fd, flags);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
+  return receive(fd, *state, buf, n, flags, addr, addr_len);
+}
+
+ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+  FdState* state = parkable(fd, flags);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
+  // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
+  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
+                         [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
+}
+
+int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
+  FdState* state = parkable(fd, flags);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
+  // Parks for the first message; then returns what has arrived (as with
+  // MSG_WAITFORONE; docs/io.md).
+  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
+                         [&] { return real::recvmmsg()(fd, msgs, count, flags | MSG_DONTWAIT, nullptr); });
+}
+
+ssize_t send(int fd, const void* buf, size_t n, int flags) {
+  FdState* state = parkable(fd, flags);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::send()(fd, buf, n, flags);
+  return send_all(fd, *state, buf, n, flags, nullptr, 0);
+}
+
+ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* addr, socklen_t addr_len) {
+  FdState* state = parkable(fd, flags);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::sendto()(fd, buf, n, flags, addr, addr_len);
+  return send_all(fd, *state, buf, n, flags, addr, addr_len);
+}
+
+ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  FdState* state = parkable(fd, flags);
+  if (state == nullptr || state->kind() != FdKind::socket || msg == nullptr) return real::sendmsg()(fd, msg, flags);
+  return sendmsg_all(fd, *state, msg, flags);
+}
+
+int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
+  FdState* state = parkable(fd, flags);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
+  return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state),
+                         [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });
+}
+
+int connect(int fd, const sockaddr* addr, socklen_t addr_len) { return connect_hooked(fd, addr, addr_len); }
+
+int accept(int fd, sockaddr* addr, socklen_t* addr_len) { return accept_hooked(fd, addr, addr_len, 0); }
+
+int accept4(int fd, sockaddr* addr, socklen_t* addr_len, int flags) { return accept_hooked(fd, addr, addr_len, flags); }
+
+// The _FORTIFY_SOURCE entries a fortified caller links to instead: the
+// same check glibc makes, then the hook.
+ssize_t __read_chk(int fd, void* buf, size_t n, size_t buf_len) {
+  if (n > buf_len) __chk_fail();
+  return read(fd, buf, n);
+}
+
+ssize_t __recv_chk(int fd, void* buf, size_t n, size_t buf_len, int flags) {
+  if (n > buf_len) __chk_fail();
+  return recv(fd, buf, n, flags);
+}
+
+ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buf_len, int flags, sockaddr* addr, socklen_t* addr_len) {
+  if (n > buf_len) __chk_fail();
+  return recvfrom(fd, buf, n, flags, addr, addr_len);
+}
+
+}  // extern "C"

@@ -1,0 +1,243 @@
+// poll, ppoll, select, pselect, epoll_wait, epoll_pwait (and the fortified
+// __poll_chk, __ppoll_chk) in a fiber.
+//
+// Each first asks the kernel with a zero timeout; when nothing is ready
+// and the caller would wait, the fiber parks instead:
+//   - on one fd waited for in one direction (hiredis, libpq, libcurl's
+//     usual case): on that fd, through the netpoller;
+//   - on several fds, or on several events of one: on a private epoll fd
+//     that holds them all (level-triggered), which is itself readable when
+//     any of them is ready: one registration in the netpoller however many
+//     fds are watched;
+//   - on a user's epoll fd: on that epoll fd itself.
+// After the wake the zero-timeout call runs again, so the result (revents,
+// the fd sets, the events array) is exactly the kernel's. A wake that finds
+// nothing (another fiber took it) parks again until the deadline.
+// poll/select with no fds are sleeps. A signal mask (ppoll, pselect,
+// epoll_pwait) applies to the kernel calls only, not to the parked time.
+#undef _FORTIFY_SOURCE
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <vector>
+
+#include "hook_support.h"
+#include "real_calls.h"
+
+extern "C" [[noreturn]] void __chk_fail(void);
+extern "C" int close(int);
+
+namespace weft::detail {
+namespace {
+
+constexpr short in_events = POLLIN | POLLPRI | POLLRDNORM | POLLRDBAND | POLLRDHUP;
+constexpr short out_events = POLLOUT | POLLWRNORM | POLLWRBAND;
+
+Clock::time_point deadline_after_ms(int timeout_ms) {
+  return timeout_ms < 0 ? no_deadline : deadline_after(std::chrono::milliseconds(timeout_ms));
+}
+
+Clock::time_point deadline_after_timespec(const timespec* timeout) {
+  if (timeout == nullptr) return no_deadline;
+  if (timeout->tv_sec > 1'000'000'000) return no_deadline;  // 31 years: never, and no overflow
+  return deadline_after(std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec));
+}
+
+// Parks until one of `fds` may be ready, or the deadline. 0 when woken,
+// else an errno (EAGAIN: the deadline passed).
+int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline) {
+  const pollfd* only = nullptr;
+  nfds_t watched = 0;
+  for (nfds_t i = 0; i < count; ++i) {
+    if (fds[i].fd < 0) continue;
+    if (only == nullptr || only->fd != fds[i].fd || only->events != fds[i].events) ++watched;
+    only = &fds[i];
+  }
+  if (watched == 0) {
+    sleep_parked(deadline);
+    return EAGAIN;
+  }
+  if (watched == 1) {
+    const bool in = only->events & in_events, out = only->events & out_events;
+    if (in != out) return wait_for_fd(only->fd, in ? FdDirection::read : FdDirection::write, deadline);
+  }
+  const int saved = errno_value();
+  const int epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (epfd < 0) return errno_value();
+  for (nfds_t i = 0; i < count; ++i) {
+    if (fds[i].fd < 0) continue;
+    epoll_event event{};
+    // poll's and epoll's event bits are the same numbers.
+    event.events = std::uint32_t(fds[i].events) &
+                   (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | EPOLLWRBAND | EPOLLRDHUP);
+    event.data.fd = fds[i].fd;
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fds[i].fd, &event) != 0 && errno_value() == EEXIST) {
+      // The same fd twice: watch the union of its events.
+      epoll_event both{};
+      for (nfds_t j = 0; j < count; ++j)
+        if (fds[j].fd == fds[i].fd) both.events |= std::uint32_t(fds[j].events) & event.events;
+      both.events |= event.events;
+      both.data.fd = fds[i].fd;
+      epoll_ctl(epfd, EPOLL_CTL_MOD, fds[i].fd, &both);
+    }
+    // Other failures (an fd epoll cannot watch is always ready for poll,
+    // and the zero-timeout call already said nothing was) leave it out.
+  }
+  const int result = wait_for_fd(epfd, FdDirection::read, deadline);
+  close(epfd);  // the hook: the netpoller forgets it first
+  set_errno(saved);
+  return result;
+}
+
+// The common loop: `probe()` is the zero-timeout kernel call.
+template <class Probe>
+int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, Probe&& probe) {
+  const int saved = errno_value();
+  for (;;) {
+    const int failed = wait_for_any(fds, count, deadline);
+    const int ready = probe();
+    if (ready != 0) return ready;
+    if (failed == EAGAIN && Clock::now() >= deadline) {
+      set_errno(saved);
+      return 0;
+    }
+    if (failed != 0 && failed != EAGAIN) {
+      set_errno(failed);
+      return -1;
+    }
+  }
+}
+
+int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sigset_t* mask, bool with_mask) {
+  auto probe = [&] {
+    static const timespec zero{0, 0};
+    return with_mask ? real::ppoll()(fds, count, &zero, mask) : real::poll()(fds, count, 0);
+  };
+  if (count > 0) {
+    const int ready = probe();
+    if (ready != 0) return ready;
+  }
+  return poll_parked(fds, count, deadline, probe);
+}
+
+// select's fd sets as pollfds, for wait_for_any.
+std::vector<pollfd> as_pollfds(int nfds, const fd_set* r, const fd_set* w, const fd_set* e) {
+  std::vector<pollfd> fds;
+  for (int fd = 0; fd < nfds && fd < FD_SETSIZE; ++fd) {
+    short events = 0;
+    if (r && FD_ISSET(fd, r)) events |= POLLIN;
+    if (w && FD_ISSET(fd, w)) events |= POLLOUT;
+    if (e && FD_ISSET(fd, e)) events |= POLLPRI;
+    if (events != 0) fds.push_back({fd, events, 0});
+  }
+  return fds;
+}
+
+int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point deadline, const sigset_t* mask,
+                  bool with_mask) {
+  fd_set r0, w0, e0;
+  if (r) r0 = *r;
+  if (w) w0 = *w;
+  if (e) e0 = *e;
+  auto probe = [&] {
+    if (r) *r = r0;
+    if (w) *w = w0;
+    if (e) *e = e0;
+    timespec zero{0, 0};
+    timeval zero_tv{0, 0};
+    return with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
+  };
+  const int ready = probe();
+  if (ready != 0) return ready;
+  const std::vector<pollfd> fds = as_pollfds(nfds, r ? &r0 : nullptr, w ? &w0 : nullptr, e ? &e0 : nullptr);
+  return poll_parked(fds.data(), fds.size(), deadline, probe);
+}
+
+int epoll_hooked(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask, bool with_mask) {
+  auto probe = [&] {
+    return with_mask ? real::epoll_pwait()(epfd, events, max, 0, mask) : real::epoll_wait()(epfd, events, max, 0);
+  };
+  const int ready = probe();
+  if (ready != 0) return ready;  // events, or an error (EBADF, EINVAL) as the kernel gives it
+  const pollfd self{epfd, POLLIN, 0};
+  return poll_parked(&self, 1, deadline_after_ms(timeout_ms), probe);
+}
+
+void remaining_into(timeval* timeout, Clock::time_point deadline) {
+  // Linux's select leaves the time not slept in *timeout.
+  if (timeout == nullptr) return;
+  const auto left = std::max(Clock::duration::zero(), deadline - Clock::now());
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(left).count();
+  timeout->tv_sec = us / 1'000'000;
+  timeout->tv_usec = us % 1'000'000;
+}
+
+bool valid(const timespec* ts) {
+  return ts == nullptr || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1'000'000'000);
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+
+int poll(pollfd* fds, nfds_t count, int timeout_ms) {
+  if (timeout_ms == 0 || !parking_enabled()) return real::poll()(fds, count, timeout_ms);
+  return poll_hooked(fds, count, deadline_after_ms(timeout_ms), nullptr, false);
+}
+
+int ppoll(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask) {
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout) || !parking_enabled())
+    return real::ppoll()(fds, count, timeout, mask);
+  return poll_hooked(fds, count, deadline_after_timespec(timeout), mask, true);
+}
+
+int __poll_chk(pollfd* fds, nfds_t count, int timeout_ms, size_t fds_len) {
+  if (fds_len / sizeof(*fds) < count) __chk_fail();
+  return poll(fds, count, timeout_ms);
+}
+
+int __ppoll_chk(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask, size_t fds_len) {
+  if (fds_len / sizeof(*fds) < count) __chk_fail();
+  return ppoll(fds, count, timeout, mask);
+}
+
+int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_usec == 0) || nfds < 0 || !parking_enabled() ||
+      (timeout != nullptr && (timeout->tv_sec < 0 || timeout->tv_usec < 0)))
+    return real::select()(nfds, r, w, e, timeout);
+  const Clock::time_point deadline =
+      timeout == nullptr
+          ? no_deadline
+          : (timeout->tv_sec > 1'000'000'000
+                 ? no_deadline
+                 : deadline_after(std::chrono::seconds(timeout->tv_sec) + std::chrono::microseconds(timeout->tv_usec)));
+  const int result = select_hooked(nfds, r, w, e, deadline, nullptr, false);
+  remaining_into(timeout, deadline);
+  return result;
+}
+
+int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeout, const sigset_t* mask) {
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || nfds < 0 || !valid(timeout) ||
+      !parking_enabled())
+    return real::pselect()(nfds, r, w, e, timeout, mask);
+  return select_hooked(nfds, r, w, e, deadline_after_timespec(timeout), mask, true);
+}
+
+int epoll_wait(int epfd, epoll_event* events, int max, int timeout_ms) {
+  if (timeout_ms == 0 || !parking_enabled()) return real::epoll_wait()(epfd, events, max, timeout_ms);
+  return epoll_hooked(epfd, events, max, timeout_ms, nullptr, false);
+}
+
+int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask) {
+  if (timeout_ms == 0 || !parking_enabled()) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
+  return epoll_hooked(epfd, events, max, timeout_ms, mask, true);
+}
+
+}  // extern "C"

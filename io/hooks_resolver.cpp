@@ -1,0 +1,95 @@
+// Name resolution in a fiber: getaddrinfo, getnameinfo, gethostbyname(2)
+// (_r), gethostbyaddr(_r) run on the blocking pool (weft::blocking) while
+// the fiber parks. They cannot park themselves: glibc's resolver calls its
+// own poll/sendto/recvfrom inside libc, where no hook can reach.
+//
+// errno and h_errno are per thread: what the call left on the helper
+// thread is copied to the fiber's thread when it resumes.
+#include <netdb.h>
+#include <weft/blocking.h>
+
+#include <cerrno>
+#include <type_traits>
+
+#include "hook_support.h"
+#include "real_calls.h"
+
+namespace weft::detail {
+namespace {
+
+// Runs `fn` on the blocking pool and carries errno and h_errno back.
+template <class Fn>
+auto offloaded(Fn&& fn) {
+  using Result = std::invoke_result_t<Fn&>;
+  struct Call {
+    Fn* fn;
+    Result result{};
+    int error = 0;
+    int host_error = 0;
+    static void run(void* self) noexcept {
+      auto* call = static_cast<Call*>(self);
+      call->result = (*call->fn)();
+      call->error = errno;
+      call->host_error = h_errno;
+    }
+  } call{&fn};
+  {
+    const ParkScope park;
+    run_blocking(&Call::run, &call);
+  }
+  set_errno(call.error);
+  h_errno = call.host_error;
+  return call.result;
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+
+int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** result) {
+  if (!parking_enabled()) return real::getaddrinfo()(node, service, hints, result);
+  return offloaded([&] { return real::getaddrinfo()(node, service, hints, result); });
+}
+
+int getnameinfo(const sockaddr* addr, socklen_t addr_len, char* host, socklen_t host_len, char* service,
+                socklen_t service_len, int flags) {
+  if (!parking_enabled()) return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags);
+  return offloaded([&] { return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags); });
+}
+
+hostent* gethostbyname(const char* name) {
+  if (!parking_enabled()) return real::gethostbyname()(name);
+  return offloaded([&] { return real::gethostbyname()(name); });
+}
+
+hostent* gethostbyname2(const char* name, int family) {
+  if (!parking_enabled()) return real::gethostbyname2()(name, family);
+  return offloaded([&] { return real::gethostbyname2()(name, family); });
+}
+
+hostent* gethostbyaddr(const void* addr, socklen_t len, int type) {
+  if (!parking_enabled()) return real::gethostbyaddr()(addr, len, type);
+  return offloaded([&] { return real::gethostbyaddr()(addr, len, type); });
+}
+
+int gethostbyname_r(const char* name, hostent* host, char* buf, size_t buf_len, hostent** result, int* host_error) {
+  if (!parking_enabled()) return real::gethostbyname_r()(name, host, buf, buf_len, result, host_error);
+  return offloaded([&] { return real::gethostbyname_r()(name, host, buf, buf_len, result, host_error); });
+}
+
+int gethostbyname2_r(const char* name, int family, hostent* host, char* buf, size_t buf_len, hostent** result,
+                     int* host_error) {
+  if (!parking_enabled()) return real::gethostbyname2_r()(name, family, host, buf, buf_len, result, host_error);
+  return offloaded([&] { return real::gethostbyname2_r()(name, family, host, buf, buf_len, result, host_error); });
+}
+
+int gethostbyaddr_r(const void* addr, socklen_t len, int type, hostent* host, char* buf, size_t buf_len,
+                    hostent** result, int* host_error) {
+  if (!parking_enabled()) return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error);
+  return offloaded([&] { return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error); });
+}
+
+}  // extern "C"

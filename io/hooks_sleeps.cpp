@@ -1,0 +1,88 @@
+// sleep, usleep, nanosleep, clock_nanosleep in a fiber: a fiber timer, not
+// a thread asleep in the kernel (libstdc++'s std::this_thread::sleep_for
+// is nanosleep). A parked fiber is not in a system call, so a signal does
+// not cut its sleep short: these return 0 with nothing remaining
+// (docs/io.md).
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+
+#include "hook_support.h"
+#include "real_calls.h"
+
+namespace weft::detail {
+namespace {
+
+bool valid(const timespec* ts) { return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1'000'000'000; }
+
+Clock::time_point deadline_after_timespec(const timespec& ts) {
+  if (ts.tv_sec > 1'000'000'000) return no_deadline;  // 31 years: never, and no overflow
+  return deadline_after(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
+
+// A relative sleep of `ts` in a fiber; zero returns at once, as the kernel does.
+void sleep_for(const timespec& ts) {
+  if (ts.tv_sec == 0 && ts.tv_nsec == 0) return;
+  sleep_parked(deadline_after_timespec(ts));
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+
+int nanosleep(const timespec* request, timespec* remaining) {
+  if (!parking_enabled() || request == nullptr) return real::nanosleep()(request, remaining);  // EFAULT as libc says
+  if (!valid(request)) {
+    set_errno(EINVAL);
+    return -1;
+  }
+  const int saved = errno_value();
+  weft::detail::sleep_for(*request);
+  set_errno(saved);
+  return 0;
+}
+
+int clock_nanosleep(clockid_t clock, int flags, const timespec* request, timespec* remaining) {
+  const bool parkable_clock =
+      clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC || clock == CLOCK_BOOTTIME || clock == CLOCK_TAI;
+  if (!parking_enabled() || request == nullptr || !parkable_clock)
+    return real::clock_nanosleep()(clock, flags, request, remaining);
+  if (!valid(request)) return EINVAL;  // returned, not put in errno
+  const int saved = errno_value();
+  if (flags & TIMER_ABSTIME) {
+    // The time left on that clock, measured once: a later step of a
+    // settable clock (CLOCK_REALTIME) is not followed.
+    timespec now{};
+    clock_gettime(clock, &now);
+    const std::int64_t left_s = std::int64_t(request->tv_sec) - now.tv_sec;
+    if (left_s > 1'000'000'000) {
+      sleep_parked(no_deadline);
+    } else {
+      const std::int64_t left_ns = left_s * 1'000'000'000 + (request->tv_nsec - now.tv_nsec);
+      if (left_ns > 0) sleep_parked(deadline_after(std::chrono::nanoseconds(left_ns)));
+    }
+  } else {
+    weft::detail::sleep_for(*request);
+  }
+  set_errno(saved);
+  return 0;
+}
+
+unsigned int sleep(unsigned int seconds) {
+  if (!parking_enabled()) return real::sleep()(seconds);
+  if (seconds > 0) sleep_parked(deadline_after(std::chrono::seconds(seconds)));
+  return 0;
+}
+
+int usleep(useconds_t microseconds) {
+  if (!parking_enabled()) return real::usleep()(microseconds);
+  if (microseconds > 0) sleep_parked(deadline_after(std::chrono::microseconds(microseconds)));
+  return 0;
+}
+
+}  // extern "C"

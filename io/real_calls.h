@@ -1,0 +1,124 @@
+// The real libc functions behind weft's hooks (io/hooks_*.cpp).
+//
+// Each is resolved on its first use, not in a constructor: a hook can run
+// before any constructor (a static initialiser that writes, a preloaded
+// library), and from code loaded later with dlopen. Resolution asks
+// dlsym(RTLD_NEXT) first, so that a sanitizer runtime or another
+// interposer that comes after libweft in the search order keeps working;
+// when that finds nothing (libweft itself dlopen'ed after libc) it asks
+// libc.so.6 directly. Two threads resolving the same symbol at once store
+// the same pointer, so the slot needs no lock: it is its own once-guard.
+//
+// errno_value()/set_errno() read and write errno through calls the
+// compiler cannot see into. __errno_location() is declared const, so in
+// one function the compiler may compute errno's address once and reuse it
+// after a park that resumed the fiber on another worker (another thread,
+// another errno). Every hook sets errno through these after it may have
+// parked.
+#pragma once
+
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+
+namespace weft::detail::real {
+
+// The address of `name` in the next object after libweft that defines it;
+// aborts with a message naming it if no object does.
+void* resolve(const char* name) noexcept;
+
+template <class Fn>
+inline Fn* load(std::atomic<void*>& slot, const char* name) noexcept {
+  void* fn = slot.load(std::memory_order_relaxed);
+  if (__builtin_expect(fn == nullptr, 0)) {
+    fn = resolve(name);
+    slot.store(fn, std::memory_order_relaxed);
+  }
+  return reinterpret_cast<Fn*>(fn);
+}
+
+// real::read()(fd, buf, n) calls libc's read.
+#define WEFT_REAL_CALL(name, ...)                 \
+  inline std::atomic<void*> slot_##name{nullptr}; \
+  inline auto name() noexcept { return load<__VA_ARGS__>(slot_##name, #name); }
+
+WEFT_REAL_CALL(read, ssize_t(int, void*, size_t))
+WEFT_REAL_CALL(readv, ssize_t(int, const iovec*, int))
+WEFT_REAL_CALL(write, ssize_t(int, const void*, size_t))
+WEFT_REAL_CALL(writev, ssize_t(int, const iovec*, int))
+WEFT_REAL_CALL(recv, ssize_t(int, void*, size_t, int))
+WEFT_REAL_CALL(recvfrom, ssize_t(int, void*, size_t, int, sockaddr*, socklen_t*))
+WEFT_REAL_CALL(recvmsg, ssize_t(int, msghdr*, int))
+WEFT_REAL_CALL(recvmmsg, int(int, mmsghdr*, unsigned int, int, timespec*))
+WEFT_REAL_CALL(send, ssize_t(int, const void*, size_t, int))
+WEFT_REAL_CALL(sendto, ssize_t(int, const void*, size_t, int, const sockaddr*, socklen_t))
+WEFT_REAL_CALL(sendmsg, ssize_t(int, const msghdr*, int))
+WEFT_REAL_CALL(sendmmsg, int(int, mmsghdr*, unsigned int, int))
+WEFT_REAL_CALL(connect, int(int, const sockaddr*, socklen_t))
+WEFT_REAL_CALL(accept, int(int, sockaddr*, socklen_t*))
+WEFT_REAL_CALL(accept4, int(int, sockaddr*, socklen_t*, int))
+WEFT_REAL_CALL(poll, int(pollfd*, nfds_t, int))
+WEFT_REAL_CALL(ppoll, int(pollfd*, nfds_t, const timespec*, const sigset_t*))
+WEFT_REAL_CALL(select, int(int, fd_set*, fd_set*, fd_set*, timeval*))
+WEFT_REAL_CALL(pselect, int(int, fd_set*, fd_set*, fd_set*, const timespec*, const sigset_t*))
+WEFT_REAL_CALL(epoll_wait, int(int, epoll_event*, int, int))
+WEFT_REAL_CALL(epoll_pwait, int(int, epoll_event*, int, int, const sigset_t*))
+WEFT_REAL_CALL(sleep, unsigned int(unsigned int))
+WEFT_REAL_CALL(usleep, int(useconds_t))
+WEFT_REAL_CALL(nanosleep, int(const timespec*, timespec*))
+WEFT_REAL_CALL(clock_nanosleep, int(clockid_t, int, const timespec*, timespec*))
+WEFT_REAL_CALL(getaddrinfo, int(const char*, const char*, const addrinfo*, addrinfo**))
+WEFT_REAL_CALL(getnameinfo, int(const sockaddr*, socklen_t, char*, socklen_t, char*, socklen_t, int))
+WEFT_REAL_CALL(gethostbyname, hostent*(const char*))
+WEFT_REAL_CALL(gethostbyname2, hostent*(const char*, int))
+WEFT_REAL_CALL(gethostbyaddr, hostent*(const void*, socklen_t, int))
+WEFT_REAL_CALL(gethostbyname_r, int(const char*, hostent*, char*, size_t, hostent**, int*))
+WEFT_REAL_CALL(gethostbyname2_r, int(const char*, int, hostent*, char*, size_t, hostent**, int*))
+WEFT_REAL_CALL(gethostbyaddr_r, int(const void*, socklen_t, int, hostent*, char*, size_t, hostent**, int*))
+WEFT_REAL_CALL(socket, int(int, int, int))
+WEFT_REAL_CALL(socketpair, int(int, int, int, int*))
+WEFT_REAL_CALL(pipe, int(int*))
+WEFT_REAL_CALL(pipe2, int(int*, int))
+WEFT_REAL_CALL(dup, int(int))
+WEFT_REAL_CALL(dup2, int(int, int))
+WEFT_REAL_CALL(dup3, int(int, int, int))
+WEFT_REAL_CALL(fcntl, int(int, int, ...))
+WEFT_REAL_CALL(fcntl64, int(int, int, ...))
+WEFT_REAL_CALL(ioctl, int(int, unsigned long, ...))
+WEFT_REAL_CALL(setsockopt, int(int, int, int, const void*, socklen_t))
+WEFT_REAL_CALL(getsockopt, int(int, int, int, void*, socklen_t*))
+WEFT_REAL_CALL(close, int(int))
+WEFT_REAL_CALL(shutdown, int(int, int))
+WEFT_REAL_CALL(open, int(const char*, int, ...))
+WEFT_REAL_CALL(open64, int(const char*, int, ...))
+WEFT_REAL_CALL(openat, int(int, const char*, int, ...))
+WEFT_REAL_CALL(openat64, int(int, const char*, int, ...))
+WEFT_REAL_CALL(creat, int(const char*, mode_t))
+WEFT_REAL_CALL(creat64, int(const char*, mode_t))
+WEFT_REAL_CALL(eventfd, int(unsigned int, int))
+WEFT_REAL_CALL(epoll_create, int(int))
+WEFT_REAL_CALL(epoll_create1, int(int))
+WEFT_REAL_CALL(timerfd_create, int(int, int))
+WEFT_REAL_CALL(signalfd, int(int, const sigset_t*, int))
+WEFT_REAL_CALL(inotify_init, int())
+WEFT_REAL_CALL(inotify_init1, int(int))
+
+#undef WEFT_REAL_CALL
+
+}  // namespace weft::detail::real
+
+namespace weft::detail {
+
+int errno_value() noexcept;
+void set_errno(int value) noexcept;
+
+}  // namespace weft::detail

@@ -233,6 +233,33 @@ void write_fiber(JsonWriter& json, const FiberSnapshot& f) {
   json.end_object();
 }
 
+// {"count": n, "p50_us": ..., "p99_us": ..., "max_us": ...}
+void write_latency(JsonWriter& json, const char* name, const LatencySummary& l) {
+  json.key(name);
+  json.begin_object();
+  json.field("count", l.count);
+  json.field("p50_us", l.p50_us);
+  json.field("p99_us", l.p99_us);
+  json.field("max_us", l.max_us);
+  json.end_object();
+}
+
+void write_pool(JsonWriter& json, const PoolSnapshot& p) {
+  json.begin_object();
+  json.field("name", p.name);
+  json.field("mode", p.mode);
+  json.field("scheduler", p.scheduler);
+  json.field("size", p.size);
+  json.field("queued", p.queued);
+  json.field("running", p.running);
+  json.field("completed", p.completed);
+  json.field("failed", p.failed);
+  json.field("shut_down", p.shut_down);
+  write_latency(json, "wait", p.wait);
+  write_latency(json, "run", p.run);
+  json.end_object();
+}
+
 }  // namespace
 
 namespace {
@@ -280,6 +307,11 @@ bool write_document(const ProcessSnapshot& snapshot, DumpDetail detail, std::siz
     }
     json.end_object();
   }
+  json.end_array();
+  // Pools in both details: --list shows them too.
+  json.key("pools");
+  json.begin_array();
+  for (const auto& p : snapshot.pools) write_pool(json, p);
   json.end_array();
   if (detail == DumpDetail::full) {
     json.key("symbols");

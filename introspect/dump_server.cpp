@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "../pool/pool_registry.h"
 #include "../sched/scheduler_core.h"
 #include "dump_format.h"
 #include "dump_socket.h"
@@ -247,6 +248,7 @@ class DumpServer {
       process.schedulers.reserve(schedulers_.size());
       for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot(detail == DumpDetail::full));
     }
+    process.pools = snapshot_pools();
     symbolize_stacks(process);  // the addresses stay valid: code is not unloaded under a live scheduler
     return process;
   }

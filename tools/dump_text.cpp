@@ -292,7 +292,90 @@ void fiber_block(std::string& out, const DumpFiber& f, const DumpScheduler& s, c
   }
 }
 
+DumpLatency read_latency(JsonCursor& json) {
+  DumpLatency l;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    if (key == "count")
+      l.count = json.uint();
+    else if (key == "p50_us")
+      l.p50_us = json.number();
+    else if (key == "p99_us")
+      l.p99_us = json.number();
+    else if (key == "max_us")
+      l.max_us = json.number();
+    else
+      json.skip();
+  }
+  return l;
+}
+
+DumpPool read_pool(JsonCursor& json) {
+  DumpPool p;
+  unsigned seen = 0;
+  json.begin_object();
+  for (std::string_view key; json.next_key(key);) {
+    if (key == "name") {
+      p.name = json.string();
+      seen |= 1;
+    } else if (key == "mode") {
+      p.mode = json.string();
+      seen |= 2;
+    } else if (key == "size") {
+      p.size = json.uint();
+      seen |= 4;
+    } else if (key == "scheduler") {
+      p.scheduler = json.string();
+    } else if (key == "queued") {
+      p.queued = json.uint();
+    } else if (key == "running") {
+      p.running = json.uint();
+    } else if (key == "completed") {
+      p.completed = json.uint();
+    } else if (key == "failed") {
+      p.failed = json.uint();
+    } else if (key == "shut_down") {
+      p.shut_down = json.boolean();
+    } else if (key == "wait") {
+      p.wait = read_latency(json);
+    } else if (key == "run") {
+      p.run = read_latency(json);
+    } else {
+      json.skip();
+    }
+  }
+  require<3>(seen, "pool");
+  return p;
+}
+
+// "850 us" below a millisecond, else as format_duration_ms.
+std::string format_us(double us) {
+  if (us < 1000) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.0f us", us);
+    return buffer;
+  }
+  return format_duration_ms(us / 1000);
+}
+
 }  // namespace
+
+void append_pool_text(std::string& out, const DumpPool& p) {
+  out += "Pool \"";
+  append_view(out, p.name);
+  out += "\" ";
+  append_view(out, p.mode);
+  if (!p.scheduler.empty()) {
+    out += " on \"";
+    append_view(out, p.scheduler);
+    out += "\"";
+  }
+  append(out, " size=%llu queued=%llu running=%llu completed=%llu failed=%llu%s\n", ull(p.size), ull(p.queued),
+         ull(p.running), ull(p.completed), ull(p.failed), p.shut_down ? " (shut down)" : "");
+  out += "   wait p50=" + format_us(p.wait.p50_us) + " p99=" + format_us(p.wait.p99_us) +
+         " max=" + format_us(p.wait.max_us) + "   run p50=" + format_us(p.run.p50_us) +
+         " p99=" + format_us(p.run.p99_us) + " max=" + format_us(p.run.max_us) + "\n";
+}
 
 Dump read_dump(ByteBuffer text) {
   Dump dump;
@@ -320,6 +403,9 @@ Dump read_dump(ByteBuffer text) {
       has_schedulers = true;
       json.begin_array();
       while (json.next_item()) dump.schedulers.push_back(read_scheduler(json));
+    } else if (key == "pools") {
+      json.begin_array();
+      while (json.next_item()) dump.pools.push_back(read_pool(json));
     } else if (key == "symbols") {
       read_symbols(json, dump.symbols);
     } else {
@@ -356,6 +442,8 @@ std::string render_dump_text(const Dump& dump, std::FILE* file) {
   append(out, "Full fiber dump of pid %lld (", ll(dump.pid));
   append_view(out, dump.name);
   out += "):\n";
+  if (!dump.pools.empty()) out += "\n";
+  for (const DumpPool& p : dump.pools) append_pool_text(out, p);
   if (dump.schedulers.empty()) out += "\n(no running weft schedulers)\n";
   for (const DumpScheduler& s : dump.schedulers) {
     out += "\nScheduler \"";

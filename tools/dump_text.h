@@ -59,12 +59,26 @@ struct DumpScheduler {
   std::vector<std::string_view> frames;  // every fiber's stack, one after another
 };
 
+// A weft::Pool's line of the dump (the document's "pools"); latencies in
+// microseconds.
+struct DumpLatency {
+  std::uint64_t count = 0;
+  double p50_us = 0, p99_us = 0, max_us = 0;
+};
+struct DumpPool {
+  std::string_view name, mode, scheduler;
+  std::uint64_t size = 0, queued = 0, running = 0, completed = 0, failed = 0;
+  bool shut_down = false;
+  DumpLatency wait, run;
+};
+
 struct Dump {
   ByteBuffer text;  // the server's JSON, its strings unescaped in place by the reader
   std::int64_t pid = 0;
   std::string_view name, time;
   std::int64_t unix_time_ms = 0;
   std::vector<DumpScheduler> schedulers;
+  std::vector<DumpPool> pools;                               // absent from older processes' JSON: empty
   std::unordered_map<std::string_view, DumpSymbol> symbols;  // by address ("0x...")
 };
 
@@ -76,6 +90,9 @@ Dump read_dump(ByteBuffer json);
 // (by id) in Wisp's line shape. With `out`, written there in 64 KiB pieces
 // as it is made (and the result is empty): 100,000 fibers are ~20 MB.
 std::string render_dump_text(const Dump& dump, std::FILE* out = nullptr);
+
+// One pool in two lines: its shape and counters, then its latencies.
+void append_pool_text(std::string& out, const DumpPool& pool);
 
 // "12.4 ms" below ten seconds, "42.0 s" above.
 std::string format_duration_ms(double ms);

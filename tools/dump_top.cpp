@@ -132,6 +132,24 @@ std::string render_top_frame(const Dump& previous, const Dump& current, double s
          static_cast<long long>(current.pid), std::string(current.name).c_str(), time.c_str(),
          static_cast<unsigned long long>(current.schedulers.size()), static_cast<unsigned long long>(fibers), seconds);
   line();
+  if (!current.pools.empty()) {
+    // Pools first: they are what a service owner names and watches.
+    append(out, "\n%-20s %-7s %5s %7s %7s %9s %10s %10s\n", "POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s",
+           "WAIT p99", "RUN p99");
+    line(), line();
+    for (const DumpPool& p : current.pools) {
+      if (left <= 3) break;
+      std::uint64_t before_completed = 0;
+      for (const DumpPool& o : previous.pools)
+        if (o.name == p.name) before_completed = o.completed;
+      append(out, "%-20.20s %-7.7s %5llu %7llu %7llu %9.1f %10s %10s\n", clip(p.name, 20).c_str(),
+             clip(p.mode, 7).c_str(), static_cast<unsigned long long>(p.size),
+             static_cast<unsigned long long>(p.queued), static_cast<unsigned long long>(p.running),
+             rate(p.completed, before_completed, seconds), format_duration_ms(p.wait.p99_us / 1000).c_str(),
+             format_duration_ms(p.run.p99_us / 1000).c_str());
+      line();
+    }
+  }
   for (std::size_t si = 0; si < current.schedulers.size(); ++si) {
     const DumpScheduler& s = current.schedulers[si];
     const DumpScheduler* old =

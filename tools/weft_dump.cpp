@@ -46,6 +46,14 @@ int list_processes(std::chrono::milliseconds timeout) {
       }
       std::printf("%-8d %-16s %-10zu %-8llu %s\n", pid, answer.json["process"].str("name").c_str(), schedulers.size(),
                   static_cast<unsigned long long>(fibers), names.c_str());
+      // One line per pool under its process (older processes send none).
+      if (answer.json.has("pools"))
+        for (const auto& p : answer.json["pools"].as_array())
+          std::printf("%-8s pool \"%s\" %s size=%llu queued=%llu running=%llu completed=%llu\n", "",
+                      p.str("name").c_str(), p.str("mode").c_str(), static_cast<unsigned long long>(p.uint("size")),
+                      static_cast<unsigned long long>(p.uint("queued")),
+                      static_cast<unsigned long long>(p.uint("running")),
+                      static_cast<unsigned long long>(p.uint("completed")));
     } catch (const std::exception& e) {
       // A process that cannot answer is still worth a line: it is the one
       // an operator is looking for.

@@ -81,17 +81,30 @@ class DumpServer {
  public:
   void attach(SchedulerCore& core) {
     std::lock_guard lifecycle(lifecycle_lock_);
-    if (running_ && owner_pid_ != ::getpid()) forget_after_fork();
-    if (!running_) {
-      const std::string error = start();
-      if (!error.empty()) {
-        std::fprintf(stderr, "weft: weft-dump is off for scheduler \"%s\": %s\n", core.config().name.c_str(),
-                     error.c_str());
-        return;
-      }
-    }
+    if (!start_if_needed("scheduler \"" + core.config().name + "\"")) return;
     std::lock_guard guard(schedulers_lock_);
     schedulers_.push_back(&core);
+  }
+
+  // Pools (pool/pool_registry.h) keep the server up too, so that a process
+  // with thread pools and no scheduler can still be dumped. Only counted:
+  // the pools' own registry is what a dump reads. False if it could not
+  // start.
+  bool attach_pool(const std::string& name) {
+    std::lock_guard lifecycle(lifecycle_lock_);
+    if (!start_if_needed("pool \"" + name + "\"")) return false;
+    ++pools_;
+    return true;
+  }
+  void detach_pool() {
+    std::lock_guard lifecycle(lifecycle_lock_);
+    if (pools_ > 0) --pools_;
+    bool last;
+    {
+      std::lock_guard guard(schedulers_lock_);
+      last = schedulers_.empty() && pools_ == 0;
+    }
+    if (last && running_ && owner_pid_ == ::getpid()) stop();
   }
 
   // Returns once no dump reads `core` any more.
@@ -101,12 +114,22 @@ class DumpServer {
     {
       std::lock_guard guard(schedulers_lock_);
       schedulers_.erase(std::remove(schedulers_.begin(), schedulers_.end(), &core), schedulers_.end());
-      last = schedulers_.empty();
+      last = schedulers_.empty() && pools_ == 0;
     }
     if (last && running_ && owner_pid_ == ::getpid()) stop();
   }
 
  private:
+  // With lifecycle_lock_ held: true once the server runs for this process.
+  bool start_if_needed(const std::string& who) {
+    if (running_ && owner_pid_ != ::getpid()) forget_after_fork();
+    if (running_) return true;
+    const std::string error = start();
+    if (error.empty()) return true;
+    std::fprintf(stderr, "weft: weft-dump is off for %s: %s\n", who.c_str(), error.c_str());
+    return false;
+  }
+
   // Binds the socket and starts the thread; "" or why it could not.
   std::string start() {
     const std::string directory = dump_socket_directory();
@@ -176,6 +199,7 @@ class DumpServer {
     close_fds();
     std::lock_guard guard(schedulers_lock_);
     schedulers_.clear();
+    pools_ = 0;  // the parent's pools' threads did not come along
     running_ = false;
   }
 
@@ -256,6 +280,7 @@ class DumpServer {
   std::mutex lifecycle_lock_;   // attach and detach, starting and stopping
   std::mutex schedulers_lock_;  // the list; held while a dump reads it
   std::vector<SchedulerCore*> schedulers_;
+  unsigned pools_ = 0;  // under lifecycle_lock_ (read under both)
   bool running_ = false;
   pid_t owner_pid_ = 0;
   bool atexit_registered_ = false;
@@ -292,5 +317,12 @@ bool attach_services(SchedulerCore& core) {
 }
 
 void detach_services(SchedulerCore& core) noexcept { the_dump_server().detach(core); }
+
+bool attach_pool_services(const std::string& name) {
+  if (!dump_enabled_by_environment()) return false;
+  return the_dump_server().attach_pool(name);
+}
+
+void detach_pool_services() noexcept { the_dump_server().detach_pool(); }
 
 }  // namespace weft::detail

@@ -77,7 +77,7 @@ class PoolCore {
   Mutex shutdown_lock_;
   bool joined_ = false;  // under shutdown_lock_
   // Last: the pool leaves weft-dump's list before anything else dies.
-  PoolRegistration registration_{*this};
+  PoolRegistration registration_{*this, options_.name};
 };
 
 }  // namespace weft::detail

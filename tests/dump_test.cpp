@@ -695,5 +695,16 @@ TEST_F(DumpOfPools, ListAndTopShowThePools) {
   EXPECT_TRUE(db) << top.out;
 }
 
+TEST(Dump, AThreadPoolAloneKeepsTheServerUp) {
+  Child child({WEFT_POOL_DUMP_CHILD, "--threads-only"});
+  ASSERT_EQ(child.read_line(), "ready");
+  const CliResult text = run_cli({std::to_string(child.pid())});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Pool \"db-writer\" threads size=2 queued=0 running=1 completed=100"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("(no running weft schedulers)"), std::string::npos) << text.out;
+  EXPECT_EQ(child.finish(), 0);
+}
+
 }  // namespace
 }  // namespace weft

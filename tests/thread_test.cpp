@@ -6,6 +6,7 @@
 #include <weft/weft.h>
 
 #include <atomic>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -62,14 +63,16 @@ TEST_P(ThreadTest, RunsAsAFiberExactlyInFiberMode) {
 }
 
 TEST_P(ThreadTest, DetachedRunsToTheEnd) {
-  Latch finished{1};
-  Thread t{opts("detached"), [&] {
+  // Shared: the detached side may still be inside count_down() (waking
+  // this waiter) when wait_for returns, so the latch must outlive both.
+  auto finished = std::make_shared<Latch>(1);
+  Thread t{opts("detached"), [finished] {
              this_fiber::sleep_for(1ms);
-             finished.count_down();
+             finished->count_down();
            }};
   t.detach();
   EXPECT_FALSE(t.joinable());
-  EXPECT_TRUE(finished.wait_for(30s));
+  EXPECT_TRUE(finished->wait_for(30s));
 }
 
 TEST_P(ThreadTest, MovesCarryTheHandle) {

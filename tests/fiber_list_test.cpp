@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "pool_support.h"
+
 namespace weft {
 namespace {
 
@@ -82,33 +84,8 @@ TEST(FiberList, ModesOtherThanByNameIgnoreTheList) {
 
 // --- the environment, in child processes ------------------------------------
 
-std::string self_path() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return {};
-  return std::string(buf, static_cast<std::size_t>(n));
-}
-
-// Runs this test binary again with `env` prefixed, only `test`; returns its
-// output and sets `status` to its exit status.
-std::string run_child(const std::string& env, const std::string& test, int& status) {
-  const std::string command = env + " WEFT_DUMP=0 '" + self_path() + "' --gtest_filter=" + test + " 2>&1";
-  std::FILE* child = popen(command.c_str(), "r");
-  if (child == nullptr) return "popen failed";
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, child) != nullptr) out += buf;
-  status = pclose(child);
-  return out;
-}
-
-bool child_mode(const char* mode) {
-  const char* value = std::getenv("WEFT_FIBER_LIST_CHILD");
-  return value != nullptr && std::string(value) == mode;
-}
-
 TEST(FiberListChild, ListedNamesRunOnFibers) {
-  if (!child_mode("listed")) GTEST_SKIP() << "runs in the child of FiberListEnvironment.SelectsByName";
+  if (!test::child_mode("listed")) GTEST_SKIP() << "runs in the child of FiberListEnvironment.SelectsByName";
   EXPECT_TRUE(FiberList::from_environment().lists("rpc-handler"));
   Pool listed{{.name = "rpc-handler", .threads = 2}};
   Pool unlisted{{.name = "db", .threads = 2}};
@@ -130,7 +107,7 @@ TEST(FiberListChild, ListedNamesRunOnFibers) {
 }
 
 TEST(FiberListChild, ABadValueIsReportedByEveryPool) {
-  if (!child_mode("bad")) GTEST_SKIP() << "runs in the child of FiberListEnvironment.ReportsABadValue";
+  if (!test::child_mode("bad")) GTEST_SKIP() << "runs in the child of FiberListEnvironment.ReportsABadValue";
   for (int i = 0; i < 2; ++i) {
     try {
       Pool pool{{.name = "rpc-handler", .threads = 1}};
@@ -146,8 +123,8 @@ TEST(FiberListChild, ABadValueIsReportedByEveryPool) {
 
 TEST(FiberListEnvironment, SelectsByName) {
   int status = -1;
-  const std::string out = run_child("WEFT_FIBER_LIST_CHILD=listed WEFT_WORKERS=3 WEFT_FIBERS='name:rpc-*'",
-                                    "FiberListChild.ListedNamesRunOnFibers", status);
+  const std::string out = test::run_child("listed", "WEFT_WORKERS=3 WEFT_FIBERS='name:rpc-*'",
+                                          "FiberListChild.ListedNamesRunOnFibers", status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   EXPECT_EQ(out.find("SKIPPED"), std::string::npos) << out;
@@ -155,8 +132,8 @@ TEST(FiberListEnvironment, SelectsByName) {
 
 TEST(FiberListEnvironment, ReportsABadValue) {
   int status = -1;
-  const std::string out = run_child("WEFT_FIBER_LIST_CHILD=bad WEFT_FIBERS='rpc-*'",
-                                    "FiberListChild.ABadValueIsReportedByEveryPool", status);
+  const std::string out =
+      test::run_child("bad", "WEFT_FIBERS='rpc-*'", "FiberListChild.ABadValueIsReportedByEveryPool", status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   EXPECT_EQ(out.find("SKIPPED"), std::string::npos) << out;
@@ -164,14 +141,15 @@ TEST(FiberListEnvironment, ReportsABadValue) {
 
 TEST(FiberListEnvironment, ABadWorkerCountIsReported) {
   int status = -1;
-  const std::string out = run_child("WEFT_FIBER_LIST_CHILD=workers WEFT_WORKERS=lots WEFT_FIBERS='*'",
-                                    "FiberListChild.ABadWorkerCountIsReported", status);
+  const std::string out = test::run_child("workers", "WEFT_WORKERS=lots WEFT_FIBERS='*'",
+                                          "FiberListChild.ABadWorkerCountIsReported", status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
 }
 
 TEST(FiberListChild, ABadWorkerCountIsReported) {
-  if (!child_mode("workers")) GTEST_SKIP() << "runs in the child of FiberListEnvironment.ABadWorkerCountIsReported";
+  if (!test::child_mode("workers"))
+    GTEST_SKIP() << "runs in the child of FiberListEnvironment.ABadWorkerCountIsReported";
   try {
     Pool pool{{.name = "any", .threads = 1}};
     ADD_FAILURE() << "WEFT_WORKERS=lots was accepted";

@@ -4,9 +4,12 @@
 // environment cannot change what is tested.
 #pragma once
 
+#include <unistd.h>
 #include <weft/weft.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -47,6 +50,32 @@ inline bool eventually(const std::function<bool()>& done) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return true;
+}
+
+// Child processes for what only a fresh process shows (the environment is
+// read once; static destructors at exit): this test binary again, running
+// only `test`, with `env` ("NAME=value ...") set and WEFT_TEST_CHILD=`mode`.
+// Returns its output and sets `status` to its wait status.
+inline std::string run_child(const std::string& mode, const std::string& env, const std::string& test, int& status) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "readlink /proc/self/exe failed";
+  const std::string command = "WEFT_TEST_CHILD=" + mode + " " + env + " WEFT_DUMP=0 '" +
+                              std::string(self, static_cast<std::size_t>(n)) + "' --gtest_filter=" + test + " 2>&1";
+  std::FILE* child = popen(command.c_str(), "r");
+  if (child == nullptr) return "popen failed";
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, child) != nullptr) out += buf;
+  status = pclose(child);
+  return out;
+}
+
+// True in a child started by run_child with this mode; the child-side tests
+// skip themselves otherwise.
+inline bool child_mode(const char* mode) {
+  const char* value = std::getenv("WEFT_TEST_CHILD");
+  return value != nullptr && std::string(value) == mode;
 }
 
 inline std::string mode_test_name(const ::testing::TestParamInfo<std::tuple<unsigned, RunMode>>& info) {

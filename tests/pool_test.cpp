@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -354,6 +355,41 @@ TEST(Pool, ThreadPoolThreadsAreNamedAfterThePool) {
                                })
                                .get();
   EXPECT_EQ(name, std::string("a-long-pool-name-0").substr(0, 15));
+}
+
+// Static pools at exit: their destructors run after main returns, in an
+// order relative to other statics that the program does not control, and
+// still run their queued tasks on the default scheduler, which is never
+// destroyed. The child queues 100 tasks in a static fiber pool and a static
+// thread pool and returns at once; a static constructed before them counts,
+// in its destructor, what ran.
+std::atomic<int> ran_at_exit{0};
+
+TEST(PoolChild, StaticPoolsRunTheirQueuedTasksAtExit) {
+  if (!test::child_mode("static")) GTEST_SKIP() << "runs in the child of Pool.StaticPoolsRunTheirQueuedTasksAtExit";
+  struct Report {
+    ~Report() { std::printf("ran at exit: %d of 200\n", ran_at_exit.load()); }
+  };
+  static Report report;  // constructed first, so destroyed after both pools
+  static Pool fibers{{.name = "static-fibers", .threads = 2, .mode = RunMode::fibers}};
+  static Pool threads{{.name = "static-threads", .threads = 2, .mode = RunMode::threads}};
+  for (int i = 0; i < 100; ++i) {
+    fibers.post([] {
+      this_fiber::sleep_for(100us);
+      ran_at_exit.fetch_add(1);
+    });
+    threads.post([] {
+      this_fiber::sleep_for(100us);
+      ran_at_exit.fetch_add(1);
+    });
+  }
+}
+
+TEST(Pool, StaticPoolsRunTheirQueuedTasksAtExit) {
+  int status = -1;
+  const std::string out = test::run_child("static", "", "PoolChild.StaticPoolsRunTheirQueuedTasksAtExit", status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("ran at exit: 200 of 200"), std::string::npos) << out;
 }
 
 TEST(LatencyHistogram, BucketsCoverEveryValueInOrder) {

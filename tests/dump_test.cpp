@@ -682,11 +682,12 @@ TEST_F(DumpOfPools, ListAndTopShowThePools) {
   std::istringstream lines(top.out);
   for (std::string line; std::getline(lines, line);) {
     const std::vector<std::string> w = words(line);
-    if (w ==
-        std::vector<std::string>{"POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s", "WAIT", "p99", "RUN", "p99"})
+    if (w == std::vector<std::string>{"POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s", "WAIT_ms(p50/p99/max)",
+                                      "RUN_ms(p50/p99/max)"})
       header = true;
-    else if (header && w.size() >= 6 && w[0] == "rpc-handler")
-      rpc = w[1] == "fibers" && w[2] == "4" && w[3] == "0" && w[4] == "1" && is_rate(w[5]);
+    else if (header && w.size() == 8 && w[0] == "rpc-handler")
+      rpc = w[1] == "fibers" && w[2] == "4" && w[3] == "0" && w[4] == "1" && is_rate(w[5]) &&
+            std::count(w[6].begin(), w[6].end(), '/') == 2 && std::count(w[7].begin(), w[7].end(), '/') == 2;
     else if (header && w.size() >= 6 && w[0] == "db-writer")
       db = w[1] == "threads" && w[2] == "2" && w[4] == "1";
   }

@@ -348,11 +348,12 @@ DumpPool read_pool(JsonCursor& json) {
   return p;
 }
 
-// "850 us" below a millisecond, else as format_duration_ms.
+// "0.4 us" below 10 us, "850 us" below a millisecond, else as
+// format_duration_ms.
 std::string format_us(double us) {
   if (us < 1000) {
     char buffer[32];
-    std::snprintf(buffer, sizeof(buffer), "%.0f us", us);
+    std::snprintf(buffer, sizeof(buffer), us < 10 ? "%.1f us" : "%.0f us", us);
     return buffer;
   }
   return format_duration_ms(us / 1000);

@@ -134,7 +134,7 @@ std::string render_top_frame(const Dump& previous, const Dump& current, double s
   line();
   if (!current.pools.empty()) {
     // Pools first: they are what a service owner names and watches.
-    append(out, "\n%-20s %-7s %5s %7s %7s %9s  %-22s %-22s\n", "POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s",
+    append(out, "\n%-20s %-7s %5s %7s %7s %9s  %-22s %s\n", "POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s",
            "WAIT_ms(p50/p99/max)", "RUN_ms(p50/p99/max)");
     line(), line();
     for (const DumpPool& p : current.pools) {
@@ -147,7 +147,7 @@ std::string render_top_frame(const Dump& previous, const Dump& current, double s
         std::snprintf(buffer, sizeof(buffer), "%.1f/%.1f/%.1f", l.p50_us / 1000, l.p99_us / 1000, l.max_us / 1000);
         return std::string(buffer);
       };
-      append(out, "%-20.20s %-7.7s %5llu %7llu %7llu %9.1f  %-22s %-22s\n", clip(p.name, 20).c_str(),
+      append(out, "%-20.20s %-7.7s %5llu %7llu %7llu %9.1f  %-22s %s\n", clip(p.name, 20).c_str(),
              clip(p.mode, 7).c_str(), static_cast<unsigned long long>(p.size),
              static_cast<unsigned long long>(p.queued), static_cast<unsigned long long>(p.running),
              rate(p.completed, before_completed, seconds), ms3(p.wait).c_str(), ms3(p.run).c_str());

@@ -241,7 +241,7 @@ TEST_P(PoolTest, DestructionRunsQueuedWork) {
   {
     Pool pool{options("dying", 2)};
     for (int i = 0; i < 500; ++i)
-      pool.post([&] {
+      pool.post([&ran, i] {
         if (i % 50 == 0) this_fiber::sleep_for(100us);
         ran.fetch_add(1);
       });

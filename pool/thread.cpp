@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 
 namespace weft {
 
@@ -30,6 +31,11 @@ void Thread::join() {
   if (!joinable())
     throw std::system_error(std::make_error_code(std::errc::invalid_argument), "weft::Thread::join: not joinable");
   if (thread_.joinable()) {
+    // Checked here rather than left to pthread_join's EDEADLK, which
+    // ThreadSanitizer's interceptor does not survive.
+    if (thread_.get_id() == std::this_thread::get_id())
+      throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                              "weft::Thread::join: a thread cannot join itself");
     thread_.join();
     return;
   }

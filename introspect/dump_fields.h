@@ -211,6 +211,34 @@ inline std::string iso_time(const ProcessSnapshot& p) {
 // [...], "symbols": {"0x...": {...}}}; "process" holds the members of this
 // table up to "schedulers" (dump_format.cpp, dump_text.cpp).
 template <>
+struct Fields<PoolSnapshot> {
+  using P = PoolSnapshot;
+  using L = LatencySummary;
+  static constexpr auto wait = std::tuple{
+      nested("count", &P::wait, &L::count), nested("p50_us", &P::wait, &L::p50_us),
+      nested("p99_us", &P::wait, &L::p99_us), nested("max_us", &P::wait, &L::max_us),
+  };
+  static constexpr auto run = std::tuple{
+      nested("count", &P::run, &L::count), nested("p50_us", &P::run, &L::p50_us),
+      nested("p99_us", &P::run, &L::p99_us), nested("max_us", &P::run, &L::max_us),
+  };
+  static bool always(const P&) { return true; }
+  static constexpr auto table = std::tuple{
+      field("name", &P::name),
+      field("mode", &P::mode),  // "fibers" or "threads"
+      field("scheduler", &P::scheduler),
+      field("size", &P::size),
+      field("queued", &P::queued),
+      field("running", &P::running),
+      field("completed", &P::completed),
+      field("failed", &P::failed),
+      field("shut_down", &P::shut_down),
+      group("wait", wait, &always),  // submit to start (docs/pools.md)
+      group("run", run, &always),    // start to finish
+  };
+};
+
+template <>
 struct Fields<ProcessSnapshot> {
   using P = ProcessSnapshot;
   static constexpr auto process = std::tuple{
@@ -222,6 +250,7 @@ struct Fields<ProcessSnapshot> {
   static constexpr std::string_view version = "weft_dump";
   static constexpr std::string_view process_key = "process";
   static constexpr std::string_view schedulers = "schedulers";
+  static constexpr std::string_view pools = "pools";      // in both details: --list shows them too
   static constexpr std::string_view symbols = "symbols";  // full only
   static constexpr std::string_view error = "error";      // a refusal: {"weft_dump": N, "error": "..."}
 };

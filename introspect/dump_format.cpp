@@ -210,6 +210,10 @@ void write_document(Writer& w, const ProcessSnapshot& snapshot, DumpDetail detai
   w.begin_array();
   for (const SchedulerSnapshot& s : snapshot.schedulers) write_object(w, s, Fields<SchedulerSnapshot>::table, detail);
   w.end_array();
+  w.key(P::pools);
+  w.begin_array();
+  for (const PoolSnapshot& p : snapshot.pools) write_object(w, p, Fields<PoolSnapshot>::table, detail);
+  w.end_array();
   if (detail == DumpDetail::full) {
     w.key(P::symbols);
     w.begin_object();

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "../pool/pool_registry.h"
 #include "../sched/scheduler_core.h"
 #include "dump_format.h"
 #include "dump_protocol.h"
@@ -137,16 +138,30 @@ class DumpServer {
 
   void attach(SchedulerCore& core) {
     std::lock_guard lifecycle(lifecycle_lock_);
-    if (!running_) {
-      const std::string error = start();
-      if (!error.empty()) {
-        std::fprintf(stderr, "weft: weft-dump is off for scheduler \"%s\": %s\n", core.config().name.c_str(),
-                     error.c_str());
-        return;
-      }
-    }
+    if (!start_if_needed("scheduler \"" + core.config().name + "\"")) return;
     std::lock_guard guard(schedulers_lock_);
     schedulers_.push_back(&core);
+  }
+
+  // Pools (pool/pool_registry.h) keep the server up too, so that a process
+  // with thread pools and no scheduler can still be dumped. Only counted:
+  // the pools' own registry is what a dump reads. False if it could not
+  // start.
+  bool attach_pool(const std::string& name) {
+    std::lock_guard lifecycle(lifecycle_lock_);
+    if (!start_if_needed("pool \"" + name + "\"")) return false;
+    ++pools_;
+    return true;
+  }
+  void detach_pool() {
+    std::lock_guard lifecycle(lifecycle_lock_);
+    if (pools_ > 0) --pools_;
+    bool last;
+    {
+      std::lock_guard guard(schedulers_lock_);
+      last = schedulers_.empty() && pools_ == 0;
+    }
+    if (last && running_) stop();
   }
 
   // Returns once no dump reads `core` any more.
@@ -158,10 +173,22 @@ class DumpServer {
       const auto gone = std::remove(schedulers_.begin(), schedulers_.end(), &core);
       if (gone == schedulers_.end()) return;  // never attached (dumps off for it)
       schedulers_.erase(gone, schedulers_.end());
-      last = schedulers_.empty();
+      last = schedulers_.empty() && pools_ == 0;
     }
     if (last && running_) stop();
   }
+
+ private:
+  // With lifecycle_lock_ held: true once the server runs for this process.
+  bool start_if_needed(const std::string& who) {
+    if (running_) return true;
+    const std::string error = start();
+    if (error.empty()) return true;
+    std::fprintf(stderr, "weft: weft-dump is off for %s: %s\n", who.c_str(), error.c_str());
+    return false;
+  }
+
+ public:
 
   // fork(): the child gets a copy of this object but none of its threads.
   // The locks are held across the fork, so that the child's copies are in
@@ -199,6 +226,7 @@ class DumpServer {
     new (&snapshot_done_) std::condition_variable();  // and their waits
     snapshot_lock_.unlock();
     schedulers_.clear();  // the parent's schedulers: not this process's to show (docs/usage.md)
+    pools_ = 0;           // the parent's pools' threads did not come along
     clients_lock_.unlock();
     schedulers_lock_.unlock();
     lifecycle_lock_.unlock();
@@ -493,6 +521,7 @@ class DumpServer {
       process.schedulers.reserve(schedulers_.size());
       for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot(detail == DumpDetail::full));
     }
+    process.pools = snapshot_pools();
     symbolize_stacks(process);  // the addresses stay valid: code is not unloaded under a live scheduler
     return process;
   }
@@ -500,6 +529,7 @@ class DumpServer {
   std::mutex lifecycle_lock_;   // attach and detach, starting and stopping
   std::mutex schedulers_lock_;  // the list; held while a dump reads it
   std::vector<SchedulerCore*> schedulers_;
+  unsigned pools_ = 0;  // under lifecycle_lock_ (read under both)
   bool running_ = false;
   bool atexit_registered_ = false;
   bool atfork_registered_ = false;
@@ -536,5 +566,12 @@ bool dump_enabled_by_environment() noexcept {
 void attach_to_dump_server(SchedulerCore& core) { the_dump_server().attach(core); }
 
 void detach_from_dump_server(SchedulerCore& core) noexcept { the_dump_server().detach(core); }
+
+bool attach_pool_services(const std::string& name) {
+  if (!dump_enabled_by_environment()) return false;
+  return the_dump_server().attach_pool(name);
+}
+
+void detach_pool_services() noexcept { the_dump_server().detach_pool(); }
 
 }  // namespace weft::detail

@@ -10,6 +10,11 @@ and plots the median of the runs:
   scripts/plot_benchmarks.py --pingpong pingpong.json [more.json ...] \\
       [--skynet skynet.jsonl] [--park park.jsonl] [-o docs/benchmarks.png]
 
+The gateway's latency distribution goes to a picture of its own:
+
+  tools/bench-gateway --json > gateway.json
+  scripts/plot_benchmarks.py --gateway gateway.json [--gateway-output docs/gateway.png]
+
 Needs Debian's python3 with python3-matplotlib, hence /usr/bin/python3 (a pyenv
 or venv python3 first on PATH would not see it).
 """
@@ -95,13 +100,53 @@ def plot_peers(ax, title, ylabel, ours, key, go, boost, target, fmt):
     ax.legend(fontsize=7)
 
 
+def plot_gateway(path, output):
+    """Latency against percentile, p1 to p99.99, one line per mode and load.
+
+    The x axis is -log10(1 - p), so that p90, p99 and p99.9 are equally
+    apart: the tail, which a mean hides, is most of the picture."""
+    import math
+
+    doc = load_json_values([path])[0]
+    loads = sorted({r["connections"] for r in doc["runs"]})
+    fig, axes = plt.subplots(1, len(loads), figsize=(6.5 * len(loads), 5), squeeze=False)
+    ticks = [50, 90, 99, 99.9, 99.99]
+    for ax, load in zip(axes[0], loads):
+        for r in (r for r in doc["runs"] if r["connections"] == load):
+            points = sorted((float(p), ms) for p, ms in r["percentiles_ms"].items())
+            xs = [-math.log10(1 - p / 100) for p, _ in points]
+            label = f"{r['mode']}: {r['requests_per_s']:,.0f} req/s"
+            if r["error_count"]:
+                label += f", {r['error_count']} errors"
+            ax.plot(xs, [ms for _, ms in points], marker=".", label=label)
+        ax.set_xticks([-math.log10(1 - t / 100) for t in ticks], [f"p{t:g}" for t in ticks])
+        ax.set_yscale("log")
+        ax.set_ylabel("latency, ms (log)")
+        ax.axhline(doc.get("delay_ms", 100), color="grey", linestyle=":", linewidth=1)
+        ax.set_title(f"{load} connections (limit {load * 10:,} req/s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("gateway -> backend (100 ms): latency by percentile, threads against fibers (wrk, loopback)")
+    fig.tight_layout()
+    fig.savefig(output, dpi=110)
+    print(f"wrote {output}", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pingpong", nargs="+", required=True, help="pingpong --mode all --json output(s)")
+    parser.add_argument("--pingpong", nargs="+", default=[], help="pingpong --mode all --json output(s)")
     parser.add_argument("--skynet", nargs="+", default=[], help="skynet --json output(s)")
     parser.add_argument("--park", nargs="+", default=[], help="park_memory --json output(s)")
     parser.add_argument("-o", "--output", default="docs/benchmarks.png")
+    parser.add_argument("--gateway", help="tools/bench-gateway --json output")
+    parser.add_argument("--gateway-output", default="docs/gateway.png")
     args = parser.parse_args()
+    if not args.pingpong and not args.gateway:
+        parser.error("give --pingpong (and --skynet, --park), or --gateway")
+    if args.gateway:
+        plot_gateway(args.gateway, args.gateway_output)
+    if not args.pingpong:
+        return
 
     skynet = [r for r in load_json_values(args.skynet) if r.get("workers") == 2 and r.get("ok")]
     park = [r for r in load_json_values(args.park) if not r.get("error")]

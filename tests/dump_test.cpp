@@ -1191,3 +1191,100 @@ TEST(Dump, TheStuckLineNamesTheSystemCall) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// weft::Pool in the dump: text, JSON, --list and --top show each pool's
+// name, mode, size, counters and latencies (tests/pool_dump_child.cpp).
+class DumpOfPools : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    child_ = std::make_unique<Child>(std::vector<std::string>{WEFT_POOL_DUMP_CHILD});
+    ASSERT_EQ(child_->read_line(), "ready");
+  }
+  void TearDown() override {
+    if (child_) {
+      EXPECT_EQ(child_->finish(), 0);
+    }
+  }
+  std::string pid() const { return std::to_string(child_->pid()); }
+  std::unique_ptr<Child> child_;
+};
+
+TEST_F(DumpOfPools, TextAndJsonShowEveryPool) {
+  const CliResult text = run_cli({pid()});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Pool \"rpc-handler\" fibers on \"weft-default\" size=4 queued=0 running=1 completed=100 "
+                          "failed=0\n   wait p50="),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("Pool \"db-writer\" threads size=2 queued=0 running=1 completed=100 failed=0\n"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("Scheduler \"weft-default\""), std::string::npos) << text.out;
+
+  const CliResult json = run_cli({pid(), "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const Json dump = Json::parse(json.out);
+  const auto& pools = dump["pools"];
+  ASSERT_EQ(pools.size(), 2u);
+  const auto& rpc = pools[0];
+  EXPECT_EQ(rpc["name"].get<std::string>(), "rpc-handler");
+  EXPECT_EQ(rpc["mode"].get<std::string>(), "fibers");
+  EXPECT_EQ(rpc["scheduler"].get<std::string>(), "weft-default");
+  EXPECT_EQ(rpc["size"].get<std::uint64_t>(), 4u);
+  EXPECT_EQ(rpc["queued"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(rpc["running"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(rpc["completed"].get<std::uint64_t>(), 100u);
+  EXPECT_EQ(rpc["wait"]["count"].get<std::uint64_t>(), 101u);  // the running task has started
+  EXPECT_EQ(rpc["run"]["count"].get<std::uint64_t>(), 100u);
+  // Each of the 100 slept 100 us.
+  EXPECT_GE(rpc["run"]["p50_us"].get<double>(), 100.0);
+  EXPECT_GE(rpc["run"]["max_us"].get<double>(), rpc["run"]["p99_us"].get<double>());
+  EXPECT_EQ(pools[1]["name"].get<std::string>(), "db-writer");
+  EXPECT_EQ(pools[1]["mode"].get<std::string>(), "threads");
+  EXPECT_EQ(pools[1]["scheduler"].get<std::string>(), "");
+}
+
+TEST_F(DumpOfPools, ListAndTopShowThePools) {
+  const CliResult list = run_cli({"--list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find("pool \"rpc-handler\" fibers size=4 queued=0 running=1 completed=100\n"), std::string::npos)
+      << list.out;
+  EXPECT_NE(list.out.find("pool \"db-writer\" threads size=2 queued=0 running=1 completed=100\n"), std::string::npos)
+      << list.out;
+
+  const CliResult top = run_cli({pid(), "--top", "--iterations", "1"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  bool header = false, rpc = false, db = false;
+  std::istringstream lines(top.out);
+  for (std::string line; std::getline(lines, line);) {
+    const std::vector<std::string> w = words(line);
+    if (w == std::vector<std::string>{"POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s", "WAIT_ms(p50/p99/max)",
+                                      "RUN_ms(p50/p99/max)"})
+      header = true;
+    else if (header && w.size() == 8 && w[0] == "rpc-handler")
+      rpc = w[1] == "fibers" && w[2] == "4" && w[3] == "0" && w[4] == "1" && is_rate(w[5]) &&
+            std::count(w[6].begin(), w[6].end(), '/') == 2 && std::count(w[7].begin(), w[7].end(), '/') == 2;
+    else if (header && w.size() >= 6 && w[0] == "db-writer")
+      db = w[1] == "threads" && w[2] == "2" && w[4] == "1";
+  }
+  EXPECT_TRUE(header) << top.out;
+  EXPECT_TRUE(rpc) << top.out;
+  EXPECT_TRUE(db) << top.out;
+}
+
+TEST(Dump, AThreadPoolAloneKeepsTheServerUp) {
+  Child child({WEFT_POOL_DUMP_CHILD, "--threads-only"});
+  ASSERT_EQ(child.read_line(), "ready");
+  const CliResult text = run_cli({std::to_string(child.pid())});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Pool \"db-writer\" threads size=2 queued=0 running=1 completed=100"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("(no running weft schedulers)"), std::string::npos) << text.out;
+  EXPECT_EQ(child.finish(), 0);
+}
+
+}  // namespace
+}  // namespace weft

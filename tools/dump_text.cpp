@@ -294,6 +294,9 @@ ProcessSnapshot read_dump(std::string_view json) {
         for (od::value s : member.value().get_array())
           read_object(s, dump.schedulers.emplace_back(), Fields<SchedulerSnapshot>::table, "scheduler");
         schedulers = true;
+      } else if (key == P::pools) {
+        for (od::value p : member.value().get_array())
+          read_object(p, dump.pools.emplace_back(), Fields<PoolSnapshot>::table, "pool");
       } else if (key == P::symbols) {
         for (od::field symbol : member.value().get_object()) {
           const std::uintptr_t address = dump::parse_hex(std::string_view(symbol.unescaped_key()), "a symbol's key");
@@ -345,6 +348,34 @@ std::string printable(std::string_view text) {
 
 std::string hex_address(const void* address) { return dump::hex(reinterpret_cast<std::uintptr_t>(address)); }
 
+// "0.4 us" below 10 us, "850 us" below a millisecond, else as
+// format_duration_ms.
+std::string format_us(double us) {
+  if (us < 1000) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), us < 10 ? "%.1f us" : "%.0f us", us);
+    return buffer;
+  }
+  return format_duration_ms(us / 1000);
+}
+
+void pool_lines(std::string& out, const PoolSnapshot& p) {
+  out += "Pool \"";
+  append_printable(out, p.name);
+  out += "\" ";
+  append_printable(out, p.mode);
+  if (!p.scheduler.empty()) {
+    out += " on \"";
+    append_printable(out, p.scheduler);
+    out += "\"";
+  }
+  append(out, " size=%llu queued=%llu running=%llu completed=%llu failed=%llu%s\n", ull(p.size), ull(p.queued),
+         ull(p.running), ull(p.completed), ull(p.failed), p.shut_down ? " (shut down)" : "");
+  out += "   wait p50=" + format_us(p.wait.p50_us) + " p99=" + format_us(p.wait.p99_us) +
+         " max=" + format_us(p.wait.max_us) + "   run p50=" + format_us(p.run.p50_us) + " p99=" + format_us(p.run.p99_us) +
+         " max=" + format_us(p.run.max_us) + "\n";
+}
+
 std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
   std::size_t fibers = 0, frames = 0;
   for (const SchedulerSnapshot& s : dump.schedulers) {
@@ -361,6 +392,8 @@ std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
   append(out, "Full fiber dump of pid %lld (", ll(dump.pid));
   append_printable(out, dump.name);
   out += "):\n";
+  if (!dump.pools.empty()) out += "\n";
+  for (const PoolSnapshot& p : dump.pools) pool_lines(out, p);
   if (dump.schedulers.empty()) out += "\n(no running weft schedulers)\n";
   for (const SchedulerSnapshot& s : dump.schedulers) {
     out += "\nScheduler \"";

@@ -133,6 +133,28 @@ std::string render_top_frame(const ProcessSnapshot& previous, const ProcessSnaps
          static_cast<long long>(current.pid), printable(current.name).c_str(), time.c_str(),
          static_cast<unsigned long long>(current.schedulers.size()), static_cast<unsigned long long>(fibers), seconds);
   line();
+  if (!current.pools.empty()) {
+    // Pools first: they are what a service owner names and watches.
+    append(out, "\n%-20s %-7s %5s %7s %7s %9s  %-22s %s\n", "POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s",
+           "WAIT_ms(p50/p99/max)", "RUN_ms(p50/p99/max)");
+    line(), line();
+    for (const PoolSnapshot& p : current.pools) {
+      if (left <= 3) break;
+      std::uint64_t before_completed = 0;
+      for (const PoolSnapshot& o : previous.pools)
+        if (o.name == p.name) before_completed = o.completed;
+      const auto ms3 = [](const LatencySummary& l) {
+        char buffer[64];
+        std::snprintf(buffer, sizeof(buffer), "%.1f/%.1f/%.1f", l.p50_us / 1000, l.p99_us / 1000, l.max_us / 1000);
+        return std::string(buffer);
+      };
+      append(out, "%-20.20s %-7.7s %5llu %7llu %7llu %9.1f  %-22s %s\n", clip(p.name, 20).c_str(),
+             clip(p.mode, 7).c_str(), static_cast<unsigned long long>(p.size),
+             static_cast<unsigned long long>(p.queued), static_cast<unsigned long long>(p.running),
+             rate(p.completed, before_completed, seconds), ms3(p.wait).c_str(), ms3(p.run).c_str());
+      line();
+    }
+  }
   for (std::size_t si = 0; si < current.schedulers.size(); ++si) {
     const SchedulerSnapshot& s = current.schedulers[si];
     const SchedulerSnapshot* old =

@@ -45,6 +45,12 @@ int list_processes(std::chrono::milliseconds timeout) {
       }
       std::printf("%-8d %-16s %-10zu %-8llu %s\n", pid, weft::tools::printable(process.name).c_str(),
                   process.schedulers.size(), static_cast<unsigned long long>(fibers), names.c_str());
+      // One line per pool under its process.
+      for (const auto& p : process.pools)
+        std::printf("%-8s pool \"%s\" %s size=%u queued=%llu running=%llu completed=%llu\n", "",
+                    weft::tools::printable(p.name).c_str(), p.mode.c_str(), p.size,
+                    static_cast<unsigned long long>(p.queued), static_cast<unsigned long long>(p.running),
+                    static_cast<unsigned long long>(p.completed));
     } catch (const std::exception& e) {
       // A process that cannot answer is still worth a line: it is the one
       // an operator is looking for.

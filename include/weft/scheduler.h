@@ -9,7 +9,8 @@
 //   g.join();
 //
 // Schedulers are independent objects: a process may have several, and
-// there is no global one. The destructor waits for every fiber (see
+// none is global except the one fiber pools use when given none
+// (default_scheduler.h). The destructor waits for every fiber (see
 // Config::shutdown_grace and ShutdownPolicy). spawn() works from any
 // thread: a fiber, a worker, or a plain thread. Inside a fiber,
 // weft::spawn() spawns on the fiber's own scheduler.

@@ -115,12 +115,39 @@ struct SchedulerSnapshot {
   BlockingPoolSnapshot blocking;
 };
 
+// A latency distribution summarised for the dump: how many samples, and
+// their p50, p99 and max in microseconds (percentiles within 12.5 %, the
+// histogram's bucket width; the max is exact).
+struct LatencySummary {
+  std::uint64_t count = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  double max_us = 0;
+};
+
+// A weft::Pool (include/weft/pool.h): its shape, its counters, and how long
+// tasks waited between submit and start, and how long they ran.
+struct PoolSnapshot {
+  std::string name;
+  std::string mode;       // "fibers" or "threads"
+  std::string scheduler;  // fibers: the scheduler's Config::name; threads: ""
+  unsigned size = 0;      // PoolOptions::threads: the concurrency bound
+  std::uint64_t queued = 0;
+  std::uint64_t running = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t failed = 0;  // post()ed tasks that threw
+  bool shut_down = false;
+  LatencySummary wait;  // submit to start
+  LatencySummary run;   // start to finish
+};
+
 // What weft-dump receives: the process and every scheduler it runs.
 struct ProcessSnapshot {
   int pid = 0;
   std::string name;               // /proc/self/comm
   std::int64_t unix_time_ms = 0;  // when the snapshot was taken
   std::vector<SchedulerSnapshot> schedulers;
+  std::vector<PoolSnapshot> pools;  // every live weft::Pool
   // Every address of every fiber's stack, symbolized once however many
   // fibers share it (introspect/symbolizer.h). Scheduler::snapshot() leaves
   // stacks as bare addresses; weft-dump's server fills this.

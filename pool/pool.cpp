@@ -1,0 +1,246 @@
+#include <cxxabi.h>
+#include <pthread.h>
+#include <weft/default_scheduler.h>
+#include <weft/fiber_local.h>
+#include <weft/pool.h>
+#include <weft/queue_closed.h>
+#include <weft/scheduler.h>
+#include <weft/this_fiber.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <typeinfo>
+
+#include "pool_core.h"
+
+namespace weft::detail {
+
+namespace {
+
+// Which pool's runner the caller is, so that a task cannot wait for itself
+// (wait, shutdown, the destructor): a fiber slot for fiber runners, since a
+// fiber moves between workers, and a thread_local for thread runners.
+std::size_t runner_slot() {
+  static const std::size_t slot = allocate_fiber_local_slot();
+  return slot;
+}
+thread_local const PoolCore* thread_runner_of = nullptr;
+
+const PoolCore* current_runner_pool() {
+  if (this_fiber::is_fiber()) return static_cast<const PoolCore*>(fiber_local_get(runner_slot()));
+  return thread_runner_of;
+}
+
+PoolOptions checked(PoolOptions options) {
+  if (options.name.empty())
+    throw std::invalid_argument(
+        "weft::Pool: PoolOptions::name is empty; a pool needs a name (WEFT_FIBERS selects "
+        "pools by it, and weft-dump shows it)");
+  if (options.threads == 0)
+    throw std::invalid_argument("weft::Pool '" + options.name + "': PoolOptions::threads is 0; at least 1 is needed");
+  return options;
+}
+
+Scheduler* scheduler_for(const PoolOptions& options) {
+  if (!runs_on_fibers(options.mode, options.name)) return nullptr;
+  return options.scheduler != nullptr ? options.scheduler : &default_scheduler();
+}
+
+std::string describe(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(std::move(error));
+  } catch (const std::exception& e) {
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status);
+    std::string type = status == 0 && demangled != nullptr ? demangled : typeid(e).name();
+    std::free(demangled);
+    return type + ": " + e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+}  // namespace
+
+PoolCore::PoolCore(PoolOptions options) : options_(checked(std::move(options))), scheduler_(scheduler_for(options_)) {
+  try {
+    start_runners();
+  } catch (...) {
+    // A thread or a stack could not be had: stop the runners already going,
+    // which would otherwise outlive the pool.
+    queue_.close();
+    for (std::thread& t : threads_) t.join();
+    for (Fiber& f : fibers_) f.join();
+    throw;
+  }
+}
+
+PoolCore::~PoolCore() {
+  // The destructor cannot throw: misuse from the pool's own task ends here.
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::terminate();
+  }
+}
+
+void PoolCore::start_runners() {
+  if (on_fibers()) {
+    fibers_.reserve(options_.threads);
+    for (unsigned i = 0; i < options_.threads; ++i) {
+      const std::string name = options_.name + "-" + std::to_string(i);
+      fibers_.push_back(scheduler_->spawn(SpawnOptions{.name = name, .stack_size = options_.stack_size}, [this] {
+        fiber_local_set(runner_slot(), this, [](void*) {});
+        run_tasks();
+      }));
+    }
+    return;
+  }
+  threads_.reserve(options_.threads);
+  for (unsigned i = 0; i < options_.threads; ++i) {
+    threads_.emplace_back([this] {
+      thread_runner_of = this;
+      run_tasks();
+    });
+    // The kernel keeps 15 bytes of a thread's name: the pool's name first,
+    // so that top and gdb show which pool a thread is from.
+    const std::string name = (options_.name + "-" + std::to_string(i)).substr(0, 15);
+    pthread_setname_np(threads_.back().native_handle(), name.c_str());
+  }
+}
+
+void PoolCore::run_tasks() noexcept {
+  for (;;) {
+    Queued item;
+    try {
+      item = queue_.take();
+    } catch (const QueueClosed&) {
+      return;  // shut down, and nothing is left to run
+    }
+    run_one(item);
+  }
+}
+
+void PoolCore::run_one(Queued& item) noexcept {
+  const auto started = Clock::now();
+  wait_times_.record(started - item.submitted);
+  running_.fetch_add(1, std::memory_order_relaxed);
+  try {
+    item.task();
+  } catch (...) {
+    failed_.fetch_add(1, std::memory_order_relaxed);
+    report(std::current_exception());
+  }
+  // Destroy the task's captures before counting it done: wait() returning
+  // promises they are gone.
+  item.task = Task();
+  run_times_.record(Clock::now() - started);
+  running_.fetch_sub(1, std::memory_order_relaxed);
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  pending_.done();
+}
+
+void PoolCore::report(std::exception_ptr error) noexcept {
+  if (options_.on_exception) {
+    try {
+      options_.on_exception(options_.name, error);
+      return;
+    } catch (...) {
+      std::fprintf(stderr, "weft::Pool '%s': the on_exception handler threw (%s)\n", options_.name.c_str(),
+                   describe(std::current_exception()).c_str());
+    }
+  }
+  std::fprintf(stderr, "weft::Pool '%s': a posted task threw %s; the pool carries on\n", options_.name.c_str(),
+               describe(error).c_str());
+}
+
+void PoolCore::enqueue(Task task) {
+  pending_.add(1);
+  try {
+    queue_.put(Queued{std::move(task), Clock::now()});
+  } catch (const QueueClosed&) {
+    pending_.done();
+    throw std::logic_error("weft::Pool '" + options_.name + "': post()/submit() after shutdown()");
+  } catch (...) {
+    pending_.done();
+    throw;
+  }
+}
+
+void PoolCore::require_outside(const char* what) const {
+  if (current_runner_pool() == this)
+    throw std::logic_error("weft::Pool '" + options_.name + "': " + what +
+                           " called from one of the pool's own tasks, which would wait for itself");
+}
+
+bool PoolCore::wait_until(Clock::time_point deadline) {
+  require_outside("wait()");
+  if (deadline == no_deadline) {
+    pending_.wait();
+    return true;
+  }
+  return pending_.wait_for(deadline - Clock::now());
+}
+
+std::size_t PoolCore::purge() {
+  std::vector<Queued> dropped;
+  queue_.drain_to(std::back_inserter(dropped));
+  const std::size_t n = dropped.size();
+  dropped.clear();  // a submit()'s Promise dies here: its Future gets broken_promise
+  if (n > 0) pending_.add(-static_cast<std::int64_t>(n));
+  return n;
+}
+
+void PoolCore::shutdown() {
+  require_outside("shutdown() (or the destructor)");
+  std::lock_guard guard(shutdown_lock_);
+  queue_.close();
+  if (joined_) return;
+  for (std::thread& t : threads_) t.join();
+  for (Fiber& f : fibers_) f.join();
+  joined_ = true;
+}
+
+PoolSnapshot PoolCore::snapshot() const {
+  PoolSnapshot s;
+  s.name = options_.name;
+  s.mode = on_fibers() ? "fibers" : "threads";
+  if (on_fibers()) s.scheduler = scheduler_->config().name;
+  s.size = options_.threads;
+  s.queued = queued();
+  s.running = running();
+  s.completed = completed();
+  s.failed = failed_.load(std::memory_order_relaxed);
+  s.shut_down = shut_down();
+  s.wait = wait_times_.summary();
+  s.run = run_times_.summary();
+  return s;
+}
+
+}  // namespace weft::detail
+
+namespace weft {
+
+Pool::Pool(PoolOptions options) : core_(std::make_unique<detail::PoolCore>(std::move(options))) {}
+Pool::~Pool() = default;
+
+void Pool::enqueue(detail::Task task) { core_->enqueue(std::move(task)); }
+void Pool::wait() { core_->wait_until(detail::no_deadline); }
+bool Pool::wait_until_deadline(detail::Clock::time_point deadline) { return core_->wait_until(deadline); }
+std::size_t Pool::purge() { return core_->purge(); }
+void Pool::shutdown() { core_->shutdown(); }
+bool Pool::is_shut_down() const noexcept { return core_->shut_down(); }
+const std::string& Pool::name() const noexcept { return core_->options().name; }
+unsigned Pool::size() const noexcept { return core_->options().threads; }
+bool Pool::runs_on_fibers() const noexcept { return core_->on_fibers(); }
+std::uint64_t Pool::queued() const { return core_->queued(); }
+std::uint64_t Pool::running() const noexcept { return core_->running(); }
+std::uint64_t Pool::completed() const noexcept { return core_->completed(); }
+PoolSnapshot Pool::snapshot() const { return core_->snapshot(); }
+
+}  // namespace weft

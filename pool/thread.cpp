@@ -1,0 +1,57 @@
+#include <pthread.h>
+#include <weft/default_scheduler.h>
+#include <weft/this_fiber.h>
+#include <weft/thread.h>
+
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+
+namespace weft {
+
+namespace detail {
+
+Scheduler* thread_scheduler(const ThreadOptions& options) {
+  if (options.name.empty())
+    throw std::invalid_argument("weft::Thread: the name is empty; a Thread needs one (WEFT_FIBERS selects by it)");
+  if (!runs_on_fibers(options.mode, options.name)) return nullptr;
+  return options.scheduler != nullptr ? options.scheduler : &default_scheduler();
+}
+
+void name_this_thread(std::string_view name) noexcept {
+  // The kernel keeps 15 bytes and a terminator.
+  const std::string shown(name.substr(0, 15));
+  pthread_setname_np(pthread_self(), shown.c_str());
+}
+
+}  // namespace detail
+
+void Thread::join() {
+  if (!joinable())
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument), "weft::Thread::join: not joinable");
+  if (thread_.joinable()) {
+    // Checked here rather than left to pthread_join's EDEADLK, which
+    // ThreadSanitizer's interceptor does not survive.
+    if (thread_.get_id() == std::this_thread::get_id())
+      throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                              "weft::Thread::join: a thread cannot join itself");
+    thread_.join();
+    return;
+  }
+  if (this_fiber::is_fiber() && this_fiber::id() == fiber_.id())
+    throw std::system_error(std::make_error_code(std::errc::resource_deadlock_would_occur),
+                            "weft::Thread::join: a thread cannot join itself");
+  fiber_.join();
+}
+
+void Thread::detach() {
+  if (!joinable())
+    throw std::system_error(std::make_error_code(std::errc::invalid_argument), "weft::Thread::detach: not joinable");
+  if (thread_.joinable())
+    thread_.detach();
+  else
+    fiber_.detach();
+}
+
+}  // namespace weft

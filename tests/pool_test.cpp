@@ -1,0 +1,426 @@
+// weft::Pool in both modes: results, exceptions, the concurrency bound,
+// wait, purge, shutdown and destruction with queued work, pools on several
+// schedulers, weft-dump's registry; and the latency histogram behind the
+// pool's metrics.
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <weft/weft.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pool/latency_histogram.h"
+#include "pool/pool_registry.h"
+#include "pool_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+class PoolTest : public test::ModeTest {};
+
+TEST_P(PoolTest, SubmitReturnsEachTasksValue) {
+  Pool pool{options("calc", 4)};
+  EXPECT_EQ(pool.runs_on_fibers(), fibers());
+  std::vector<Future<int>> answers;
+  for (int i = 0; i < 200; ++i) answers.push_back(pool.submit([i] { return i * i; }));
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(answers[i].get(), i * i);
+  Future<void> done = pool.submit([] {});
+  done.get();
+  Future<std::unique_ptr<int>> moved = pool.submit([] { return std::make_unique<int>(7); });
+  EXPECT_EQ(*moved.get(), 7);
+}
+
+TEST_P(PoolTest, TasksRunOnFibersExactlyInFiberMode) {
+  Pool pool{options("where", 2)};
+  EXPECT_EQ(pool.submit([] { return this_fiber::is_fiber(); }).get(), fibers());
+  if (fibers()) {
+    EXPECT_EQ(pool.submit([] { return this_fiber::name(); }).get().rfind("where-", 0), 0u);
+  }
+}
+
+TEST_P(PoolTest, SubmitCarriesTheTasksExceptionToTheFuture) {
+  Pool pool{options("throws", 2)};
+  Future<int> f = pool.submit([]() -> int { throw std::runtime_error("no backend"); });
+  try {
+    f.get();
+    FAIL() << "expected the task's exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "no backend");
+  }
+  EXPECT_EQ(pool.submit([] { return 1; }).get(), 1);  // the pool keeps working
+}
+
+TEST_P(PoolTest, PostReportsAnEscapingExceptionWithThePoolsNameAndCarriesOn) {
+  std::atomic<int> reports{0};
+  std::string reported_pool, reported_what;
+  PoolOptions o = options("reporter", 2);
+  o.on_exception = [&](std::string_view pool, std::exception_ptr error) {
+    reported_pool = pool;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      reported_what = e.what();
+    }
+    reports.fetch_add(1);
+  };
+  Pool pool{std::move(o)};
+  pool.post([] { throw std::runtime_error("bad request"); });
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10; ++i) pool.post([&] { ran.fetch_add(1); });
+  pool.wait();
+  EXPECT_EQ(reports.load(), 1);
+  EXPECT_EQ(reported_pool, "reporter");
+  EXPECT_EQ(reported_what, "bad request");
+  EXPECT_EQ(ran.load(), 10);
+  EXPECT_EQ(pool.completed(), 11u);
+  EXPECT_EQ(pool.snapshot().failed, 1u);
+}
+
+TEST_P(PoolTest, PostWithoutAHandlerPrintsThePoolsNameOnStderr) {
+  Pool pool{options("noisy-pool", 1)};
+  testing::internal::CaptureStderr();
+  pool.post([] { throw std::logic_error("boom"); });
+  pool.wait();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("weft::Pool 'noisy-pool'"), std::string::npos) << err;
+  EXPECT_NE(err.find("std::logic_error: boom"), std::string::npos) << err;
+  EXPECT_EQ(pool.submit([] { return 2; }).get(), 2);
+}
+
+TEST_P(PoolTest, NeverRunsMoreThanSizeTasksAtOnce) {
+  Pool pool{options("bounded", 3)};
+  Semaphore gate{0};
+  std::atomic<int> active{0}, most{0};
+  for (int i = 0; i < 12; ++i)
+    pool.post([&] {
+      const int now = active.fetch_add(1) + 1;
+      int seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      gate.acquire();
+      active.fetch_sub(1);
+    });
+  // running() counts a task just before its body starts: wait for both.
+  ASSERT_TRUE(test::eventually([&] { return pool.running() == 3 && active.load() == 3; }));
+  EXPECT_EQ(pool.queued(), 9u);
+  gate.release(12);
+  pool.wait();
+  EXPECT_EQ(most.load(), 3);
+  EXPECT_EQ(pool.completed(), 12u);
+  EXPECT_EQ(pool.running(), 0u);
+  EXPECT_EQ(pool.queued(), 0u);
+}
+
+TEST_P(PoolTest, RunsSizeBlockedTasksAtOnceEvenOnOneWorker) {
+  // 32 tasks that can only finish together: a pool that ran fewer than 32
+  // at once would never finish (the latch's wait is bounded to fail).
+  Pool pool{options("together", 32)};
+  Latch all{32};
+  std::atomic<int> met{0};
+  for (int i = 0; i < 32; ++i)
+    pool.post([&] {
+      all.count_down();
+      if (all.wait_for(30s)) met.fetch_add(1);
+    });
+  pool.wait();
+  EXPECT_EQ(met.load(), 32);
+}
+
+TEST_P(PoolTest, TasksStartInSubmissionOrderOnOneRunner) {
+  Pool pool{options("fifo", 1)};
+  std::vector<int> order;
+  for (int i = 0; i < 100; ++i) pool.post([&order, i] { order.push_back(i); });
+  pool.wait();
+  ASSERT_EQ(order.size(), 100u);
+  EXPECT_TRUE(std::is_sorted(order.begin(), order.end()));
+}
+
+TEST_P(PoolTest, WaitWaitsForEverythingSubmittedSoFar) {
+  Pool pool{options("waiter", 4)};
+  std::atomic<int> done{0};
+  for (int round = 0; round < 5; ++round) {
+    for (int i = 0; i < 100; ++i)
+      pool.post([&] {
+        this_fiber::sleep_for(10us);
+        done.fetch_add(1);
+      });
+    pool.wait();
+    EXPECT_EQ(done.load(), (round + 1) * 100);
+  }
+  pool.wait();  // nothing pending: returns at once
+}
+
+TEST_P(PoolTest, WaitFromAFiberParksIt) {
+  Pool pool{options("from-fiber", 2)};
+  std::atomic<int> done{0};
+  Fiber f = sched().spawn([&] {
+    for (int i = 0; i < 50; ++i) pool.post([&] { done.fetch_add(1); });
+    pool.wait();
+    EXPECT_EQ(done.load(), 50);
+  });
+  f.join();
+}
+
+TEST_P(PoolTest, WaitForTimesOutWhileATaskIsBlocked) {
+  Pool pool{options("slow", 1)};
+  Semaphore gate{0};
+  pool.post([&] { gate.acquire(); });
+  EXPECT_FALSE(pool.wait_for(5ms));
+  gate.release();
+  EXPECT_TRUE(pool.wait_for(30s));
+}
+
+TEST_P(PoolTest, WaitAndShutdownFromOwnTaskThrowInsteadOfHanging) {
+  Pool pool{options("self", 2)};
+  Future<void> waits = pool.submit([&] { pool.wait(); });
+  EXPECT_THROW(waits.get(), std::logic_error);
+  Future<void> stops = pool.submit([&] { pool.shutdown(); });
+  EXPECT_THROW(stops.get(), std::logic_error);
+  EXPECT_FALSE(pool.is_shut_down());
+}
+
+TEST_P(PoolTest, PurgeDropsQueuedTasksAndBreaksTheirFutures) {
+  Pool pool{options("purge", 1)};
+  Semaphore gate{0};
+  Future<void> first = pool.submit([&] { gate.acquire(); });
+  ASSERT_TRUE(test::eventually([&] { return pool.running() == 1; }));
+  std::atomic<int> ran{0};
+  std::vector<Future<int>> dropped;
+  for (int i = 0; i < 5; ++i) dropped.push_back(pool.submit([&] { return ran.fetch_add(1); }));
+  EXPECT_EQ(pool.purge(), 5u);
+  gate.release();
+  first.get();
+  pool.wait();  // the purged tasks no longer count
+  for (auto& f : dropped) {
+    try {
+      f.get();
+      FAIL() << "a purged task ran";
+    } catch (const std::future_error& e) {
+      EXPECT_EQ(e.code(), std::future_errc::broken_promise);
+    }
+  }
+  EXPECT_EQ(ran.load(), 0);
+}
+
+TEST_P(PoolTest, ShutdownRunsWhatIsQueuedThenRejectsNewWork) {
+  auto pool = std::make_unique<Pool>(options("closing", 1));
+  Semaphore gate{0};
+  std::atomic<int> ran{0};
+  pool->post([&] {
+    gate.acquire();
+    ran.fetch_add(1);
+  });
+  for (int i = 0; i < 20; ++i) pool->post([&] { ran.fetch_add(1); });
+  std::thread closer([&] { pool->shutdown(); });
+  ASSERT_TRUE(test::eventually([&] { return pool->is_shut_down(); }));
+  try {
+    pool->post([] {});
+    FAIL() << "post after shutdown";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'closing'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(pool->submit([] { return 1; }), std::logic_error);
+  gate.release();
+  closer.join();
+  EXPECT_EQ(ran.load(), 21);
+  pool->shutdown();  // again: nothing left to do
+  pool->wait();
+  pool.reset();
+}
+
+TEST_P(PoolTest, DestructionRunsQueuedWork) {
+  std::atomic<int> ran{0};
+  {
+    Pool pool{options("dying", 2)};
+    for (int i = 0; i < 500; ++i)
+      pool.post([&ran, i] {
+        if (i % 50 == 0) this_fiber::sleep_for(100us);
+        ran.fetch_add(1);
+      });
+  }
+  EXPECT_EQ(ran.load(), 500);
+}
+
+TEST_P(PoolTest, ConcurrentSubmittersAllGetTheirResults) {
+  Pool pool{options("busy", 4)};
+  std::vector<std::thread> submitters;
+  std::atomic<long> total{0};
+  for (int t = 0; t < 4; ++t)
+    submitters.emplace_back([&, t] {
+      std::vector<Future<long>> fs;
+      for (long i = 0; i < static_cast<long>(test::scaled(2000)); ++i) fs.push_back(pool.submit([=] { return i + t; }));
+      for (auto& f : fs) total.fetch_add(f.get());
+    });
+  for (auto& s : submitters) s.join();
+  // A Future is ready before its task is counted complete (the task's
+  // captures die first); wait() is what promises the count.
+  pool.wait();
+  const long n = static_cast<long>(test::scaled(2000));
+  EXPECT_EQ(total.load(), 4 * (n * (n - 1) / 2) + n * (0 + 1 + 2 + 3));
+  EXPECT_EQ(pool.completed(), static_cast<std::uint64_t>(4 * n));
+}
+
+TEST_P(PoolTest, SnapshotShowsShapeCountersAndLatencies) {
+  Pool pool{options("shown", 2)};
+  for (int i = 0; i < 20; ++i) pool.post([] { this_fiber::sleep_for(200us); });
+  pool.wait();
+  const PoolSnapshot s = pool.snapshot();
+  EXPECT_EQ(s.name, "shown");
+  EXPECT_EQ(s.mode, fibers() ? "fibers" : "threads");
+  EXPECT_EQ(s.scheduler, fibers() ? "test" : "");
+  EXPECT_EQ(s.size, 2u);
+  EXPECT_EQ(s.completed, 20u);
+  EXPECT_EQ(s.queued, 0u);
+  EXPECT_EQ(s.running, 0u);
+  EXPECT_EQ(s.wait.count, 20u);
+  EXPECT_EQ(s.run.count, 20u);
+  // Each ran for at least the 200 us it slept.
+  EXPECT_GE(s.run.p50_us, 200.0);
+  EXPECT_GE(s.run.max_us, s.run.p99_us);
+  EXPECT_GE(s.run.p99_us, s.run.p50_us);
+}
+
+TEST_P(PoolTest, TheRegistryListsLivePoolsOnly) {
+  const auto named = [](const std::string& name) {
+    for (const PoolSnapshot& s : detail::snapshot_pools())
+      if (s.name == name) return true;
+    return false;
+  };
+  {
+    Pool pool{options("registered", 1)};
+    EXPECT_TRUE(named("registered"));
+  }
+  EXPECT_FALSE(named("registered"));
+}
+
+WEFT_MODE_PARAMS(PoolTest);
+
+TEST(Pool, RejectsAnEmptyNameAndZeroThreadsWithAClearMessage) {
+  try {
+    Pool pool{{.name = "", .threads = 2}};
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("PoolOptions::name is empty"), std::string::npos) << e.what();
+  }
+  try {
+    Pool pool{{.name = "none", .threads = 0}};
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'none': PoolOptions::threads is 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Pool, FiberPoolsOnSeveralSchedulersRunOnTheirOwn) {
+  Scheduler a{test::config_with(2)};
+  Config cb = test::config_with(1);
+  cb.name = "other";
+  Scheduler b{cb};
+  Pool on_a{{.name = "on-a", .threads = 2, .mode = RunMode::fibers, .scheduler = &a}};
+  Pool on_b{{.name = "on-b", .threads = 2, .mode = RunMode::fibers, .scheduler = &b}};
+  EXPECT_EQ(on_a.snapshot().scheduler, "test");
+  EXPECT_EQ(on_b.snapshot().scheduler, "other");
+  const auto has_fiber = [](const SchedulerSnapshot& s, const std::string& name) {
+    return std::any_of(s.fibers.begin(), s.fibers.end(), [&](const FiberSnapshot& f) { return f.name == name; });
+  };
+  EXPECT_TRUE(has_fiber(a.snapshot(), "on-a-0"));
+  EXPECT_FALSE(has_fiber(a.snapshot(), "on-b-0"));
+  EXPECT_TRUE(has_fiber(b.snapshot(), "on-b-1"));
+  // A task on one pool waits (parks) on a task of the other.
+  Future<int> chained = on_a.submit([&] { return on_b.submit([] { return 40; }).get() + 2; });
+  EXPECT_EQ(chained.get(), 42);
+}
+
+TEST(Pool, FiberPoolsWithoutASchedulerUseTheDefaultOne) {
+  Pool pool{{.name = "defaulted", .threads = 2, .mode = RunMode::fibers}};
+  EXPECT_EQ(pool.snapshot().scheduler, "weft-default");
+  EXPECT_EQ(&default_scheduler(), &default_scheduler());
+  EXPECT_EQ(default_scheduler().config().name, "weft-default");
+  EXPECT_TRUE(pool.submit([] { return this_fiber::is_fiber(); }).get());
+}
+
+TEST(Pool, ThreadPoolThreadsAreNamedAfterThePool) {
+  Pool pool{{.name = "a-long-pool-name", .threads = 1, .mode = RunMode::threads}};
+  const std::string name = pool.submit([] {
+                                 char buf[16] = {};
+                                 pthread_getname_np(pthread_self(), buf, sizeof buf);
+                                 return std::string(buf);
+                               })
+                               .get();
+  EXPECT_EQ(name, std::string("a-long-pool-name-0").substr(0, 15));
+}
+
+// Static pools at exit: their destructors run after main returns, in an
+// order relative to other statics that the program does not control, and
+// still run their queued tasks on the default scheduler, which is never
+// destroyed. The child queues 100 tasks in a static fiber pool and a static
+// thread pool and returns at once; a static constructed before them counts,
+// in its destructor, what ran.
+std::atomic<int> ran_at_exit{0};
+
+TEST(PoolChild, StaticPoolsRunTheirQueuedTasksAtExit) {
+  if (!test::child_mode("static")) GTEST_SKIP() << "runs in the child of Pool.StaticPoolsRunTheirQueuedTasksAtExit";
+  struct Report {
+    ~Report() { std::printf("ran at exit: %d of 200\n", ran_at_exit.load()); }
+  };
+  static Report report;  // constructed first, so destroyed after both pools
+  static Pool fibers{{.name = "static-fibers", .threads = 2, .mode = RunMode::fibers}};
+  static Pool threads{{.name = "static-threads", .threads = 2, .mode = RunMode::threads}};
+  for (int i = 0; i < 100; ++i) {
+    fibers.post([] {
+      this_fiber::sleep_for(100us);
+      ran_at_exit.fetch_add(1);
+    });
+    threads.post([] {
+      this_fiber::sleep_for(100us);
+      ran_at_exit.fetch_add(1);
+    });
+  }
+}
+
+TEST(Pool, StaticPoolsRunTheirQueuedTasksAtExit) {
+  int status = -1;
+  const std::string out = test::run_child("static", "", "PoolChild.StaticPoolsRunTheirQueuedTasksAtExit", status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("ran at exit: 200 of 200"), std::string::npos) << out;
+}
+
+TEST(LatencyHistogram, BucketsCoverEveryValueInOrder) {
+  using H = detail::LatencyHistogram;
+  std::uint64_t previous_top = 0;
+  for (unsigned b = 0; b < H::bucket_count; ++b) {
+    const std::uint64_t top = H::bucket_top(b);
+    EXPECT_EQ(H::bucket_of(top), b) << b;
+    if (b > 0) {
+      EXPECT_EQ(H::bucket_of(previous_top + 1), b) << b;
+      EXPECT_GT(top, previous_top);
+    }
+    previous_top = top;
+  }
+  EXPECT_EQ(previous_top, ~std::uint64_t{0});
+}
+
+TEST(LatencyHistogram, PercentilesAreWithinABucketAndMaxIsExact) {
+  detail::LatencyHistogram h;
+  EXPECT_EQ(h.summary().count, 0u);
+  for (int i = 1; i <= 1000; ++i) h.record(std::chrono::microseconds(i));
+  const LatencySummary s = h.summary();
+  EXPECT_EQ(s.count, 1000u);
+  EXPECT_DOUBLE_EQ(s.max_us, 1000.0);
+  EXPECT_GE(s.p50_us, 500.0);
+  EXPECT_LE(s.p50_us, 500.0 * 1.125);
+  EXPECT_GE(s.p99_us, 990.0);
+  EXPECT_LE(s.p99_us, 1000.0);
+  h.record(std::chrono::nanoseconds(-5));  // a clock step back counts as 0
+  EXPECT_EQ(h.summary().count, 1001u);
+}
+
+}  // namespace
+}  // namespace weft

@@ -189,10 +189,13 @@ struct Fields<SchedulerSnapshot> {
       nested("calls", &S::blocking, &B::calls),
   };
   static constexpr auto table = std::tuple{
-      field("name", &S::name),           derived("worker_count", &worker_count), field("fiber_count", &S::fiber_count),
-      group("poller", poller, &always),  // the netpoller (docs/io.md)
+      field("name", &S::name),
+      derived("worker_count", &worker_count),
+      field("fiber_count", &S::fiber_count),
+      group("poller", poller, &always),           // the netpoller (docs/io.md)
       group("blocking_pool", blocking, &always),  // weft::blocking's helpers
-      full_only("workers", &S::workers), full_only("fibers", &S::fibers),  // streamed: the big one
+      full_only("workers", &S::workers),
+      full_only("fibers", &S::fibers),  // streamed: the big one
   };
 };
 
@@ -215,26 +218,24 @@ struct Fields<PoolSnapshot> {
   using P = PoolSnapshot;
   using L = LatencySummary;
   static constexpr auto wait = std::tuple{
-      nested("count", &P::wait, &L::count), nested("p50_us", &P::wait, &L::p50_us),
-      nested("p99_us", &P::wait, &L::p99_us), nested("max_us", &P::wait, &L::max_us),
+      nested("count", &P::wait, &L::count),
+      nested("p50_us", &P::wait, &L::p50_us),
+      nested("p99_us", &P::wait, &L::p99_us),
+      nested("max_us", &P::wait, &L::max_us),
   };
   static constexpr auto run = std::tuple{
-      nested("count", &P::run, &L::count), nested("p50_us", &P::run, &L::p50_us),
-      nested("p99_us", &P::run, &L::p99_us), nested("max_us", &P::run, &L::max_us),
+      nested("count", &P::run, &L::count),
+      nested("p50_us", &P::run, &L::p50_us),
+      nested("p99_us", &P::run, &L::p99_us),
+      nested("max_us", &P::run, &L::max_us),
   };
   static bool always(const P&) { return true; }
   static constexpr auto table = std::tuple{
-      field("name", &P::name),
-      field("mode", &P::mode),  // "fibers" or "threads"
-      field("scheduler", &P::scheduler),
-      field("size", &P::size),
-      field("queued", &P::queued),
-      field("running", &P::running),
-      field("completed", &P::completed),
-      field("failed", &P::failed),
-      field("shut_down", &P::shut_down),
-      group("wait", wait, &always),  // submit to start (docs/pools.md)
-      group("run", run, &always),    // start to finish
+      field("name", &P::name),           field("mode", &P::mode),  // "fibers" or "threads"
+      field("scheduler", &P::scheduler), field("size", &P::size),           field("queued", &P::queued),
+      field("running", &P::running),     field("completed", &P::completed), field("failed", &P::failed),
+      field("shut_down", &P::shut_down), group("wait", wait, &always),  // submit to start (docs/pools.md)
+      group("run", run, &always),                                       // start to finish
   };
 };
 

@@ -12,11 +12,13 @@
 // server did, and then the server's credentials (SO_PEERCRED).
 #pragma once
 
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +68,24 @@ inline std::string check_private_directory(const std::string& directory, uid_t u
     return directory + " has mode " + mode + ", not 0700 (open to other users)";
   }
   return {};
+}
+
+// Both ends hold every exchange to a deadline, so that a peer that stalls
+// costs its own request and nobody else's.
+inline int remaining_ms(std::chrono::steady_clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+// Waits for `events` on `fd` until `deadline`; false on timeout or error.
+inline bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, remaining_ms(deadline));
+    if (n > 0) return true;
+    if (n == 0 || errno != EINTR) return false;
+  }
 }
 
 }  // namespace weft::detail

@@ -64,21 +64,6 @@ void remove_socket_at_exit() {
   if (exit_socket_directory[0] != '\0') ::rmdir(exit_socket_directory);
 }
 
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left > 0 ? static_cast<int>(left) : 0;
-}
-
-// Waits for `events` on the non-blocking `fd` until `deadline`.
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, remaining_ms(deadline));
-    if (n > 0) return true;
-    if (n == 0 || errno != EINTR) return false;
-  }
-}
-
 bool send_all(int fd, std::string_view data, Clock::time_point deadline) {
   std::size_t sent = 0;
   while (sent < data.size()) {
@@ -189,7 +174,6 @@ class DumpServer {
   }
 
  public:
-
   // fork(): the child gets a copy of this object but none of its threads.
   // The locks are held across the fork, so that the child's copies are in
   // a known state; the child then forgets the parent's server: its thread

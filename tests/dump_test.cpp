@@ -1147,8 +1147,9 @@ TEST(Dump, ShowsAFiberParkedOnASocketAndThePoller) {
   EXPECT_EQ(fiber["wait"]["kind"].get<std::string>(), "fd");
   EXPECT_EQ(fiber["wait"]["operation"].get<std::string>(), "readable");
   EXPECT_EQ(fiber["wait"]["fd"].get<int>(), client);
-  EXPECT_EQ(fiber["wait"]["fd_info"].get<std::string>(), "127.0.0.1:" + std::to_string(ntohs(local.sin_port)) +
-                                                             " -> 127.0.0.1:" + std::to_string(ntohs(address.sin_port)));
+  EXPECT_EQ(fiber["wait"]["fd_info"].get<std::string>(),
+            "127.0.0.1:" + std::to_string(ntohs(local.sin_port)) +
+                " -> 127.0.0.1:" + std::to_string(ntohs(address.sin_port)));
 }
 
 // A worker blocked in a raw read: the dump names the call and the fd, in

@@ -23,6 +23,8 @@ namespace weft::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::remaining_ms;
+using detail::wait_for;
 
 std::string process_name(pid_t pid) {
   std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
@@ -110,22 +112,6 @@ bool is_dump_socket_of(const std::string& path, pid_t pid) {
 
 std::string not_weft(pid_t pid, const std::string& detail) {
   return describe(pid) + " is not a weft process, or has dumps turned off (Config::dump, WEFT_DUMP=0)" + detail;
-}
-
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left > 0 ? static_cast<int>(left) : 0;
-}
-
-// Waits for `events` on `fd` until `deadline`; false on timeout.
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, remaining_ms(deadline));
-    if (n > 0) return true;
-    if (n == 0) return false;
-    if (errno != EINTR) return false;
-  }
 }
 
 class Socket {

@@ -372,8 +372,8 @@ void pool_lines(std::string& out, const PoolSnapshot& p) {
   append(out, " size=%llu queued=%llu running=%llu completed=%llu failed=%llu%s\n", ull(p.size), ull(p.queued),
          ull(p.running), ull(p.completed), ull(p.failed), p.shut_down ? " (shut down)" : "");
   out += "   wait p50=" + format_us(p.wait.p50_us) + " p99=" + format_us(p.wait.p99_us) +
-         " max=" + format_us(p.wait.max_us) + "   run p50=" + format_us(p.run.p50_us) + " p99=" + format_us(p.run.p99_us) +
-         " max=" + format_us(p.run.max_us) + "\n";
+         " max=" + format_us(p.wait.max_us) + "   run p50=" + format_us(p.run.p50_us) +
+         " p99=" + format_us(p.run.p99_us) + " max=" + format_us(p.run.max_us) + "\n";
 }
 
 std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {

@@ -117,6 +117,12 @@ void delete_sanitizer_fiber([[maybe_unused]] void* fiber) {
 #endif
 }
 
+void forget_stack_memory([[maybe_unused]] void* base, [[maybe_unused]] std::size_t size) noexcept {
+#ifdef WEFT_ASAN
+  __asan_unpoison_memory_region(base, size);
+#endif
+}
+
 void switch_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
   SwitchMessage message{&from, &to, action};
   announce_switch(from, to, false);

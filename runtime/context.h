@@ -59,6 +59,11 @@ void adopt_thread_context(ExecutionContext& ctx);
 // Null (and free) in other builds.
 void* new_sanitizer_fiber();
 void delete_sanitizer_fiber(void* fiber);
+// Before a stack's memory is unmapped: AddressSanitizer's shadow of frames
+// that never returned (a finished fiber's last frames) would otherwise stay
+// poisoned, and whatever is mapped there next would be reported as a stack
+// buffer overflow.
+void forget_stack_memory(void* base, std::size_t size) noexcept;
 
 // Saves the caller into `from`, resumes `to`, and runs `action` there.
 // Returns when something switches back to `from`.

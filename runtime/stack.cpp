@@ -103,6 +103,7 @@ Stack Stack::allocate(std::size_t usable_size) {
 }
 
 void Stack::unmap() noexcept {
+  forget_stack_memory(base_, mapping_size_);
   ::munmap(base_, mapping_size_);
   delete_sanitizer_fiber(sanitizer_fiber_);
   base_ = nullptr;

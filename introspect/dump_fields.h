@@ -213,22 +213,19 @@ inline std::string iso_time(const ProcessSnapshot& p) {
 // The document: {"weft_dump": <version>, "process": {...}, "schedulers":
 // [...], "symbols": {"0x...": {...}}}; "process" holds the members of this
 // table up to "schedulers" (dump_format.cpp, dump_text.cpp).
+// A LatencySummary member of S, as a nested object's fields.
+template <class S>
+constexpr auto latency_fields(LatencySummary S::*summary) {
+  using L = LatencySummary;
+  return std::tuple{nested("count", summary, &L::count), nested("p50_us", summary, &L::p50_us),
+                    nested("p99_us", summary, &L::p99_us), nested("max_us", summary, &L::max_us)};
+}
+
 template <>
 struct Fields<PoolSnapshot> {
   using P = PoolSnapshot;
-  using L = LatencySummary;
-  static constexpr auto wait = std::tuple{
-      nested("count", &P::wait, &L::count),
-      nested("p50_us", &P::wait, &L::p50_us),
-      nested("p99_us", &P::wait, &L::p99_us),
-      nested("max_us", &P::wait, &L::max_us),
-  };
-  static constexpr auto run = std::tuple{
-      nested("count", &P::run, &L::count),
-      nested("p50_us", &P::run, &L::p50_us),
-      nested("p99_us", &P::run, &L::p99_us),
-      nested("max_us", &P::run, &L::max_us),
-  };
+  static constexpr auto wait = latency_fields(&P::wait);
+  static constexpr auto run = latency_fields(&P::run);
   static bool always(const P&) { return true; }
   static constexpr auto table = std::tuple{
       field("name", &P::name),           field("mode", &P::mode),  // "fibers" or "threads"

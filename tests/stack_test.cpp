@@ -103,6 +103,15 @@ constexpr bool kSanitized = true;
 constexpr bool kSanitized = false;
 #endif
 
+// Open: built by Clang 14, the big-frame tests below do not die where GCC's
+// builds do (the Clang suite saw no overflow report); until that is
+// understood the GCC builds carry them.
+#if defined(__clang__)
+constexpr bool kClang = true;
+#else
+constexpr bool kClang = false;
+#endif
+
 [[gnu::noinline]] int recurse(int depth) {
   volatile char frame[512];
   frame[0] = static_cast<char>(depth);
@@ -126,12 +135,7 @@ TEST(StackDeathTest, OverflowNamesTheFiber) {
 // in the neighbouring stack (silently) or in unmapped memory (a bare
 // SIGSEGV). The 64 KiB guard region catches it, and names the fiber.
 TEST(StackDeathTest, AnUnprobedFrameBiggerThanAPageIsCaught) {
-#if defined(__clang__)
-  // Open: built by Clang 14 this frame does not fault where GCC's does (the
-  // death did not happen in the Clang suite); until that is understood the
-  // GCC builds carry this test.
-  GTEST_SKIP() << "Clang lays this frame out differently (open)";
-#endif
+  if (kClang) GTEST_SKIP() << "Clang 14's big frame does not fault where GCC's does (open)";
   if (kSanitized) GTEST_SKIP() << "the sanitizers report the overflow themselves";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
@@ -164,12 +168,7 @@ TEST(StackDeathTest, AnUnprobedFrameBiggerThanAPageIsCaught) {
 }
 
 TEST(StackDeathTest, AProbedFrameBiggerThanTheGuardIsCaught) {
-#if defined(__clang__)
-  // Open: built by Clang 14 this frame does not fault where GCC's does (the
-  // death did not happen in the Clang suite); until that is understood the
-  // GCC builds carry this test.
-  GTEST_SKIP() << "Clang lays this frame out differently (open)";
-#endif
+  if (kClang) GTEST_SKIP() << "Clang 14's big frame does not fault where GCC's does (open)";
   if (kSanitized) GTEST_SKIP() << "the sanitizers report the overflow themselves";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(

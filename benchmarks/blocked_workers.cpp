@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +32,7 @@ struct Result {
   double first_run_ms = 0;
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
   std::size_t samples = 0;
+  std::uint64_t handoffs = 0;  // fibers sysmon moved off stuck workers (WorkerSnapshot::handoffs)
 };
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -76,6 +78,7 @@ Result run(unsigned spares, int block_ms) {
   for (auto& f : blockers) f.join();
   std::sort(lateness.begin(), lateness.end());
   Result r;
+  for (const weft::WorkerSnapshot& w : sched.snapshot().workers) r.handoffs += w.handoffs;
   r.first_run_ms = static_cast<double>(first_run_ns.load()) / 1e6;
   r.samples = lateness.size();
   if (!lateness.empty()) {
@@ -103,10 +106,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("2 workers, both blocked %d ms in a raw nanosleep; 100 fibers sleep 1 ms in a loop\n", block_ms);
-  std::printf("%-12s %14s %10s %10s %10s %8s\n", "", "first run ms", "p50 ms", "p99 ms", "max ms", "wakes");
+  std::printf("%-12s %14s %10s %10s %10s %8s %9s\n", "", "first run ms", "p50 ms", "p99 ms", "max ms", "wakes",
+              "handoffs");
   for (unsigned spares : {16u, 0u}) {
     const Result r = run(spares, block_ms);
-    std::printf("%-12s %14.2f %10.2f %10.2f %10.2f %8zu\n", spares != 0 ? "spares 16" : "spares 0", r.first_run_ms,
-                r.p50_ms, r.p99_ms, r.max_ms, r.samples);
+    std::printf("%-12s %14.2f %10.2f %10.2f %10.2f %8zu %9llu\n", spares != 0 ? "spares 16" : "spares 0",
+                r.first_run_ms, r.p50_ms, r.p99_ms, r.max_ms, r.samples, static_cast<unsigned long long>(r.handoffs));
   }
 }

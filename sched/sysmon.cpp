@@ -28,6 +28,7 @@ Sysmon::Sysmon(SchedulerCore& core)
     : core_(core),
       slice_(core.config().time_slice),
       running_cap_(std::clamp<std::chrono::microseconds>(slice_ / 8, kMinTick, kMaxTick)),
+      pause_after_(std::max<std::chrono::microseconds>(2 * slice_, kMinPause)),
       watches_(std::make_unique<Watch[]>(core.config().workers + core.config().spare_workers)) {}
 
 void Sysmon::start() {
@@ -65,8 +66,14 @@ void Sysmon::run() {
   pthread_setname_np(pthread_self(), thread_name.c_str());
   std::chrono::microseconds delay = kMinTick;
   unsigned idle_rounds = 0;
+  Clock::time_point last_look{};  // epoch: none since start or deep sleep
   while (!stopping_.load(std::memory_order_acquire)) {
     const Clock::time_point now = Clock::now();
+    // Sysmon itself did not run for much longer than it slept (the process
+    // was stopped, the machine stalled, a slow on_stuck_worker handler):
+    // what a worker did meanwhile is unknown, so no fiber is blamed for it.
+    if (last_look != Clock::time_point{} && now - last_look > delay + pause_after_) restart_observations(now);
+    last_look = now;
     bool any_running = false;
     bool all_sleeping = true;
     const bool acted = scan(now, any_running, all_sleeping);
@@ -81,6 +88,7 @@ void Sysmon::run() {
     if (idle_rounds >= kDeepSleepAfter) {
       deep_sleep();
       idle_rounds = 0;
+      last_look = {};  // every worker slept: nothing was being watched
       continue;
     }
     futex_wait(wake_word_, 0, Clock::now() + delay);
@@ -114,9 +122,26 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   watch.asked = {};
   watch.cpu_start_ns = -1;
   watch.kernel_since = {};
+  watch.notified = false;
   watch.running_since_ns.store(0, std::memory_order_relaxed);
   watch.stuck.store(false, std::memory_order_relaxed);
   watch.stuck_fiber.store(0, std::memory_order_relaxed);
+}
+
+void Sysmon::restart_observations(Clock::time_point now) noexcept {
+  restarts_.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t span = core_.steal_span();
+  for (std::size_t i = 0; i < span; ++i) {
+    Watch& watch = watches_[i];
+    // A verdict already given rests on time sysmon did watch: it stands,
+    // and is not given twice.
+    if (!watch.watching || watch.reported) continue;
+    watch.since = now;
+    watch.asked = {};
+    watch.cpu_start_ns = -1;
+    watch.kernel_since = {};
+    watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
+  }
 }
 
 bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) {
@@ -124,15 +149,17 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
   const bool preemption = config.preemption;
   bool acted = false;
   auto& workers = core_.workers();
-  // For the spares (worker.h): threads blocked in the kernel in one fiber,
-  // threads idle, and whether fibers wait that such a thread holds up.
+  // For the spares (worker.h) and the hand-offs: threads blocked in the
+  // kernel in one fiber, and threads idle.
   unsigned blocked = 0;
   unsigned idle = 0;
-  bool held_up_work = false;
   const std::size_t span = core_.steal_span();
   for (std::size_t i = 0; i < span; ++i) {
     Worker& worker = *workers[i];
     Watch& watch = watches_[i];
+    watch.holding_up = false;
+    watch.in_kernel = false;
+    watch.short_run = false;
     const WorkerState state = worker.state();
     if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
       all_sleeping = false;
@@ -151,14 +178,21 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
       watch.tick = tick;
       watch.since = now;
       watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
+      watch.short_run = true;
       continue;
     }
     const auto ran = now - watch.since;
+    watch.short_run = ran < kHandOffAfter;
     const bool asked = watch.asked != Clock::time_point{};
     // Stuck: twice the slice, and (with preemption) a request that the
-    // fiber has not answered. A lone fiber that reaches its checkpoints
-    // with nothing else to run clears the request: it blocks nobody.
-    if (!watch.reported && ran >= 2 * slice_ && (!preemption || (asked && worker.preempt_requested()))) {
+    // fiber has left unanswered for a further full slice. A request is
+    // pending for a moment even for a fiber that checkpoints every few
+    // microseconds (its thread may be waiting for a CPU): that fiber is
+    // not stuck. A lone fiber that reaches its checkpoints with nothing
+    // else to run clears the request: it blocks nobody. This check comes
+    // before the request is renewed below, which restarts its clock.
+    const bool unanswered = asked && now - watch.asked >= slice_ && worker.preempt_requested();
+    if (!watch.reported && ran >= 2 * slice_ && (!preemption || unanswered)) {
       watch.reported = true;
       report_stuck(worker, watch, now);
     }
@@ -173,6 +207,7 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     const bool holding_up = someone_to_take && ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
     if (holding_up && ran >= kHandOffAfter) {
       worker.set_stuck(true);
+      watch.holding_up = true;
       // Blocked in the kernel: asleep there at every look for half the
       // hand-off delay. One look could catch a thread in a moment's wait
       // (a page fault, a sanitizer's internal lock) that needs no spare.
@@ -180,19 +215,65 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
         watch.kernel_since = {};
       else if (watch.kernel_since == Clock::time_point{})
         watch.kernel_since = now;
-      const bool in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
-      if (in_kernel) ++blocked;
-      if (worker.has_stealable_work()) {
-        if (config.workers > 1 || in_kernel) {
-          if (worker.hand_off_queued(scratch_) != 0) acted = true;
-          core_.idle().notify_work();  // for what moved, and for what thieves may now take
-        }
-        if (in_kernel) held_up_work = true;
-      }
+      watch.in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
+      if (watch.in_kernel) ++blocked;
     }
   }
+  const bool held_up_work = hand_off(blocked, idle, acted);
   if (config.spare_workers > 0 && manage_spares(blocked, idle, held_up_work)) acted = true;
   return acted;
+}
+
+bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
+  const Config& config = core_.config();
+  auto& workers = core_.workers();
+  const std::size_t span = core_.steal_span();
+  // manage_spares' rule: a spare starts for fibers a blocked thread holds
+  // up while fewer spares run than threads are blocked.
+  const unsigned spare_target = std::min(blocked, config.spare_workers);
+  const unsigned active = core_.active_spares();
+  unsigned spares_to_start = active < spare_target ? spare_target - active : 0;
+  int takers = -1;  // idle and free running threads not yet given a hand-off; -1: not counted yet
+  bool held_up_work = false;
+  for (std::size_t i = 0; i < span; ++i) {
+    Watch& watch = watches_[i];
+    Worker& worker = *workers[i];
+    if (!watch.holding_up || !worker.has_stealable_work()) continue;
+    if (watch.in_kernel) held_up_work = true;
+    // The global queue is a hand-off only if some thread will take from
+    // it: an idle worker (woken below), a spare about to start, or a
+    // worker that is running fibers one after another; one hand-off per
+    // such thread and scan. With every thread blocked the fibers would
+    // only go from one blocked worker's queue to the next's, each time one
+    // of them came back for a moment (the churn of issue 15: 60,000 moves
+    // in 5 s). They stay, and thieves take them once a thread is free.
+    if (watch.in_kernel && spares_to_start > 0) {
+      --spares_to_start;
+    } else {
+      if (takers < 0) takers = static_cast<int>(idle) + count_free_runners();
+      if (takers == 0) continue;
+      --takers;
+    }
+    const std::size_t moved = worker.hand_off_queued(scratch_);
+    if (moved != 0) acted = true;
+    // For what moved, and once an episode for what thieves may now take
+    // (its spawns, which stay).
+    if (moved != 0 || !watch.notified) core_.idle().notify_work();
+    watch.notified = true;
+  }
+  return held_up_work;
+}
+
+int Sysmon::count_free_runners() noexcept {
+  auto& workers = core_.workers();
+  const std::size_t span = core_.steal_span();
+  int free_runners = 0;
+  for (std::size_t i = 0; i < span; ++i) {
+    // Switched within the hand-off delay and not asleep in the kernel now
+    // (a fiber that blocked at once is not running fibers).
+    if (watches_[i].short_run && !in_kernel_sleep(workers[i]->thread_state())) ++free_runners;
+  }
+  return free_runners;
 }
 
 bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept {

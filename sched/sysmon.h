@@ -84,6 +84,16 @@ class Sysmon {
   static constexpr std::chrono::microseconds kHandOffAfter{1'000};
   static constexpr unsigned kDeepSleepAfter = 50;
   static constexpr std::chrono::milliseconds kPollStaleAfter{10};
+  // Sysmon counts itself paused when a look comes later than planned by
+  // more than twice the slice (a stuck verdict needs two slices: one
+  // unwatched stretch must not make it alone), and never less than this,
+  // so that a loaded machine's usual scheduling delays do not keep
+  // restarting its observations.
+  static constexpr std::chrono::milliseconds kMinPause{50};
+
+  // How many times sysmon found itself paused and restarted its
+  // observations (any thread; for tests and the docs).
+  std::uint64_t restarts() const noexcept { return restarts_.load(std::memory_order_relaxed); }
 
  private:
   // Per worker. The plain fields are sysmon's own; the atomics are read by
@@ -101,6 +111,13 @@ class Sysmon {
     // Since when every look has found the thread asleep in the kernel
     // (epoch: the last look did not); for spare workers.
     Clock::time_point kernel_since{};
+    // This scan's verdicts, for the hand-offs that follow the looks:
+    // holding its fibers up past the hand-off delay, and blocked in the
+    // kernel while doing so; or running, switched within that delay.
+    bool holding_up = false;
+    bool in_kernel = false;
+    bool short_run = false;
+    bool notified = false;  // this episode's hand-off woke a worker
     std::atomic<std::int64_t> running_since_ns{0};
     std::atomic<bool> stuck{false};
     std::atomic<std::uint64_t> stuck_fiber{0};
@@ -111,6 +128,9 @@ class Sysmon {
   bool scan(Clock::time_point now, bool& any_running, bool& all_sleeping);
   // Starts afresh: a new fiber, or none. Clears the worker's stuck mark.
   void forget(Worker& worker, Watch& watch) noexcept;
+  // After a pause of sysmon's own: every worker not already found stuck is
+  // watched afresh from `now`, as if its fiber had just switched in.
+  void restart_observations(Clock::time_point now) noexcept;
   // Whether the worker's thread is keeping its queued fibers waiting: it
   // burns CPU in one fiber (at least half the time since the first
   // reading), or it sleeps in the kernel (a blocking system call). Not when
@@ -119,6 +139,14 @@ class Sysmon {
   // fibers to the FIFO global queue undoes its depth-first order.
   bool holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   void report_stuck(Worker& worker, Watch& watch, Clock::time_point now);
+  // Moves the queued fibers of the workers this scan found holding them up
+  // to the global queue, when a thread can take them from there; true if
+  // a blocked thread holds up fibers (for the spares). Sets `acted` if
+  // something moved.
+  bool hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept;
+  // Threads running fibers one after another: switched within the
+  // hand-off delay and not asleep in the kernel.
+  int count_free_runners() noexcept;
   // Sets how many spares may run and starts those wanted (worker.h); true
   // if it started one.
   bool manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept;
@@ -128,11 +156,13 @@ class Sysmon {
   SchedulerCore& core_;
   const std::chrono::microseconds slice_;
   const std::chrono::microseconds running_cap_;
+  const std::chrono::microseconds pause_after_;  // see kMinPause
   std::unique_ptr<Watch[]> watches_;
   RunQueue<RingEntry> scratch_;  // hand-off passes through it
   std::atomic<std::uint32_t> wake_word_{0};
   std::atomic<bool> deep_asleep_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> restarts_{0};
   std::thread thread_;
 };
 

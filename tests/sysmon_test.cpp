@@ -2,10 +2,14 @@
 // of a stuck worker's queue (sched/sysmon.h, docs/sysmon.md). Pass or fail
 // rests on counters and on the order of events the fibers record, never on
 // how long anything took; durations below only bound loops.
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <weft/weft.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -207,6 +211,179 @@ TEST(Sysmon, IdleSchedulerShowsNoStuckWorker) {
     EXPECT_FALSE(w.stuck);
     EXPECT_EQ(w.stuck_fiber, 0u);
   }
+}
+
+// Counts on_stuck_worker's reports (it runs on the sysmon thread).
+struct StuckReports {
+  std::atomic<int> count{0};
+  std::atomic<std::int64_t> longest_ms{0};
+  void install(Config& config) {
+    config.on_stuck_worker = [this](const StuckWorker& stuck) {
+      count.fetch_add(1);
+      longest_ms.store(std::max<std::int64_t>(longest_ms.load(), stuck.running_for.count()));
+    };
+  }
+};
+
+// Issue 15: a fiber that answers every preemption request within a small
+// part of the slice is not stuck, however long it runs. With nothing else
+// to run it keeps its worker, so the switch tick stands and sysmon renews
+// its request every slice; before, a request still pending at sysmon's
+// next look (20 us later) made it STUCK. Checkpoints 1 ms apart make that
+// look find it pending nearly every time; the rule now needs a request
+// left unanswered for a further full slice (50 ms here).
+TEST(Sysmon, AFiberThatKeepsReachingCheckpointsIsNeverStuck) {
+  for (const unsigned workers : {1u, 2u}) {
+    Config config = sysmon_config(workers, true, 50ms);
+    StuckReports reports;
+    reports.install(config);
+    Scheduler sched{config};
+    bool stuck_seen = false;
+    std::atomic<bool> done{false};
+    Fiber checkpointer = sched.spawn({.name = "checkpointer"}, [&] {
+      const auto end = Clock::now() + 600ms;  // 12 slices, 10 renewed requests
+      std::uint64_t x = 1;
+      while (Clock::now() < end) {
+        const auto next = Clock::now() + 1ms;
+        while (Clock::now() < next) x = work(x);
+        this_fiber::checkpoint();
+      }
+      EXPECT_NE(x, 0u);
+      done.store(true);
+    });
+    // The snapshot as well as the report: a stuck mark stays until the
+    // fiber switches. Bounded by the fiber's own end.
+    while (!done.load()) {
+      for (const auto& w : sched.snapshot().workers) stuck_seen = stuck_seen || w.stuck;
+      std::this_thread::sleep_for(5ms);
+    }
+    checkpointer.join();
+    EXPECT_EQ(reports.count.load(), 0) << workers << " workers: reported stuck after " << reports.longest_ms.load()
+                                       << " ms";
+    EXPECT_FALSE(stuck_seen) << workers << " workers";
+  }
+}
+
+// Runs in a child of the test: stops its parent as soon as told, for
+// `pause`, then lets it go. Only system calls, as fork's child of a
+// threaded process must.
+void stop_parent_when_told(int told_fd, std::chrono::milliseconds pause) {
+  char c;
+  if (::syscall(SYS_read, told_fd, &c, 1) != 1) ::_exit(1);
+  const pid_t parent = ::getppid();
+  ::kill(parent, SIGSTOP);
+  const timespec t{static_cast<time_t>(pause.count() / 1000), static_cast<long>(pause.count() % 1000) * 1'000'000};
+  ::syscall(SYS_nanosleep, &t, nullptr);
+  ::kill(parent, SIGCONT);
+  ::_exit(0);
+}
+
+// Issue 15: after SIGSTOP/SIGCONT (or any stall of sysmon's own) the time
+// the whole process stood still is nobody's fault. A fiber runs without a
+// switch for 150 ms before the stop and 100 ms after it, with preemption
+// off and a 250 ms slice: stuck needs 500 ms of running. Across a 2 s stop
+// sysmon, which saw it before, used to count the stop as running time and
+// report it; it must notice that its own look came 2 s late and watch
+// afresh.
+TEST(Sysmon, AStopOfTheWholeProcessIsNotBlamedOnAFiber) {
+  int told[2];
+  ASSERT_EQ(::pipe(told), 0);
+  constexpr auto kPause = 2000ms;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) stop_parent_when_told(told[0], kPause);
+  ::close(told[0]);
+
+  Config config = sysmon_config(1, false, 250ms);
+  StuckReports reports;
+  reports.install(config);
+  Scheduler sched{config};
+  std::atomic<int> phase{0};  // 1: after the stop; 2: the test thread has looked
+  bool stop_seen = false;
+  Fiber runner = sched.spawn({.name = "runner"}, [&] {
+    const auto spin = [](Clock::time_point until) {
+      std::uint64_t x = 1;
+      while (Clock::now() < until) x = work(x);
+      return x;
+    };
+    EXPECT_NE(spin(Clock::now() + 150ms), 0u);  // sysmon looks at least twice meanwhile
+    // The stop shows as a jump of the clock, which may come before the
+    // write returns; bounded in case it never comes.
+    auto last = Clock::now();
+    const auto limit = last + 10s;
+    EXPECT_EQ(::write(told[1], "x", 1), 1);
+    while (last < limit) {
+      const auto now = Clock::now();
+      if (now - last > kPause / 2) {
+        stop_seen = true;
+        break;
+      }
+      last = now;
+    }
+    EXPECT_NE(spin(Clock::now() + 100ms), 0u);
+    phase.store(1);
+    const auto wait_limit = Clock::now() + 10s;
+    while (phase.load() != 2 && Clock::now() < wait_limit) {
+    }
+  });
+  const auto limit = Clock::now() + 20s;
+  while (phase.load() != 1 && Clock::now() < limit) std::this_thread::sleep_for(1ms);
+  const SchedulerSnapshot snap = sched.snapshot();
+  phase.store(2);
+  runner.join();
+  ::close(told[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(stop_seen) << "the process was never stopped";
+  EXPECT_EQ(reports.count.load(), 0) << "reported stuck after " << reports.longest_ms.load() << " ms";
+  ASSERT_EQ(snap.workers.size(), 1u);
+  EXPECT_FALSE(snap.workers[0].stuck);
+  // What it shows: the run since sysmon watched again, not the stop.
+  EXPECT_LT(snap.workers[0].running_ms, 1000.0);
+}
+
+// Issue 15: with every worker blocked in the kernel there is nobody to hand
+// fibers to. Two workers, no spares, 20 fibers that each block their
+// worker's thread for 20 ms in a raw nanosleep and then yield: each worker
+// comes back for a moment between two calls. Before, sysmon moved the
+// blocked worker's queue to the global queue at every look, the other
+// worker took it up when it came back, and so on: over 700 moves in this
+// second. The fibers still all run, on the workers that queued them.
+TEST(Sysmon, NoHandOffWhenEveryWorkerIsBlocked) {
+  Config config = sysmon_config(2, true, 10ms);
+  config.spare_workers = 0;
+  Scheduler sched{config};
+  constexpr int kFibers = 20;
+  std::atomic<bool> stop{false};
+  std::vector<std::atomic<int>> rounds(kFibers);
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < kFibers; ++i) {
+    fibers.push_back(sched.spawn([&, i] {
+      for (int round = 0; round < 1000 && !stop.load(); ++round) {
+        const timespec pause{0, 20'000'000};
+        ::syscall(SYS_nanosleep, &pause, nullptr);  // blocks the thread: no hook turns it into a park
+        rounds[i].fetch_add(1);
+        this_fiber::yield();
+      }
+    }));
+  }
+  // Until every fiber has run twice (so the workers went round their
+  // queues), for at least a second; bounded.
+  const auto start = Clock::now();
+  const auto all_ran_twice = [&] {
+    for (const auto& r : rounds)
+      if (r.load() < 2) return false;
+    return true;
+  };
+  while ((Clock::now() - start < 1s || !all_ran_twice()) && Clock::now() - start < 30s)
+    std::this_thread::sleep_for(10ms);
+  stop.store(true);
+  for (auto& f : fibers) f.join();
+  EXPECT_TRUE(all_ran_twice());
+  std::uint64_t handoffs = 0;
+  for (const auto& w : sched.snapshot().workers) handoffs += w.handoffs;
+  EXPECT_LE(handoffs, 24u) << "fibers moved between blocked workers";
 }
 
 TEST(Sysmon, ZeroTimeSliceIsRejected) {

@@ -120,6 +120,7 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   watch.watching = false;
   watch.reported = false;
   watch.asked = {};
+  watch.asked_cpu_ns = 0;
   watch.cpu_start_ns = -1;
   watch.kernel_since = {};
   watch.notified = false;
@@ -185,13 +186,12 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     watch.short_run = ran < kHandOffAfter;
     const bool asked = watch.asked != Clock::time_point{};
     // Stuck: twice the slice, and (with preemption) a request that the
-    // fiber has left unanswered for a further full slice. A request is
-    // pending for a moment even for a fiber that checkpoints every few
-    // microseconds (its thread may be waiting for a CPU): that fiber is
-    // not stuck. A lone fiber that reaches its checkpoints with nothing
-    // else to run clears the request: it blocks nobody. This check comes
-    // before the request is renewed below, which restarts its clock.
-    const bool unanswered = asked && now - watch.asked >= slice_ && worker.preempt_requested();
+    // fiber has ignored for a further full slice (ignored_request). A lone
+    // fiber that reaches its checkpoints with nothing else to run clears
+    // the request: it blocks nobody. This check comes before the request
+    // is renewed below, which restarts its clock.
+    const bool unanswered = asked && now - watch.asked >= slice_ && worker.preempt_requested() &&
+                            ignored_request(worker, watch, now);
     if (!watch.reported && ran >= 2 * slice_ && (!preemption || unanswered)) {
       watch.reported = true;
       report_stuck(worker, watch, now);
@@ -199,6 +199,7 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     if (preemption && ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
       worker.request_preempt(tick);
       watch.asked = now;
+      watch.asked_cpu_ns = worker.cpu_time_ns();
       acted = true;
     }
     // With one worker and no spares there is nobody to hand off to: the
@@ -299,6 +300,18 @@ bool Sysmon::holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point n
   }
   if (2 * (cpu - watch.cpu_start_ns) >= to_ns(now) - to_ns(watch.cpu_since)) return true;
   return worker.thread_state() != 'R';  // not runnable: asleep in the kernel
+}
+
+bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_point now) noexcept {
+  // A request is pending for a while even for a fiber that checkpoints
+  // every few microseconds when its thread waits for a CPU on a loaded
+  // machine: that fiber is not stuck. Ignored means its thread ran on a
+  // CPU for at least half the time since the request, or sleeps in the
+  // kernel (a blocking call: it will not answer at all).
+  const std::int64_t cpu = worker.cpu_time_ns();
+  if (cpu == 0 || watch.asked_cpu_ns == 0) return true;  // no CPU clock: the wall clock decides alone
+  if (2 * (cpu - watch.asked_cpu_ns) >= to_ns(now) - to_ns(watch.asked)) return true;
+  return in_kernel_sleep(worker.thread_state());
 }
 
 void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {

@@ -24,7 +24,19 @@
 //                            not steal at all: it only checks the global
 //                            queue.
 //   > 2 x time_slice, with   stuck: shown by weft-dump, and reported once to
-//     the request unanswered Config::on_stuck_worker.
+//     a request ignored for  Config::on_stuck_worker.
+//     a further slice (on a
+//     CPU or in the kernel)
+//
+// Hand-offs come after every worker has been looked at, and only to a
+// thread that will take from the global queue (an idle worker, a spare
+// about to start, a worker switching fibers): with every thread blocked,
+// moving fibers only shuffles them between blocked workers.
+//
+// Running time counts only while sysmon watches: a look that comes later
+// than planned by more than max(2 x time_slice, kMinPause) (the process was
+// stopped, the machine stalled) restarts the watch of every worker not yet
+// reported, so that nobody is blamed for the pause.
 //
 // Tick: 20 us after it acted, doubling each quiet round up to time_slice/4
 // while a fiber runs (enough to preempt within about 1.5 slices) and up to
@@ -103,6 +115,7 @@ class Sysmon {
     std::uint64_t tick = 0;
     Clock::time_point since{};
     Clock::time_point asked{};  // last preemption request; epoch: none yet
+    std::int64_t asked_cpu_ns = 0;  // the worker thread's CPU time then (0: unknown)
     bool reported = false;
     // The worker thread's CPU time when the fiber had run half the hand-off
     // delay (-1: not read yet), and when that was.
@@ -139,6 +152,9 @@ class Sysmon {
   // fibers to the FIFO global queue undoes its depth-first order.
   bool holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   void report_stuck(Worker& worker, Watch& watch, Clock::time_point now);
+  // Whether the worker's fiber, whose request has stood a slice, ignored
+  // it rather than waited for a CPU (sysmon.cpp).
+  bool ignored_request(Worker& worker, const Watch& watch, Clock::time_point now) noexcept;
   // Moves the queued fibers of the workers this scan found holding them up
   // to the global queue, when a thread can take them from there; true if
   // a blocked thread holds up fibers (for the spares). Sets `acted` if

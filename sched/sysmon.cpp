@@ -190,8 +190,8 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     // fiber that reaches its checkpoints with nothing else to run clears
     // the request: it blocks nobody. This check comes before the request
     // is renewed below, which restarts its clock.
-    const bool unanswered = asked && now - watch.asked >= slice_ && worker.preempt_requested() &&
-                            ignored_request(worker, watch, now);
+    const bool unanswered =
+        asked && now - watch.asked >= slice_ && worker.preempt_requested() && ignored_request(worker, watch, now);
     if (!watch.reported && ran >= 2 * slice_ && (!preemption || unanswered)) {
       watch.reported = true;
       report_stuck(worker, watch, now);

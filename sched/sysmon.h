@@ -114,7 +114,7 @@ class Sysmon {
     bool watching = false;  // running at the last look
     std::uint64_t tick = 0;
     Clock::time_point since{};
-    Clock::time_point asked{};  // last preemption request; epoch: none yet
+    Clock::time_point asked{};      // last preemption request; epoch: none yet
     std::int64_t asked_cpu_ns = 0;  // the worker thread's CPU time then (0: unknown)
     bool reported = false;
     // The worker thread's CPU time when the fiber had run half the hand-off

@@ -130,7 +130,6 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
 }
 
 void Sysmon::restart_observations(Clock::time_point now) noexcept {
-  restarts_.fetch_add(1, std::memory_order_relaxed);
   const std::size_t span = core_.steal_span();
   for (std::size_t i = 0; i < span; ++i) {
     Watch& watch = watches_[i];

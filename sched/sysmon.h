@@ -103,10 +103,6 @@ class Sysmon {
   // restarting its observations.
   static constexpr std::chrono::milliseconds kMinPause{50};
 
-  // How many times sysmon found itself paused and restarted its
-  // observations (any thread; for tests and the docs).
-  std::uint64_t restarts() const noexcept { return restarts_.load(std::memory_order_relaxed); }
-
  private:
   // Per worker. The plain fields are sysmon's own; the atomics are read by
   // snapshots.
@@ -178,7 +174,6 @@ class Sysmon {
   std::atomic<std::uint32_t> wake_word_{0};
   std::atomic<bool> deep_asleep_{false};
   std::atomic<bool> stopping_{false};
-  std::atomic<std::uint64_t> restarts_{0};
   std::thread thread_;
 };
 

@@ -265,9 +265,10 @@ TEST(Sysmon, AFiberThatKeepsReachingCheckpointsIsNeverStuck) {
       std::this_thread::sleep_for(5ms);
     }
     checkpointer.join();
-    EXPECT_EQ(reports.count.load(), 0) << workers << " workers: reported stuck after " << reports.longest_ms.load()
-                                       << " ms";
-    EXPECT_FALSE(stuck_seen) << workers << " workers";
+    const std::string setting =
+        std::to_string(workers) + " workers, a checkpoint every " + std::to_string(every.count()) + " us";
+    EXPECT_EQ(reports.count.load(), 0) << setting << ": reported stuck after " << reports.longest_ms.load() << " ms";
+    EXPECT_FALSE(stuck_seen) << setting;
   }
 }
 

@@ -245,8 +245,8 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     // worker that is running fibers one after another; one hand-off per
     // such thread and scan. With every thread blocked the fibers would
     // only go from one blocked worker's queue to the next's, each time one
-    // of them came back for a moment (the churn of issue 15: 60,000 moves
-    // in 5 s). They stay, and thieves take them once a thread is free.
+    // of them came back for a moment (issue 15; docs/benchmarks.md). They
+    // stay, and thieves take them once a thread is free.
     if (watch.in_kernel && spares_to_start > 0) {
       --spares_to_start;
     } else {

@@ -50,6 +50,15 @@ Clock::time_point deadline_after_timespec(const timespec* timeout) {
 // Parks until one of `fds` may be ready, or the deadline. 0 when woken,
 // else an errno (EAGAIN: the deadline passed).
 int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline) {
+  // All of it in one ParkScope, the private epoll fd's close() included:
+  // that close tells the netpoller (fd_closing takes the fd's record lock),
+  // and under ThreadSanitizer this code runs inside its poll/select/
+  // epoll_wait interceptor, which hides the caller's synchronisation. Left
+  // outside, the record's lock was invisible to TSan: it reported a race
+  // with the next close() of that fd number on another thread (sysmon's
+  // /proc reads), and then hung symbolizing the report, whose own close()
+  // came back through this hook into fd_closing (io/hook_support.h).
+  const ParkScope park;
   const pollfd* only = nullptr;
   nfds_t watched = 0;
   for (nfds_t i = 0; i < count; ++i) {

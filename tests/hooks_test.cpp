@@ -522,6 +522,36 @@ TEST(HooksPoll, SelectReportsExactlyTheReadyFds) {
   EXPECT_FALSE(FD_ISSET(p2.a(), &r));
 }
 
+// A poll on two fds parks on a private epoll fd, which the hook closes
+// itself; a plain thread meanwhile opens and closes fds that take the same
+// numbers. Both closes go through the netpoller's fd records under their
+// lock. Under ThreadSanitizer the hook's close ran inside TSan's poll
+// interceptor, where the lock was invisible, and TSan reported a race on
+// the record (and then hung symbolizing it: hooks_libs' libcurl case).
+TEST(HooksPoll, APollsPrivateEpollFdIsClosedUnderTheRecordsLock) {
+  Scheduler sched = one_worker();
+  SocketPair p1, p2;
+  std::atomic<bool> stop{false};
+  std::thread closer([&] {
+    // Bounded: the fiber's rounds end it, or 5000 rounds.
+    for (int i = 0; i < 5000 && !stop.load(); ++i) {
+      const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) close(fd);
+      std::this_thread::yield();
+    }
+  });
+  int timed_out = 0;
+  in_fiber(sched, [&] {
+    for (int i = 0; i < 500; ++i) {
+      pollfd fds[2] = {{p1.a(), POLLIN, 0}, {p2.a(), POLLIN, 0}};
+      if (poll(fds, 2, 1) == 0) ++timed_out;
+    }
+  });
+  stop = true;
+  closer.join();
+  EXPECT_EQ(timed_out, 500);  // nothing was ever written
+}
+
 TEST(HooksPoll, EpollWaitOnTheUsersEpollFdParks) {
   Scheduler sched = one_worker();
   SocketPair pair;

@@ -579,6 +579,45 @@ TEST(HooksPoll, EpollWaitOnTheUsersEpollFdParks) {
   close(epfd);
 }
 
+TEST(HooksPoll, EpollPwait2ParksWithItsTimespecTimeout) {
+  Scheduler sched = one_worker();
+  SocketPair pair;
+  const int epfd = epoll_create1(0);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = 7;
+  ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, pair.a(), &event), 0);
+  int ready = -2;
+  epoll_event out[4]{};
+  // One worker and no spares: unless epoll_pwait2 parks, the writer cannot
+  // run before the 5 s timeout and `ready` is 0.
+  Fiber waiter = sched.spawn([&] {
+    const timespec five_seconds{5, 0};
+    ready = epoll_pwait2(epfd, out, 4, &five_seconds, nullptr);
+  });
+  Fiber writer = sched.spawn([&] {
+    std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(write(pair.b(), "x", 1), 1);
+  });
+  writer.join();
+  waiter.join();
+  EXPECT_EQ(ready, 1);
+  EXPECT_EQ(out[0].data.u64, 7u);
+  in_fiber(sched, [&] {
+    char c;
+    EXPECT_EQ(read(pair.a(), &c, 1), 1);
+    const timespec twenty_ms{0, 20'000'000};
+    const auto start = Clock::now();
+    EXPECT_EQ(epoll_pwait2(epfd, out, 4, &twenty_ms, nullptr), 0);  // times out
+    EXPECT_GE(Clock::now() - start, 20ms);
+    const timespec invalid{0, 2'000'000'000};
+    errno = 0;
+    EXPECT_EQ(epoll_pwait2(epfd, out, 4, &invalid, nullptr), -1);
+    EXPECT_EQ(errno, EINVAL);
+  });
+  close(epfd);
+}
+
 // --- pipes -------------------------------------------------------------------
 
 TEST(HooksPipe, APipeReadParksUntilTheWriterWrites) {

@@ -48,6 +48,14 @@ inline bool parking_enabled() noexcept { return current_fiber() != nullptr && ho
 //    (atomics and mutexes) until the real call returns: the scheduler's
 //    park and wake-up would look like races. So the park runs as a
 //    separate TSan fiber, synchronised with the caller's on entry and exit.
+//    Everything a hook does to weft's shared state around the park (the fd
+//    records, the netpoller, a close() it makes itself) belongs inside the
+//    scope too: outside it, TSan sees that state written with no lock
+//    held, and reports a race with the next thread that takes the lock.
+//
+// Scopes nest (one around a whole multiplexer wait, inner ones in
+// wait_for_fd and sleep_parked): pins count, and each inner TSan fiber
+// switches back to the one outside it.
 class [[nodiscard]] ParkScope {
  public:
   ParkScope();

@@ -1,4 +1,4 @@
-// poll, ppoll, select, pselect, epoll_wait, epoll_pwait (and the fortified
+// poll, ppoll, select, pselect, epoll_wait, epoll_pwait, epoll_pwait2 (and the fortified
 // __poll_chk, __ppoll_chk) in a fiber.
 //
 // Each first asks the kernel with a zero timeout; when nothing is ready
@@ -14,7 +14,8 @@
 // the fd sets, the events array) is exactly the kernel's. A wake that finds
 // nothing (another fiber took it) parks again until the deadline.
 // poll/select with no fds are sleeps. A signal mask (ppoll, pselect,
-// epoll_pwait) applies to the kernel calls only, not to the parked time.
+// epoll_pwait, epoll_pwait2) applies to the kernel calls only, not to the
+// parked time.
 #undef _FORTIFY_SOURCE
 #include <poll.h>
 #include <sys/epoll.h>
@@ -50,6 +51,15 @@ Clock::time_point deadline_after_timespec(const timespec* timeout) {
 // Parks until one of `fds` may be ready, or the deadline. 0 when woken,
 // else an errno (EAGAIN: the deadline passed).
 int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline) {
+  // All of it in one ParkScope, the private epoll fd's close() included:
+  // that close tells the netpoller (fd_closing takes the fd's record lock),
+  // and under ThreadSanitizer this code runs inside its poll/select/
+  // epoll_wait interceptor, which hides the caller's synchronisation. Left
+  // outside, the record's lock was invisible to TSan: it reported a race
+  // with the next close() of that fd number on another thread (sysmon's
+  // /proc reads), and then hung symbolizing the report, whose own close()
+  // came back through this hook into fd_closing (io/hook_support.h).
+  const ParkScope park;
   const pollfd* only = nullptr;
   nfds_t watched = 0;
   for (nfds_t i = 0; i < count; ++i) {
@@ -157,14 +167,14 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   return poll_parked(fds.data(), fds.size(), deadline, probe);
 }
 
-int epoll_hooked(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask, bool with_mask) {
-  auto probe = [&] {
-    return with_mask ? real::epoll_pwait()(epfd, events, max, 0, mask) : real::epoll_wait()(epfd, events, max, 0);
-  };
+// epoll_wait, epoll_pwait and epoll_pwait2: `probe()` is the zero-timeout
+// call of the same function.
+template <class Probe>
+int epoll_hooked(int epfd, Clock::time_point deadline, Probe&& probe) {
   const int ready = probe();
   if (ready != 0) return ready;  // events, or an error (EBADF, EINVAL) as the kernel gives it
   const pollfd self{epfd, POLLIN, 0};
-  return poll_parked(&self, 1, deadline_after_ms(timeout_ms), probe);
+  return poll_parked(&self, 1, deadline, probe);
 }
 
 void remaining_into(timeval* timeout, Clock::time_point deadline) {
@@ -232,12 +242,24 @@ int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeout, 
 
 int epoll_wait(int epfd, epoll_event* events, int max, int timeout_ms) {
   if (timeout_ms == 0 || !parking_enabled()) return real::epoll_wait()(epfd, events, max, timeout_ms);
-  return epoll_hooked(epfd, events, max, timeout_ms, nullptr, false);
+  return epoll_hooked(epfd, deadline_after_ms(timeout_ms), [&] { return real::epoll_wait()(epfd, events, max, 0); });
 }
 
 int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask) {
   if (timeout_ms == 0 || !parking_enabled()) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
-  return epoll_hooked(epfd, events, max, timeout_ms, mask, true);
+  return epoll_hooked(epfd, deadline_after_ms(timeout_ms),
+                      [&] { return real::epoll_pwait()(epfd, events, max, 0, mask); });
+}
+
+// glibc 2.35's; a null timeout waits forever, as epoll_wait's -1. An
+// invalid timespec goes to the kernel, which reports EINVAL.
+int epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout, const sigset_t* mask) {
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout) || !parking_enabled())
+    return real::epoll_pwait2()(epfd, events, max, timeout, mask);
+  return epoll_hooked(epfd, deadline_after_timespec(timeout), [&] {
+    static const timespec zero{0, 0};
+    return real::epoll_pwait2()(epfd, events, max, &zero, mask);
+  });
 }
 
 }  // extern "C"

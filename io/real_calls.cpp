@@ -1,12 +1,279 @@
 #include "real_calls.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace weft::detail::real {
+namespace {
+
+// The kernel's sigset_t is _NSIG bits, not glibc's 1024: the size every
+// call taking a mask is told.
+constexpr long kKernelSigsetSize = _NSIG / 8;
+
+// --- direct system calls, for when no object defines the symbol ------------
+//
+// Each behaves as the libc function of its name does on Linux, through the
+// generic system call where an architecture lacks the old one (poll is
+// ppoll, select is pselect6, open is openat: aarch64 has only those), and
+// returns -1 with errno set as libc's wrapper would. glibc's extras are not
+// here (cancellation points, the vDSO): these only run when libc itself
+// could not be found.
+
+ssize_t sys_read(int fd, void* buf, size_t n) { return syscall(SYS_read, fd, buf, n); }
+ssize_t sys_readv(int fd, const iovec* iov, int count) { return syscall(SYS_readv, fd, iov, count); }
+ssize_t sys_write(int fd, const void* buf, size_t n) { return syscall(SYS_write, fd, buf, n); }
+ssize_t sys_writev(int fd, const iovec* iov, int count) { return syscall(SYS_writev, fd, iov, count); }
+ssize_t sys_recv(int fd, void* buf, size_t n, int flags) {
+  return syscall(SYS_recvfrom, fd, buf, n, flags, nullptr, nullptr);
+}
+ssize_t sys_recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen_t* from_len) {
+  return syscall(SYS_recvfrom, fd, buf, n, flags, from, from_len);
+}
+ssize_t sys_recvmsg(int fd, msghdr* msg, int flags) { return syscall(SYS_recvmsg, fd, msg, flags); }
+int sys_recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
+  return int(syscall(SYS_recvmmsg, fd, msgs, count, flags, timeout));
+}
+ssize_t sys_send(int fd, const void* buf, size_t n, int flags) {
+  return syscall(SYS_sendto, fd, buf, n, flags, nullptr, 0);
+}
+ssize_t sys_sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t to_len) {
+  return syscall(SYS_sendto, fd, buf, n, flags, to, to_len);
+}
+ssize_t sys_sendmsg(int fd, const msghdr* msg, int flags) { return syscall(SYS_sendmsg, fd, msg, flags); }
+int sys_sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
+  return int(syscall(SYS_sendmmsg, fd, msgs, count, flags));
+}
+int sys_connect(int fd, const sockaddr* addr, socklen_t len) { return int(syscall(SYS_connect, fd, addr, len)); }
+int sys_accept(int fd, sockaddr* addr, socklen_t* len) { return int(syscall(SYS_accept4, fd, addr, len, 0)); }
+int sys_accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  return int(syscall(SYS_accept4, fd, addr, len, flags));
+}
+int sys_ppoll(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask) {
+  // The kernel writes the time left into the timeout; libc's does not.
+  timespec copy{};
+  if (timeout != nullptr) copy = *timeout;
+  return int(syscall(SYS_ppoll, fds, count, timeout != nullptr ? &copy : nullptr, mask, kKernelSigsetSize));
+}
+int sys_poll(pollfd* fds, nfds_t count, int timeout_ms) {
+  if (timeout_ms < 0) return sys_ppoll(fds, count, nullptr, nullptr);
+  const timespec timeout{timeout_ms / 1000, long(timeout_ms % 1000) * 1'000'000};
+  return sys_ppoll(fds, count, &timeout, nullptr);
+}
+int sys_pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeout, const sigset_t* mask) {
+  timespec copy{};
+  if (timeout != nullptr) copy = *timeout;
+  // pselect6's sixth argument: the mask and its size, together.
+  const struct {
+    const sigset_t* set;
+    long size;
+  } with_size{mask, kKernelSigsetSize};
+  return int(syscall(SYS_pselect6, nfds, r, w, e, timeout != nullptr ? &copy : nullptr,
+                     mask != nullptr ? &with_size : nullptr));
+}
+int sys_select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
+  if (timeout == nullptr) return sys_pselect(nfds, r, w, e, nullptr, nullptr);
+  if (timeout->tv_usec < 0 || timeout->tv_usec >= 1'000'000) {
+    errno = EINVAL;
+    return -1;
+  }
+  timespec left{timeout->tv_sec, long(timeout->tv_usec) * 1000};
+  const int result = int(syscall(SYS_pselect6, nfds, r, w, e, &left, nullptr));
+  // Linux's select leaves the time not slept in *timeout.
+  timeout->tv_sec = left.tv_sec;
+  timeout->tv_usec = left.tv_nsec / 1000;
+  return result;
+}
+int sys_epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask) {
+  return int(syscall(SYS_epoll_pwait, epfd, events, max, timeout_ms, mask, kKernelSigsetSize));
+}
+int sys_epoll_wait(int epfd, epoll_event* events, int max, int timeout_ms) {
+  return sys_epoll_pwait(epfd, events, max, timeout_ms, nullptr);
+}
+#ifdef SYS_epoll_pwait2
+int sys_epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout, const sigset_t* mask) {
+  return int(syscall(SYS_epoll_pwait2, epfd, events, max, timeout, mask, kKernelSigsetSize));
+}
+#endif
+int sys_nanosleep(const timespec* request, timespec* left) {
+  return int(syscall(SYS_clock_nanosleep, CLOCK_REALTIME, 0, request, left));
+}
+int sys_clock_nanosleep(clockid_t clock, int flags, const timespec* request, timespec* left) {
+  // Returns the error instead of setting errno, as clock_nanosleep(3) does.
+  const int saved = errno;
+  const long result = syscall(SYS_clock_nanosleep, clock, flags, request, left);
+  const int error = result == 0 ? 0 : errno;
+  errno = saved;
+  return error;
+}
+int sys_socket(int domain, int type, int protocol) { return int(syscall(SYS_socket, domain, type, protocol)); }
+int sys_socketpair(int domain, int type, int protocol, int* fds) {
+  return int(syscall(SYS_socketpair, domain, type, protocol, fds));
+}
+int sys_pipe2(int* fds, int flags) { return int(syscall(SYS_pipe2, fds, flags)); }
+int sys_pipe(int* fds) { return sys_pipe2(fds, 0); }
+int sys_dup(int fd) { return int(syscall(SYS_dup, fd)); }
+int sys_dup3(int fd, int target, int flags) { return int(syscall(SYS_dup3, fd, target, flags)); }
+int sys_dup2(int fd, int target) {
+  // dup3 refuses fd == target; dup2 then only checks that fd is open.
+  if (fd == target) return syscall(SYS_fcntl, fd, F_GETFD) < 0 ? -1 : fd;
+  return sys_dup3(fd, target, 0);
+}
+// The variadic ones read their one optional argument as a pointer-sized
+// word, as glibc's wrappers do.
+int sys_fcntl(int fd, int cmd, ...) {
+  va_list args;
+  va_start(args, cmd);
+  void* arg = va_arg(args, void*);
+  va_end(args);
+  return int(syscall(SYS_fcntl, fd, cmd, arg));
+}
+int sys_ioctl(int fd, unsigned long request, ...) {
+  va_list args;
+  va_start(args, request);
+  void* arg = va_arg(args, void*);
+  va_end(args);
+  return int(syscall(SYS_ioctl, fd, request, arg));
+}
+int sys_setsockopt(int fd, int level, int option, const void* value, socklen_t len) {
+  return int(syscall(SYS_setsockopt, fd, level, option, value, len));
+}
+int sys_getsockopt(int fd, int level, int option, void* value, socklen_t* len) {
+  return int(syscall(SYS_getsockopt, fd, level, option, value, len));
+}
+int sys_close(int fd) { return int(syscall(SYS_close, fd)); }
+int sys_shutdown(int fd, int how) { return int(syscall(SYS_shutdown, fd, how)); }
+bool takes_mode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
+int sys_openat(int dir, const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if (takes_mode(flags)) {
+    va_list args;
+    va_start(args, flags);
+    mode = va_arg(args, mode_t);
+    va_end(args);
+  }
+  return int(syscall(SYS_openat, dir, path, flags | O_LARGEFILE, mode));
+}
+int sys_open(const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if (takes_mode(flags)) {
+    va_list args;
+    va_start(args, flags);
+    mode = va_arg(args, mode_t);
+    va_end(args);
+  }
+  return sys_openat(AT_FDCWD, path, flags, mode);
+}
+int sys_creat(const char* path, mode_t mode) { return sys_openat(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
+int sys_eventfd(unsigned int count, int flags) { return int(syscall(SYS_eventfd2, count, flags)); }
+int sys_epoll_create1(int flags) { return int(syscall(SYS_epoll_create1, flags)); }
+int sys_epoll_create(int size) {
+  if (size <= 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  return sys_epoll_create1(0);
+}
+int sys_timerfd_create(int clock, int flags) { return int(syscall(SYS_timerfd_create, clock, flags)); }
+int sys_signalfd(int fd, const sigset_t* mask, int flags) {
+  return int(syscall(SYS_signalfd4, fd, mask, kKernelSigsetSize, flags));
+}
+int sys_inotify_init1(int flags) { return int(syscall(SYS_inotify_init1, flags)); }
+int sys_inotify_init() { return sys_inotify_init1(0); }
+
+struct Fallback {
+  const char* name;
+  void* fn;
+};
+
+template <class Fn>
+constexpr Fallback entry(const char* name, Fn* fn) {
+  return {name, reinterpret_cast<void*>(fn)};
+}
+
+// Every real call but those with no system call beneath them: sleep and
+// usleep (libc's arithmetic over nanosleep) and the resolver (files, DNS
+// and NSS modules, all user space).
+const Fallback fallbacks[] = {
+    entry("read", &sys_read),
+    entry("readv", &sys_readv),
+    entry("write", &sys_write),
+    entry("writev", &sys_writev),
+    entry("recv", &sys_recv),
+    entry("recvfrom", &sys_recvfrom),
+    entry("recvmsg", &sys_recvmsg),
+    entry("recvmmsg", &sys_recvmmsg),
+    entry("send", &sys_send),
+    entry("sendto", &sys_sendto),
+    entry("sendmsg", &sys_sendmsg),
+    entry("sendmmsg", &sys_sendmmsg),
+    entry("connect", &sys_connect),
+    entry("accept", &sys_accept),
+    entry("accept4", &sys_accept4),
+    entry("poll", &sys_poll),
+    entry("ppoll", &sys_ppoll),
+    entry("select", &sys_select),
+    entry("pselect", &sys_pselect),
+    entry("epoll_wait", &sys_epoll_wait),
+    entry("epoll_pwait", &sys_epoll_pwait),
+#ifdef SYS_epoll_pwait2
+    entry("epoll_pwait2", &sys_epoll_pwait2),
+#endif
+    entry("nanosleep", &sys_nanosleep),
+    entry("clock_nanosleep", &sys_clock_nanosleep),
+    entry("socket", &sys_socket),
+    entry("socketpair", &sys_socketpair),
+    entry("pipe", &sys_pipe),
+    entry("pipe2", &sys_pipe2),
+    entry("dup", &sys_dup),
+    entry("dup2", &sys_dup2),
+    entry("dup3", &sys_dup3),
+    entry("fcntl", &sys_fcntl),
+    entry("fcntl64", &sys_fcntl),
+    entry("ioctl", &sys_ioctl),
+    entry("setsockopt", &sys_setsockopt),
+    entry("getsockopt", &sys_getsockopt),
+    entry("close", &sys_close),
+    entry("shutdown", &sys_shutdown),
+    entry("open", &sys_open),
+    entry("open64", &sys_open),
+    entry("openat", &sys_openat),
+    entry("openat64", &sys_openat),
+    entry("creat", &sys_creat),
+    entry("creat64", &sys_creat),
+    entry("eventfd", &sys_eventfd),
+    entry("epoll_create", &sys_epoll_create),
+    entry("epoll_create1", &sys_epoll_create1),
+    entry("timerfd_create", &sys_timerfd_create),
+    entry("signalfd", &sys_signalfd),
+    entry("inotify_init", &sys_inotify_init),
+    entry("inotify_init1", &sys_inotify_init1),
+};
+
+}  // namespace
+
+void* raw_syscall_fallback(const char* name) noexcept {
+  for (const Fallback& fallback : fallbacks)
+    if (std::strcmp(fallback.name, name) == 0) return fallback.fn;
+  return nullptr;
+}
+
+void* resolved_or_fallback(const char* name, void* found) noexcept {
+  if (found != nullptr) return found;
+  if (void* fn = raw_syscall_fallback(name)) return fn;
+  std::fprintf(stderr,
+               "weft: cannot find the real %s() behind weft's hook: no later object and no libc.so.6 defines it "
+               "(a static link, or a runtime that hides it), and it is no system call weft could make directly\n",
+               name);
+  std::abort();
+}
 
 void* resolve(const char* name) noexcept {
   // dlsym may set dlerror state and errno; the hook's caller must not see
@@ -16,12 +283,7 @@ void* resolve(const char* name) noexcept {
   if (fn == nullptr) {
     if (void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD)) fn = dlsym(libc, name);
   }
-  if (fn == nullptr) {
-    std::fprintf(stderr,
-                 "weft: cannot find the real %s() behind weft's hook (no later object and no libc.so.6 defines it)\n",
-                 name);
-    std::abort();
-  }
+  fn = resolved_or_fallback(name, fn);
   errno = saved;
   return fn;
 }

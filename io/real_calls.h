@@ -6,7 +6,10 @@
 // dlsym(RTLD_NEXT) first, so that a sanitizer runtime or another
 // interposer that comes after libweft in the search order keeps working;
 // when that finds nothing (libweft itself dlopen'ed after libc) it asks
-// libc.so.6 directly. Two threads resolving the same symbol at once store
+// libc.so.6 directly; when neither has it (a static link, a runtime that
+// hides it) a call with a system call beneath it falls back to making that
+// call directly (syscall(SYS_...)), and the others abort naming the
+// symbol. Two threads resolving the same symbol at once store
 // the same pointer, so the slot needs no lock: it is its own once-guard.
 //
 // errno_value()/set_errno() read and write errno through calls the
@@ -32,9 +35,18 @@
 
 namespace weft::detail::real {
 
-// The address of `name` in the next object after libweft that defines it;
-// aborts with a message naming it if no object does.
+// The address of `name` in the next object after libweft that defines it,
+// else its direct system call; aborts with a message naming it if neither
+// exists.
 void* resolve(const char* name) noexcept;
+
+// The function making `name`'s system call directly, or null for a call
+// with none beneath it (sleep, usleep, the resolver).
+void* raw_syscall_fallback(const char* name) noexcept;
+
+// What resolve() does with what dlsym `found` for `name`: that, else the
+// direct system call, else abort with a message naming `name`.
+void* resolved_or_fallback(const char* name, void* found) noexcept;
 
 template <class Fn>
 inline Fn* load(std::atomic<void*>& slot, const char* name) noexcept {
@@ -72,6 +84,7 @@ WEFT_REAL_CALL(select, int(int, fd_set*, fd_set*, fd_set*, timeval*))
 WEFT_REAL_CALL(pselect, int(int, fd_set*, fd_set*, fd_set*, const timespec*, const sigset_t*))
 WEFT_REAL_CALL(epoll_wait, int(int, epoll_event*, int, int))
 WEFT_REAL_CALL(epoll_pwait, int(int, epoll_event*, int, int, const sigset_t*))
+WEFT_REAL_CALL(epoll_pwait2, int(int, epoll_event*, int, const timespec*, const sigset_t*))
 WEFT_REAL_CALL(sleep, unsigned int(unsigned int))
 WEFT_REAL_CALL(usleep, int(useconds_t))
 WEFT_REAL_CALL(nanosleep, int(const timespec*, timespec*))

@@ -522,6 +522,36 @@ TEST(HooksPoll, SelectReportsExactlyTheReadyFds) {
   EXPECT_FALSE(FD_ISSET(p2.a(), &r));
 }
 
+// A poll on two fds parks on a private epoll fd, which the hook closes
+// itself; a plain thread meanwhile opens and closes fds that take the same
+// numbers. Both closes go through the netpoller's fd records under their
+// lock. Under ThreadSanitizer the hook's close ran inside TSan's poll
+// interceptor, where the lock was invisible, and TSan reported a race on
+// the record (and then hung symbolizing it: hooks_libs' libcurl case).
+TEST(HooksPoll, APollsPrivateEpollFdIsClosedUnderTheRecordsLock) {
+  Scheduler sched = one_worker();
+  SocketPair p1, p2;
+  std::atomic<bool> stop{false};
+  std::thread closer([&] {
+    // Bounded: the fiber's rounds end it, or 5000 rounds.
+    for (int i = 0; i < 5000 && !stop.load(); ++i) {
+      const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) close(fd);
+      std::this_thread::yield();
+    }
+  });
+  int timed_out = 0;
+  in_fiber(sched, [&] {
+    for (int i = 0; i < 500; ++i) {
+      pollfd fds[2] = {{p1.a(), POLLIN, 0}, {p2.a(), POLLIN, 0}};
+      if (poll(fds, 2, 1) == 0) ++timed_out;
+    }
+  });
+  stop = true;
+  closer.join();
+  EXPECT_EQ(timed_out, 500);  // nothing was ever written
+}
+
 TEST(HooksPoll, EpollWaitOnTheUsersEpollFdParks) {
   Scheduler sched = one_worker();
   SocketPair pair;
@@ -545,6 +575,45 @@ TEST(HooksPoll, EpollWaitOnTheUsersEpollFdParks) {
     char c;
     EXPECT_EQ(read(pair.a(), &c, 1), 1);
     EXPECT_EQ(epoll_wait(epfd, out, 4, 20), 0);  // times out
+  });
+  close(epfd);
+}
+
+TEST(HooksPoll, EpollPwait2ParksWithItsTimespecTimeout) {
+  Scheduler sched = one_worker();
+  SocketPair pair;
+  const int epfd = epoll_create1(0);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = 7;
+  ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, pair.a(), &event), 0);
+  int ready = -2;
+  epoll_event out[4]{};
+  // One worker and no spares: unless epoll_pwait2 parks, the writer cannot
+  // run before the 5 s timeout and `ready` is 0.
+  Fiber waiter = sched.spawn([&] {
+    const timespec five_seconds{5, 0};
+    ready = epoll_pwait2(epfd, out, 4, &five_seconds, nullptr);
+  });
+  Fiber writer = sched.spawn([&] {
+    std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(write(pair.b(), "x", 1), 1);
+  });
+  writer.join();
+  waiter.join();
+  EXPECT_EQ(ready, 1);
+  EXPECT_EQ(out[0].data.u64, 7u);
+  in_fiber(sched, [&] {
+    char c;
+    EXPECT_EQ(read(pair.a(), &c, 1), 1);
+    const timespec twenty_ms{0, 20'000'000};
+    const auto start = Clock::now();
+    EXPECT_EQ(epoll_pwait2(epfd, out, 4, &twenty_ms, nullptr), 0);  // times out
+    EXPECT_GE(Clock::now() - start, 20ms);
+    const timespec invalid{0, 2'000'000'000};
+    errno = 0;
+    EXPECT_EQ(epoll_pwait2(epfd, out, 4, &invalid, nullptr), -1);
+    EXPECT_EQ(errno, EINVAL);
   });
   close(epfd);
 }

@@ -6,10 +6,13 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <weft/io.h>
 #include <weft/weft.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -77,6 +80,8 @@ class SpareWorkers : public ::testing::TestWithParam<unsigned> {
     };
     return config;
   }
+
+ public:
   std::vector<std::string> reports() {
     std::lock_guard guard(lock_);
     return reports_;
@@ -187,6 +192,86 @@ TEST_P(SpareWorkers, ASpareTakesOverFromAWorkerLoopingInRawNanosleep) {
   EXPECT_TRUE(ran_while_asleep);
   EXPECT_TRUE(named);
   EXPECT_TRUE(wait_until([&] { return spares_running(sched) == 0; }));
+}
+
+// A std::mutex held by a fiber across a call that parks it, while other
+// fibers block every worker's thread on it in the kernel: weft does not
+// interpose pthread mutexes, so those threads sleep in futex(2). A spare
+// must run the holder once it wakes, or the scheduler is deadlocked; the
+// stuck report and the snapshot (weft-dump's source) name the futex.
+// `park_holding_the_lock(fd)` returns once `fd` has a byte to read.
+template <class Park>
+void holder_and_futex_waiters(SpareWorkers& test, Scheduler& sched, Park&& park_holding_the_lock) {
+  const unsigned workers = test.GetParam();
+  Pipe pipe;
+  std::mutex mutex;
+  std::atomic<bool> held{false};
+  std::atomic<unsigned> waiters_started{0};
+  std::atomic<unsigned> done{0};
+  Fiber holder = sched.spawn({.name = "holder"}, [&] {
+    std::lock_guard guard(mutex);
+    held = true;
+    park_holding_the_lock(pipe.fds[0]);
+    ++done;
+  });
+  ASSERT_TRUE(wait_until([&] { return held.load(); }));
+  std::vector<Fiber> waiters;
+  for (unsigned i = 0; i < workers; ++i) {
+    waiters.push_back(sched.spawn({.name = "waiter"}, [&] {
+      ++waiters_started;
+      std::lock_guard guard(mutex);
+      ++done;
+    }));
+  }
+  ASSERT_TRUE(wait_until([&] { return waiters_started.load() == workers; }));
+  const std::string expected = "blocked in futex(2)";
+  bool in_snapshot = false;
+  std::string seen;
+  wait_until([&] {
+    for (const WorkerSnapshot& w : sched.snapshot().workers) {
+      if (!w.blocked_in.empty()) seen = w.blocked_in;
+      in_snapshot |= w.stuck && w.blocked_in == expected;
+    }
+    return in_snapshot;
+  });
+  bool reported = false;
+  wait_until([&] {
+    for (const std::string& report : test.reports()) reported |= report == expected;
+    return reported;
+  });
+  pipe.release();  // the holder's wait ends: it must run somewhere
+  const bool finished = wait_until([&] { return done.load() == workers + 1; }, 30s);
+  if (!finished) {
+    // Deadlocked: joining would hang the test binary instead of failing it.
+    std::fprintf(stderr, "deadlock: %u of %u fibers finished; the holder never ran again\n", done.load(), workers + 1);
+    std::_Exit(1);
+  }
+  holder.join();
+  for (auto& fiber : waiters) fiber.join();
+  EXPECT_TRUE(reported) << "reports: " << ::testing::PrintToString(test.reports());
+  EXPECT_TRUE(in_snapshot) << "last blocked_in seen: " << seen;
+}
+
+TEST_P(SpareWorkers, AStdMutexHeldAcrossAParkDoesNotDeadlockItsFutexWaiters) {
+  Scheduler sched{config()};
+  holder_and_futex_waiters(*this, sched, [](int fd) {
+    EXPECT_TRUE(io::wait_readable(fd));  // parks the holder on the netpoller
+    char c;
+    EXPECT_EQ(::read(fd, &c, 1), 1);
+  });
+}
+
+// Known to deadlock, so not run: a libc hook's park pins the fiber to its
+// worker (io/hook_support.h, ParkScope: the caller may have cached &errno),
+// so the holder's wake-up goes to the inbox of a worker whose thread is
+// asleep in the futex, and no spare may run a pinned fiber. Open on the
+// hooks issue.
+TEST_P(SpareWorkers, DISABLED_AStdMutexHeldAcrossAHookedReadDoesNotDeadlockItsFutexWaiters) {
+  Scheduler sched{config()};
+  holder_and_futex_waiters(*this, sched, [](int fd) {
+    char c;
+    EXPECT_EQ(::read(fd, &c, 1), 1);  // the hook parks, pinned
+  });
 }
 
 TEST_P(SpareWorkers, NoSpareForFibersThatBurnTheCpu) {

@@ -67,7 +67,6 @@ constexpr std::size_t kConnBufferBytes = 4096;
 // Per epoll worker: one buffer serves all its connections.
 constexpr std::size_t kWorkerBufferBytes = 64 * 1024;
 
-
 // ---------------------------------------------------------------------------
 // Listening
 

@@ -161,6 +161,9 @@ void Poller::remove(int fd, std::uint64_t owner, bool others) noexcept {
 
 bool Poller::poll(int timeout_ms) noexcept {
   epoll_event events[kEventBatch];
+  // Before the call: every readiness it reports was seen by the kernel
+  // after this increment (wait_fd's step 5 depends on it).
+  const std::uint64_t sequence = poll_sequence_.fetch_add(1, std::memory_order_seq_cst) + 1;
   const int n = ::epoll_wait(epoll_fd_, events, kEventBatch, timeout_ms);
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
   polls_.fetch_add(1, std::memory_order_relaxed);
@@ -187,7 +190,12 @@ bool Poller::poll(int timeout_ms) noexcept {
         record->events[d].store(record->events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
         // Unparked under the lock, as wake_all does: a waiter that timed
         // out takes the lock to unlink itself, so its frame outlives this.
-        while (Waiter* waiter = record->waiters[d].pop_front()) woke |= unpark(*waiter);
+        // A waiter's payload is its own poller: only that one's sequence
+        // numbers mean anything to it.
+        while (Waiter* waiter = record->waiters[d].pop_front()) {
+          waiter->amount = waiter->payload == this ? sequence : 0;
+          woke |= unpark(*waiter);
+        }
       }
     }
     record->lock.unlock();
@@ -277,6 +285,7 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline) 
   // one the caller consumed already), so every wake is checked with poll
   // again, and a stale one parks again: true means the fd was ready.
   for (;;) {
+    const std::uint64_t began = poller.poll_sequence();
     const std::uint32_t seen = record.events[d].load(std::memory_order_acquire);
     if (poll_ready(fd, direction, 0)) return FdWaitResult::ready;
     if (deadline != no_deadline && Clock::now() >= deadline) return FdWaitResult::timed_out;
@@ -287,11 +296,13 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline) 
       continue;
     }
     Waiter waiter;
+    waiter.payload = &poller;
     poller.waiter_parking();
     const bool woken = wait_in(record.waiters[d], record.lock, waiter, site, deadline);
     poller.waiter_back();
     if (!woken) return FdWaitResult::timed_out;
     if (waiter.amount == kClosedMark) return FdWaitResult::closed;
+    if (waiter.amount > began) return FdWaitResult::ready;  // step 5: seen ready after step 1
   }
 }
 

@@ -268,7 +268,20 @@ std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core) { return std::
 
 // --- waiting and closing -----------------------------------------------------
 
-FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline) {
+FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
+  if (fd < 0 || fd >= FdRecords::kLimit) return {};
+  Worker* worker = current_worker();
+  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
+  if (self == nullptr) return {};
+  const FdRecord* record = fd_records().find(fd);
+  if (record == nullptr) return {};
+  auto& poller = static_cast<Poller&>(self->scheduler->poller());
+  // In wait_fd's order: the sequence first (step 5 compares with it).
+  const std::uint64_t sequence = poller.poll_sequence();
+  return {sequence, record->events[index_of(direction)].load(std::memory_order_acquire), true};
+}
+
+FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark) {
   if (fd < 0) throw_fd_error(EBADF, fd, "is not a file descriptor");
   Worker* worker = current_worker();
   FiberControl* self = worker != nullptr ? worker->current() : nullptr;
@@ -284,10 +297,19 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline) 
   // registration, then compare and park. An edge is only a hint (it may be
   // one the caller consumed already), so every wake is checked with poll
   // again, and a stale one parks again: true means the fd was ready.
+  bool from_mark = mark != nullptr && mark->valid;
   for (;;) {
-    const std::uint64_t began = poller.poll_sequence();
-    const std::uint32_t seen = record.events[d].load(std::memory_order_acquire);
-    if (poll_ready(fd, direction, 0)) return FdWaitResult::ready;
+    std::uint64_t began;
+    std::uint32_t seen;
+    if (from_mark) {  // steps 1 and 2 were the caller's, before its call
+      began = mark->sequence;
+      seen = mark->events;
+      from_mark = false;
+    } else {
+      began = poller.poll_sequence();
+      seen = record.events[d].load(std::memory_order_acquire);
+      if (poll_ready(fd, direction, 0)) return FdWaitResult::ready;
+    }
     if (deadline != no_deadline && Clock::now() >= deadline) return FdWaitResult::timed_out;
     record.lock.lock();
     poller.add_locked(record, fd);  // unlocks before it throws

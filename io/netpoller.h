@@ -87,12 +87,27 @@ namespace weft::detail {
 enum class FdWaitResult { ready, timed_out, closed };
 enum class FdDirection { read, write };
 
+// What a fiber saw of an fd's record before a call that may fail with
+// EAGAIN (Go's pollReset before its read): steps 1's two numbers, taken
+// before the call instead of after it. A wait given the mark skips step 2,
+// the poll(fd, 0): whatever made the fd ready after the mark moved the
+// counter or wakes the waiter, and readiness from before it was what the
+// failed call found gone. Not valid on a plain thread or for an fd no fiber
+// has waited on yet (the wait then polls first, as without a mark).
+struct FdWaitMark {
+  std::uint64_t sequence = 0;
+  std::uint32_t events = 0;
+  bool valid = false;
+};
+FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept;
+
 // Waits until `fd` is ready for `direction`, until `deadline`
 // (no_deadline: never), or until the fd is closed through fd_closing().
 // On a plain thread: poll(2) (`closed` is then never returned). Throws
 // std::system_error naming the fd: EBADF if it is not open, EPERM (or
-// what epoll_ctl said) if it cannot be polled.
-FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline);
+// what epoll_ctl said) if it cannot be polled. `mark`, if given, is this
+// fiber's fd_wait_mark() from before the call that failed with EAGAIN.
+FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr);
 
 // Call before the real close() of `fd` (or a dup2/dup3 onto it): wakes
 // every fiber waiting on it, in every scheduler, with `closed`, removes it

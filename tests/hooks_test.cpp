@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -283,6 +284,45 @@ TEST(HooksSocket, ShortReadsStayShort) {
     char buf[100];
     EXPECT_EQ(read(pair.a(), buf, sizeof(buf)), 3);
   });
+}
+
+// Blocking reads that park on EAGAIN many times over, on two workers, with
+// the peer's write racing each park (the wait mark taken before the read,
+// netpoller.h): a lost wake-up ends a read at its 5 s SO_RCVTIMEO with
+// EAGAIN instead of hanging, and fails the count.
+TEST(HooksSocket, PingPongOverBlockingSocketsLosesNoWakeUp) {
+  Config config = test::config_with(2);
+  config.spare_workers = 0;
+  Scheduler sched(config);
+  constexpr int kPairs = 8;
+  constexpr int kRounds = 2000;
+  std::vector<std::unique_ptr<SocketPair>> pairs;
+  for (int i = 0; i < kPairs; ++i) {
+    pairs.push_back(std::make_unique<SocketPair>());
+    set_timeout(pairs.back()->a(), SO_RCVTIMEO, 5000ms);
+    set_timeout(pairs.back()->b(), SO_RCVTIMEO, 5000ms);
+  }
+  std::atomic<int> rounds{0};
+  std::vector<Fiber> fibers;
+  for (auto& pair : pairs) {
+    const int a = pair->a(), b = pair->b();
+    fibers.push_back(sched.spawn([a, &rounds] {
+      for (int i = 0; i < kRounds; ++i) {
+        const char out = static_cast<char>(i);
+        char in = 0;
+        if (write(a, &out, 1) != 1 || read(a, &in, 1) != 1 || in != out) return;
+        ++rounds;
+      }
+    }));
+    fibers.push_back(sched.spawn([b] {
+      for (int i = 0; i < kRounds; ++i) {
+        char c = 0;
+        if (read(b, &c, 1) != 1 || write(b, &c, 1) != 1) return;
+      }
+    }));
+  }
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(rounds.load(), kPairs * kRounds);
 }
 
 // --- the user's non-blocking sockets never park --------------------------------

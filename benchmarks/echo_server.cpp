@@ -174,7 +174,10 @@ void serve_blocking(int fd) {
 
 // The weft mode's connection, the whole of what it does per message: the
 // same blocking loop as serve_blocking on a non-blocking socket, each EAGAIN
-// parking the fiber until the socket is ready.
+// parking the fiber until the socket is ready. After a short read it waits
+// before reading again, as the epoll loop skips the read that would fail
+// with EAGAIN (see on_ready): wait_readable is level-triggered (it polls
+// the socket first), so bytes or an EOF that came meanwhile return at once.
 void serve_parked(int fd) {
   char buffer[kConnBufferBytes];
   for (;;) {
@@ -198,6 +201,7 @@ void serve_parked(int fd) {
         return;
       }
     }
+    if (static_cast<std::size_t>(n) < sizeof buffer && !weft::io::wait_readable(fd)) return;
   }
 }
 

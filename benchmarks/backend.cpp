@@ -5,10 +5,10 @@
 //
 // A cpp-httplib server on a weft::Pool named "backend". The delay is
 // weft::this_fiber::sleep_for, which parks a fiber and sleeps a thread, so
-// the backend never bounds the gateway's benchmark: as threads (the default
-// until the libc hooks land, since cpp-httplib's socket calls would block a
-// fiber's worker) it serves --threads connections at once; with
-// WEFT_FIBERS=name:backend* and the hooks, it runs on weft fibers.
+// the backend never bounds the gateway's benchmark: as threads (the
+// default) it serves --threads connections at once; with
+// WEFT_FIBERS=name:backend* it runs on weft fibers, the hooks parking
+// cpp-httplib's socket calls (tools/bench-gateway --backend fibers).
 #include <httplib.h>
 #include <signal.h>
 #include <weft/weft.h>

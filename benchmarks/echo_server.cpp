@@ -12,12 +12,13 @@
 //           the hand-written limit the others are measured against
 //   weft    one fiber per connection on a weft::Scheduler (--workers N):
 //           blocking loops over non-blocking sockets that park the fiber in
-//           weft::io::wait_readable / wait_writable (needs weft's netpoller)
-//   hooked  one fiber per connection doing plain blocking read/write, as
-//           thread does (needs libweft to hook libc's blocking calls)
+//           weft::io::wait_readable / wait_writable
+//   hooked  one fiber per connection doing plain blocking read/write on a
+//           blocking socket, as thread does: libweft's libc hooks park the
+//           fiber (docs/io.md)
 //
 // Runs until SIGINT or SIGTERM, then shuts every connection down and exits
-// 0. A mode this build lacks exits 3 with a message saying so.
+// 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -26,6 +27,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <weft/io.h>
 #include <weft/weft.h>
 
 #include <atomic>
@@ -50,25 +52,6 @@
 #include "cli.h"
 #include "echo_net.h"
 
-// weft::io (the netpoller) is coming; until its header exists the weft mode
-// is compiled against stand-ins and refuses to run.
-#if __has_include(<weft/io.h>)
-#include <weft/io.h>
-#define WEFT_ECHO_HAVE_IO 1
-#else
-#define WEFT_ECHO_HAVE_IO 0
-#endif
-
-// Defined by benchmarks/meson.build once libweft makes libc's blocking calls
-// park the calling fiber instead of its worker. Without the hooks a fiber
-// blocked in read() holds its worker, so with N workers only N connections
-// would be served: the mode refuses to run instead.
-#if defined(WEFT_ECHO_HOOKS)
-#define WEFT_ECHO_HAVE_HOOKS 1
-#else
-#define WEFT_ECHO_HAVE_HOOKS 0
-#endif
-
 namespace {
 
 using weft::bench::die_errno;
@@ -83,18 +66,6 @@ constexpr int kBacklog = 4096;
 constexpr std::size_t kConnBufferBytes = 4096;
 // Per epoll worker: one buffer serves all its connections.
 constexpr std::size_t kWorkerBufferBytes = 64 * 1024;
-
-constexpr int kExitUnavailable = 3;
-
-#if WEFT_ECHO_HAVE_IO
-bool io_wait_readable(int fd) { return weft::io::wait_readable(fd); }
-bool io_wait_writable(int fd) { return weft::io::wait_writable(fd); }
-#else
-// Stand-ins so that the weft mode below is compiled and type-checked before
-// weft::io exists. main() refuses --mode weft first, so they never run.
-bool io_wait_readable(int) { std::abort(); }
-bool io_wait_writable(int) { std::abort(); }
-#endif
 
 // ---------------------------------------------------------------------------
 // Listening
@@ -203,7 +174,10 @@ void serve_blocking(int fd) {
 
 // The weft mode's connection, the whole of what it does per message: the
 // same blocking loop as serve_blocking on a non-blocking socket, each EAGAIN
-// parking the fiber until the socket is ready.
+// parking the fiber until the socket is ready. After a short read it waits
+// before reading again, as the epoll loop skips the read that would fail
+// with EAGAIN (see on_ready): wait_readable is level-triggered (it polls
+// the socket first), so bytes or an EOF that came meanwhile return at once.
 void serve_parked(int fd) {
   char buffer[kConnBufferBytes];
   for (;;) {
@@ -211,7 +185,7 @@ void serve_parked(int fd) {
     if (n == 0) return;
     if (n < 0) {
       if (errno == EAGAIN) {
-        if (!io_wait_readable(fd)) return;
+        if (!weft::io::wait_readable(fd)) return;
       } else if (errno != EINTR) {
         return;
       }
@@ -222,11 +196,12 @@ void serve_parked(int fd) {
       if (w >= 0) {
         data += w;
       } else if (errno == EAGAIN) {
-        if (!io_wait_writable(fd)) return;
+        if (!weft::io::wait_writable(fd)) return;
       } else if (errno != EINTR) {
         return;
       }
     }
+    if (static_cast<std::size_t>(n) < sizeof buffer && !weft::io::wait_readable(fd)) return;
   }
 }
 
@@ -497,7 +472,7 @@ int run_fibers(std::uint16_t port, unsigned workers, bool hooked) {
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EAGAIN && !hooked) {
-          if (!io_wait_readable(listener)) return;
+          if (!weft::io::wait_readable(listener)) return;
           continue;
         }
         if (errno == EMFILE || errno == ENFILE) {
@@ -544,7 +519,7 @@ int run_fibers(std::uint16_t port, unsigned workers, bool hooked) {
                "               blocking calls through libweft's libc hooks\n"
                "  --port PORT  on 127.0.0.1; 0 picks a free port. Prints \"listening on 127.0.0.1:PORT\"\n"
                "  --workers N  epoll, weft, hooked: threads (default: one per core)\n"
-               "Serves until SIGINT or SIGTERM. Exits 3 if this build lacks the mode.\n");
+               "Serves until SIGINT or SIGTERM.\n");
   std::exit(2);
 }
 
@@ -581,19 +556,6 @@ int main(int argc, char** argv) {
   if (mode.empty()) usage("--mode is required");
   if (!port) usage("--port is required (0 for a free one)");
   if (workers_given && mode == "thread") usage("--workers does not apply to --mode thread");
-
-  if (mode == "weft" && !WEFT_ECHO_HAVE_IO) {
-    std::fprintf(stderr, "%s: weft::io is not available in this build (--mode weft needs weft's netpoller)\n",
-                 kProgram);
-    return kExitUnavailable;
-  }
-  if (mode == "hooked" && !WEFT_ECHO_HAVE_HOOKS) {
-    std::fprintf(stderr,
-                 "%s: libc hooks are not available in this build (--mode hooked needs libweft to park fibers in "
-                 "blocking read/write/accept)\n",
-                 kProgram);
-    return kExitUnavailable;
-  }
 
   weft::bench::raise_fd_limit();
   // A client that leaves mid-write must cost its connection, not the server.

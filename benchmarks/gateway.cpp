@@ -8,10 +8,10 @@
 // queue is a weft::Pool named "gateway" with --threads runners (default 8,
 // cpp-httplib's own default on a small machine). Without WEFT_FIBERS it is
 // the thread pool a user has today; with WEFT_FIBERS=name:gateway* the same
-// binary runs its connections on fibers. Until libc's blocking socket calls
-// park fibers (the hooks), a fiber blocked in recv() holds its worker, so
-// the fiber mode is slower than the thread mode here; tools/bench-gateway
-// measures both.
+// binary runs its connections on fibers: libweft's libc hooks park the
+// fiber in cpp-httplib's blocking recv, send, connect and select, and answer
+// its per-request getnameinfo/getaddrinfo of numeric addresses inline.
+// tools/bench-gateway measures both (docs/benchmarks.md).
 #include <httplib.h>
 #include <signal.h>
 #include <weft/weft.h>

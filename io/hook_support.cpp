@@ -74,10 +74,10 @@ ParkScope::~ParkScope() {
 #endif
 }
 
-int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline) noexcept {
+int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark) noexcept {
   try {
     const ParkScope park;
-    switch (wait_fd(fd, direction, deadline)) {
+    switch (wait_fd(fd, direction, deadline, mark)) {
       case FdWaitResult::ready:
         return 0;
       case FdWaitResult::timed_out:

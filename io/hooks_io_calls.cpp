@@ -39,9 +39,10 @@ bool would_block(int error) { return error == EAGAIN || error == EWOULDBLOCK; }
 
 // wait_for_fd, and EBADF if the fd was closed through weft while the fiber
 // was parked (its number may already belong to another fd).
-int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_point deadline) {
+int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_point deadline,
+            const FdWaitMark* mark = nullptr) {
   const std::uint32_t generation = state.generation.load(std::memory_order_relaxed);
-  const int failed = wait_for_fd(fd, direction, deadline);
+  const int failed = wait_for_fd(fd, direction, deadline, mark);
   if (state.generation.load(std::memory_order_relaxed) != generation) return EBADF;
   return failed;
 }
@@ -59,13 +60,16 @@ FdState* parkable(int fd, int flags = 0) noexcept {
 
 // One socket call: `attempt()` makes it with MSG_DONTWAIT; on EAGAIN the
 // fiber parks until `fd` is ready in `direction` or the timeout passes.
-// errno is the caller's own on success and set afresh on failure.
+// errno is the caller's own on success and set afresh on failure. The mark
+// taken before each attempt spares the wait its poll(fd, 0): the attempt
+// has just said what that poll would.
 template <class Attempt>
 auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::int64_t timeout_ns, Attempt&& attempt) {
   const int saved = errno_value();
   bool have_deadline = false;
   Clock::time_point deadline{};
   for (;;) {
+    const FdWaitMark mark = fd_wait_mark(fd, direction);
     auto result = attempt();
     if (result >= 0) {
       set_errno(saved);
@@ -77,7 +81,7 @@ auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::i
       deadline = deadline_after_ns(timeout_ns);
       have_deadline = true;
     }
-    if (const int failed = park_on(fd, state, direction, deadline)) {
+    if (const int failed = park_on(fd, state, direction, deadline, &mark)) {
       set_errno(failed);
       return decltype(result)(-1);
     }

@@ -5,6 +5,17 @@
 //
 // errno and h_errno are per thread: what the call left on the helper
 // thread is copied to the fiber's thread when it resumes.
+//
+// Calls that need no lookup run inline: a getaddrinfo whose host is an
+// address literal and whose service is a port number (or absent), which
+// glibc answers without NSS, DNS or /etc/services (gaih_inet tries the
+// literal first), and a getnameinfo asked for the numeric host and no
+// service or the numeric one, which is formatting. They cannot block, and
+// they are per-request calls of common servers and clients (cpp-httplib
+// formats every request's peer with getnameinfo(NI_NUMERICHOST), and its
+// httplib::Client resolves "127.0.0.1" per connection): a round trip to a
+// helper thread each time would cost more than the call.
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <weft/blocking.h>
 
@@ -42,6 +53,30 @@ auto offloaded(Fn&& fn) {
   return call.result;
 }
 
+// An IPv4 or IPv6 address literal (inet_pton's forms; inet_aton's looser
+// ones, "127.1", take the pool), or no host at all (the wildcard or the
+// loopback address, by AI_PASSIVE).
+bool is_address_literal(const char* node) noexcept {
+  if (node == nullptr) return true;
+  unsigned char address[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, node, address) == 1 || ::inet_pton(AF_INET6, node, address) == 1;
+}
+
+// A decimal port, or no service: never a lookup in /etc/services.
+bool is_port_number(const char* service) noexcept {
+  if (service == nullptr) return true;
+  if (*service == '\0') return false;
+  for (const char* c = service; *c != '\0'; ++c)
+    if (*c < '0' || *c > '9') return false;
+  return true;
+}
+
+// getnameinfo that only formats: the numeric host, and the numeric service
+// or none.
+bool only_formats(char* service, socklen_t service_len, int flags) noexcept {
+  return (flags & NI_NUMERICHOST) != 0 && (service == nullptr || service_len == 0 || (flags & NI_NUMERICSERV) != 0);
+}
+
 }  // namespace
 }  // namespace weft::detail
 
@@ -50,13 +85,15 @@ using namespace weft::detail;
 extern "C" {
 
 int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** result) {
-  if (!parking_enabled()) return real::getaddrinfo()(node, service, hints, result);
+  if (!parking_enabled() || (is_address_literal(node) && is_port_number(service)))
+    return real::getaddrinfo()(node, service, hints, result);
   return offloaded([&] { return real::getaddrinfo()(node, service, hints, result); });
 }
 
 int getnameinfo(const sockaddr* addr, socklen_t addr_len, char* host, socklen_t host_len, char* service,
                 socklen_t service_len, int flags) {
-  if (!parking_enabled()) return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags);
+  if (!parking_enabled() || only_formats(service, service_len, flags))
+    return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags);
   return offloaded([&] { return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags); });
 }
 

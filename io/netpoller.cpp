@@ -161,6 +161,9 @@ void Poller::remove(int fd, std::uint64_t owner, bool others) noexcept {
 
 bool Poller::poll(int timeout_ms) noexcept {
   epoll_event events[kEventBatch];
+  // Before the call: every readiness it reports was seen by the kernel
+  // after this increment (wait_fd's step 5 depends on it).
+  const std::uint64_t sequence = poll_sequence_.fetch_add(1, std::memory_order_seq_cst) + 1;
   const int n = ::epoll_wait(epoll_fd_, events, kEventBatch, timeout_ms);
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
   polls_.fetch_add(1, std::memory_order_relaxed);
@@ -187,7 +190,12 @@ bool Poller::poll(int timeout_ms) noexcept {
         record->events[d].store(record->events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
         // Unparked under the lock, as wake_all does: a waiter that timed
         // out takes the lock to unlink itself, so its frame outlives this.
-        while (Waiter* waiter = record->waiters[d].pop_front()) woke |= unpark(*waiter);
+        // A waiter's payload is its own poller: only that one's sequence
+        // numbers mean anything to it.
+        while (Waiter* waiter = record->waiters[d].pop_front()) {
+          waiter->amount = waiter->payload == this ? sequence : 0;
+          woke |= unpark(*waiter);
+        }
       }
     }
     record->lock.unlock();
@@ -260,7 +268,20 @@ std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core) { return std::
 
 // --- waiting and closing -----------------------------------------------------
 
-FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline) {
+FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
+  if (fd < 0 || fd >= FdRecords::kLimit) return {};
+  Worker* worker = current_worker();
+  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
+  if (self == nullptr) return {};
+  const FdRecord* record = fd_records().find(fd);
+  if (record == nullptr) return {};
+  auto& poller = static_cast<Poller&>(self->scheduler->poller());
+  // In wait_fd's order: the sequence first (step 5 compares with it).
+  const std::uint64_t sequence = poller.poll_sequence();
+  return {sequence, record->events[index_of(direction)].load(std::memory_order_acquire), true};
+}
+
+FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark) {
   if (fd < 0) throw_fd_error(EBADF, fd, "is not a file descriptor");
   Worker* worker = current_worker();
   FiberControl* self = worker != nullptr ? worker->current() : nullptr;
@@ -276,9 +297,19 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline) 
   // registration, then compare and park. An edge is only a hint (it may be
   // one the caller consumed already), so every wake is checked with poll
   // again, and a stale one parks again: true means the fd was ready.
+  bool from_mark = mark != nullptr && mark->valid;
   for (;;) {
-    const std::uint32_t seen = record.events[d].load(std::memory_order_acquire);
-    if (poll_ready(fd, direction, 0)) return FdWaitResult::ready;
+    std::uint64_t began;
+    std::uint32_t seen;
+    if (from_mark) {  // steps 1 and 2 were the caller's, before its call
+      began = mark->sequence;
+      seen = mark->events;
+      from_mark = false;
+    } else {
+      began = poller.poll_sequence();
+      seen = record.events[d].load(std::memory_order_acquire);
+      if (poll_ready(fd, direction, 0)) return FdWaitResult::ready;
+    }
     if (deadline != no_deadline && Clock::now() >= deadline) return FdWaitResult::timed_out;
     record.lock.lock();
     poller.add_locked(record, fd);  // unlocks before it throws
@@ -287,11 +318,13 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline) 
       continue;
     }
     Waiter waiter;
+    waiter.payload = &poller;
     poller.waiter_parking();
     const bool woken = wait_in(record.waiters[d], record.lock, waiter, site, deadline);
     poller.waiter_back();
     if (!woken) return FdWaitResult::timed_out;
     if (waiter.amount == kClosedMark) return FdWaitResult::closed;
+    if (waiter.amount > began) return FdWaitResult::ready;  // step 5: seen ready after step 1
   }
 }
 

@@ -18,8 +18,15 @@
 //   2. poll(fd, 0): ready -> return (level semantics: the caller may have
 //      read only part of what is there, and no new edge would come);
 //   3. register the fd with this scheduler's poller if it is not yet;
-//   4. lock the record; if the counter moved since 1, return ready;
-//      else link a Waiter and detail::park(waiter, &lock, site, deadline).
+//   4. lock the record; if the counter moved since 1, go back to 1;
+//      else link a Waiter and detail::park(waiter, &lock, site, deadline);
+//   5. woken by an event: ready, without a second poll(fd, 0), if the
+//      epoll_wait that reported it began after step 1 (its sequence number,
+//      handed over in the Waiter, is above the one read at step 1): the
+//      kernel then saw the fd ready after the caller's last read, so what
+//      made it ready is not what the caller consumed. Else (an event
+//      harvested by an epoll_wait that began earlier may describe data the
+//      caller has read since) go back to 1.
 //   An edge that arrives after 2 either comes before the registration in 3
 //   (epoll_ctl ADD reports the fd's current readiness as an event) or after
 //   it; either way the poller bumps the counter under the record's lock
@@ -80,12 +87,27 @@ namespace weft::detail {
 enum class FdWaitResult { ready, timed_out, closed };
 enum class FdDirection { read, write };
 
+// What a fiber saw of an fd's record before a call that may fail with
+// EAGAIN (Go's pollReset before its read): steps 1's two numbers, taken
+// before the call instead of after it. A wait given the mark skips step 2,
+// the poll(fd, 0): whatever made the fd ready after the mark moved the
+// counter or wakes the waiter, and readiness from before it was what the
+// failed call found gone. Not valid on a plain thread or for an fd no fiber
+// has waited on yet (the wait then polls first, as without a mark).
+struct FdWaitMark {
+  std::uint64_t sequence = 0;
+  std::uint32_t events = 0;
+  bool valid = false;
+};
+FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept;
+
 // Waits until `fd` is ready for `direction`, until `deadline`
 // (no_deadline: never), or until the fd is closed through fd_closing().
 // On a plain thread: poll(2) (`closed` is then never returned). Throws
 // std::system_error naming the fd: EBADF if it is not open, EPERM (or
-// what epoll_ctl said) if it cannot be polled.
-FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline);
+// what epoll_ctl said) if it cannot be polled. `mark`, if given, is this
+// fiber's fd_wait_mark() from before the call that failed with EAGAIN.
+FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr);
 
 // Call before the real close() of `fd` (or a dup2/dup3 onto it): wakes
 // every fiber waiting on it, in every scheduler, with `closed`, removes it
@@ -113,6 +135,8 @@ class Poller final : public IdlePoller {
   // Around a fiber's park on an fd: has_waiters() counts it.
   void waiter_parking() noexcept { waiters_.fetch_add(1, std::memory_order_relaxed); }
   void waiter_back() noexcept { waiters_.fetch_sub(1, std::memory_order_relaxed); }
+  // The sequence number of the last epoll_wait begun (step 1 of "Waiting").
+  std::uint64_t poll_sequence() const noexcept { return poll_sequence_.load(std::memory_order_seq_cst); }
 
   // IdlePoller (sched/idle_poller.h)
   bool has_waiters() const noexcept override { return waiters_.load(std::memory_order_relaxed) > 0; }
@@ -138,7 +162,11 @@ class Poller final : public IdlePoller {
   std::atomic<std::int64_t> registered_{0};  // fds added and not yet deleted
   std::atomic<bool> polling_{false};         // a non-blocking poll runs
   std::atomic<int> blocker_{-1};             // the worker in epoll_wait; -1: none
-  std::atomic<bool> wake_pending_{false};    // an eventfd write not yet drained
+  // Bumped before every epoll_wait. Starts above the closed mark (1), so a
+  // waiter's `amount` is the closed mark, 0 (no sequence: another poller
+  // woke it) or a sequence number, never two of these at once.
+  std::atomic<std::uint64_t> poll_sequence_{1};
+  std::atomic<bool> wake_pending_{false};  // an eventfd write not yet drained
   std::atomic<std::int64_t> last_poll_ns_{0};
   std::atomic<std::uint64_t> polls_{0};
   std::atomic<std::uint64_t> events_{0};

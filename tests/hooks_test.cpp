@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -283,6 +284,47 @@ TEST(HooksSocket, ShortReadsStayShort) {
     char buf[100];
     EXPECT_EQ(read(pair.a(), buf, sizeof(buf)), 3);
   });
+}
+
+// Blocking reads that park on EAGAIN many times over, on two workers, with
+// the peer's write racing each park (the wait mark taken before the read,
+// netpoller.h): a lost wake-up ends a read at its 5 s SO_RCVTIMEO with
+// EAGAIN instead of hanging, and fails the count.
+TEST(HooksSocket, PingPongOverBlockingSocketsLosesNoWakeUp) {
+  Config config = test::config_with(2);
+  config.spare_workers = 0;
+  Scheduler sched(config);
+  // 8,000 parks a side: 0.2 s in release, tens of seconds under TSan on a
+  // loaded machine (8 pairs of 2,000 rounds took 30-47 s there).
+  constexpr int kPairs = 4;
+  constexpr int kRounds = 1000;
+  std::vector<std::unique_ptr<SocketPair>> pairs;
+  for (int i = 0; i < kPairs; ++i) {
+    pairs.push_back(std::make_unique<SocketPair>());
+    set_timeout(pairs.back()->a(), SO_RCVTIMEO, 5000ms);
+    set_timeout(pairs.back()->b(), SO_RCVTIMEO, 5000ms);
+  }
+  std::atomic<int> rounds{0};
+  std::vector<Fiber> fibers;
+  for (auto& pair : pairs) {
+    const int a = pair->a(), b = pair->b();
+    fibers.push_back(sched.spawn([a, &rounds] {
+      for (int i = 0; i < kRounds; ++i) {
+        const char out = static_cast<char>(i);
+        char in = 0;
+        if (write(a, &out, 1) != 1 || read(a, &in, 1) != 1 || in != out) return;
+        ++rounds;
+      }
+    }));
+    fibers.push_back(sched.spawn([b] {
+      for (int i = 0; i < kRounds; ++i) {
+        char c = 0;
+        if (read(b, &c, 1) != 1 || write(b, &c, 1) != 1) return;
+      }
+    }));
+  }
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(rounds.load(), kPairs * kRounds);
 }
 
 // --- the user's non-blocking sockets never park --------------------------------
@@ -755,6 +797,70 @@ TEST(HooksResolver, GetaddrinfoFromManyFibers) {
     addrinfo* result = nullptr;
     EXPECT_NE(getaddrinfo("no-such-host.invalid", nullptr, nullptr, &result), 0);
   });
+}
+
+// An address literal with a port number needs no lookup: it is answered
+// inline, correctly, without a trip to the blocking pool; a name still
+// takes the pool.
+TEST(HooksResolver, AddressLiteralsAreResolvedWithoutTheBlockingPool) {
+  Scheduler sched = one_worker();
+  in_fiber(sched, [] {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* result = nullptr;
+    ASSERT_EQ(getaddrinfo("127.0.0.1", "8080", &hints, &result), 0);
+    ASSERT_EQ(result->ai_family, AF_INET);
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(result->ai_addr);
+    EXPECT_EQ(ntohl(v4->sin_addr.s_addr), INADDR_LOOPBACK);
+    EXPECT_EQ(ntohs(v4->sin_port), 8080);
+    freeaddrinfo(result);
+    ASSERT_EQ(getaddrinfo("::1", nullptr, &hints, &result), 0);
+    EXPECT_EQ(result->ai_family, AF_INET6);
+    freeaddrinfo(result);
+    hints.ai_flags = AI_PASSIVE;
+    ASSERT_EQ(getaddrinfo(nullptr, "0", &hints, &result), 0);
+    freeaddrinfo(result);
+    // Not a port number: the same answer as libc's (an error here, since
+    // AI_NUMERICSERV refuses a name), whichever way it went.
+    hints.ai_flags = AI_NUMERICSERV;
+    EXPECT_EQ(getaddrinfo("127.0.0.1", "http", &hints, &result), EAI_NONAME);
+  });
+  EXPECT_EQ(sched.snapshot().blocking.calls, 1u);  // the "http" service only
+  in_fiber(sched, [] {
+    addrinfo* result = nullptr;
+    ASSERT_EQ(getaddrinfo("localhost", "80", nullptr, &result), 0);
+    freeaddrinfo(result);
+  });
+  EXPECT_EQ(sched.snapshot().blocking.calls, 2u);
+}
+
+// getnameinfo that only formats (the numeric host, no service or the
+// numeric one) is answered inline; one that may look a name up is not.
+TEST(HooksResolver, NumericGetnameinfoIsFormattedWithoutTheBlockingPool) {
+  Scheduler sched = one_worker();
+  in_fiber(sched, [] {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(8080);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const auto* sa = reinterpret_cast<const sockaddr*>(&addr);
+    char host[NI_MAXHOST] = {};
+    char service[NI_MAXSERV] = {};
+    ASSERT_EQ(getnameinfo(sa, sizeof addr, host, sizeof host, nullptr, 0, NI_NUMERICHOST), 0);
+    EXPECT_STREQ(host, "127.0.0.1");
+    ASSERT_EQ(getnameinfo(sa, sizeof addr, host, sizeof host, service, sizeof service, NI_NUMERICHOST | NI_NUMERICSERV),
+              0);
+    EXPECT_STREQ(service, "8080");
+  });
+  EXPECT_EQ(sched.snapshot().blocking.calls, 0u);
+  in_fiber(sched, [] {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char host[NI_MAXHOST] = {};
+    EXPECT_EQ(getnameinfo(reinterpret_cast<const sockaddr*>(&addr), sizeof addr, host, sizeof host, nullptr, 0, 0), 0);
+  });
+  EXPECT_EQ(sched.snapshot().blocking.calls, 1u);
 }
 
 // --- fork --------------------------------------------------------------------

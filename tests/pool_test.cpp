@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -141,6 +142,91 @@ TEST_P(PoolTest, TasksStartInSubmissionOrderOnOneRunner) {
   pool.wait();
   ASSERT_EQ(order.size(), 100u);
   EXPECT_TRUE(std::is_sorted(order.begin(), order.end()));
+}
+
+TEST_P(PoolTest, SubmitLoopRunsEveryIndexOnceInContiguousBlocks) {
+  Pool pool{options("loop", 3)};
+  constexpr int kFirst = 3, kLast = 1003;
+  std::vector<std::atomic<int>> hits(kLast);
+  pool.submit_loop(
+          kFirst, kLast, [&](int i) { hits[static_cast<std::size_t>(i)].fetch_add(1); }, 7)
+      .get();
+  for (int i = 0; i < kLast; ++i) EXPECT_EQ(hits[static_cast<std::size_t>(i)].load(), i < kFirst ? 0 : 1) << i;
+  // Each block is one task. (The Future is ready as the last block ends,
+  // before the pool counts its task completed: wait() first.)
+  auto tasks_of = [&pool](auto&& loop) {
+    pool.wait();
+    const std::uint64_t before = pool.completed();
+    loop();
+    pool.wait();
+    return pool.completed() - before;
+  };
+  EXPECT_EQ(tasks_of([&] {
+              pool.submit_loop(
+                      0, 1000, [](int) {}, 7)
+                  .get();
+            }),
+            7u);
+  // blocks = 0 is size(); more blocks than indices is one per index.
+  EXPECT_EQ(tasks_of([&] { pool.submit_loop(0, 100, [](int) {}).get(); }), 3u);
+  EXPECT_EQ(tasks_of([&] {
+              pool.submit_loop(
+                      std::int64_t{10}, std::int64_t{12}, [](std::int64_t) {}, 50)
+                  .get();
+            }),
+            2u);
+}
+
+TEST_P(PoolTest, SubmitLoopRethrowsTheFirstExceptionAfterEveryBlockFinished) {
+  Pool pool{options("loop-throws", 4)};
+  std::atomic<int> ran{0};
+  Future<void> done = pool.submit_loop(
+      0, 400,
+      [&](int i) {
+        if (i == 5) throw std::runtime_error("index 5");
+        ran.fetch_add(1);
+      },
+      4);
+  try {
+    done.get();
+    FAIL() << "expected the block's exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "index 5");
+  }
+  // Ready only after every block: the three others ran to their end, the
+  // failing one (0..99) stopped at 5.
+  EXPECT_EQ(ran.load(), 5 + 300);
+}
+
+TEST_P(PoolTest, DetachLoopThenWaitRunsEveryIndex) {
+  Pool pool{options("detached", 2)};
+  std::atomic<long> sum{0};
+  pool.detach_loop(1u, 1001u, [&](unsigned i) { sum.fetch_add(i); });
+  pool.wait();
+  EXPECT_EQ(sum.load(), 500500);
+}
+
+TEST_P(PoolTest, LoopsOverEmptyAndReversedRanges) {
+  Pool pool{options("ranges", 2)};
+  Future<void> empty = pool.submit_loop(5, 5, [](int) { FAIL() << "no index to run"; });
+  EXPECT_TRUE(empty.ready());
+  empty.get();
+  pool.detach_loop(5, 5, [](int) { FAIL() << "no index to run"; });
+  pool.wait();
+  EXPECT_EQ(pool.completed(), 0u);
+  try {
+    pool.submit_loop(5, 4, [](int) {});
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "weft::Pool::submit_loop: last is before first");
+  }
+  EXPECT_THROW(pool.detach_loop(1, -1, [](int) {}), std::invalid_argument);
+  // The whole range of a narrow type, whose width last - first overflows.
+  std::atomic<int> count{0};
+  pool.submit_loop(
+          std::int8_t{-128}, std::int8_t{127}, [&](std::int8_t) { count.fetch_add(1); }, 3)
+      .get();
+  EXPECT_EQ(count.load(), 255);
 }
 
 TEST_P(PoolTest, WaitWaitsForEverythingSubmittedSoFar) {

@@ -7,6 +7,7 @@
 //   pool.post([] { log_request(); });       // fire and forget
 //   pool.wait();                            // everything submitted so far is done
 //   int v = answer.get();                   // 42, or rethrows what the task threw
+//   pool.submit_loop(0, n, [&](int i) { out[i] = f(in[i]); }).get();  // size() blocks
 //
 // Same semantics in both modes: at most size() tasks run at once, in the
 // order they were submitted (FIFO), each on one of size() runners named
@@ -27,17 +28,21 @@
 // (the destructor terminates, as a throwing destructor must).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
@@ -75,7 +80,10 @@ struct PoolOptions {
 
 namespace detail {
 class PoolCore;
-}
+// An index for Pool's loops: an integer, not bool.
+template <class T>
+concept LoopIndex = std::integral<T> && !std::same_as<std::remove_cv_t<T>, bool>;
+}  // namespace detail
 
 class Pool {
  public:
@@ -114,6 +122,65 @@ class Pool {
     return future;
   }
 
+  // BS::thread_pool's loops: fn(i) for every i in [first, last), split into
+  // `blocks` contiguous blocks of near-equal size (0: size(); never more
+  // blocks than indices), each one task. fn is shared by the blocks and
+  // called from several at once. A reversed range throws
+  // std::invalid_argument; an empty one queues nothing.
+  //
+  // detach_loop posts the blocks: wait() waits for them, and an exception
+  // escaping fn ends its block and goes where a post()ed task's goes.
+  template <detail::LoopIndex T, class F>
+  void detach_loop(T first, T last, F&& fn, std::size_t blocks = 0) {
+    auto body = std::make_shared<std::decay_t<F>>(std::forward<F>(fn));
+    for_each_block(first, last, blocks, "detach_loop", [&](T begin, T end) {
+      post([body, begin, end] {
+        for (T i = begin; i != end; ++i) (*body)(i);
+      });
+    });
+  }
+  // submit_loop submits them: the Future is ready once every block has
+  // finished, and rethrows the first exception a block threw (that block
+  // stops at it, the others run to their end).
+  template <detail::LoopIndex T, class F>
+  Future<void> submit_loop(T first, T last, F&& fn, std::size_t blocks = 0) {
+    struct Loop {
+      explicit Loop(F&& f) : body(std::forward<F>(f)) {}
+      std::decay_t<F> body;
+      Promise<void> done;
+      std::atomic<std::size_t> left{0};
+      std::atomic<bool> failed{false};
+      std::exception_ptr error;  // written by the first to fail, read by the last to finish
+    };
+    auto loop = std::make_shared<Loop>(std::forward<F>(fn));
+    Future<void> future = loop->done.get_future();
+    std::vector<std::pair<T, T>> ranges;
+    for_each_block(first, last, blocks, "submit_loop", [&](T begin, T end) { ranges.emplace_back(begin, end); });
+    if (ranges.empty()) {
+      loop->done.set_value();
+      return future;
+    }
+    // Counted before any block can finish; a block that cannot be queued
+    // (shutdown) throws here, and the blocks queued before it still finish.
+    loop->left.store(ranges.size(), std::memory_order_relaxed);
+    for (const auto& [begin, end] : ranges) {
+      post([loop, begin = begin, end = end] {
+        try {
+          for (T i = begin; i != end; ++i) loop->body(i);
+        } catch (...) {
+          if (!loop->failed.exchange(true, std::memory_order_relaxed)) loop->error = std::current_exception();
+        }
+        // acq_rel: the last block sees the error the first failing one wrote.
+        if (loop->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+        if (loop->error)
+          loop->done.set_exception(loop->error);
+        else
+          loop->done.set_value();
+      });
+    }
+    return future;
+  }
+
   // Blocks (parks, in a fiber) until every task submitted so far has
   // finished, in either mode.
   void wait();
@@ -137,6 +204,28 @@ class Pool {
   PoolSnapshot snapshot() const;
 
  private:
+  // Splits [first, last) as detach_loop and submit_loop document and calls
+  // block(begin, end) for each block in order.
+  template <class T, class Block>
+  void for_each_block(T first, T last, std::size_t blocks, const char* call, Block&& block) const {
+    if (last < first) throw std::invalid_argument(std::string("weft::Pool::") + call + ": last is before first");
+    // The count in the unsigned type of T's width: last - first may not fit T.
+    using U = std::make_unsigned_t<T>;
+    const U count = static_cast<U>(static_cast<U>(last) - static_cast<U>(first));
+    if (count == 0) return;
+    std::size_t n = blocks == 0 ? size() : blocks;
+    if (static_cast<std::uintmax_t>(n) > static_cast<std::uintmax_t>(count)) n = static_cast<std::size_t>(count);
+    const U base = static_cast<U>(count / n);
+    const U extra = static_cast<U>(count % n);  // the first `extra` blocks take one more
+    U offset = 0;
+    for (std::size_t b = 0; b < n; ++b) {
+      const U length = static_cast<U>(base + (static_cast<U>(b) < extra ? 1 : 0));
+      const T begin = static_cast<T>(static_cast<U>(first) + offset);
+      offset = static_cast<U>(offset + length);
+      block(begin, static_cast<T>(static_cast<U>(first) + offset));
+    }
+  }
+
   void enqueue(detail::Task task);
   bool wait_until_deadline(detail::Clock::time_point deadline);
 

@@ -123,7 +123,6 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   watch.asked_cpu_ns = 0;
   watch.cpu_start_ns = -1;
   watch.kernel_since = {};
-  watch.notified = false;
   watch.running_since_ns.store(0, std::memory_order_relaxed);
   watch.stuck.store(false, std::memory_order_relaxed);
   watch.stuck_fiber.store(0, std::memory_order_relaxed);
@@ -254,12 +253,11 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
       if (takers == 0) continue;
       --takers;
     }
-    const std::size_t moved = worker.hand_off_queued(scratch_);
-    if (moved != 0) acted = true;
-    // For what moved, and once an episode for what thieves may now take
-    // (its spawns, which stay).
-    if (moved != 0 || !watch.notified) core_.idle().notify_work();
-    watch.notified = true;
+    if (worker.hand_off_queued(scratch_) != 0) acted = true;
+    // For what moved, and for what thieves may now take (its spawns, which
+    // stay): at every look while they wait, since a thief that searched
+    // before the worker was marked stuck went back to sleep without them.
+    core_.idle().notify_work();
   }
   return held_up_work;
 }

@@ -126,7 +126,6 @@ class Sysmon {
     bool holding_up = false;
     bool in_kernel = false;
     bool short_run = false;
-    bool notified = false;  // this episode's hand-off woke a worker
     std::atomic<std::int64_t> running_since_ns{0};
     std::atomic<bool> stuck{false};
     std::atomic<std::uint64_t> stuck_fiber{0};

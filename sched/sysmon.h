@@ -98,10 +98,11 @@ class Sysmon {
   static constexpr std::chrono::milliseconds kPollStaleAfter{10};
   // Sysmon counts itself paused when a look comes later than planned by
   // more than twice the slice (a stuck verdict needs two slices: one
-  // unwatched stretch must not make it alone), and never less than this,
-  // so that a loaded machine's usual scheduling delays do not keep
-  // restarting its observations.
-  static constexpr std::chrono::milliseconds kMinPause{50};
+  // unwatched stretch must not make it alone), and never less than this:
+  // a loaded machine delays sysmon's looks by tens of milliseconds again
+  // and again, and restarting at each of them would leave a thread blocked
+  // in the kernel neither handed off nor reported (docs/sysmon.md).
+  static constexpr std::chrono::milliseconds kMinPause{1000};
 
  private:
   // Per worker. The plain fields are sysmon's own; the atomics are read by

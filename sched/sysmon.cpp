@@ -123,7 +123,6 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   watch.asked_cpu_ns = 0;
   watch.cpu_start_ns = -1;
   watch.kernel_since = {};
-  watch.notified = false;
   watch.running_since_ns.store(0, std::memory_order_relaxed);
   watch.stuck.store(false, std::memory_order_relaxed);
   watch.stuck_fiber.store(0, std::memory_order_relaxed);
@@ -184,22 +183,25 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     const auto ran = now - watch.since;
     watch.short_run = ran < kHandOffAfter;
     const bool asked = watch.asked != Clock::time_point{};
-    // Stuck: twice the slice, and (with preemption) a request that the
-    // fiber has ignored for a further full slice (ignored_request). A lone
-    // fiber that reaches its checkpoints with nothing else to run clears
-    // the request: it blocks nobody. This check comes before the request
-    // is renewed below, which restarts its clock.
-    const bool unanswered =
-        asked && now - watch.asked >= slice_ && worker.preempt_requested() && ignored_request(worker, watch, now);
-    if (!watch.reported && ran >= 2 * slice_ && (!preemption || unanswered)) {
+    // Stuck: twice the slice, and a further full slice in which the fiber
+    // ignored sysmon (ignored_request): with preemption, a request still
+    // stands; without, the fiber just went on. A lone fiber that reaches
+    // its checkpoints with nothing else to run clears the request: it
+    // blocks nobody. This check comes before the request is renewed
+    // below, which restarts its clock.
+    const bool unanswered = asked && now - watch.asked >= slice_ && (!preemption || worker.preempt_requested()) &&
+                            ignored_request(worker, watch, now);
+    if (!watch.reported && ran >= 2 * slice_ && unanswered) {
       watch.reported = true;
       report_stuck(worker, watch, now);
     }
-    if (preemption && ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
-      worker.request_preempt(tick);
+    if (ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
+      if (preemption) {
+        worker.request_preempt(tick);
+        acted = true;
+      }
       watch.asked = now;
       watch.asked_cpu_ns = worker.cpu_time_ns();
-      acted = true;
     }
     // With one worker and no spares there is nobody to hand off to: the
     // global queue would only feed the same worker, in FIFO order.
@@ -254,12 +256,11 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
       if (takers == 0) continue;
       --takers;
     }
-    const std::size_t moved = worker.hand_off_queued(scratch_);
-    if (moved != 0) acted = true;
-    // For what moved, and once an episode for what thieves may now take
-    // (its spawns, which stay).
-    if (moved != 0 || !watch.notified) core_.idle().notify_work();
-    watch.notified = true;
+    if (worker.hand_off_queued(scratch_) != 0) acted = true;
+    // For what moved, and for what thieves may now take (its spawns, which
+    // stay): at every look while they wait, since a thief that searched
+    // before the worker was marked stuck went back to sleep without them.
+    core_.idle().notify_work();
   }
   return held_up_work;
 }
@@ -304,9 +305,10 @@ bool Sysmon::holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point n
 bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_point now) noexcept {
   // A request is pending for a while even for a fiber that checkpoints
   // every few microseconds when its thread waits for a CPU on a loaded
-  // machine: that fiber is not stuck. Ignored means its thread ran on a
-  // CPU for at least half the time since the request, or sleeps in the
-  // kernel (a blocking call: it will not answer at all).
+  // machine, and a fiber without preemption runs long in wall time that
+  // way: neither is stuck. Ignored means its thread ran on a CPU for at
+  // least half the time since the request, or sleeps in the kernel (a
+  // blocking call: it will not answer at all).
   const std::int64_t cpu = worker.cpu_time_ns();
   if (cpu == 0 || watch.asked_cpu_ns == 0) return true;  // no CPU clock: the wall clock decides alone
   if (2 * (cpu - watch.asked_cpu_ns) >= to_ns(now) - to_ns(watch.asked)) return true;

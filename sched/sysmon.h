@@ -98,10 +98,11 @@ class Sysmon {
   static constexpr std::chrono::milliseconds kPollStaleAfter{10};
   // Sysmon counts itself paused when a look comes later than planned by
   // more than twice the slice (a stuck verdict needs two slices: one
-  // unwatched stretch must not make it alone), and never less than this,
-  // so that a loaded machine's usual scheduling delays do not keep
-  // restarting its observations.
-  static constexpr std::chrono::milliseconds kMinPause{50};
+  // unwatched stretch must not make it alone), and never less than this:
+  // a loaded machine delays sysmon's looks by tens of milliseconds again
+  // and again, and restarting at each of them would leave a thread blocked
+  // in the kernel neither handed off nor reported (docs/sysmon.md).
+  static constexpr std::chrono::milliseconds kMinPause{1000};
 
  private:
   // Per worker. The plain fields are sysmon's own; the atomics are read by
@@ -110,7 +111,9 @@ class Sysmon {
     bool watching = false;  // running at the last look
     std::uint64_t tick = 0;
     Clock::time_point since{};
-    Clock::time_point asked{};      // last preemption request; epoch: none yet
+    // The last preemption request (without preemption: the look that
+    // would have made it), every slice from the first; epoch: none yet.
+    Clock::time_point asked{};
     std::int64_t asked_cpu_ns = 0;  // the worker thread's CPU time then (0: unknown)
     bool reported = false;
     // The worker thread's CPU time when the fiber had run half the hand-off
@@ -126,7 +129,6 @@ class Sysmon {
     bool holding_up = false;
     bool in_kernel = false;
     bool short_run = false;
-    bool notified = false;  // this episode's hand-off woke a worker
     std::atomic<std::int64_t> running_since_ns{0};
     std::atomic<bool> stuck{false};
     std::atomic<std::uint64_t> stuck_fiber{0};
@@ -148,8 +150,8 @@ class Sysmon {
   // fibers to the FIFO global queue undoes its depth-first order.
   bool holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   void report_stuck(Worker& worker, Watch& watch, Clock::time_point now);
-  // Whether the worker's fiber, whose request has stood a slice, ignored
-  // it rather than waited for a CPU (sysmon.cpp).
+  // Whether the worker's fiber, a slice after sysmon's last request (or
+  // look, without preemption), ignored it rather than waited for a CPU.
   bool ignored_request(Worker& worker, const Watch& watch, Clock::time_point now) noexcept;
   // Moves the queued fibers of the workers this scan found holding them up
   // to the global queue, when a thread can take them from there; true if

@@ -34,17 +34,14 @@ using UnhandledExceptionHandler = std::function<void(std::string_view name, std:
 
 // A worker that has run one fiber for longer than twice Config::time_slice
 // without switching: the fiber neither reached a checkpoint nor parked (a
-// loop without checkpoints, or a blocking system call). With preemption
-// on, it also ignored a preemption request for a further slice, on a CPU
-// or asleep in the kernel; time sysmon itself did not run (a stopped
-// process) does not count. See docs/sysmon.md.
+// loop without checkpoints, or a blocking system call). See docs/sysmon.md.
 struct StuckWorker {
   std::string_view scheduler;  // Config::name
   unsigned worker = 0;         // the worker's index
   int os_thread_id = 0;
   std::uint64_t fiber_id = 0;  // 0 if the fiber could not be identified
   std::string_view fiber_name;
-  std::chrono::milliseconds running_for{0};  // since sysmon first saw it run (or watched afresh)
+  std::chrono::milliseconds running_for{0};  // since sysmon first saw it run
   // What the thread is doing in the kernel, from /proc/self/task/<tid>/syscall:
   // "blocked in read(2) on fd 7", "blocked in syscall 230"; empty when it is
   // running on a CPU (a loop without checkpoints) or the kernel does not say.

@@ -6,8 +6,9 @@
 // Each case makes the same calls from N plain threads and then from N fibers
 // on 2 workers; every answer must be right, and the fibers must not take
 // much longer than the threads (the bound is generous, 3x plus 500 ms of
-// scheduling slack, for 2 loaded cores; the ratio is printed). Before the hooks the
-// fibers took 22-45x as long (the measurements).
+// scheduling slack, 2 s under TSan, for 2 loaded cores; the ratio is
+// printed). Before the hooks the fibers took 22-45x as long (the issue's
+// measurements).
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -269,7 +270,12 @@ void compare_threads_and_fibers(const char* what, const std::function<bool(int)>
   const double ms_fibers = std::chrono::duration<double, std::milli>(fibers_took).count();
   std::printf("%s: %d plain threads %.0f ms, %d fibers on 2 workers %.0f ms (%.2fx)\n", what, callers, ms_threads,
               callers, ms_fibers, ms_fibers / ms_threads);
-  EXPECT_LT(fibers_took, 3 * threads_took + 500ms) << what;
+  // Under TSan the slack is 2 s: 100 fibers' hooked calls each switch TSan
+  // fibers and pass its interceptors, and one MariaDB run took 1.50 s
+  // against 3 x 357 ms + 500 ms. Fibers that held their workers would
+  // still need 5 s (100 x 2 x 50 ms on 2 workers).
+  const auto slack = test::kSlowdown > 1 ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(500);
+  EXPECT_LT(fibers_took, 3 * threads_took + slack) << what;
 }
 
 TEST(HooksLibs, HiredisBlockingContext) {

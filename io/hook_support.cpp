@@ -1,5 +1,7 @@
 #include "hook_support.h"
 
+#include "../sched/worker.h"
+
 #if defined(__SANITIZE_THREAD__)
 #define WEFT_HOOKS_TSAN 1
 #elif defined(__has_feature)
@@ -53,7 +55,12 @@ bool hooks_enabled() noexcept {
 
 bool in_forked_child() noexcept { return forked_thread; }
 
-ParkScope::ParkScope() : pin_(this_fiber::pin()) {
+ParkScope::ParkScope() {
+  // this_fiber::pin()'s bookkeeping, with the pins counted as the hooks'.
+  FiberControl& fiber = *current_fiber();
+  releases_ = fiber.hook_pin_releases;
+  ++fiber.hook_pins;
+  if (fiber.pin_count.fetch_add(1, std::memory_order_relaxed) == 0) current_worker()->count_pin(1);
 #ifdef WEFT_HOOKS_TSAN
   // The fiber's context resumes as whichever TSan fiber it names: the
   // park's own until the destructor, which switches back (flags 0: with
@@ -72,6 +79,17 @@ ParkScope::~ParkScope() {
   current_fiber()->context.tsan_fiber = own_tsan_fiber_;
   __tsan_destroy_fiber(park_tsan_fiber_);
 #endif
+  FiberControl& fiber = *current_fiber();
+  if (fiber.hook_pin_releases != releases_) return;  // released by sysmon: nothing of ours is left to undo
+  --fiber.hook_pins;
+  if (fiber.pin_count.fetch_sub(1, std::memory_order_relaxed) == 1) current_worker()->count_pin(-1);
+}
+
+[[gnu::noinline]] ErrnoHome::ErrnoHome() noexcept
+    : fiber_(current_fiber()), home_(&errno), releases_(fiber_->hook_pin_releases) {}
+
+[[gnu::noinline]] ErrnoHome::~ErrnoHome() {
+  if (fiber_->hook_pin_releases != releases_ && &errno != home_) *home_ = errno;
 }
 
 int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark) noexcept {

@@ -41,6 +41,11 @@ inline bool parking_enabled() noexcept { return current_fiber() != nullptr && ho
 //    thread and read from another. The same holds for any thread_local the
 //    caller's library cached. A fiber still moves between workers at
 //    weft's own suspension points (docs/io.md, "what changes for your code").
+//    The pin is released in one case (Worker::release_hook_pinned): when
+//    the worker's thread is blocked in the kernel while the fiber waits
+//    for it (it may be waiting for a std::mutex this fiber holds). The
+//    fiber then resumes elsewhere, and the hook's ErrnoHome copies its
+//    errno to the thread the call was made on, where the caller reads it.
 //
 // 2. Under ThreadSanitizer, the hook is reached from inside TSan's own
 //    interceptor of the same call (read, poll, nanosleep...), which marks
@@ -64,9 +69,29 @@ class [[nodiscard]] ParkScope {
   ParkScope& operator=(const ParkScope&) = delete;
 
  private:
-  this_fiber::PinGuard pin_;
+  std::uint32_t releases_;  // the fiber's hook_pin_releases when pinned: another means sysmon released it
   [[maybe_unused]] void* own_tsan_fiber_ = nullptr;  // under TSan only
   [[maybe_unused]] void* park_tsan_fiber_ = nullptr;
+};
+
+// Held by a hook's whole parking path, from before its first attempt to
+// its return: if the park's pin was released and the fiber resumed on
+// another thread (ParkScope, point 1), the errno the hook leaves is copied
+// to the calling thread's errno, which the caller may have the address of.
+// That thread is still blocked then (it was released for that), so the
+// write races with nothing.
+class [[nodiscard]] ErrnoHome {
+ public:
+  // Out of line, so that each asks for the running thread's errno afresh.
+  ErrnoHome() noexcept;
+  ~ErrnoHome();
+  ErrnoHome(const ErrnoHome&) = delete;
+  ErrnoHome& operator=(const ErrnoHome&) = delete;
+
+ private:
+  FiberControl* fiber_;
+  int* home_;
+  std::uint32_t releases_;
 };
 
 // A socket timeout in nanoseconds (0: none) as a deadline.

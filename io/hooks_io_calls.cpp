@@ -65,6 +65,7 @@ FdState* parkable(int fd, int flags = 0) noexcept {
 // has just said what that poll would.
 template <class Attempt>
 auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::int64_t timeout_ns, Attempt&& attempt) {
+  const ErrnoHome home;
   const int saved = errno_value();
   bool have_deadline = false;
   Clock::time_point deadline{};
@@ -93,6 +94,7 @@ auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::i
 // call blocks this worker as it would block a thread (docs/io.md).
 template <class Call>
 auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) {
+  const ErrnoHome home;
   const int failed = park_on(fd, state, direction, no_deadline);
   if (failed == EPERM) {
     state.set_kind(FdKind::unpollable);  // epoll refuses it (e.g. /dev/null): pass it through from now on
@@ -122,6 +124,7 @@ ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr
   }
   // MSG_WAITALL: blocks until all n bytes, EOF, an error or the timeout;
   // what arrived before the last two is returned.
+  const ErrnoHome home;
   const int saved = errno_value();
   const Clock::time_point deadline = deadline_after_ns(recv_timeout(state));
   size_t done = 0;
@@ -153,6 +156,7 @@ ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr
 // follows; an error or the timeout after a partial write returns the count.
 ssize_t send_all(int fd, FdState& state, const void* buf, size_t n, int flags, const sockaddr* addr,
                  socklen_t addr_len) {
+  const ErrnoHome home;
   const int saved = errno_value();
   bool have_deadline = false;
   Clock::time_point deadline{};
@@ -193,6 +197,7 @@ size_t iov_total(const iovec* iov, int count) {
 // sendmsg that sends everything: after a partial write the remaining
 // iovecs are copied and advanced (the caller's array is const).
 ssize_t sendmsg_all(int fd, FdState& state, const msghdr* msg, int flags) {
+  const ErrnoHome home;
   const int saved = errno_value();
   const size_t total = iov_total(msg->msg_iov, int(msg->msg_iovlen));
   bool have_deadline = false;
@@ -307,6 +312,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
 int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   FdState* state = parkable(fd);
   if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
+  const ErrnoHome home;
   const int saved = errno_value();
   const Clock::time_point deadline = deadline_after_ns(send_timeout(*state));
   auto backoff = std::chrono::milliseconds(1);

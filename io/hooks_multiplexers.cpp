@@ -106,6 +106,7 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline) {
 // The common loop: `probe()` is the zero-timeout kernel call.
 template <class Probe>
 int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, Probe&& probe) {
+  const ErrnoHome home;
   const int saved = errno_value();
   for (;;) {
     const int failed = wait_for_any(fds, count, deadline);

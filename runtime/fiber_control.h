@@ -64,6 +64,14 @@ struct FiberControl {
   std::atomic<Worker*> worker{nullptr};  // the worker it runs or last ran on
   FiberControl* link = nullptr;          // intrusive link for worker inboxes
   std::atomic<std::uint32_t> pin_count{0};
+  // The pins of pin_count that the libc hooks took for a park
+  // (io/hook_support.h, ParkScope): sysmon may release those when the
+  // worker's thread is blocked in the kernel, so that the fiber still runs
+  // (Worker::release_hook_pinned); each release bumps hook_pin_releases.
+  // Written by the fiber while it runs, and by sysmon only while the fiber
+  // waits in its worker's inbox: the inbox's CAS orders the two.
+  std::uint32_t hook_pins = 0;
+  std::uint32_t hook_pin_releases = 0;
   std::atomic<FiberState> state{FiberState::runnable};
   FiberCounters counters;
 

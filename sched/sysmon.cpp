@@ -218,7 +218,17 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
       else if (watch.kernel_since == Clock::time_point{})
         watch.kernel_since = now;
       watch.in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
-      if (watch.in_kernel) ++blocked;
+      if (watch.in_kernel) {
+        ++blocked;
+        // Fibers woken for this worker that only a hook's park pins here
+        // (their caller's errno lives on this thread) would wait for it as
+        // long as it stays blocked: forever, if it waits for a std::mutex
+        // one of them holds. They move; a spare or an idle worker runs them.
+        if (worker.release_hook_pinned() != 0) {
+          core_.idle().notify_work();
+          acted = true;
+        }
+      }
     }
   }
   const bool held_up_work = hand_off(blocked, idle, acted);

@@ -136,7 +136,7 @@ void Worker::wait_for_activation() noexcept {
 bool Worker::leaving() const noexcept {
   if (!spare_) [[likely]]
     return false;
-  return pinned_here_ == 0 && core_.spare_surplus();
+  return pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spare_surplus();
 }
 
 void Worker::flush_to_global() noexcept {
@@ -219,6 +219,33 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
   return moved;
 }
 
+std::size_t Worker::release_hook_pinned() noexcept {
+  // The owner drains the same stack by the same exchange: each fiber is
+  // taken by one of the two. A fiber in the inbox is not running, so its
+  // pin fields are ours until it is queued again.
+  FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);
+  std::size_t released = 0;
+  while (stack != nullptr) {
+    FiberControl* fiber = stack;
+    stack = fiber->link;
+    const std::uint32_t pins = fiber->pin_count.load(std::memory_order_relaxed);
+    if (fiber->hook_pins != 0 && pins == fiber->hook_pins) {
+      // Pinned by hooks alone: the caller's cached &errno is this thread's,
+      // and ErrnoHome writes the result there (io/hook_support.h).
+      fiber->pin_count.store(0, std::memory_order_relaxed);
+      fiber->hook_pins = 0;
+      ++fiber->hook_pin_releases;
+      count_pin(-1);
+      core_.push_global(fiber);
+      ++released;
+    } else {
+      push_inbox(fiber);  // pinned by its own code (this_fiber::pin): it stays
+    }
+  }
+  if (released != 0) bump(counters_.handoffs, released);
+  return released;
+}
+
 void Worker::run_loop() {
   tls_worker = this;
   tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
@@ -251,12 +278,12 @@ void Worker::run_loop() {
 
 void Worker::run_fibers() {
   for (;;) {
-    if (spare_ && pinned_here_ == 0 && core_.retire_spare_if_surplus()) return;
+    if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0 && core_.retire_spare_if_surplus()) return;
     FiberControl* next = pick_next();
     if (next == nullptr) {
       // Idle: a spare retires rather than sleep with the workers, whom
       // notify_work() wakes for any work (Go's stopm for an M without a P).
-      if (spare_ && pinned_here_ == 0) {
+      if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0) {
         core_.retire_spare();
         return;
       }

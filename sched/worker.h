@@ -94,7 +94,7 @@ class Worker {
   void preempt_current();
   // A fiber running here pinned itself (+1) or unpinned (-1): a spare with
   // pinned fibers may not retire, since only it may run them.
-  void count_pin(int delta) noexcept { pinned_here_ += delta; }
+  void count_pin(int delta) noexcept { pinned_here_.fetch_add(delta, std::memory_order_relaxed); }
 
   // --- any thread -------------------------------------------------------
   // Hands a pinned fiber to this worker, the only one allowed to run it.
@@ -119,6 +119,12 @@ class Worker {
   // through `scratch` (an empty queue of sysmon's own). Any thread; returns
   // how many fibers moved.
   std::size_t hand_off_queued(RunQueue<RingEntry>& scratch) noexcept;
+  // For a worker whose thread is blocked in the kernel: the fibers in its
+  // inbox that only a libc hook's park pins here go to the global queue,
+  // their pins released (a std::mutex held across a hooked read must not
+  // deadlock the workers waiting for it; io/hook_support.h). Returns how
+  // many moved.
+  std::size_t release_hook_pinned() noexcept;
 
   // --- spares (sysmon's thread) ----------------------------------------
   bool is_spare() const noexcept { return spare_; }
@@ -202,7 +208,7 @@ class Worker {
   std::atomic<std::uint64_t> preempt_tick_{0};  // sysmon's request; 0: none
   std::atomic<bool> stuck_{false};              // written by sysmon
   std::uint64_t random_state_;
-  int pinned_here_ = 0;  // fibers pinned on this worker (count_pin)
+  std::atomic<int> pinned_here_{0};  // fibers pinned on this worker (count_pin; sysmon's releases)
   // Spares: activations so far (a futex word the thread waits on, bumped
   // by activate() and wake_spare(), never reset so no wake is lost), the
   // last one the thread has seen, and whether it runs fibers.

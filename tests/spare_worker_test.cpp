@@ -261,12 +261,11 @@ TEST_P(SpareWorkers, AStdMutexHeldAcrossAParkDoesNotDeadlockItsFutexWaiters) {
   });
 }
 
-// Known to deadlock, so not run: a libc hook's park pins the fiber to its
-// worker (io/hook_support.h, ParkScope: the caller may have cached &errno),
-// so the holder's wake-up goes to the inbox of a worker whose thread is
-// asleep in the futex, and no spare may run a pinned fiber. Open on the
-// hooks issue.
-TEST_P(SpareWorkers, DISABLED_AStdMutexHeldAcrossAHookedReadDoesNotDeadlockItsFutexWaiters) {
+// A libc hook's park pins the fiber to its worker (io/hook_support.h,
+// ParkScope: the caller may have cached &errno), and that worker's thread
+// is the one asleep in the futex: sysmon must release the pin, or the
+// holder's wake-up waits in that worker's inbox forever.
+TEST_P(SpareWorkers, AStdMutexHeldAcrossAHookedReadDoesNotDeadlockItsFutexWaiters) {
   Scheduler sched{config()};
   holder_and_futex_waiters(*this, sched, [](int fd) {
     char c;

@@ -543,23 +543,34 @@ FiberControl* Worker::pick_next() {
 FiberControl* Worker::wait_for_work() {
   IdleWorkers& idle = core_.idle();
   IdlePoller& poller = core_.poller();
+  TimerQueue& timers = core_.timers();
   for (;;) {
+    // Due timers, on entry and after every sleep: the blocker's timeout is
+    // the earliest deadline, and this is where its fibers are readied.
+    if (timers.run_due() != 0) {
+      if (FiberControl* fiber = pick_next()) return fiber;
+    }
     // Before stealing: fds that became ready (io/netpoller.h). Here, on the
     // worker's own stack, and never in pick_next, which also runs on a
     // parking fiber's stack while it holds its fd record's lock.
     if (poller.has_waiters() && poller.poll_now()) {
       if (FiberControl* fiber = pick_next()) return fiber;
     }
+    // The rules of sched/idle.h: a searcher that finds work ends its search
+    // before running it and, if it was the last, wakes another (pick_next's
+    // own notify_work, e.g. for the rest of a global batch, is skipped while
+    // this worker still counts as searching).
+    bool last_searcher = false;
     if (idle.begin_search()) {
       state_.store(WorkerState::searching, std::memory_order_relaxed);
       for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
         if (FiberControl* fiber = pick_next()) {
-          idle.end_search();
+          idle.found_work();
           return fiber;
         }
         for (int i = 0; i < kPausesPerRound; ++i) cpu_relax();
       }
-      idle.end_search();
+      last_searcher = idle.end_search();
     }
     state_.store(WorkerState::sleeping, std::memory_order_relaxed);
     idle.prepare_sleep(idle_slot_);

@@ -132,6 +132,9 @@ class SchedulerCore {
   // that have ever been started (they are started lowest index first).
   std::size_t steal_span() const noexcept { return config_.workers + spares_started_.load(std::memory_order_relaxed); }
   TimerQueue& timers() noexcept { return timers_; }
+  // Arms `node` and wakes whoever must watch it (sched/timers.h, "Arming").
+  // On a worker, or any thread.
+  void arm_timer(TimerNode& node);
   IdleWorkers& idle() noexcept { return idle_; }
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }

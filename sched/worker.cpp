@@ -546,6 +546,14 @@ FiberControl* Worker::pick_next() {
   return steal();
 }
 
+bool Worker::work_visible() const noexcept {
+  if (!core_.global_empty()) return true;
+  const auto& workers = core_.workers();
+  for (std::size_t i = 0, count = core_.steal_span(); i < count; ++i)
+    if (workers[i]->has_stealable_work()) return true;
+  return false;
+}
+
 FiberControl* Worker::wait_for_work() {
   IdleWorkers& idle = core_.idle();
   IdlePoller& poller = core_.poller();
@@ -571,7 +579,7 @@ FiberControl* Worker::wait_for_work() {
       state_.store(WorkerState::searching, std::memory_order_relaxed);
       for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
         if (FiberControl* fiber = pick_next()) {
-          idle.found_work();
+          if (idle.end_search() && work_visible()) idle.notify_work();
           return fiber;
         }
         for (int i = 0; i < kPausesPerRound; ++i) cpu_relax();
@@ -587,7 +595,7 @@ FiberControl* Worker::wait_for_work() {
     if (FiberControl* fiber = pick_next()) {
       idle.cancel_sleep(idle_slot_);
       // Rule 3: publishers may have skipped their wake while we searched.
-      if (last_searcher) idle.notify_work();
+      if (last_searcher && work_visible()) idle.notify_work();
       return fiber;
     }
     // Fibers wait on fds or timers: one sleeper sleeps in epoll_wait

@@ -78,7 +78,10 @@ class TimerQueue {
   // been due for at least `overdue`. Returns how many fired. Skips if
   // another thread is running them (it fires what is due).
   std::size_t run_due(Clock::duration overdue = Clock::duration::zero()) noexcept {
-    if (!armed() || earliest() + overdue > Clock::now()) [[likely]]
+    // One load: armed() then earliest() could see the last node removed in
+    // between, and max() + overdue overflows (UBSan).
+    const Clock::rep earliest = earliest_.load(std::memory_order_relaxed);
+    if (earliest == kNone || Clock::time_point(Clock::duration(earliest)) > Clock::now() - overdue) [[likely]]
       return 0;
     return run_due_slow();
   }

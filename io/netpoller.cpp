@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <weft/detail/park.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <mutex>
@@ -159,12 +160,29 @@ void Poller::remove(int fd, std::uint64_t owner, bool others) noexcept {
   }
 }
 
-bool Poller::poll(int timeout_ms) noexcept {
+bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
   epoll_event events[kEventBatch];
   // Before the call: every readiness it reports was seen by the kernel
   // after this increment (wait_fd's step 5 depends on it).
   const std::uint64_t sequence = poll_sequence_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  const int n = ::epoll_wait(epoll_fd_, events, kEventBatch, timeout_ms);
+  int n;
+  if (!blocking) {
+    n = ::epoll_wait(epoll_fd_, events, kEventBatch, 0);
+  } else if (until == Clock::time_point::max()) {
+    n = ::epoll_wait(epoll_fd_, events, kEventBatch, -1);
+  } else {
+    // To the nanosecond: epoll_wait's milliseconds would make a timer up
+    // to 1 ms late. steady_clock is CLOCK_MONOTONIC, the clock of
+    // epoll_pwait2's relative timeout.
+    const auto left = std::max(until - Clock::now(), Clock::duration::zero());
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    const timespec timeout{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    n = ::epoll_pwait2(epoll_fd_, events, kEventBatch, &timeout, nullptr);
+    if (n < 0 && errno == ENOSYS) {  // before Linux 5.11: whole milliseconds, rounded up
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+      n = ::epoll_wait(epoll_fd_, events, kEventBatch, ms > INT_MAX ? INT_MAX : static_cast<int>(ms));
+    }
+  }
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
   polls_.fetch_add(1, std::memory_order_relaxed);
   bool readied = false;
@@ -173,7 +191,7 @@ bool Poller::poll(int timeout_ms) noexcept {
     if (data == kWakeTag) {
       // Only a blocking poll consumes a wake: a non-blocking one that took
       // it would leave the blocker asleep.
-      if (timeout_ms != 0) drain_wake();
+      if (blocking) drain_wake();
       continue;
     }
     const int fd = static_cast<int>(data & 0xffffffffu);
@@ -206,13 +224,20 @@ bool Poller::poll(int timeout_ms) noexcept {
 }
 
 void Poller::drain_wake() noexcept {
-  // Clear first: a wake() after this writes again, and the next epoll_wait
-  // returns at once; one before it is drained below. Either way none is
-  // lost, and at most one write is in flight.
-  wake_pending_.store(false, std::memory_order_seq_cst);
+  // Read, then clear. Clearing first lost wake-ups: a wake() between the
+  // clear and the read set the flag again and its write was consumed by
+  // the read, so the flag stayed set with the eventfd empty and every
+  // later wake() was skipped while the blocker slept (a fiber readied by a
+  // plain thread waited for the blocker's timeout). Now a wake() before
+  // the read is drained by it; one between the read and the clear is
+  // skipped, which is harmless, since the blocker is awake and re-checks
+  // every queue and the timers before it blocks again; one after the
+  // clear writes again and the next epoll_wait returns at once. At most
+  // one write is in flight.
   std::uint64_t count;
   while (::read(event_fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
+  wake_pending_.store(false, std::memory_order_seq_cst);
 }
 
 bool Poller::poll_now() noexcept {
@@ -220,7 +245,7 @@ bool Poller::poll_now() noexcept {
   // pollers would only contend in the kernel (Go's sched.pollingNet).
   if (blocker_.load(std::memory_order_relaxed) >= 0) return false;
   if (polling_.exchange(true, std::memory_order_acquire)) return false;
-  const bool readied = poll(0);
+  const bool readied = poll(false);
   polling_.store(false, std::memory_order_release);
   return readied;
 }
@@ -236,10 +261,7 @@ bool Poller::try_begin_block(unsigned worker) noexcept {
   return blocker_.compare_exchange_strong(none, static_cast<int>(worker), std::memory_order_acq_rel);
 }
 
-void Poller::block_and_end() noexcept {
-  poll(-1);
-  end_block();
-}
+void Poller::block(Clock::time_point until) noexcept { poll(true, until); }
 
 void Poller::end_block() noexcept { blocker_.store(-1, std::memory_order_release); }
 

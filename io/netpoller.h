@@ -52,9 +52,10 @@
 //     steals, if fibers wait on I/O and nobody is blocked in epoll_wait;
 //     one thread polls at a time (a try-lock), the others go on stealing;
 //   - a worker about to sleep becomes the blocker if fibers wait on I/O
-//     and there is none yet: it stays listed as a sleeper (idle.h) but
-//     sleeps in epoll_wait. At most one blocker per scheduler (a CAS on
-//     the poller's blocker flag);
+//     or a timer is armed, and there is none yet: it stays listed as a
+//     sleeper (idle.h) but sleeps in epoll_wait, with the earliest timer's
+//     deadline as its timeout (epoll_pwait2, in ns; sched/timers.h). At
+//     most one blocker per scheduler (a CAS on the poller's blocker flag);
 //   - sysmon polls without blocking when nobody has polled for 10 ms, so
 //     that workers busy with CPU-bound fibers do not starve I/O.
 //
@@ -143,15 +144,16 @@ class Poller final : public IdlePoller {
   bool poll_now() noexcept override;
   void poll_if_stale(std::chrono::nanoseconds stale_after) noexcept override;
   bool try_begin_block(unsigned worker) noexcept override;
-  void block_and_end() noexcept override;
+  void block(Clock::time_point until) noexcept override;
   void end_block() noexcept override;
   void wake() noexcept override;
   PollerSnapshot view() const noexcept override;
 
  private:
-  // One epoll_wait (timeout as epoll_wait's: -1 blocks) and its events;
-  // true if it woke a fiber.
-  bool poll(int timeout_ms) noexcept;
+  // One epoll_wait and its events; true if it woke a fiber. Without
+  // `blocking` it returns at once; with it, it sleeps until `until`
+  // (time_point::max(): no timeout) and consumes a wake().
+  bool poll(bool blocking, Clock::time_point until = Clock::time_point::max()) noexcept;
   void drain_wake() noexcept;
 
   SchedulerCore& core_;

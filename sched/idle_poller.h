@@ -5,6 +5,7 @@
 // io/netpoller.h.
 #pragma once
 
+#include <weft/detail/wait_list.h>  // Clock
 #include <weft/snapshot.h>
 
 #include <chrono>
@@ -34,10 +35,12 @@ class IdlePoller {
   virtual void poll_if_stale(std::chrono::nanoseconds stale_after) noexcept = 0;
   // Becomes the one blocker; false if there is one already.
   virtual bool try_begin_block(unsigned worker) noexcept = 0;
-  // The blocker sleeps in epoll_wait until an event or wake(), readies
-  // what it found, and stops being the blocker.
-  virtual void block_and_end() noexcept = 0;
-  // Stops the blocker without sleeping (its slot was woken first).
+  // The blocker sleeps in epoll_wait until an event, wake() or `until`
+  // (the earliest timer; time_point::max(): none) and readies what it
+  // found. It is still the blocker: end_block() follows.
+  virtual void block(Clock::time_point until) noexcept = 0;
+  // Stops being the blocker (after block(), or without sleeping when its
+  // slot was woken first).
   virtual void end_block() noexcept = 0;
   // Breaks the blocker's epoll_wait (any thread; at most one in flight).
   virtual void wake() noexcept = 0;

@@ -17,7 +17,7 @@ void unlock_after_switch_out(void* lock) { static_cast<SpinLock*>(lock)->unlock(
 struct TimedParkRequest {
   SpinLock* lock;
   TimerNode* timer;
-  TimerQueue* timers;
+  SchedulerCore* core;
 };
 
 void arm_after_switch_out(void* arg) {
@@ -26,7 +26,7 @@ void arm_after_switch_out(void* arg) {
   // Arm before unlocking: until the lock is released no waker can find the
   // waiter, so the fiber cannot resume (and pop the frame that holds the
   // node) before the node is armed. After arm(), the request may be gone.
-  request->timers->arm(*request->timer);
+  request->core->arm_timer(*request->timer);
   if (lock != nullptr) lock->unlock();
 }
 
@@ -64,7 +64,7 @@ WakeReason park_thread(Waiter& waiter, SpinLock* lock, Clock::time_point deadlin
   timer.deadline = deadline;
   timer.fire = &time_out;
   timer.context = &waiter;
-  TimedParkRequest request{lock, &timer, &self->scheduler->timers()};
+  TimedParkRequest request{lock, &timer, self->scheduler};
   worker->park_current(SwitchAction{&arm_after_switch_out, &request});
   // Resumed, perhaps on another worker: `worker` is stale from here on.
   if (waiter.state.load(std::memory_order_acquire) == Waiter::notified) {

@@ -97,7 +97,6 @@ SchedulerCore::SchedulerCore(Config config)
   const unsigned all = config_.workers + config_.spare_workers;
   workers_.reserve(all);
   for (unsigned i = 0; i < all; ++i) workers_.push_back(std::make_unique<Worker>(*this, i, i >= config_.workers));
-  timers_.start();
   for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start();
   sysmon_.start();
   services_.attach(*this);
@@ -366,10 +365,24 @@ void SchedulerCore::shutdown() {
   for (auto& worker : workers_)
     if (worker->is_spare() && worker->spare_started()) worker->wake_spare();
   for (auto& worker : workers_) worker->join();
-  timers_.stop();
   std::lock_guard guard(shutdown_lock_);
   stopped_ = true;
   all_exited_.notify_all();  // the callers waiting for the leader
+}
+
+void SchedulerCore::arm_timer(TimerNode& node) {
+  switch (timers_.arm(node)) {
+    case TimerQueue::ArmWake::none:
+      break;
+    case TimerQueue::ArmWake::blocker:
+      poller_->wake();
+      break;
+    case TimerQueue::ArmWake::idle_worker:
+      // It becomes the blocker with this deadline (sched/worker.cpp); if
+      // a worker searches, it will instead (it blocks before it sleeps).
+      idle_.notify_work();
+      break;
+  }
 }
 
 bool SchedulerCore::activate_spare() noexcept {

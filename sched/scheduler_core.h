@@ -22,17 +22,19 @@
 //   inbox       per worker, for pinned fibers woken elsewhere: only their
 //               worker may run them.
 //   global      one moodycamel::ConcurrentQueue per scheduler: spawns from
-//               plain threads, wakes from plain threads and timers, and
-//               overflow from full rings. Checked every 61 ticks even when
+//               plain threads, wakes from plain threads and the timers
+//               sysmon runs, and overflow from full rings. Checked every 61 ticks even when
 //               the local queues are busy, and whenever they are empty.
 //
-// A worker's loop: pick_next (every 61st pick the global queue first; then
-// next slot, inbox, ring, spawned, global, steal); if
-// nothing, poll the netpoller without blocking if fibers wait on fds,
-// search briefly (at most half the workers at once), then sleep on a
-// futex (sched/idle.h has the no-lost-wakeup protocol), or, for one
-// sleeper while fibers wait on fds, in epoll_wait (io/netpoller.h says how
-// it is still woken like the others). A fiber that
+// A worker's loop: pick_next (every 61st pick the due timers and the
+// global queue first; then next slot, inbox, ring, spawned, global,
+// steal); if nothing, run due timers, poll the netpoller without blocking
+// if fibers wait on fds, search briefly (at most half the workers at
+// once; a searcher that finds work and was the last wakes another), then
+// sleep on a futex (sched/idle.h has the invariant and its rules), or, for
+// one sleeper while fibers wait on fds or a timer is armed, in epoll_wait
+// until the earliest deadline (io/netpoller.h says how it is still woken
+// like the others; sched/timers.h who runs timers). A fiber that
 // parks or yields picks its successor itself and switches to it directly:
 // one context switch per hand-off; only when there is nothing to run does
 // it switch back to the worker's own stack to search and sleep.
@@ -132,6 +134,9 @@ class SchedulerCore {
   // that have ever been started (they are started lowest index first).
   std::size_t steal_span() const noexcept { return config_.workers + spares_started_.load(std::memory_order_relaxed); }
   TimerQueue& timers() noexcept { return timers_; }
+  // Arms `node` and wakes whoever must watch it (sched/timers.h, "Arming").
+  // On a worker, or any thread.
+  void arm_timer(TimerNode& node);
   IdleWorkers& idle() noexcept { return idle_; }
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }

@@ -80,6 +80,10 @@ void Sysmon::run() {
     // Workers busy with fibers that never idle never poll: do it for them
     // (Go's sysmon: "poll network if not polled for more than 10ms").
     core_.poller().poll_if_stale(kPollStaleAfter);
+    // Likewise timers a slice overdue (sched/timers.h): their fibers go to
+    // the global queue, and the busy workers' fibers are asked to yield to
+    // them at the slice.
+    core_.timers().run_due(slice_);
     if (acted)
       delay = kMinTick;
     else
@@ -91,7 +95,13 @@ void Sysmon::run() {
       last_look = {};  // every worker slept: nothing was being watched
       continue;
     }
-    futex_wait(wake_word_, 0, Clock::now() + delay);
+    // Awake at the next timer's deadline too, if it is still ahead (one
+    // already due is a worker's to run, or the backstop's above): on an
+    // overloaded machine that wake-up is what got the process's busy
+    // workers back onto a CPU in time (sched/timers.h).
+    const Clock::time_point woken_by_tick = Clock::now() + delay;
+    const Clock::time_point next_timer = core_.timers().earliest();
+    futex_wait(wake_word_, 0, next_timer > Clock::now() && next_timer < woken_by_tick ? next_timer : woken_by_tick);
   }
 }
 

@@ -1,41 +1,27 @@
 #include "timers.h"
 
-#include <pthread.h>
-
 namespace weft::detail {
 
-void TimerQueue::start() {
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "weft-timers");
-    run();
-  });
-}
-
-void TimerQueue::stop() {
-  {
-    std::lock_guard guard(lock_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void TimerQueue::arm(TimerNode& node) {
-  bool earliest;
-  {
-    std::lock_guard guard(lock_);
-    node.heap_index = heap_.size();
-    heap_.push_back(&node);
-    sift_up(node.heap_index);
-    earliest = node.heap_index == 0;
-  }
-  if (earliest) changed_.notify_one();
+TimerQueue::ArmWake TimerQueue::arm(TimerNode& node) {
+  std::lock_guard guard(lock_);
+  node.heap_index = heap_.size();
+  heap_.push_back(&node);
+  sift_up(node.heap_index);
+  if (node.heap_index != 0) return ArmWake::none;  // an earlier one is watched already
+  publish_earliest();
+  if (!blocking_) return ArmWake::idle_worker;
+  if (node.deadline >= blocking_until_) return ArmWake::none;
+  // One wake per earlier deadline: the blocker recomputes its timeout when
+  // it wakes; a later arm that is not earlier still needs none.
+  blocking_until_ = node.deadline;
+  return ArmWake::blocker;
 }
 
 bool TimerQueue::cancel(TimerNode& node) {
   std::lock_guard guard(lock_);
   if (node.heap_index == TimerNode::npos) return false;
   remove_at(node.heap_index);
+  publish_earliest();
   return true;
 }
 
@@ -44,24 +30,36 @@ std::size_t TimerQueue::size() const {
   return heap_.size();
 }
 
-void TimerQueue::run() {
-  std::unique_lock guard(lock_);
-  while (!stopping_) {
-    if (heap_.empty()) {
-      changed_.wait(guard);
-      continue;
-    }
+std::size_t TimerQueue::run_due_slow() noexcept {
+  std::unique_lock guard(lock_, std::try_to_lock);
+  if (!guard.owns_lock()) return 0;
+  const Clock::time_point now = Clock::now();
+  std::size_t fired = 0;
+  while (!heap_.empty() && heap_.front()->deadline <= now) {
     TimerNode* first = heap_.front();
-    // A copy: while we wait the lock is released, and the node may be
-    // cancelled and its owner's frame gone.
-    const Clock::time_point deadline = first->deadline;
-    if (deadline > Clock::now()) {
-      changed_.wait_until(guard, deadline);
-      continue;
-    }
     remove_at(0);
     first->fire(*first);
+    ++fired;
   }
+  publish_earliest();
+  return fired;
+}
+
+Clock::time_point TimerQueue::begin_blocking() noexcept {
+  std::lock_guard guard(lock_);
+  blocking_ = true;
+  blocking_until_ = heap_.empty() ? Clock::time_point::max() : heap_.front()->deadline;
+  return blocking_until_;
+}
+
+void TimerQueue::end_blocking() noexcept {
+  std::lock_guard guard(lock_);
+  blocking_ = false;
+}
+
+void TimerQueue::publish_earliest() noexcept {
+  earliest_.store(heap_.empty() ? kNone : heap_.front()->deadline.time_since_epoch().count(),
+                  std::memory_order_relaxed);
 }
 
 void TimerQueue::swap_nodes(std::size_t a, std::size_t b) {

@@ -1,16 +1,42 @@
 // TimerQueue: deadlines for sleeping fibers and for the timeouts of every
-// sync primitive, fired by one thread per scheduler that sleeps until the
-// earliest deadline (no busy waiting, no polling).
+// sync primitive. There is no timer thread (Go's model since 1.14): the
+// scheduler's own threads run the timers that are due.
+//
+// Who runs due timers (run_due), cheapest first:
+//   - a worker, every kGlobalCheckInterval picks (with its look at the
+//     global queue), when sysmon preempts its fiber, and on entering its
+//     idle loop and after every sleep (sched/worker.cpp);
+//   - the blocker, the one idle worker that sleeps in the netpoller's
+//     epoll_wait, with the earliest deadline as its timeout (ns, through
+//     epoll_pwait2): its wake-up is the timer's;
+//   - sysmon, the backstop, for timers a slice overdue (at its ticks, at
+//     most a quarter slice apart while fibers run): every worker is busy
+//     with fibers that neither switch nor reach a checkpoint. It leaves
+//     the first slice to the workers because their fibers go to the next
+//     slot, ahead of the fibers queued in the ring, while sysmon's go to
+//     the global queue, behind them: beside more CPU-bound fibers than
+//     workers, a timer's fiber would wait a slice per fiber ahead of it.
+// A fired timer readies its fiber with the scheduler's ready(): on a worker
+// into its next slot (no hop at all), from sysmon into the global queue.
+//
+// Arming (arm) keeps one invariant: while a timer is armed, either the
+// blocker sleeps with a timeout no later than the earliest deadline, or no
+// worker sleeps without being told about it. So when the new node is the
+// earliest, arm() reports what to do: wake the blocker, whose timeout is
+// later (its eventfd), or, with no blocker, wake a sleeping worker to
+// become one (notify_work; Go's wakeNetPoller). Both are decided under the
+// queue's lock, against the blocker's timeout recorded under it
+// (begin_blocking), so a blocker never sleeps past a deadline armed before
+// it blocked or while it sleeps.
 //
 // Nodes are intrusive and owned by the caller (they live in the parked
 // fiber's frame). The fire callback runs under the queue's lock, which is
 // what lets cancel() promise: once it returns, the node is not touched.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstddef>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "futex.h"
@@ -19,8 +45,8 @@ namespace weft::detail {
 
 struct TimerNode {
   Clock::time_point deadline;
-  // Runs on the timer thread, under the queue's lock, at or after deadline.
-  // It must not arm or cancel timers.
+  // Runs on whichever scheduler thread runs the due timers, under the
+  // queue's lock, at or after deadline. It must not arm or cancel timers.
   void (*fire)(TimerNode& node) = nullptr;
   void* context = nullptr;
   std::size_t heap_index = npos;
@@ -29,31 +55,59 @@ struct TimerNode {
 
 class TimerQueue {
  public:
+  // What the caller of arm() must do, after it returns (no lock held).
+  enum class ArmWake { none, blocker, idle_worker };
+
   TimerQueue() = default;
   TimerQueue(const TimerQueue&) = delete;
   TimerQueue& operator=(const TimerQueue&) = delete;
-  ~TimerQueue() { stop(); }
 
-  void start();
-  void stop();
-
-  void arm(TimerNode& node);
+  [[nodiscard]] ArmWake arm(TimerNode& node);
   // True if the node was removed before it fired.
   bool cancel(TimerNode& node);
   std::size_t size() const;
 
+  // The earliest deadline (time_point::max() when none): a relaxed load,
+  // so a caller may see a node armed or removed a moment ago late.
+  Clock::time_point earliest() const noexcept {
+    return Clock::time_point(Clock::duration(earliest_.load(std::memory_order_relaxed)));
+  }
+  bool armed() const noexcept { return earliest_.load(std::memory_order_relaxed) != kNone; }
+  // Cheap when nothing is due (one relaxed load; a clock read only while a
+  // timer is armed): fires every timer due by now, if the earliest has
+  // been due for at least `overdue`. Returns how many fired. Skips if
+  // another thread is running them (it fires what is due).
+  std::size_t run_due(Clock::duration overdue = Clock::duration::zero()) noexcept {
+    // One load: armed() then earliest() could see the last node removed in
+    // between, and max() + overdue overflows (UBSan).
+    const Clock::rep earliest = earliest_.load(std::memory_order_relaxed);
+    if (earliest == kNone || Clock::time_point(Clock::duration(earliest)) > Clock::now() - overdue) [[likely]]
+      return 0;
+    return run_due_slow();
+  }
+
+  // The blocker, before it sleeps: records that it sleeps until the
+  // earliest deadline, which it returns (max(): no timer), so that arm()
+  // wakes it for an earlier one.
+  Clock::time_point begin_blocking() noexcept;
+  // The blocker, awake again.
+  void end_blocking() noexcept;
+
  private:
-  void run();
+  static constexpr Clock::rep kNone = Clock::time_point::max().time_since_epoch().count();
+  std::size_t run_due_slow() noexcept;
+  void publish_earliest() noexcept;  // under lock_
   void sift_up(std::size_t index);
   void sift_down(std::size_t index);
   void swap_nodes(std::size_t a, std::size_t b);
   void remove_at(std::size_t index);
 
   mutable std::mutex lock_;
-  std::condition_variable changed_;
   std::vector<TimerNode*> heap_;  // min-heap on deadline
-  bool stopping_ = false;
-  std::thread thread_;
+  std::atomic<Clock::rep> earliest_{kNone};
+  // Guarded by lock_: whether a blocker sleeps (or is about to), and until.
+  bool blocking_ = false;
+  Clock::time_point blocking_until_{};
 };
 
 }  // namespace weft::detail

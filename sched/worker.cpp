@@ -357,8 +357,11 @@ void Worker::preempt_current() {
     yield_current();  // which goes back to the loop to retire
     return;
   }
+  // Due timers first, so that their fibers are among those this one
+  // yields to (sysmon asks every slice while a fiber runs).
+  core_.timers().run_due();
   // The back of the run queue means behind every fiber that became ready
-  // while this one ran, and timers and other threads put those in the
+  // while this one ran, and sysmon and other threads put those in the
   // global queue, of which pick_next takes one batch (and which is not FIFO
   // across producers). So first take this worker's share of it.
   const std::int64_t waiting = core_.global_size();
@@ -525,6 +528,9 @@ FiberControl* Worker::steal() {
 FiberControl* Worker::pick_next() {
   if (--until_global_check_ == 0) {
     until_global_check_ = kGlobalCheckInterval;
+    // Due timers (sched/timers.h): their fibers go to the next slot and the
+    // ring, and are picked below. A relaxed load unless a timer is armed.
+    core_.timers().run_due();
     if (!core_.global_empty()) {
       if (FiberControl* fiber = pick_global()) return fiber;
     }
@@ -567,26 +573,45 @@ FiberControl* Worker::pick_next() {
   return steal();
 }
 
+bool Worker::work_visible() const noexcept {
+  if (!core_.global_empty()) return true;
+  const auto& workers = core_.workers();
+  for (std::size_t i = 0, count = core_.steal_span(); i < count; ++i)
+    if (workers[i]->has_stealable_work()) return true;
+  return false;
+}
+
 FiberControl* Worker::wait_for_work() {
   IdleWorkers& idle = core_.idle();
   IdlePoller& poller = core_.poller();
+  TimerQueue& timers = core_.timers();
   for (;;) {
+    // Due timers, on entry and after every sleep: the blocker's timeout is
+    // the earliest deadline, and this is where its fibers are readied.
+    if (timers.run_due() != 0) {
+      if (FiberControl* fiber = pick_next()) return fiber;
+    }
     // Before stealing: fds that became ready (io/netpoller.h). Here, on the
     // worker's own stack, and never in pick_next, which also runs on a
     // parking fiber's stack while it holds its fd record's lock.
     if (poller.has_waiters() && poller.poll_now()) {
       if (FiberControl* fiber = pick_next()) return fiber;
     }
+    // The rules of sched/idle.h: a searcher that finds work ends its search
+    // before running it and, if it was the last, wakes another (pick_next's
+    // own notify_work, e.g. for the rest of a global batch, is skipped while
+    // this worker still counts as searching).
+    bool last_searcher = false;
     if (idle.begin_search()) {
       state_.store(WorkerState::searching, std::memory_order_relaxed);
       for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
         if (FiberControl* fiber = pick_next()) {
-          idle.end_search();
+          if (idle.end_search() && work_visible()) idle.notify_work();
           return fiber;
         }
         for (int i = 0; i < kPausesPerRound; ++i) cpu_relax();
       }
-      idle.end_search();
+      last_searcher = idle.end_search();
     }
     state_.store(WorkerState::sleeping, std::memory_order_relaxed);
     idle.prepare_sleep(idle_slot_);
@@ -596,15 +621,23 @@ FiberControl* Worker::wait_for_work() {
     }
     if (FiberControl* fiber = pick_next()) {
       idle.cancel_sleep(idle_slot_);
+      // Rule 3: publishers may have skipped their wake while we searched.
+      if (last_searcher && work_visible()) idle.notify_work();
       return fiber;
     }
-    // Fibers wait on fds: one sleeper sleeps in epoll_wait instead, so that
-    // readiness is seen without anyone spinning.
-    if (poller.has_waiters() && poller.try_begin_block(index_)) {
-      if (idle.begin_poll(idle_slot_))
-        poller.block_and_end();
-      else
-        poller.end_block();
+    // Fibers wait on fds or timers: one sleeper sleeps in epoll_wait
+    // instead, until the earliest deadline, so that readiness and timers
+    // are seen without anyone spinning. A timer armed after prepare_sleep's
+    // fence is seen here, or its arm() sees this worker asleep and wakes
+    // it (sched/timers.h, "Arming").
+    if ((poller.has_waiters() || timers.armed()) && poller.try_begin_block(index_)) {
+      if (idle.begin_poll(idle_slot_)) {
+        poller.block(timers.begin_blocking());
+        // Before end_block: once another worker may become the blocker, its
+        // begin_blocking must not be undone by ours.
+        timers.end_blocking();
+      }
+      poller.end_block();
       idle.cancel_sleep(idle_slot_);  // whatever ended it; a wake is absorbed
       if (core_.stopping()) return nullptr;
       continue;  // what the poll readied is in this worker's queues

@@ -172,6 +172,9 @@ class Worker {
   // Whether a fiber waits in this worker's ring, spawn deque or inbox.
   bool has_local_waiting() const noexcept;
   FiberControl* steal();
+  // Whether a fiber waits in the global queue or in any worker's queues
+  // (this one's included): sched/idle.h's rules 2 and 3.
+  bool work_visible() const noexcept;
   // Searches briefly, then sleeps; null when the scheduler stops.
   FiberControl* wait_for_work();
   // Bookkeeping for `next`, which is about to run here.

@@ -130,6 +130,16 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
   unsigned idle = 0;
   bool held_up_work = false;
   const std::size_t span = core_.steal_span();
+  // Whether any worker could take a hand-off now. Without one, handing
+  // off a CPU-bound worker's queue only moved it to the global queue's
+  // back, behind which a timer's sleeper then waited several slices
+  // (tests/checkpoint_test.cpp); a busy peer takes no more from there than
+  // from the ring.
+  bool any_idle = false;
+  for (std::size_t i = 0; i < span; ++i) {
+    const WorkerState state = workers[i]->state();
+    if (state == WorkerState::sleeping || state == WorkerState::searching) any_idle = true;
+  }
   for (std::size_t i = 0; i < span; ++i) {
     Worker& worker = *workers[i];
     Watch& watch = watches_[i];
@@ -183,7 +193,7 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
       const bool in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
       if (in_kernel) ++blocked;
       if (worker.has_stealable_work()) {
-        if (config.workers > 1 || in_kernel) {
+        if ((config.workers > 1 && any_idle) || in_kernel) {
           if (worker.hand_off_queued(scratch_) != 0) acted = true;
           core_.idle().notify_work();  // for what moved, and for what thieves may now take
         }

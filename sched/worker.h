@@ -3,6 +3,8 @@
 // except what says "any thread".
 #pragma once
 
+#include <weft/detail/checkpoint.h>
+
 #include <atomic>
 #include <cstdint>
 #include <ctime>
@@ -104,9 +106,15 @@ class Worker {
   // --- sysmon (sched/sysmon.h) ------------------------------------------
   // Bumped on every switch in: while it stands still, one fiber runs.
   std::uint64_t switch_tick() const noexcept { return switch_tick_.load(std::memory_order_relaxed); }
-  // Asks the fiber that was switched in at `tick` to yield at its next
-  // checkpoint; a request for an older tick is dropped there.
-  void request_preempt(std::uint64_t tick) noexcept { preempt_tick_.store(tick, std::memory_order_relaxed); }
+  // Asks the fiber that was switched in at `tick` (never 0) to yield at its
+  // next checkpoint; a request for an older tick is dropped there.
+  // Invariant: pending_preempt_requests counts the workers whose
+  // preempt_tick_ is not 0 (detail/checkpoint.h), so every change of
+  // preempt_tick_ between 0 and not 0 is an exchange that adjusts it.
+  void request_preempt(std::uint64_t tick) noexcept {
+    if (tick != 0 && preempt_tick_.exchange(tick, std::memory_order_relaxed) == 0)
+      pending_preempt_requests.fetch_add(1, std::memory_order_relaxed);
+  }
   bool preempt_requested() const noexcept { return preempt_tick_.load(std::memory_order_relaxed) != 0; }
   bool has_stealable_work() const noexcept;
   // Set while one fiber has run longer than the hand-off delay: thieves
@@ -170,6 +178,12 @@ class Worker {
   FiberControl* wait_for_work();
   // Bookkeeping for `next`, which is about to run here.
   void switch_in(FiberControl* next) noexcept;
+  // Clears the preemption request and returns its tick (0: there was none).
+  std::uint64_t take_preempt_request() noexcept {
+    const std::uint64_t tick = preempt_tick_.exchange(0, std::memory_order_relaxed);
+    if (tick != 0) pending_preempt_requests.fetch_sub(1, std::memory_order_relaxed);
+    return tick;
+  }
   void switch_away(SwitchAction action);
 
   SchedulerCore& core_;
@@ -217,9 +231,5 @@ class Worker {
 // The worker whose thread is calling, or null on a plain thread. Never
 // cached across a switch: a fiber may resume on another worker.
 Worker* current_worker() noexcept;
-
-// A preemption point: yields if sysmon asked the calling fiber to. A load
-// and a branch when nothing is pending; nothing at all off a fiber.
-void checkpoint() noexcept;
 
 }  // namespace weft::detail

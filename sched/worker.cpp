@@ -13,6 +13,7 @@
 #include "../runtime/overflow_handler.h"
 #include "futex.h"
 #include "idle_poller.h"
+#include "run_latency.h"
 #include "scheduler_core.h"
 
 namespace weft::detail {
@@ -44,8 +45,14 @@ bool stealable(RingEntry entry) noexcept { return !entry.pinned(); }
 Worker* last_worker(void* fiber) noexcept {
   return static_cast<FiberControl*>(fiber)->worker.load(std::memory_order_relaxed);
 }
-void requeue(void* fiber) { last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), false); }
-void requeue_and_notify(void* fiber) { last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), true); }
+void requeue(void* fiber) {
+  mark_runnable(*static_cast<FiberControl*>(fiber));
+  last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), false);
+}
+void requeue_and_notify(void* fiber) {
+  mark_runnable(*static_cast<FiberControl*>(fiber));
+  last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), true);
+}
 }  // namespace
 
 // Not inlined, and with a compiler barrier: a fiber can resume on another
@@ -293,6 +300,16 @@ void Worker::run_fibers() {
   bump(next->counters.active);
   bump(counters_.fibers_run);
   next->state.store(FiberState::running, std::memory_order_relaxed);
+  if (next->runnable_since_ns != 0) [[unlikely]]
+    record_run_latency(*next);
+}
+
+[[gnu::noinline, gnu::cold]] void Worker::record_run_latency(FiberControl& next) noexcept {
+  const std::int64_t waited = run_latency_clock_ns() - next.runnable_since_ns;
+  next.runnable_since_ns = 0;
+  const std::uint64_t ns = waited < 0 ? 0 : static_cast<std::uint64_t>(waited);
+  run_latency_.record_single_writer(ns);
+  bump(next.counters.runnable_ns, ns * kRunLatencyPeriod);
 }
 
 void Worker::switch_away(SwitchAction action) {

@@ -14,6 +14,7 @@
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
 #include "idle.h"
+#include "latency_histogram.h"
 #include "next_slot.h"
 #include "run_queue.h"
 #include "spawn_deque.h"
@@ -151,6 +152,9 @@ class Worker {
   std::uint32_t queue_length() const noexcept;
   const WorkerCounters& counters() const noexcept { return counters_; }
   WorkerCounters& counters() noexcept { return counters_; }
+  // Sampled scheduling latency of the fibers it switched in
+  // (sched/run_latency.h); recorded by this worker only.
+  const LatencyHistogram& run_latency() const noexcept { return run_latency_; }
 
  private:
   friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the thread id
@@ -178,6 +182,8 @@ class Worker {
   FiberControl* wait_for_work();
   // Bookkeeping for `next`, which is about to run here.
   void switch_in(FiberControl* next) noexcept;
+  // The sampled half of switch_in (sched/run_latency.h).
+  void record_run_latency(FiberControl& next) noexcept;
   // Clears the preemption request and returns its tick (0: there was none).
   std::uint64_t take_preempt_request() noexcept {
     const std::uint64_t tick = preempt_tick_.exchange(0, std::memory_order_relaxed);
@@ -226,6 +232,7 @@ class Worker {
   std::atomic<bool> spare_started_{false};
   IdleSlot idle_slot_;
   WorkerCounters counters_;
+  LatencyHistogram run_latency_;
 };
 
 // The worker whose thread is calling, or null on a plain thread. Never

@@ -109,6 +109,9 @@ void Sysmon::deep_sleep() {
 
 void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   worker.set_stuck(false);
+  // Ours, for the fiber that no longer runs: keeping it would keep every
+  // checkpoint of the process on its slow path (detail/checkpoint.h).
+  if (watch.asked != Clock::time_point{}) worker.take_preempt_request();
   watch.watching = false;
   watch.reported = false;
   watch.asked = {};

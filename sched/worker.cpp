@@ -320,6 +320,7 @@ void Worker::switch_away(SwitchAction action) {
     switch_context(self->context, next->context, action);
   } else {
     current_.store(nullptr, std::memory_order_relaxed);
+    take_preempt_request();  // void, as at a switch: nobody runs now
     switch_context(self->context, loop_context_, action);
   }
   // Resumed, perhaps on another worker: `this` may no longer be ours.
@@ -406,6 +407,7 @@ transfer_t Worker::exit_current(SwitchAction after) {
     return exit_context(self->context, next->context, after);
   }
   current_.store(nullptr, std::memory_order_relaxed);
+  take_preempt_request();  // void, as at a switch: nobody runs now
   return exit_context(self->context, loop_context_, after);
 }
 

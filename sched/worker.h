@@ -68,6 +68,9 @@ class Worker {
   Worker(SchedulerCore& core, unsigned index, bool spare = false);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
+  // A request still pending would keep every checkpoint of the process on
+  // its slow path (detail/checkpoint.h) after this scheduler is gone.
+  ~Worker() { take_preempt_request(); }
 
   void start();
   void join();
@@ -117,6 +120,15 @@ class Worker {
       pending_preempt_requests.fetch_add(1, std::memory_order_relaxed);
   }
   bool preempt_requested() const noexcept { return preempt_tick_.load(std::memory_order_relaxed) != 0; }
+  // Clears the preemption request and returns its tick (0: there was none).
+  // The worker, at its switches and checkpoints; sysmon, once the fiber it
+  // was for has stopped running (a request re-issued just after the worker
+  // dropped it would otherwise outlive it).
+  std::uint64_t take_preempt_request() noexcept {
+    const std::uint64_t tick = preempt_tick_.exchange(0, std::memory_order_relaxed);
+    if (tick != 0) pending_preempt_requests.fetch_sub(1, std::memory_order_relaxed);
+    return tick;
+  }
   bool has_stealable_work() const noexcept;
   // Set while one fiber has run longer than the hand-off delay: thieves
   // then take even the newest spawned fiber.
@@ -184,12 +196,6 @@ class Worker {
   void switch_in(FiberControl* next) noexcept;
   // The sampled half of switch_in (sched/run_latency.h).
   void record_run_latency(FiberControl& next) noexcept;
-  // Clears the preemption request and returns its tick (0: there was none).
-  std::uint64_t take_preempt_request() noexcept {
-    const std::uint64_t tick = preempt_tick_.exchange(0, std::memory_order_relaxed);
-    if (tick != 0) pending_preempt_requests.fetch_sub(1, std::memory_order_relaxed);
-    return tick;
-  }
   void switch_away(SwitchAction action);
 
   SchedulerCore& core_;

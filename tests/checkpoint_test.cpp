@@ -3,6 +3,7 @@
 // that never parks still shares its worker (docs/sync.md lists the calls).
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <weft/detail/checkpoint.h>
 #include <weft/weft.h>
 
 #include <algorithm>
@@ -259,6 +260,29 @@ TEST_P(NonWaitingCallIsACheckpoint, LetsAQueuedFiberRunOnOneWorker) {
 
 INSTANTIATE_TEST_SUITE_P(Calls, NonWaitingCallIsACheckpoint, ::testing::ValuesIn(non_waiting_calls()),
                          [](const ::testing::TestParamInfo<NonWaitingCall>& info) { return info.param.name; });
+
+// A request left pending when its fiber stops running (here: it finishes)
+// is dropped then, not kept until the worker runs a fiber again: while any
+// is pending, every checkpoint in the process takes the slow path.
+TEST(Checkpoint, ARequestIsDroppedWhenItsFiberStopsRunning) {
+  ASSERT_EQ(detail::pending_preempt_requests.load(), 0u) << "left over by an earlier test";
+  {
+    Scheduler sched(checkpoint_config(1, 1ms));
+    Fiber hog = sched.spawn([] {
+      // No checkpoint: the request stays pending while this runs.
+      const auto give_up_at = Clock::now() + 10s;
+      while (detail::pending_preempt_requests.load(std::memory_order_relaxed) == 0 && Clock::now() < give_up_at) {
+      }
+    });
+    hog.join();
+    // Dropped by the worker when it has nothing to run, or by sysmon when
+    // it sees the worker idle (a request re-issued just after the first).
+    const auto until = Clock::now() + 10s;
+    while (detail::pending_preempt_requests.load() != 0 && Clock::now() < until) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(detail::pending_preempt_requests.load(), 0u) << "after the hog finished, with its worker idle";
+  }
+  EXPECT_EQ(detail::pending_preempt_requests.load(), 0u) << "after the scheduler is gone";
+}
 
 }  // namespace
 }  // namespace weft

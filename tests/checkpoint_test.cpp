@@ -48,7 +48,7 @@ class NeverParkingConsumers : public ::testing::TestWithParam<unsigned> {};
 TEST_P(NeverParkingConsumers, ShareTheWorkersWithATicker) {
   constexpr auto kSlice = 5ms;
   constexpr int kConsumers = 16;
-  constexpr auto kRun = 600ms;
+  constexpr auto kRun = 1000ms;
   Scheduler sched(checkpoint_config(GetParam(), kSlice));
   BlockingQueue<int> queue;
   for (int i = 0; i < 4 * kConsumers; ++i) queue.put(i);
@@ -78,19 +78,32 @@ TEST_P(NeverParkingConsumers, ShareTheWorkersWithATicker) {
       }
     }));
   }
-  std::this_thread::sleep_for(kRun);
+  // The control: a plain thread's 1 ms sleeps, late only by what the
+  // machine itself does to threads (on 2 loaded cores, at times 100 ms and
+  // more), which no checkpoint can help.
+  std::int64_t control_late_ns = 0;
+  for (const auto end = Clock::now() + kRun; Clock::now() < end;) {
+    const auto due = Clock::now() + 1ms;
+    std::this_thread::sleep_for(1ms);
+    control_late_ns = std::max<std::int64_t>(
+        control_late_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - due).count());
+  }
   stop.store(true);
   for (Fiber& f : consumers) f.join();
   ticker.join();
 
-  // 2.5 slices, as issue 15 asks, and a generous margin for a loaded
-  // machine (the ticker's own thread may wait for a CPU too); without the
-  // checkpoints the lateness was the whole run.
-  const double bound_ms = 2.5 * std::chrono::duration<double, std::milli>(kSlice).count() + 60;
+  // 2.5 slices, as issue 15 asks, and a generous margin: 60 ms and twice
+  // the control's worst (the ticker goes through the timer thread and a
+  // worker's thread, each of which the machine may hold up as long).
+  // Without the checkpoints the lateness was the whole run.
+  const double control_ms = static_cast<double>(control_late_ns) / 1e6;
+  const double bound_ms = 2.5 * std::chrono::duration<double, std::milli>(kSlice).count() + 60 + 2 * control_ms;
   EXPECT_LE(static_cast<double>(worst_late_ns.load()) / 1e6, bound_ms)
-      << "the ticker's worst lateness in ms, over " << ticks.load() << " ticks";
+      << "the ticker's worst lateness in ms, over " << ticks.load() << " ticks (a plain thread's: " << control_ms
+      << " ms)";
   EXPECT_GE(ticks.load(), 10) << "the ticker hardly ran in " << kRun.count() << " ms";
   RecordProperty("worst_late_us", static_cast<int>(worst_late_ns.load() / 1000));
+  RecordProperty("control_late_us", static_cast<int>(control_late_ns / 1000));
   int idle = 0;
   for (const auto& s : served) idle += s.load() == 0 ? 1 : 0;
   EXPECT_EQ(idle, 0) << idle << " of " << kConsumers << " consumers served nothing";

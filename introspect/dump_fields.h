@@ -98,6 +98,14 @@ constexpr FullOnly<S, M> full_only(std::string_view name, M S::*member) {
   return {name, member};
 }
 
+// A LatencySummary member of S, as a nested object's fields.
+template <class S>
+constexpr auto latency_fields(LatencySummary S::*summary) {
+  using L = LatencySummary;
+  return std::tuple{nested("count", summary, &L::count), nested("p50_us", summary, &L::p50_us),
+                    nested("p99_us", summary, &L::p99_us), nested("max_us", summary, &L::max_us)};
+}
+
 // The tables, one per struct: Fields<T>::table.
 template <class T>
 struct Fields;
@@ -150,6 +158,7 @@ struct Fields<FiberSnapshot> {
       nested("steal_fail", &F::counts, &C::steal_fail),
       nested("preempt", &F::counts, &C::preempt),
       nested("park", &F::counts, &C::park),
+      field("runnable_ms", &F::runnable_ms),  // time spent runnable, sampled (sched/run_latency.h)
       field("park_state", &F::park_state),
       group("wait", wait, &fiber_waits),
       field("stack", &F::stack, HexList{}),
@@ -188,12 +197,15 @@ struct Fields<SchedulerSnapshot> {
       nested("busy", &S::blocking, &B::busy),       nested("queued", &S::blocking, &B::queued),
       nested("calls", &S::blocking, &B::calls),
   };
+  static constexpr auto sched_latency = latency_fields(&S::sched_latency);
   static constexpr auto table = std::tuple{
       field("name", &S::name),
       derived("worker_count", &worker_count),
       field("fiber_count", &S::fiber_count),
-      group("poller", poller, &always),           // the netpoller (docs/io.md)
-      group("blocking_pool", blocking, &always),  // weft::blocking's helpers
+      field("global_queue", &S::global_queue),         // fibers in the global queue
+      group("sched_latency", sched_latency, &always),  // runnable -> running since the last dump
+      group("poller", poller, &always),                // the netpoller (docs/io.md)
+      group("blocking_pool", blocking, &always),       // weft::blocking's helpers
       full_only("workers", &S::workers),
       full_only("fibers", &S::fibers),  // streamed: the big one
   };
@@ -213,14 +225,6 @@ inline std::string iso_time(const ProcessSnapshot& p) {
 // The document: {"weft_dump": <version>, "process": {...}, "schedulers":
 // [...], "symbols": {"0x...": {...}}}; "process" holds the members of this
 // table up to "schedulers" (dump_format.cpp, dump_text.cpp).
-// A LatencySummary member of S, as a nested object's fields.
-template <class S>
-constexpr auto latency_fields(LatencySummary S::*summary) {
-  using L = LatencySummary;
-  return std::tuple{nested("count", summary, &L::count), nested("p50_us", summary, &L::p50_us),
-                    nested("p99_us", summary, &L::p99_us), nested("max_us", summary, &L::max_us)};
-}
-
 template <>
 struct Fields<PoolSnapshot> {
   using P = PoolSnapshot;

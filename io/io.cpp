@@ -10,6 +10,8 @@
 namespace weft::detail {
 
 bool wait_fd_until(int fd, bool writable, Clock::time_point deadline) {
+  // A checkpoint on entry: a wait that finds the fd ready parks nowhere.
+  checkpoint();
   switch (wait_fd(fd, writable ? FdDirection::write : FdDirection::read, deadline)) {
     case FdWaitResult::ready:
       return true;

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "latency_histogram.h"
+#include "../sched/latency_histogram.h"
 #include "pool_registry.h"
 
 namespace weft::detail {

@@ -108,6 +108,7 @@ FiberSnapshot take_snapshot(const FiberControl& fiber) {
   snap.state = to_string(state);
   snap.pinned = fiber.pin_count.load(std::memory_order_relaxed) != 0;
   snap.counts = read_counts(fiber);
+  snap.runnable_ms = static_cast<double>(fiber.counters.runnable_ns.load(std::memory_order_relaxed)) / 1e6;
   if (const char* kind = fiber.wait_kind.load(std::memory_order_relaxed)) {
     snap.wait_kind = kind;
     snap.wait_object = fiber.wait_object.load(std::memory_order_relaxed);

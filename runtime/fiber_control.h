@@ -43,6 +43,9 @@ struct FiberCounters {
   std::atomic<std::uint64_t> steal_fail{0};  // times a thief found it pinned
   std::atomic<std::uint64_t> preempt{0};     // times preempted at a checkpoint
   std::atomic<std::uint64_t> park{0};        // times parked
+  // Time spent runnable, waiting for a worker: sampled, and scaled by the
+  // sampling period (sched/run_latency.h); written at switch in.
+  std::atomic<std::uint64_t> runnable_ns{0};
 };
 
 struct FiberLocalValue {
@@ -74,6 +77,11 @@ struct FiberControl {
   std::uint32_t hook_pin_releases = 0;
   std::atomic<FiberState> state{FiberState::runnable};
   FiberCounters counters;
+  // Scheduling-latency sampling (sched/run_latency.h). Plain fields: they
+  // are written by whoever makes the fiber runnable and read by the worker
+  // that then runs it, and the run queue between them orders the two.
+  std::uint32_t runnable_seq = 0;      // times made runnable
+  std::int64_t runnable_since_ns = 0;  // CLOCK_MONOTONIC; 0: this time is not sampled
 
   // --- identity ---------------------------------------------------------
   const std::uint64_t id;

@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "../runtime/overflow_handler.h"
+#include "run_latency.h"
 #include "worker.h"
 
 namespace weft::detail {
@@ -159,6 +160,7 @@ void SchedulerCore::abandon_fiber(FiberControl* fiber) noexcept {
 
 void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexcept {
   fiber->body = body;
+  mark_runnable(*fiber);
   char* bottom = fiber->stack.bottom();
   make_context(fiber->context, bottom, static_cast<std::size_t>(static_cast<char*>(fiber->callable) - bottom),
                &fiber_main, fiber->stack.sanitizer_fiber());
@@ -174,6 +176,7 @@ void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexc
 
 void SchedulerCore::ready(FiberControl* fiber) noexcept {
   fiber->state.store(FiberState::runnable, std::memory_order_relaxed);
+  mark_runnable(*fiber);
   if (fiber->pin_count.load(std::memory_order_relaxed) != 0) {
     fiber->worker.load(std::memory_order_relaxed)->push_inbox(fiber);
     return;
@@ -184,6 +187,20 @@ void SchedulerCore::ready(FiberControl* fiber) noexcept {
   }
   push_global(fiber);
   idle_.notify_work();
+}
+
+LatencySummary SchedulerCore::sched_latency_since_last() {
+  LatencyHistogram::Counts now{};
+  for (const auto& worker : workers_) worker->run_latency().add_to(now);
+  std::lock_guard guard(sched_latency_lock_);
+  LatencyHistogram::Counts interval;
+  for (unsigned i = 0; i < LatencyHistogram::bucket_count; ++i) {
+    // A bucket read a moment before its worker's store is at worst one
+    // record behind: the next interval counts it.
+    interval[i] = now[i] >= sched_latency_seen_[i] ? now[i] - sched_latency_seen_[i] : 0;
+    if (now[i] > sched_latency_seen_[i]) sched_latency_seen_[i] = now[i];
+  }
+  return LatencyHistogram::summarize(interval, LatencyHistogram::unknown_max);
 }
 
 void SchedulerCore::push_global(FiberControl* fiber) noexcept {

@@ -77,6 +77,7 @@
 #include "fiber_registry.h"
 #include "idle.h"
 #include "idle_poller.h"
+#include "latency_histogram.h"
 #include "services.h"
 #include "sysmon.h"
 #include "timers.h"
@@ -126,6 +127,10 @@ class SchedulerCore {
   // Every worker and live fiber, from any thread, without the workers'
   // help (sched/snapshot.cpp). Without `with_fibers`, only their count.
   SchedulerSnapshot snapshot(bool with_fibers = true);
+  // The workers' scheduling latency since the previous call (the first:
+  // since the start): their histograms summed, less the sums of the last
+  // call. Any thread; calls are serialized.
+  LatencySummary sched_latency_since_last();
 
   // --- parts, for the worker and park -----------------------------------
   // Config::workers workers, then Config::spare_workers spares (worker.h).
@@ -205,6 +210,8 @@ class SchedulerCore {
   std::atomic<unsigned> active_spares_{0};  // counted by activate_spare, retire_spare*
   std::atomic<unsigned> spares_started_{0};
   Sysmon sysmon_{*this};  // after workers_: it watches them
+  std::mutex sched_latency_lock_;
+  LatencyHistogram::Counts sched_latency_seen_{};  // the sums at the last sched_latency_since_last()
 
   // Live fibers, counted in slots: 0 for plain threads, i + 1 for worker i.
   // A fiber adds 1 where it is spawned and takes 1 off where it finishes,

@@ -127,6 +127,9 @@ void Sysmon::deep_sleep() {
 
 void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   worker.set_stuck(false);
+  // Ours, for the fiber that no longer runs: keeping it would keep every
+  // checkpoint of the process on its slow path (detail/checkpoint.h).
+  if (watch.asked != Clock::time_point{}) worker.take_preempt_request();
   watch.watching = false;
   watch.reported = false;
   watch.asked = {};
@@ -269,8 +272,15 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     // only go from one blocked worker's queue to the next's, each time one
     // of them came back for a moment (issue 15; docs/benchmarks.md). They
     // stay, and thieves take them once a thread is free.
+    //
+    // A CPU-bound worker's queue goes only to an idle worker: a busy peer
+    // takes no more from the global queue's back than from the ring, and a
+    // timer's sleeper queued behind the moved fibers waited several slices
+    // there (tests/checkpoint_test.cpp).
     if (watch.in_kernel && spares_to_start > 0) {
       --spares_to_start;
+    } else if (!watch.in_kernel && idle == 0) {
+      continue;
     } else {
       if (takers < 0) takers = static_cast<int>(idle) + count_free_runners();
       if (takers == 0) continue;

@@ -46,8 +46,6 @@ std::string name() { return require_fiber("weft::this_fiber::name()").name(); }
 
 void set_name(std::string_view name) { require_fiber("weft::this_fiber::set_name()").set_name(name); }
 
-void checkpoint() noexcept { detail::checkpoint(); }
-
 PinGuard pin() {
   detail::FiberControl& fiber = require_fiber("weft::this_fiber::pin()");
   // The first pin binds the fiber to this worker: a spare must not retire

@@ -13,6 +13,7 @@
 #include "../runtime/overflow_handler.h"
 #include "futex.h"
 #include "idle_poller.h"
+#include "run_latency.h"
 #include "scheduler_core.h"
 
 namespace weft::detail {
@@ -44,8 +45,14 @@ bool stealable(RingEntry entry) noexcept { return !entry.pinned(); }
 Worker* last_worker(void* fiber) noexcept {
   return static_cast<FiberControl*>(fiber)->worker.load(std::memory_order_relaxed);
 }
-void requeue(void* fiber) { last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), false); }
-void requeue_and_notify(void* fiber) { last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), true); }
+void requeue(void* fiber) {
+  mark_runnable(*static_cast<FiberControl*>(fiber));
+  last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), false);
+}
+void requeue_and_notify(void* fiber) {
+  mark_runnable(*static_cast<FiberControl*>(fiber));
+  last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), true);
+}
 }  // namespace
 
 // Not inlined, and with a compiler barrier: a fiber can resume on another
@@ -55,11 +62,14 @@ void requeue_and_notify(void* fiber) { last_worker(fiber)->push_local(static_cas
   return tls_worker;
 }
 
-void checkpoint() noexcept {
+constinit std::atomic<std::uint32_t> pending_preempt_requests{0};
+
+// Out of line, and with the same barrier as current_worker(): the caller
+// may have resumed on another thread since its last look at tls_worker.
+void checkpoint_slow() noexcept {
   asm volatile("" ::: "memory");
   Worker* worker = tls_worker;
-  if (worker == nullptr || !worker->preempt_requested()) [[likely]]
-    return;
+  if (worker == nullptr || !worker->preempt_requested()) return;  // another worker's request, or a plain thread
   worker->preempt_current();
 }
 
@@ -303,6 +313,10 @@ void Worker::run_fibers() {
 // Inlined into its four callers: a call and a return fewer per switch.
 [[gnu::always_inline]] inline void Worker::switch_in(FiberControl* next) noexcept {
   current_.store(next, std::memory_order_relaxed);
+  // A request for the fiber that leaves is void now; dropping it here ends
+  // the slow path of every checkpoint in the process (detail/checkpoint.h).
+  if (preempt_tick_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    take_preempt_request();
   switch_tick_.store(switch_tick_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   state_.store(WorkerState::running, std::memory_order_relaxed);
   Worker* last = next->worker.load(std::memory_order_relaxed);
@@ -313,6 +327,16 @@ void Worker::run_fibers() {
   bump(next->counters.active);
   bump(counters_.fibers_run);
   next->state.store(FiberState::running, std::memory_order_relaxed);
+  if (next->runnable_since_ns != 0) [[unlikely]]
+    record_run_latency(*next);
+}
+
+[[gnu::noinline, gnu::cold]] void Worker::record_run_latency(FiberControl& next) noexcept {
+  const std::int64_t waited = run_latency_clock_ns() - next.runnable_since_ns;
+  next.runnable_since_ns = 0;
+  const std::uint64_t ns = waited < 0 ? 0 : static_cast<std::uint64_t>(waited);
+  run_latency_.record_single_writer(ns);
+  bump(next.counters.runnable_ns, ns * kRunLatencyPeriod);
 }
 
 void Worker::switch_away(SwitchAction action) {
@@ -323,6 +347,7 @@ void Worker::switch_away(SwitchAction action) {
     switch_context(self->context, next->context, action);
   } else {
     current_.store(nullptr, std::memory_order_relaxed);
+    take_preempt_request();  // void, as at a switch: nobody runs now
     switch_context(self->context, loop_context_, action);
   }
   // Resumed, perhaps on another worker: `this` may no longer be ours.
@@ -346,11 +371,10 @@ void Worker::yield_current() {
 }
 
 void Worker::preempt_current() {
-  std::uint64_t requested = preempt_tick_.load(std::memory_order_relaxed);
-  if (requested == 0) return;
   // Clear the request; one for an earlier fiber (this worker switched since)
   // is simply dropped.
-  if (!preempt_tick_.compare_exchange_strong(requested, 0, std::memory_order_relaxed)) return;
+  const std::uint64_t requested = take_preempt_request();
+  if (requested == 0) return;
   FiberControl* self = current();
   if (self == nullptr || requested != switch_tick_.load(std::memory_order_relaxed)) return;
   if (leaving()) {
@@ -363,7 +387,13 @@ void Worker::preempt_current() {
   // The back of the run queue means behind every fiber that became ready
   // while this one ran, and sysmon and other threads put those in the
   // global queue, of which pick_next takes one batch (and which is not FIFO
-  // across producers). So first take this worker's share of it.
+  // across producers). So first take this worker's share of it, and run
+  // the oldest of that share now: it has waited since it was made
+  // runnable (a timer's sleeper: since its deadline), while what the ring
+  // holds under a hog is mostly fibers preempted after a slice of their
+  // own. Behind them, a 1 ms ticker beside 16 never-parking consumers on
+  // 2 workers was 8 slices late (tests/checkpoint_test.cpp).
+  FiberControl* next = nullptr;
   const std::int64_t waiting = core_.global_size();
   if (waiting > 0) {
     auto owner = ring_.owner();
@@ -371,12 +401,17 @@ void Worker::preempt_current() {
     FiberControl* batch[kGlobalBatch];
     while (share > 0 && RunQueue<RingEntry>::capacity - owner.size() >= kGlobalBatch) {
       const std::size_t n = core_.pop_global_bulk(batch, kGlobalBatch);
-      for (std::size_t i = 0; i < n; ++i) owner.push(RingEntry(batch[i]));
+      for (std::size_t i = 0; i < n; ++i) {
+        if (next == nullptr)
+          next = batch[i];
+        else
+          owner.push(RingEntry(batch[i]));
+      }
       if (n < kGlobalBatch) break;
       share -= static_cast<std::int64_t>(n);
     }
   }
-  FiberControl* next = pick_next();
+  if (next == nullptr) next = pick_next();
   if (next == nullptr) return;  // nothing else to run: the fiber keeps the worker
   bump(self->counters.preempt);
   bump(counters_.preempts);
@@ -402,6 +437,7 @@ transfer_t Worker::exit_current(SwitchAction after) {
     return exit_context(self->context, next->context, after);
   }
   current_.store(nullptr, std::memory_order_relaxed);
+  take_preempt_request();  // void, as at a switch: nobody runs now
   return exit_context(self->context, loop_context_, after);
 }
 

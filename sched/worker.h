@@ -3,6 +3,8 @@
 // except what says "any thread".
 #pragma once
 
+#include <weft/detail/checkpoint.h>
+
 #include <atomic>
 #include <cstdint>
 #include <ctime>
@@ -12,6 +14,7 @@
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
 #include "idle.h"
+#include "latency_histogram.h"
 #include "next_slot.h"
 #include "run_queue.h"
 #include "spawn_deque.h"
@@ -65,6 +68,9 @@ class Worker {
   Worker(SchedulerCore& core, unsigned index, bool spare = false);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
+  // A request still pending would keep every checkpoint of the process on
+  // its slow path (detail/checkpoint.h) after this scheduler is gone.
+  ~Worker() { take_preempt_request(); }
 
   void start();
   void join();
@@ -104,10 +110,25 @@ class Worker {
   // --- sysmon (sched/sysmon.h) ------------------------------------------
   // Bumped on every switch in: while it stands still, one fiber runs.
   std::uint64_t switch_tick() const noexcept { return switch_tick_.load(std::memory_order_relaxed); }
-  // Asks the fiber that was switched in at `tick` to yield at its next
-  // checkpoint; a request for an older tick is dropped there.
-  void request_preempt(std::uint64_t tick) noexcept { preempt_tick_.store(tick, std::memory_order_relaxed); }
+  // Asks the fiber that was switched in at `tick` (never 0) to yield at its
+  // next checkpoint; a request for an older tick is dropped there.
+  // Invariant: pending_preempt_requests counts the workers whose
+  // preempt_tick_ is not 0 (detail/checkpoint.h), so every change of
+  // preempt_tick_ between 0 and not 0 is an exchange that adjusts it.
+  void request_preempt(std::uint64_t tick) noexcept {
+    if (tick != 0 && preempt_tick_.exchange(tick, std::memory_order_relaxed) == 0)
+      pending_preempt_requests.fetch_add(1, std::memory_order_relaxed);
+  }
   bool preempt_requested() const noexcept { return preempt_tick_.load(std::memory_order_relaxed) != 0; }
+  // Clears the preemption request and returns its tick (0: there was none).
+  // The worker, at its switches and checkpoints; sysmon, once the fiber it
+  // was for has stopped running (a request re-issued just after the worker
+  // dropped it would otherwise outlive it).
+  std::uint64_t take_preempt_request() noexcept {
+    const std::uint64_t tick = preempt_tick_.exchange(0, std::memory_order_relaxed);
+    if (tick != 0) pending_preempt_requests.fetch_sub(1, std::memory_order_relaxed);
+    return tick;
+  }
   bool has_stealable_work() const noexcept;
   // Set while one fiber has run longer than the hand-off delay: thieves
   // then take even the newest spawned fiber.
@@ -149,6 +170,9 @@ class Worker {
   std::uint32_t queue_length() const noexcept;
   const WorkerCounters& counters() const noexcept { return counters_; }
   WorkerCounters& counters() noexcept { return counters_; }
+  // Sampled scheduling latency of the fibers it switched in
+  // (sched/run_latency.h); recorded by this worker only.
+  const LatencyHistogram& run_latency() const noexcept { return run_latency_; }
 
  private:
   friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the thread id
@@ -179,6 +203,8 @@ class Worker {
   FiberControl* wait_for_work();
   // Bookkeeping for `next`, which is about to run here.
   void switch_in(FiberControl* next) noexcept;
+  // The sampled half of switch_in (sched/run_latency.h).
+  void record_run_latency(FiberControl& next) noexcept;
   void switch_away(SwitchAction action);
 
   SchedulerCore& core_;
@@ -221,14 +247,11 @@ class Worker {
   std::atomic<bool> spare_started_{false};
   IdleSlot idle_slot_;
   WorkerCounters counters_;
+  LatencyHistogram run_latency_;
 };
 
 // The worker whose thread is calling, or null on a plain thread. Never
 // cached across a switch: a fiber may resume on another worker.
 Worker* current_worker() noexcept;
-
-// A preemption point: yields if sysmon asked the calling fiber to. A load
-// and a branch when nothing is pending; nothing at all off a fiber.
-void checkpoint() noexcept;
 
 }  // namespace weft::detail

@@ -59,7 +59,13 @@ bool Mutex::try_claim(std::uintptr_t me) noexcept {
   return false;
 }
 
-bool Mutex::try_lock() { return try_claim(caller_identity()); }
+// lock() and try_lock*() are checkpoints on entry, before the lock is
+// taken: a fiber preempted there does not keep the lock while it waits to
+// run again. unlock() is one after the lock is free.
+bool Mutex::try_lock() {
+  detail::checkpoint();
+  return try_claim(caller_identity());
+}
 
 bool Mutex::spin_then_try_lock(std::uintptr_t me) noexcept {
   for (int i = 0; i < kThreadSpins; ++i) {
@@ -73,13 +79,17 @@ bool Mutex::spin_then_try_lock(std::uintptr_t me) noexcept {
 // set, so that unlock() takes lock_ and wakes one. kWaiters may be set with
 // no waiter left (they timed out); the next slow unlock clears it.
 void Mutex::lock() {
+  detail::checkpoint();
   const std::uintptr_t me = caller_identity();
   std::uintptr_t expected = 0;
   if (state_.compare_exchange_strong(expected, me, std::memory_order_acquire, std::memory_order_relaxed)) return;
   acquire(me, detail::no_deadline);
 }
 
-bool Mutex::acquire(detail::Clock::time_point deadline) { return acquire(caller_identity(), deadline); }
+bool Mutex::acquire(detail::Clock::time_point deadline) {
+  detail::checkpoint();
+  return acquire(caller_identity(), deadline);
+}
 
 bool Mutex::acquire(std::uintptr_t me, detail::Clock::time_point deadline) {
   if ((me & kThreadBit) != 0 ? spin_then_try_lock(me) : try_claim(me)) return true;
@@ -119,6 +129,11 @@ bool Mutex::acquire(std::uintptr_t me, detail::Clock::time_point deadline) {
 }
 
 void Mutex::unlock() {
+  unlock_holding_spin_lock();
+  detail::checkpoint();  // lock_ is free again
+}
+
+void Mutex::unlock_holding_spin_lock() {
   const std::uintptr_t me = caller_identity();
   std::uintptr_t expected = me;
   if (state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed)) return;

@@ -5,6 +5,7 @@
 namespace weft {
 
 bool Semaphore::try_acquire() {
+  detail::checkpoint();
   std::lock_guard guard(lock_);
   if (permits_ == 0) return false;
   --permits_;
@@ -24,12 +25,15 @@ bool Semaphore::acquire_until(detail::Clock::time_point deadline) {
 }
 
 void Semaphore::release(std::uint64_t n) {
-  std::lock_guard guard(lock_);
-  permits_ += n;
-  while (permits_ > 0 && !waiters_.empty()) {
-    --permits_;  // handed to the woken waiter
-    if (!detail::wake_first(waiters_)) ++permits_;
+  {
+    std::lock_guard guard(lock_);
+    permits_ += n;
+    while (permits_ > 0 && !waiters_.empty()) {
+      --permits_;  // handed to the woken waiter
+      if (!detail::wake_first(waiters_)) ++permits_;
+    }
   }
+  detail::checkpoint();  // with lock_ free
 }
 
 std::uint64_t Semaphore::available() const {

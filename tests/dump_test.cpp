@@ -428,7 +428,10 @@ TEST_F(DumpOfChild, TextShowsEveryFiberInWispShapeWithItsWait) {
   const std::string& text = result.out;
   EXPECT_EQ(result.err, "");
   EXPECT_NE(text.find("Full fiber dump of pid " + pid() + " (dump_child):"), std::string::npos) << text;
-  EXPECT_NE(text.find("Scheduler \"dump-child\": 2 workers, 4 fibers"), std::string::npos) << text;
+  EXPECT_NE(text.find("Scheduler \"dump-child\": 2 workers, 4 fibers\n  global queue: 0 fibers; scheduling latency"
+                      " since the last dump: "),
+            std::string::npos)
+      << text;
   EXPECT_TRUE(search_lines(text, "\n  Worker 0 [tid ", [](Scan& s) -> Scan& {
     return s.lit("\n  Worker 0 [tid ").digits(nullptr, true).lit("] ").one_of({"running ", "searching ", "sleeping "});
   })) << text;
@@ -436,7 +439,7 @@ TEST_F(DumpOfChild, TextShowsEveryFiberInWispShapeWithItsWait) {
     return s.lit("\n  Worker 1 [tid ").digits(nullptr, true).lit("] ");
   })) << text;
 
-  // - Fiber [0x...] "NAME" #N active=A steal=S steal_fail=F preempt=P park=K/-1
+  // - Fiber [0x...] "NAME" #N active=A steal=S steal_fail=F preempt=P park=K/-1 runnable=Rms
   //    parked (last ran on worker 0|1)
   //    waiting on WAIT for T ms|s
   using Wait = Scan& (*)(Scan&);
@@ -445,7 +448,8 @@ TEST_F(DumpOfChild, TextShowsEveryFiberInWispShapeWithItsWait) {
     const bool found = search_lines(text, "- Fiber [", [&](Scan& s) -> Scan& {
       s.lit("- Fiber [").hex().lit("] \"" + name + "\" #").digits().lit(" active=").digits(&active);
       s.lit(" steal=").digits().lit(" steal_fail=").digits().lit(" preempt=").digits().lit(" park=").digits(&park);
-      s.lit("/-1\n   parked (last ran on worker ").one_of({"0", "1"}).lit(")\n   waiting on ");
+      s.lit("/-1 runnable=").decimal().lit("ms\n   parked (last ran on worker ").one_of({"0", "1"});
+      s.lit(")\n   waiting on ");
       return wait(s).lit(" for ").decimal().one_of({" ms\n", " s\n"});
     });
     ASSERT_TRUE(found) << name << " in\n" << text;
@@ -556,6 +560,11 @@ TEST_F(DumpOfChild, JsonHoldsTheSameFactsAsFields) {
   ASSERT_EQ(schedulers.size(), 1u);
   EXPECT_EQ(schedulers[0]["name"].get<std::string>(), "dump-child");
   EXPECT_EQ(schedulers[0]["fiber_count"].get<std::uint64_t>(), 4u);
+  // Every fiber is parked: nothing waits in the global queue.
+  EXPECT_EQ(schedulers[0]["global_queue"].get<std::uint64_t>(), 0u);
+  const Json& latency = schedulers[0]["sched_latency"];
+  EXPECT_LE(latency["p50_us"].get<double>(), latency["p99_us"].get<double>()) << latency;
+  EXPECT_LE(latency["p99_us"].get<double>(), latency["max_us"].get<double>()) << latency;
   const auto& workers = schedulers[0]["workers"];
   ASSERT_EQ(workers.size(), 2u);
   std::uint64_t fibers_run = 0, parks = 0;
@@ -581,6 +590,7 @@ TEST_F(DumpOfChild, JsonHoldsTheSameFactsAsFields) {
     EXPECT_EQ((*f)["park_state"].get<std::int64_t>(), -1) << name;
     EXPECT_GE((*f)["park"].get<std::uint64_t>(), 1u) << name;
     EXPECT_GE((*f)["active"].get<std::uint64_t>(), 1u) << name;
+    EXPECT_GE((*f)["runnable_ms"].get<double>(), 0.0) << name;
     EXPECT_GT((*f)["id"].get<std::uint64_t>(), 0u) << name;
     EXPECT_TRUE((*f)["worker"].get<std::int64_t>() == 0 || (*f)["worker"].get<std::int64_t>() == 1) << name;
     EXPECT_FALSE((*f)["pinned"].get<bool>()) << name;
@@ -1104,6 +1114,94 @@ TEST(Dump, AThousandPendingConnectionsMakeTheServerBusy) {
 
 // A fiber parked on a socket: the text says which fd, which way and what
 // it is connected to; the scheduler's line says who polls; --json the same.
+// Fibers spawned by a plain thread while the only worker runs a fiber that
+// never switches wait in the global queue, which is no worker's: the dump
+// counts them there (issue 15: workers showed queue=0 while 98 waited).
+TEST(Dump, FibersInTheGlobalQueueAreCountedThere) {
+  Config config = test::config_with(1);
+  config.name = "global-queue";
+  config.preemption = false;  // the hog keeps its worker however long it runs
+  config.spare_workers = 0;
+  Scheduler sched{config};
+  std::atomic<bool> started{false}, release{false};
+  Fiber hog = sched.spawn({.name = "hog"}, [&] {
+    started.store(true);
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (!release.load(std::memory_order_relaxed) && std::chrono::steady_clock::now() < give_up) {
+    }
+  });
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (!started.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(started.load());
+  constexpr unsigned kQueued = 5;
+  std::vector<Fiber> queued;
+  for (unsigned i = 0; i < kQueued; ++i) queued.push_back(sched.spawn({.name = "queued"}, [] {}));
+  const auto answer = tools::request_dump(::getpid(), "dump", 30s);
+  release.store(true);
+  hog.join();
+  for (Fiber& f : queued) f.join();
+
+  const Json json = Json::parse(answer.text);
+  const Json* scheduler = nullptr;
+  for (const Json& s : json["schedulers"])
+    if (s["name"].get<std::string>() == "global-queue") scheduler = &s;
+  ASSERT_NE(scheduler, nullptr) << answer.text;
+  EXPECT_EQ((*scheduler)["global_queue"].get<std::uint64_t>(), kQueued) << answer.text;
+  EXPECT_EQ((*scheduler)["workers"][0]["queue_length"].get<std::uint64_t>(), 0u) << "the worker's own queues";
+  const std::string text = tools::render_dump_text(answer.snapshot);
+  EXPECT_NE(text.find("Scheduler \"global-queue\": 1 workers, 6 fibers\n  global queue: 5 fibers;"), std::string::npos)
+      << text;
+}
+
+// Scheduling latency: sampled at one in 8 times a fiber is made runnable,
+// summed over the workers, reported for the interval since the previous
+// snapshot; each fiber's runnable time grows with what it waited.
+TEST(Dump, SchedulingLatencyIsSampledPerIntervalAndPerFiber) {
+  Config config = test::config_with(1);
+  Scheduler sched{config};
+  (void)sched.snapshot();  // the interval starts here
+  constexpr int kFibers = 32, kYields = 100;
+  Latch yielded(kFibers);
+  Latch release(1);
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<Fiber> fibers;
+  Latch all_started(kFibers);
+  for (int i = 0; i < kFibers; ++i)
+    fibers.push_back(sched.spawn({.name = "yielder"}, [&] {
+      all_started.arrive_and_wait();  // so that every yield has others to wait behind
+      for (int y = 0; y < kYields; ++y) this_fiber::yield();
+      yielded.count_down();
+      release.wait();
+    }));
+  yielded.wait();
+  const SchedulerSnapshot snap = sched.snapshot();
+  const SchedulerSnapshot again = sched.snapshot();
+  const double elapsed_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count();
+  release.count_down();
+  for (Fiber& f : fibers) f.join();
+
+  const LatencySummary& l = snap.sched_latency;
+  // At least every 8th of each fiber's yields (its spawn and wake add more).
+  EXPECT_GE(l.count, static_cast<std::uint64_t>(kFibers * (kYields / 8))) << "samples";
+  EXPECT_LE(l.count, static_cast<std::uint64_t>(kFibers * (kYields + 4))) << "samples";
+  EXPECT_GT(l.p50_us, 0.0);
+  EXPECT_LE(l.p50_us, l.p99_us);
+  EXPECT_LE(l.p99_us, l.max_us);
+  EXPECT_LE(l.max_us, elapsed_us * 1.125) << "no wait is longer than the test";
+  // Nothing ran between the two snapshots but the parked fibers' wake-ups
+  // that did not happen: the second interval is empty.
+  EXPECT_EQ(again.sched_latency.count, 0u);
+  int yielders = 0;
+  for (const FiberSnapshot& f : snap.fibers) {
+    if (f.name != "yielder") continue;
+    ++yielders;
+    EXPECT_GT(f.runnable_ms, 0.0) << "fiber " << f.id << " waited behind the others " << kYields << " times";
+    EXPECT_LE(f.runnable_ms, elapsed_us * 8 / 1000) << "fiber " << f.id;
+  }
+  EXPECT_EQ(yielders, kFibers);
+}
+
 TEST(Dump, ShowsAFiberParkedOnASocketAndThePoller) {
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(listener, 0);

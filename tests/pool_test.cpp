@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "pool/latency_histogram.h"
 #include "pool/pool_registry.h"
 #include "pool_support.h"
+#include "sched/latency_histogram.h"
 
 namespace weft {
 namespace {

@@ -240,9 +240,9 @@ void fiber_block(std::string& out, const FiberSnapshot& f, const ProcessSnapshot
   out += hex_address(f.address);
   out += "] \"";
   append_printable(out, f.name);
-  append(out, "\" #%llu active=%llu steal=%llu steal_fail=%llu preempt=%llu park=%llu/%lld\n   ", ull(f.id),
-         ull(f.counts.active), ull(f.counts.steal), ull(f.counts.steal_fail), ull(f.counts.preempt), ull(f.counts.park),
-         ll(f.park_state));
+  append(out, "\" #%llu active=%llu steal=%llu steal_fail=%llu preempt=%llu park=%llu/%lld runnable=%.3fms\n   ",
+         ull(f.id), ull(f.counts.active), ull(f.counts.steal), ull(f.counts.steal_fail), ull(f.counts.preempt),
+         ull(f.counts.park), ll(f.park_state), f.runnable_ms);
   append_printable(out, f.state);
   if (f.state == "running")
     append(out, " on worker %lld", ll(f.worker));
@@ -399,6 +399,13 @@ std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
     out += "\nScheduler \"";
     append_printable(out, s.name);
     append(out, "\": %llu workers, %llu fibers\n", ull(s.workers.size()), ull(s.fiber_count));
+    // The global queue is no worker's: their queue= does not count it.
+    append(out, "  global queue: %llu fibers; scheduling latency since the last dump: ", ull(s.global_queue));
+    if (s.sched_latency.count == 0)
+      out += "no samples\n";
+    else
+      append(out, "p50 %.1f us, p99 %.1f us, max %.1f us (%llu samples)\n", s.sched_latency.p50_us,
+             s.sched_latency.p99_us, s.sched_latency.max_us, ull(s.sched_latency.count));
     if (s.blocking.threads != 0)
       append(out, "  weft::blocking: %llu of %llu helper threads, %llu busy, %llu calls queued, %llu done\n",
              ull(s.blocking.threads), ull(s.blocking.max_threads), ull(s.blocking.busy), ull(s.blocking.queued),

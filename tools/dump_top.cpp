@@ -173,8 +173,12 @@ std::string render_top_frame(const ProcessSnapshot& previous, const ProcessSnaps
     std::stable_sort(workers.begin(), workers.end(), [](const WorkerRow& a, const WorkerRow& b) {
       return a.run + a.steal + a.park + a.preempt > b.run + b.steal + b.park + b.preempt;
     });
-    append(out, "\nScheduler \"%s\": %llu workers, %llu fibers\n", printable(s.name).c_str(),
-           static_cast<unsigned long long>(s.workers.size()), static_cast<unsigned long long>(s.fiber_count));
+    append(out,
+           "\nScheduler \"%s\": %llu workers, %llu fibers, global queue %llu, sched latency p50/p99/max %.1f/%.1f/%.1f "
+           "us\n",
+           printable(s.name).c_str(), static_cast<unsigned long long>(s.workers.size()),
+           static_cast<unsigned long long>(s.fiber_count), static_cast<unsigned long long>(s.global_queue),
+           s.sched_latency.p50_us, s.sched_latency.p99_us, s.sched_latency.max_us);
     append(out, "%6s %8s %-9s %6s %10s %10s %10s %10s\n", "WORKER", "TID", "STATE", "QUEUE", "RUN/s", "STEALS/s",
            "PARKS/s", "PREEMPTS/s");
     line(), line(), line();

@@ -27,6 +27,10 @@
 // Hand-off: an item put while a taker waits goes straight to that taker
 // (and a waiting putter's item straight into the queue when a take makes
 // room), so a woken waiter never races a newcomer for it.
+//
+// Every put, offer, take, poll and drain_to is a checkpoint
+// (detail/checkpoint.h), taken on entry, before the queue's lock: a
+// consumer that always finds an item still yields when sysmon asks.
 #pragma once
 
 #include <cstddef>
@@ -96,6 +100,7 @@ class BlockingQueue {
   // e.g. std::back_inserter(vec)); returns how many. Never blocks.
   template <class OutputIt>
   std::size_t drain_to(OutputIt out, std::size_t max = unbounded) {
+    detail::checkpoint();
     std::lock_guard guard(lock_);
     std::size_t moved = 0;
     while (moved < max && !items_.empty()) {
@@ -142,6 +147,7 @@ class BlockingQueue {
 
   // Adds `item` (moved from only on success). Deadline min(): do not wait.
   bool insert(T& item, detail::Clock::time_point deadline, const char* operation) {
+    detail::checkpoint();
     std::unique_lock guard(lock_);
     for (;;) {
       if (closed_) throw QueueClosed();
@@ -169,6 +175,7 @@ class BlockingQueue {
   }
 
   std::optional<T> remove(detail::Clock::time_point deadline, const char* operation) {
+    detail::checkpoint();
     std::unique_lock guard(lock_);
     for (;;) {
       if (!items_.empty()) {

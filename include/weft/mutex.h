@@ -52,6 +52,11 @@ class Mutex {
   void unlock();
 
  private:
+  friend class ConditionVariable;
+  // unlock() without its checkpoint, for a caller that holds a SpinLock
+  // (ConditionVariable::wait registers before it releases the mutex).
+  void unlock_holding_spin_lock();
+
   bool acquire(detail::Clock::time_point deadline);
   bool acquire(std::uintptr_t me, detail::Clock::time_point deadline);
 

@@ -32,6 +32,9 @@ struct FiberSnapshot {
   int worker = -1;  // worker index it runs or last ran on; -1: never ran
   bool pinned = false;
   FiberCounts counts;
+  // Time it has spent runnable, waiting for a worker, over its life; an
+  // estimate from every 8th time it was made runnable (docs/dump.md).
+  double runnable_ms = 0;
   // When parked: what on, and since when.
   std::string wait_kind;  // "weft::BlockingQueue"
   const void* wait_object = nullptr;
@@ -106,6 +109,16 @@ struct PollerSnapshot {
   double since_poll_ms = 0;          // since the last epoll_wait returned (0 while one blocks)
 };
 
+// A latency distribution summarised for the dump: how many samples, and
+// their p50, p99 and max in microseconds (percentiles within 12.5 %, the
+// histogram's bucket width; the max is exact unless said otherwise).
+struct LatencySummary {
+  std::uint64_t count = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  double max_us = 0;
+};
+
 struct SchedulerSnapshot {
   std::string name;
   PollerSnapshot poller;
@@ -113,16 +126,14 @@ struct SchedulerSnapshot {
   std::vector<FiberSnapshot> fibers;  // live fibers only
   std::uint64_t fiber_count = 0;      // live fibers, also when `fibers` was not taken
   BlockingPoolSnapshot blocking;
-};
-
-// A latency distribution summarised for the dump: how many samples, and
-// their p50, p99 and max in microseconds (percentiles within 12.5 %, the
-// histogram's bucket width; the max is exact).
-struct LatencySummary {
-  std::uint64_t count = 0;
-  double p50_us = 0;
-  double p99_us = 0;
-  double max_us = 0;
+  // Fibers in the global queue (woken by timers and plain threads, spawned
+  // from plain threads, spilled or handed off), which no worker's
+  // queue_length counts.
+  std::uint64_t global_queue = 0;
+  // Scheduling latency, runnable to running, since the previous snapshot of
+  // this scheduler (the first: since it started), sampled (docs/dump.md);
+  // the max is the top of its bucket.
+  LatencySummary sched_latency;
 };
 
 // A weft::Pool (include/weft/pool.h): its shape, its counters, and how long

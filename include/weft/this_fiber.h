@@ -55,8 +55,9 @@ std::string name();
 void set_name(std::string_view name);
 // A preemption point: yields if sysmon asked this fiber to, because it has
 // run longer than Config::time_slice (docs/sysmon.md). Costs a load and a
-// branch when nothing is pending; spawn, sleeps and waits check too.
-void checkpoint() noexcept;
+// branch when nothing is pending; every weft call that does not wait
+// checks too (docs/sync.md).
+inline void checkpoint() noexcept { detail::checkpoint(); }
 
 // Keeps the calling fiber on its current worker for the guard's lifetime:
 // it may still park and yield, but no other worker will run it (so that

@@ -31,6 +31,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "checkpoint.h"
 #include "require_cxx20.h"
 #include "spin_lock.h"
 #include "wait_list.h"
@@ -111,13 +112,16 @@ inline bool wait_in(WaitList& list, SpinLock& lock, Waiter& waiter, const WaitSi
 // A whole blocking operation: with `lock` free on entry, take the lock and
 // call `try_now()`; if it succeeds (it may claim what it found: a permit,
 // the lock), return true. Otherwise wait in `list` until woken (true) or
-// until the deadline (false). `lock` is free again on return.
+// until the deadline (false). `lock` is free again on return. An operation
+// that did not wait is a checkpoint (detail/checkpoint.h), taken once the
+// lock is free.
 template <class TryNow>
 bool wait_unless(WaitList& list, SpinLock& lock, TryNow&& try_now, const WaitSite& site,
                  Clock::time_point deadline = no_deadline) {
   lock.lock();
   if (try_now()) {
     lock.unlock();
+    checkpoint();
     return true;
   }
   Waiter waiter;

@@ -30,13 +30,39 @@ void LatencyHistogram::record(std::chrono::nanoseconds elapsed) noexcept {
   }
 }
 
+void LatencyHistogram::record_single_writer(std::uint64_t ns) noexcept {
+  const auto bump = [](std::atomic<std::uint64_t>& counter) {
+    counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  };
+  bump(buckets_[bucket_of(ns)]);
+  bump(count_);
+  if (ns > max_.load(std::memory_order_relaxed)) max_.store(ns, std::memory_order_relaxed);
+}
+
+void LatencyHistogram::add_to(Counts& counts) const noexcept {
+  for (unsigned i = 0; i < bucket_count; ++i) counts[i] += buckets_[i].load(std::memory_order_relaxed);
+}
+
 LatencySummary LatencyHistogram::summary() const noexcept {
-  std::array<std::uint64_t, bucket_count> counts;
+  Counts counts{};
+  add_to(counts);
+  return summarize(counts, max_.load(std::memory_order_relaxed));
+}
+
+LatencySummary LatencyHistogram::summarize(const Counts& counts, std::uint64_t max_ns) noexcept {
   std::uint64_t total = 0;
-  for (unsigned i = 0; i < bucket_count; ++i) total += counts[i] = buckets_[i].load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < bucket_count; ++i) total += counts[i];
+  if (max_ns == unknown_max) {
+    max_ns = 0;
+    for (unsigned i = bucket_count; i-- > 0;) {
+      if (counts[i] != 0) {
+        max_ns = bucket_top(i);
+        break;
+      }
+    }
+  }
   LatencySummary out;
   out.count = total;
-  const std::uint64_t max_ns = max_.load(std::memory_order_relaxed);
   out.max_us = static_cast<double>(max_ns) / 1000.0;
   if (total == 0) return out;
   // The smallest bucket whose cumulative count reaches the rank; reported

@@ -1,0 +1,36 @@
+// Scheduling latency: how long a fiber waits, runnable, before a worker runs
+// it (Go's /sched/latencies). weft-dump shows its p50/p99/max per scheduler
+// and each fiber's total time runnable (docs/dump.md).
+//
+// Sampled, as Go does (gTrackingPeriod): every kRunLatencyPeriod-th time a
+// fiber is made runnable (woken, spawned, yielded or preempted), the time
+// is read then and again when a worker switches it in; the difference goes
+// into that worker's histogram, and kRunLatencyPeriod times it into the
+// fiber's runnable time, which is therefore an estimate. A clock read at
+// every wake and every switch cost two per PingPong hand-off; sampled, the
+// unsampled rest pays an increment and a compare (docs/benchmarks.md).
+#pragma once
+
+#include <time.h>
+
+#include <cstdint>
+
+#include "../runtime/fiber_control.h"
+
+namespace weft::detail {
+
+inline constexpr std::uint32_t kRunLatencyPeriod = 8;
+
+inline std::int64_t run_latency_clock_ns() noexcept {
+  timespec now;
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+// Call where `fiber` becomes runnable, before it is published to a queue.
+inline void mark_runnable(FiberControl& fiber) noexcept {
+  if (++fiber.runnable_seq % kRunLatencyPeriod == 0) [[unlikely]]
+    fiber.runnable_since_ns = run_latency_clock_ns();
+}
+
+}  // namespace weft::detail

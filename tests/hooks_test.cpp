@@ -594,7 +594,14 @@ TEST(HooksPoll, APollsPrivateEpollFdIsClosedUnderTheRecordsLock) {
   EXPECT_EQ(timed_out, 500);  // nothing was ever written
 }
 
-TEST(HooksPoll, EpollWaitOnTheUsersEpollFdParks) {
+// A user's epoll fd watching one end of a socket pair, waited for by
+// `wait(epfd, out, max, timeout_ms)` (epoll_wait, or epoll_pwait2 with the
+// same timeout as a timespec). One worker and no spares: unless the call
+// parks, the writer cannot run before the 5 s timeout and it returns 0.
+// Then a 20 ms wait on the drained socket times out. `more(epfd, out)`
+// runs last, in a fiber.
+template <class Wait, class More>
+void expect_epoll_wait_parks(Wait&& wait, More&& more) {
   Scheduler sched = one_worker();
   SocketPair pair;
   const int epfd = epoll_create1(0);
@@ -604,7 +611,7 @@ TEST(HooksPoll, EpollWaitOnTheUsersEpollFdParks) {
   ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, pair.a(), &event), 0);
   int ready = -2;
   epoll_event out[4]{};
-  Fiber waiter = sched.spawn([&] { ready = epoll_wait(epfd, out, 4, 5000); });
+  Fiber waiter = sched.spawn([&] { ready = wait(epfd, out, 4, 5000); });
   Fiber writer = sched.spawn([&] {
     std::this_thread::sleep_for(10ms);
     EXPECT_EQ(write(pair.b(), "x", 1), 1);
@@ -616,48 +623,31 @@ TEST(HooksPoll, EpollWaitOnTheUsersEpollFdParks) {
   in_fiber(sched, [&] {
     char c;
     EXPECT_EQ(read(pair.a(), &c, 1), 1);
-    EXPECT_EQ(epoll_wait(epfd, out, 4, 20), 0);  // times out
+    const auto start = Clock::now();
+    EXPECT_EQ(wait(epfd, out, 4, 20), 0);  // times out
+    EXPECT_GE(Clock::now() - start, 20ms);
+    more(epfd, out);
   });
   close(epfd);
 }
 
+TEST(HooksPoll, EpollWaitOnTheUsersEpollFdParks) {
+  expect_epoll_wait_parks([](int epfd, epoll_event* out, int max, int ms) { return epoll_wait(epfd, out, max, ms); },
+                          [](int, epoll_event*) {});
+}
+
 TEST(HooksPoll, EpollPwait2ParksWithItsTimespecTimeout) {
-  Scheduler sched = one_worker();
-  SocketPair pair;
-  const int epfd = epoll_create1(0);
-  epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.u64 = 7;
-  ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, pair.a(), &event), 0);
-  int ready = -2;
-  epoll_event out[4]{};
-  // One worker and no spares: unless epoll_pwait2 parks, the writer cannot
-  // run before the 5 s timeout and `ready` is 0.
-  Fiber waiter = sched.spawn([&] {
-    const timespec five_seconds{5, 0};
-    ready = epoll_pwait2(epfd, out, 4, &five_seconds, nullptr);
-  });
-  Fiber writer = sched.spawn([&] {
-    std::this_thread::sleep_for(10ms);
-    EXPECT_EQ(write(pair.b(), "x", 1), 1);
-  });
-  writer.join();
-  waiter.join();
-  EXPECT_EQ(ready, 1);
-  EXPECT_EQ(out[0].data.u64, 7u);
-  in_fiber(sched, [&] {
-    char c;
-    EXPECT_EQ(read(pair.a(), &c, 1), 1);
-    const timespec twenty_ms{0, 20'000'000};
-    const auto start = Clock::now();
-    EXPECT_EQ(epoll_pwait2(epfd, out, 4, &twenty_ms, nullptr), 0);  // times out
-    EXPECT_GE(Clock::now() - start, 20ms);
-    const timespec invalid{0, 2'000'000'000};
-    errno = 0;
-    EXPECT_EQ(epoll_pwait2(epfd, out, 4, &invalid, nullptr), -1);
-    EXPECT_EQ(errno, EINVAL);
-  });
-  close(epfd);
+  expect_epoll_wait_parks(
+      [](int epfd, epoll_event* out, int max, int ms) {
+        const timespec timeout{ms / 1000, (ms % 1000) * 1'000'000L};
+        return epoll_pwait2(epfd, out, max, &timeout, nullptr);
+      },
+      [](int epfd, epoll_event* out) {
+        const timespec invalid{0, 2'000'000'000};
+        errno = 0;
+        EXPECT_EQ(epoll_pwait2(epfd, out, 4, &invalid, nullptr), -1);
+        EXPECT_EQ(errno, EINVAL);
+      });
 }
 
 // --- pipes -------------------------------------------------------------------

@@ -85,23 +85,30 @@ const char* syscall_name(long number) noexcept {
   return call != nullptr ? call->name : nullptr;
 }
 
-std::string describe_kernel_call(int os_thread_id) {
-  if (os_thread_id <= 0) return {};
+long kernel_call(int os_thread_id, unsigned long* first_argument) {
+  if (os_thread_id <= 0) return -1;
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", os_thread_id);
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
+  if (fd < 0) return -1;
   char buffer[256];
   const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
   ::close(fd);
-  if (n <= 0) return {};
+  if (n <= 0) return -1;
   buffer[n] = '\0';
   // "running", "-1 sp pc" (asleep, but not in a system call: a page fault),
   // or "nr arg1 ... arg6 sp pc" with the arguments in hex.
   char* end = nullptr;
   const long number = std::strtol(buffer, &end, 10);
-  if (end == buffer || number < 0) return {};
-  const unsigned long first = std::strtoul(end, nullptr, 16);
+  if (end == buffer || number < 0) return -1;
+  if (first_argument != nullptr) *first_argument = std::strtoul(end, nullptr, 16);
+  return number;
+}
+
+std::string describe_kernel_call(int os_thread_id) {
+  unsigned long first = 0;
+  const long number = kernel_call(os_thread_id, &first);
+  if (number < 0) return {};
   const KnownCall* call = find_call(number);
   if (call == nullptr) return "blocked in syscall " + std::to_string(number);
   std::string text = std::string("blocked in ") + call->name + "(2)";

@@ -13,6 +13,10 @@ namespace weft::detail {
 // or when the kernel does not say (no such thread, no permission).
 std::string describe_kernel_call(int os_thread_id);
 
+// The number of the system call the thread is asleep in (its first
+// argument in `first_argument` if not null), or -1 as above.
+long kernel_call(int os_thread_id, unsigned long* first_argument = nullptr);
+
 // The name of system call `number` on this architecture ("read"), or null
 // when weft's table does not know it.
 const char* syscall_name(long number) noexcept;

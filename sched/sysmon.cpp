@@ -1,6 +1,7 @@
 #include "sysmon.h"
 
 #include <pthread.h>
+#include <sys/syscall.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -235,9 +236,13 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
         ++blocked;
         // Fibers woken for this worker that only a hook's park pins here
         // (their caller's errno lives on this thread) would wait for it as
-        // long as it stays blocked: forever, if it waits for a std::mutex
-        // one of them holds. They move; a spare or an idle worker runs them.
-        if (worker.release_hook_pinned() != 0) {
+        // long as it stays blocked: forever, if it waits in futex(2) for a
+        // std::mutex one of them holds. Only then, and only after a long
+        // wait, do they move (a spare or an idle worker runs them): the
+        // hook then writes the caller's errno on this thread
+        // (io/hook_support.h, ErrnoHome), safe only while it stays asleep.
+        if (now - watch.kernel_since >= kReleaseHookPinsAfter && kernel_call(worker.os_thread_id()) == SYS_futex &&
+            worker.release_hook_pinned() != 0) {
           core_.idle().notify_work();
           acted = true;
         }

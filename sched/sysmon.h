@@ -94,6 +94,11 @@ class Sysmon {
   static constexpr std::chrono::microseconds kMinTick{20};
   static constexpr std::chrono::microseconds kMaxTick{10'000};
   static constexpr std::chrono::microseconds kHandOffAfter{1'000};
+  // A worker asleep in futex(2) this long may be waiting for a std::mutex
+  // that a fiber pinned to it holds: hook pins are released then
+  // (Worker::release_hook_pinned). Long, because the release is safe only
+  // while the thread stays asleep.
+  static constexpr std::chrono::milliseconds kReleaseHookPinsAfter{100};
   static constexpr unsigned kDeepSleepAfter = 50;
   static constexpr std::chrono::milliseconds kPollStaleAfter{10};
   // Sysmon counts itself paused when a look comes later than planned by

@@ -60,7 +60,7 @@ ParkScope::ParkScope() {
   FiberControl& fiber = *current_fiber();
   releases_ = fiber.hook_pin_releases;
   ++fiber.hook_pins;
-  if (fiber.pin_count.fetch_add(1, std::memory_order_relaxed) == 0) current_worker()->count_pin(1);
+  pin_current(fiber);
 #ifdef WEFT_HOOKS_TSAN
   // The fiber's context resumes as whichever TSan fiber it names: the
   // park's own until the destructor, which switches back (flags 0: with
@@ -82,7 +82,7 @@ ParkScope::~ParkScope() {
   FiberControl& fiber = *current_fiber();
   if (fiber.hook_pin_releases != releases_) return;  // released by sysmon: nothing of ours is left to undo
   --fiber.hook_pins;
-  if (fiber.pin_count.fetch_sub(1, std::memory_order_relaxed) == 1) current_worker()->count_pin(-1);
+  unpin_current(fiber);
 }
 
 [[gnu::noinline]] ErrnoHome::ErrnoHome() noexcept

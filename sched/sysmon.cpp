@@ -241,8 +241,9 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
         // wait, do they move (a spare or an idle worker runs them): the
         // hook then writes the caller's errno on this thread
         // (io/hook_support.h, ErrnoHome), safe only while it stays asleep.
-        if (now - watch.kernel_since >= kReleaseHookPinsAfter && kernel_call(worker.os_thread_id()) == SYS_futex &&
-            worker.release_hook_pinned() != 0) {
+        // The inbox first: it is one load, the system call a /proc read.
+        if (worker.inbox_waiting() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
+            kernel_call(worker.os_thread_id()) == SYS_futex && worker.release_hook_pinned() != 0) {
           core_.idle().notify_work();
           acted = true;
         }

@@ -48,22 +48,26 @@ void set_name(std::string_view name) { require_fiber("weft::this_fiber::set_name
 
 PinGuard pin() {
   detail::FiberControl& fiber = require_fiber("weft::this_fiber::pin()");
-  // The first pin binds the fiber to this worker: a spare must not retire
-  // under it (sched/worker.h).
-  if (fiber.pin_count.fetch_add(1, std::memory_order_relaxed) == 0) detail::current_worker()->count_pin(1);
+  detail::pin_current(fiber);
   return PinGuard(&fiber);
 }
 
 PinGuard::~PinGuard() {
-  if (fiber_ == nullptr) return;
-  // Unpinned on the worker it was pinned on: it could not move meanwhile.
-  if (static_cast<detail::FiberControl*>(fiber_)->pin_count.fetch_sub(1, std::memory_order_relaxed) == 1)
-    if (detail::Worker* worker = detail::current_worker()) worker->count_pin(-1);
+  if (fiber_ != nullptr) detail::unpin_current(*static_cast<detail::FiberControl*>(fiber_));
 }
 
 }  // namespace weft::this_fiber
 
 namespace weft::detail {
+
+void pin_current(FiberControl& fiber) noexcept {
+  if (fiber.pin_count.fetch_add(1, std::memory_order_relaxed) == 0) current_worker()->count_pin(1);
+}
+
+void unpin_current(FiberControl& fiber) noexcept {
+  if (fiber.pin_count.fetch_sub(1, std::memory_order_relaxed) == 1)
+    if (Worker* worker = current_worker()) worker->count_pin(-1);
+}
 
 void sleep_parked_until(std::chrono::steady_clock::time_point deadline) {
   if (!this_fiber::is_fiber()) {

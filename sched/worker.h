@@ -146,6 +146,8 @@ class Worker {
   // deadlock the workers waiting for it; io/hook_support.h). Returns how
   // many moved.
   std::size_t release_hook_pinned() noexcept;
+  // Whether fibers pinned here wait in the inbox (cheap: one load).
+  bool inbox_waiting() const noexcept { return inbox_.load(std::memory_order_relaxed) != nullptr; }
 
   // --- spares (sysmon's thread) ----------------------------------------
   bool is_spare() const noexcept { return spare_; }
@@ -253,5 +255,12 @@ class Worker {
 // The worker whose thread is calling, or null on a plain thread. Never
 // cached across a switch: a fiber may resume on another worker.
 Worker* current_worker() noexcept;
+
+// The running fiber's pin bookkeeping (this_fiber::pin() and the hooks'
+// ParkScope): the first pin binds it to this worker, so that a spare does
+// not retire under it; the last, made on the same worker (a pinned fiber
+// cannot move), unbinds it.
+void pin_current(FiberControl& fiber) noexcept;
+void unpin_current(FiberControl& fiber) noexcept;
 
 }  // namespace weft::detail

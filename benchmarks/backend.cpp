@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   httplib::Server server;
   server.new_task_queue = [threads] { return new weft::bench::PoolQueue("backend", "backend", threads); };
   server.set_keep_alive_max_count(100);
+  server.set_tcp_nodelay(true);
   server.Get("/", [delay_ms](const httplib::Request&, httplib::Response& res) {
     weft::this_fiber::sleep_for(std::chrono::milliseconds(delay_ms));
     res.set_content("Ok!", "text/plain");

@@ -55,10 +55,12 @@ int main(int argc, char** argv) {
   httplib::Server server;
   server.new_task_queue = [threads] { return new weft::bench::PoolQueue("gateway", "gateway", threads); };
   server.set_keep_alive_max_count(100);
+  server.set_tcp_nodelay(true);
   server.Get("/", [backend_port](const httplib::Request&, httplib::Response& res) {
     httplib::Client backend("127.0.0.1", backend_port);
     backend.set_connection_timeout(5);
     backend.set_read_timeout(5);
+    backend.set_tcp_nodelay(true);
     const httplib::Result answer = backend.Get("/");
     if (!answer || answer->status != 200) {
       res.status = 502;

@@ -191,6 +191,9 @@ class Worker {
   // Next fiber to run, without blocking: next slot, inbox, ring, spawned,
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
+  // Every kGlobalCheckInterval-th pick: due timers, then a batch of the
+  // global queue so that it is never starved by a busy ring (Go's schedule).
+  FiberControl* pick_periodic();
   FiberControl* pick_global();
   // The slow paths of push_local and push_spawned: the ring or deque is full.
   void spill_half_of_ring();

@@ -38,6 +38,7 @@
 #include "dump_client.h"
 #include "dump_text.h"
 #include "introspect/dump_protocol.h"
+#include "sched/run_latency.h"
 #include "test_support.h"
 
 namespace weft {
@@ -1153,7 +1154,7 @@ TEST(Dump, FibersInTheGlobalQueueAreCountedThere) {
       << text;
 }
 
-// Scheduling latency: sampled at one in 8 times a fiber is made runnable,
+// Scheduling latency: sampled at one in kRunLatencyPeriod times a fiber is made runnable,
 // summed over the workers, reported for the interval since the previous
 // snapshot; each fiber's runnable time grows with what it waited.
 TEST(Dump, SchedulingLatencyIsSampledPerIntervalAndPerFiber) {
@@ -1182,8 +1183,10 @@ TEST(Dump, SchedulingLatencyIsSampledPerIntervalAndPerFiber) {
   for (Fiber& f : fibers) f.join();
 
   const LatencySummary& l = snap.sched_latency;
-  // At least every 8th of each fiber's yields (its spawn and wake add more).
-  EXPECT_GE(l.count, static_cast<std::uint64_t>(kFibers * (kYields / 8))) << "samples";
+  // At least every kRunLatencyPeriod-th of each fiber's yields (its spawn
+  // and wake add more).
+  constexpr int kPeriod = static_cast<int>(detail::kRunLatencyPeriod);
+  EXPECT_GE(l.count, static_cast<std::uint64_t>(kFibers * (kYields / kPeriod))) << "samples";
   EXPECT_LE(l.count, static_cast<std::uint64_t>(kFibers * (kYields + 4))) << "samples";
   EXPECT_GT(l.p50_us, 0.0);
   EXPECT_LE(l.p50_us, l.p99_us);
@@ -1197,7 +1200,7 @@ TEST(Dump, SchedulingLatencyIsSampledPerIntervalAndPerFiber) {
     if (f.name != "yielder") continue;
     ++yielders;
     EXPECT_GT(f.runnable_ms, 0.0) << "fiber " << f.id << " waited behind the others " << kYields << " times";
-    EXPECT_LE(f.runnable_ms, elapsed_us * 8 / 1000) << "fiber " << f.id;
+    EXPECT_LE(f.runnable_ms, elapsed_us * kPeriod / 1000) << "fiber " << f.id;
   }
   EXPECT_EQ(yielders, kFibers);
 }

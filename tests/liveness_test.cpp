@@ -156,9 +156,10 @@ TEST_P(LivenessTest, SpawnsFromAThreadAllRun) {
 // newest spawn (CPU-bound, preemption off), the one below it waited where
 // only that busy owner could take it, while a thief that had looked before
 // slept; sysmon's rescue needs the owner's thread to have had half a core,
-// which 4-8 spinning workers on 2 loaded cores do not get. On that code
-// (with --gtest_repeat=10), 11 of the 30 runs at 2, 4 and 8 workers waited
-// for the 2 s give-up. Now a pop ends the hold, and so does the owner's
+// which 4-8 spinning workers on 2 loaded cores do not get. On that code,
+// --gtest_repeat=10 on a loaded machine failed 23 of the 28 runs at 2, 4
+// and 8 workers that finished, 22 of them on a 2 s give-up (and 10 of 10
+// at 1 worker passed). Now a pop ends the hold, and so does the owner's
 // next pick of anything else, which publishes the spawn (sched/idle.h).
 TEST_P(LivenessTest, SpawnsFromAFiberAllRun) {
   Scheduler sched(without_preemption(workers()));

@@ -9,6 +9,17 @@
 //                  fence); if nobody searches and somebody sleeps, wake one
 //                  (notify_work). If somebody searches, that searcher is
 //                  now responsible for the fiber (rules 2 and 3).
+//                  Visible means a thief may take it (Worker::
+//                  has_stealable_work, which work_visible reads): a
+//                  fiber only its own busy worker may take is stranded,
+//                  whoever is woken. So a spawn held for its owner
+//                  (sched/spawn_deque.h) is published twice: at its push
+//                  the spawn below it becomes stealable, and when the
+//                  owner picks anything else to run, the release of the
+//                  hold is the publication (Worker::publish_held_spawn).
+//                  The next slot is not stealable, so not visible: its
+//                  owner runs it at its next switch, or sysmon seizes it
+//                  from a stuck owner (sched/next_slot.h).
 //   2. searcher that finds work: it ends its search BEFORE it runs what it
 //      found (a seq_cst read-modify-write), and if it was the last searcher
 //      and work is still visible in a queue, it wakes another worker

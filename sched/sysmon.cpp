@@ -269,7 +269,7 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
   for (std::size_t i = 0; i < span; ++i) {
     Watch& watch = watches_[i];
     Worker& worker = *workers[i];
-    if (!watch.holding_up || !worker.has_stealable_work()) continue;
+    if (!watch.holding_up || !worker.has_work_to_hand_off()) continue;
     if (watch.in_kernel) held_up_work = true;
     // The global queue is a hand-off only if some thread will take from
     // it: an idle worker (woken below), a spare about to start, or a

@@ -197,7 +197,7 @@ char Worker::thread_state() const noexcept {
   return paren != nullptr && paren[1] == ' ' && paren[2] != '\0' ? paren[2] : '?';
 }
 
-bool Worker::has_stealable_work() const noexcept { return !next_.empty() || ring_.size() != 0 || spawned_.size() != 0; }
+bool Worker::has_stealable_work() const noexcept { return ring_.size() != 0 || spawned_.stealable(stuck()); }
 
 std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
   std::size_t moved = 0;
@@ -411,7 +411,10 @@ void Worker::preempt_current() {
       share -= static_cast<std::int64_t>(n);
     }
   }
-  if (next == nullptr) next = pick_next();
+  if (next == nullptr)
+    next = pick_next();
+  else
+    release_held_spawn();       // as pick_next does: the spawner is switching out
   if (next == nullptr) return;  // nothing else to run: the fiber keeps the worker
   bump(self->counters.preempt);
   bump(counters_.preempts);
@@ -552,8 +555,9 @@ FiberControl* Worker::steal() {
       bump(counters_.steals, result.taken);
       return owner.pop().fiber();
     }
-    // The newest spawn is left to its worker, unless that one is stuck.
-    if (FiberControl* fiber = victim.spawned_.steal(victim.stuck() ? 0 : 1)) {
+    // A held spawn is left to its worker (its spawner still runs there),
+    // unless that one is stuck.
+    if (FiberControl* fiber = victim.spawned_.steal(victim.stuck())) {
       bump(counters_.steals);
       return fiber;
     }
@@ -567,13 +571,29 @@ FiberControl* Worker::steal() {
 [[gnu::noinline]] FiberControl* Worker::pick_periodic() {
   until_global_check_ = kGlobalCheckInterval;
   // Due timers (sched/timers.h): their fibers go to the next slot and the
-  // ring, and pick_next picks them. A relaxed load unless a timer is armed.
+  // ring, and pick_queued picks them. A relaxed load unless a timer is armed.
   core_.timers().run_due();
   if (core_.global_empty()) return nullptr;
   return pick_global();
 }
 
 FiberControl* Worker::pick_next() {
+  FiberControl* fiber = pick_queued();
+  // The running fiber is about to switch out, or to go on with nothing
+  // else to run: a spawn it left held is no longer about to run here
+  // (a pop of it has released it already).
+  release_held_spawn();
+  return fiber;
+}
+
+[[gnu::noinline, gnu::cold]] void Worker::publish_held_spawn() noexcept {
+  spawned_.release();
+  // Rule 1 of sched/idle.h: the spawn is now in a queue that idle workers
+  // take from; notify_work's fence orders the release before its look.
+  if (spawned_.size() != 0) core_.idle().notify_work();
+}
+
+FiberControl* Worker::pick_queued() {
   if (--until_global_check_ == 0) [[unlikely]] {
     if (FiberControl* fiber = pick_periodic()) return fiber;
   }

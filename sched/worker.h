@@ -129,7 +129,12 @@ class Worker {
     if (tick != 0) pending_preempt_requests.fetch_sub(1, std::memory_order_relaxed);
     return tick;
   }
+  // Whether a thief may take a fiber from here now: the ring's, and the
+  // spawns but one held for this worker (all of them while it is stuck).
+  // The next slot is not stealable (only sysmon's hand-off seizes it).
   bool has_stealable_work() const noexcept;
+  // What sysmon's hand-off would move, or let thieves take.
+  bool has_work_to_hand_off() const noexcept { return !next_.empty() || has_stealable_work(); }
   // Set while one fiber has run longer than the hand-off delay: thieves
   // then take even the newest spawned fiber.
   void set_stuck(bool stuck) noexcept {
@@ -191,6 +196,15 @@ class Worker {
   // Next fiber to run, without blocking: next slot, inbox, ring, spawned,
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
+  FiberControl* pick_queued();  // pick_next's search, before the held spawn's release
+  // Ends the hold on the newest spawn (sched/spawn_deque.h) once the fiber
+  // that spawned it stops running, and publishes it: from then on a thief
+  // may take every spawn waiting here.
+  void release_held_spawn() noexcept {
+    if (spawned_.held()) [[unlikely]]
+      publish_held_spawn();
+  }
+  void publish_held_spawn() noexcept;
   // Every kGlobalCheckInterval-th pick: due timers, then a batch of the
   // global queue so that it is never starved by a busy ring (Go's schedule).
   FiberControl* pick_periodic();

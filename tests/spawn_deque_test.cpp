@@ -27,15 +27,45 @@ TEST(SpawnDeque, OwnerPopsNewestThiefStealsOldest) {
   EXPECT_EQ(d.size(), 0);
 }
 
-TEST(SpawnDeque, ThiefLeavesTheNewestWhenAsked) {
+// The newest is held for the owner from its push until a pop or release.
+TEST(SpawnDeque, ThiefLeavesTheHeldNewestUntilReleased) {
   Deque d;
   int a = 0, b = 0;
   d.push(&a);
-  EXPECT_EQ(d.steal(1), nullptr);  // only one: the owner's
+  EXPECT_TRUE(d.held());
+  EXPECT_FALSE(d.stealable());
+  EXPECT_EQ(d.steal(), nullptr);  // only one, held: the owner's
   d.push(&b);
-  EXPECT_EQ(d.steal(1), &a);
-  EXPECT_EQ(d.steal(1), nullptr);
-  EXPECT_EQ(d.steal(0), &b);
+  EXPECT_TRUE(d.stealable());
+  EXPECT_EQ(d.steal(), &a);
+  EXPECT_EQ(d.steal(), nullptr);  // b is held
+  EXPECT_TRUE(d.stealable(/*take_held=*/true));
+  d.release();
+  EXPECT_FALSE(d.held());
+  EXPECT_TRUE(d.stealable());
+  EXPECT_EQ(d.steal(), &b);
+  EXPECT_EQ(d.size(), 0);
+}
+
+TEST(SpawnDeque, StuckOwnersHeldNewestMayBeTaken) {
+  Deque d;
+  int a = 0;
+  d.push(&a);
+  EXPECT_EQ(d.steal(/*take_held=*/true), &a);
+  EXPECT_EQ(d.pop(), nullptr);
+}
+
+// A pop takes the held newest; what is left below it is not held, or a
+// thief would leave it to an owner that is about to run something else.
+TEST(SpawnDeque, PopEndsTheHold) {
+  Deque d;
+  int a = 0, b = 0;
+  d.push(&a);
+  d.push(&b);
+  EXPECT_EQ(d.pop(), &b);
+  EXPECT_FALSE(d.held());
+  EXPECT_TRUE(d.stealable());
+  EXPECT_EQ(d.steal(), &a);
 }
 
 TEST(SpawnDeque, FullDequeRefusesUntilSomethingIsTaken) {

@@ -26,9 +26,16 @@ namespace {
 constexpr unsigned kNextStreakLimit = 3;
 // Go's schedule(): a prime, so it does not beat with periodic workloads.
 constexpr std::uint32_t kGlobalCheckInterval = 61;
-// Rounds of looking for work before going to sleep.
-constexpr int kSearchRounds = 16;
-constexpr int kPausesPerRound = 32;
+// Rounds of looking for work before going to sleep: a few, briefly (Go's
+// spinning M makes four passes over the Ps without pausing). A worker that
+// just ran out of work usually finds none for a while (its fibers wait on
+// fds: the blocker or the next poll readies them), and each futex sleep it
+// avoids by spinning longer costs more CPU than the sleep itself; 16 rounds
+// of 32 pauses were about 50 us of a core on the EPYC VM this was tuned on
+// (a pause there takes ~95 ns), against ~3 us now (docs/benchmarks.md,
+// "The idle path").
+constexpr int kSearchRounds = 4;
+constexpr int kPausesPerRound = 8;
 constexpr std::size_t kGlobalBatch = 32;
 
 // Counters are written by one thread at a time: a plain load and store, not

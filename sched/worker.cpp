@@ -478,7 +478,7 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
 
 void Worker::push_next(FiberControl* fiber) {
   // While the idle loop polls, one wake for the whole batch follows it
-  // (wait_for_work, notify_after_poll).
+  // (wait_for_work, run_after_poll).
   if (FiberControl* previous = next_.put(fiber)) push_local(previous, !polling_here_);
 }
 

@@ -183,13 +183,10 @@ struct Fields<SchedulerSnapshot> {
   using S = SchedulerSnapshot;
   using P = PollerSnapshot;
   static constexpr auto poller = std::tuple{
-      nested("blocker", &S::poller, &P::blocker),
-      nested("fds_registered", &S::poller, &P::fds_registered),
-      nested("io_waiters", &S::poller, &P::io_waiters),
-      nested("polls", &S::poller, &P::polls),
-      nested("events", &S::poller, &P::events),
-      nested("sysmon_polls", &S::poller, &P::sysmon_polls),
-      nested("since_poll_ms", &S::poller, &P::since_poll_ms),
+      nested("blocker", &S::poller, &P::blocker),       nested("fds_registered", &S::poller, &P::fds_registered),
+      nested("io_waiters", &S::poller, &P::io_waiters), nested("polls", &S::poller, &P::polls),
+      nested("events", &S::poller, &P::events),         nested("sysmon_polls", &S::poller, &P::sysmon_polls),
+      nested("wakeups", &S::poller, &P::wakeups),       nested("since_poll_ms", &S::poller, &P::since_poll_ms),
   };
   using B = BlockingPoolSnapshot;
   static constexpr auto blocking = std::tuple{

@@ -267,6 +267,7 @@ void Poller::end_block() noexcept { blocker_.store(-1, std::memory_order_release
 
 void Poller::wake() noexcept {
   if (wake_pending_.exchange(true, std::memory_order_seq_cst)) return;  // one in flight already
+  wakeups_.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t one = 1;
   while (::write(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
   }
@@ -281,6 +282,7 @@ PollerSnapshot Poller::view() const noexcept {
   view.polls = polls_.load(std::memory_order_relaxed);
   view.events = events_.load(std::memory_order_relaxed);
   view.sysmon_polls = stale_polls_.load(std::memory_order_relaxed);
+  view.wakeups = wakeups_.load(std::memory_order_relaxed);
   view.since_poll_ms = static_cast<double>(now_ns() - last_poll_ns_.load(std::memory_order_relaxed)) / 1e6;
   if (view.blocker >= 0) view.since_poll_ms = 0;  // it is polling right now
   return view;

@@ -70,9 +70,13 @@
 // listed), so the blocker never sleeps through a wake.
 //
 // Readiness wakes fibers with the scheduler's ready(): on one of its
-// workers into the next slot and the ring (which wakes idle peers for
-// what it cannot run), from sysmon or another scheduler into the global
-// queue with a notify.
+// workers into the next slot and the ring, from sysmon or another
+// scheduler into the global queue with a notify. A worker's idle loop
+// defers the ring's wakes while it polls and, once its poll is over and
+// (a blocker) it has left the sleepers list, wakes one idle peer for all
+// it cannot run (Worker::run_after_poll): a wake per fiber took the idle
+// lock per fiber, and the blocker, still a listed sleeper, picked itself
+// and wrote the eventfd to its own next epoll_wait.
 #pragma once
 
 #include <weft/detail/wait_list.h>  // Clock
@@ -173,6 +177,7 @@ class Poller final : public IdlePoller {
   std::atomic<std::uint64_t> polls_{0};
   std::atomic<std::uint64_t> events_{0};
   std::atomic<std::uint64_t> stale_polls_{0};  // sysmon's
+  std::atomic<std::uint64_t> wakeups_{0};      // eventfd writes
   Poller* next_ = nullptr;                     // in the list of live pollers
 };
 

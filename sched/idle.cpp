@@ -1,6 +1,7 @@
 #include "idle.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "futex.h"
 #include "idle_poller.h"
@@ -48,46 +49,61 @@ void IdleWorkers::wait(IdleSlot& slot) noexcept {
   while (slot.wake_word.load(std::memory_order_acquire) == 0) futex_wait(slot.wake_word, 0);
 }
 
-void IdleWorkers::wake_locked(IdleSlot& slot) noexcept {
+bool IdleWorkers::take_locked(IdleSlot& slot) noexcept {
   slot.listed = false;
   sleeping_.fetch_sub(1, std::memory_order_relaxed);
   slot.wake_word.store(1, std::memory_order_release);
   // A polling slot sleeps in epoll_wait, marked under this lock (begin_poll).
-  if (slot.polling)
+  return slot.polling;
+}
+
+void IdleWorkers::wake_unlocked(IdleSlot& slot, bool polling) noexcept {
+  if (polling)
     poller_->wake();
   else
     futex_wake(slot.wake_word);
 }
 
 void IdleWorkers::wake_one() noexcept {
-  std::lock_guard guard(lock_);
-  if (sleepers_.empty()) return;
-  // The most recent futex sleeper; the polling one only when it is the
-  // last, since it watches the fds where it is.
-  auto it = sleepers_.end() - 1;
-  for (auto scan = sleepers_.rbegin(); scan != sleepers_.rend(); ++scan) {
-    if (!(*scan)->polling) {
-      it = std::next(scan).base();
-      break;
+  IdleSlot* slot;
+  bool polling;
+  {
+    std::lock_guard guard(lock_);
+    if (sleepers_.empty()) return;
+    // The most recent futex sleeper; the polling one only when it is the
+    // last, since it watches the fds where it is.
+    auto it = sleepers_.end() - 1;
+    for (auto scan = sleepers_.rbegin(); scan != sleepers_.rend(); ++scan) {
+      if (!(*scan)->polling) {
+        it = std::next(scan).base();
+        break;
+      }
     }
+    slot = *it;
+    sleepers_.erase(it);
+    polling = take_locked(*slot);
   }
-  IdleSlot* slot = *it;
-  sleepers_.erase(it);
-  wake_locked(*slot);
+  wake_unlocked(*slot, polling);
 }
 
 void IdleWorkers::notify_worker(IdleSlot& slot) noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sleeping_.load(std::memory_order_relaxed) == 0) return;
-  std::lock_guard guard(lock_);
-  if (!slot.listed) return;
-  sleepers_.erase(std::find(sleepers_.begin(), sleepers_.end(), &slot));
-  wake_locked(slot);
+  bool polling;
+  {
+    std::lock_guard guard(lock_);
+    if (!slot.listed) return;
+    sleepers_.erase(std::find(sleepers_.begin(), sleepers_.end(), &slot));
+    polling = take_locked(slot);
+  }
+  wake_unlocked(slot, polling);
 }
 
 void IdleWorkers::wake_all() noexcept {
+  // Rare (stopping, shutdown): the calls are made under the lock, which
+  // saves copying the list.
   std::lock_guard guard(lock_);
-  for (IdleSlot* slot : sleepers_) wake_locked(*slot);
+  for (IdleSlot* slot : sleepers_) wake_unlocked(*slot, take_locked(*slot));
   sleepers_.clear();
 }
 

@@ -49,11 +49,22 @@
 // futex (io/netpoller.h, "How a blocker is woken"): it stays a listed
 // sleeper, and marks its slot `polling` under the lock once it has
 // re-checked the queues; waking that slot writes the poller's eventfd.
+//
+// The lock guards only the list and the slots' flags, a few dozen
+// instructions: the system call that wakes a slot (futex or eventfd) is
+// made after it is released. Holding it across that call made the blocker,
+// waking a peer for what its epoll_wait readied, and the peer, going to
+// sleep, contend on it; a std::mutex then slept in futex(2) on both sides
+// (half the futex calls of the echo server, docs/benchmarks.md). A late
+// wake is harmless: the slot's wake word was set under the lock, its
+// futex_wait returns at once, and an eventfd write nobody needs any more
+// costs the next blocker one early return.
 #pragma once
+
+#include <weft/detail/spin_lock.h>
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 namespace weft::detail {
@@ -104,13 +115,16 @@ class IdleWorkers {
 
  private:
   void wake_one() noexcept;
-  void wake_locked(IdleSlot& slot) noexcept;
+  // Under the lock: unlists `slot` and sets its wake word. Returns whether
+  // it sleeps in epoll_wait; wake_unlocked() then makes the call.
+  bool take_locked(IdleSlot& slot) noexcept;
+  void wake_unlocked(IdleSlot& slot, bool polling) noexcept;
 
   const unsigned workers_;
   IdlePoller* poller_ = nullptr;
   std::atomic<unsigned> searching_{0};
   std::atomic<unsigned> sleeping_{0};
-  std::mutex lock_;
+  SpinLock lock_;
   std::vector<IdleSlot*> sleepers_;  // LIFO: the most recent sleeper is warmest
 };
 

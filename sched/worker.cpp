@@ -26,9 +26,16 @@ namespace {
 constexpr unsigned kNextStreakLimit = 3;
 // Go's schedule(): a prime, so it does not beat with periodic workloads.
 constexpr std::uint32_t kGlobalCheckInterval = 61;
-// Rounds of looking for work before going to sleep.
-constexpr int kSearchRounds = 16;
-constexpr int kPausesPerRound = 32;
+// Rounds of looking for work before going to sleep: a few, briefly (Go's
+// spinning M makes four passes over the Ps without pausing). A worker that
+// just ran out of work usually finds none for a while (its fibers wait on
+// fds: the blocker or the next poll readies them), and each futex sleep it
+// avoids by spinning longer costs more CPU than the sleep itself; 16 rounds
+// of 32 pauses were about 50 us of a core on the EPYC VM this was tuned on
+// (a pause there takes ~95 ns), against ~3 us now (docs/benchmarks.md,
+// "The idle path").
+constexpr int kSearchRounds = 4;
+constexpr int kPausesPerRound = 8;
 constexpr std::size_t kGlobalBatch = 32;
 
 // Counters are written by one thread at a time: a plain load and store, not
@@ -473,7 +480,9 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
 }
 
 void Worker::push_next(FiberControl* fiber) {
-  if (FiberControl* previous = next_.put(fiber)) push_local(previous);
+  // While the idle loop polls, one wake for the whole batch follows it
+  // (wait_for_work, run_after_poll).
+  if (FiberControl* previous = next_.put(fiber)) push_local(previous, !polling_here_);
 }
 
 void Worker::push_spawned(FiberControl* fiber) {
@@ -643,6 +652,26 @@ bool Worker::work_visible() const noexcept {
   return false;
 }
 
+bool Worker::poll_here(IdlePoller& poller) noexcept {
+  polling_here_ = true;
+  const bool readied = poller.poll_now();
+  polling_here_ = false;
+  return readied;
+}
+
+FiberControl* Worker::run_after_poll() {
+  FiberControl* fiber = pick_next();
+  // The fibers the poll readied beyond the one about to run wait in this
+  // worker's ring, their wakes skipped (push_next): one wake for all of
+  // them, as Go's netpoll hands its list to injectglist, instead of a wake
+  // per fiber, each taking the idle lock while peers go to sleep. A peer so
+  // woken searches, so rule 2 of sched/idle.h wakes more if more remain.
+  // The invariant holds meanwhile: this worker is awake and about to run
+  // what it readied, and it wakes a sleeper now for the rest.
+  if (fiber != nullptr && ring_.size() != 0) core_.idle().notify_work();
+  return fiber;
+}
+
 FiberControl* Worker::wait_for_work() {
   IdleWorkers& idle = core_.idle();
   IdlePoller& poller = core_.poller();
@@ -656,8 +685,8 @@ FiberControl* Worker::wait_for_work() {
     // Before stealing: fds that became ready (io/netpoller.h). Here, on the
     // worker's own stack, and never in pick_next, which also runs on a
     // parking fiber's stack while it holds its fd record's lock.
-    if (poller.has_waiters() && poller.poll_now()) {
-      if (FiberControl* fiber = pick_next()) return fiber;
+    if (poller.has_waiters() && poll_here(poller)) {
+      if (FiberControl* fiber = run_after_poll()) return fiber;
     }
     // The rules of sched/idle.h: a searcher that finds work ends its search
     // before running it and, if it was the last, wakes another (pick_next's
@@ -694,7 +723,12 @@ FiberControl* Worker::wait_for_work() {
     // it (sched/timers.h, "Arming").
     if ((poller.has_waiters() || timers.armed()) && poller.try_begin_block(index_)) {
       if (idle.begin_poll(idle_slot_)) {
+        // What the poll readies waits in this worker's queues, unannounced,
+        // until the sleep is cancelled below: a wake then would pick this
+        // very slot, still listed, and write the eventfd to itself.
+        polling_here_ = true;
         poller.block(timers.begin_blocking());
+        polling_here_ = false;
         // Before end_block: once another worker may become the blocker, its
         // begin_blocking must not be undone by ours.
         timers.end_blocking();
@@ -702,7 +736,13 @@ FiberControl* Worker::wait_for_work() {
       poller.end_block();
       idle.cancel_sleep(idle_slot_);  // whatever ended it; a wake is absorbed
       if (core_.stopping()) return nullptr;
-      continue;  // what the poll readied is in this worker's queues
+      // Straight to what the poll readied (the timers first: the poll's
+      // timeout may have been the earliest deadline), without the
+      // non-blocking poll at the top of the loop, which would find nothing
+      // the blocking one has not just taken.
+      timers.run_due();
+      if (FiberControl* fiber = run_after_poll()) return fiber;
+      continue;
     }
     idle.wait(idle_slot_);
     if (core_.stopping()) return nullptr;

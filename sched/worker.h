@@ -22,6 +22,7 @@
 namespace weft::detail {
 
 class SchedulerCore;
+class IdlePoller;
 
 // A run-queue entry: the fiber with its pinned flag in the low bit, so that
 // a thief can pass over a pinned fiber without dereferencing it.
@@ -220,6 +221,10 @@ class Worker {
   bool work_visible() const noexcept;
   // Searches briefly, then sleeps; null when the scheduler stops.
   FiberControl* wait_for_work();
+  // The idle loop's non-blocking poll, its readied fibers' wakes deferred.
+  bool poll_here(IdlePoller& poller) noexcept;
+  // After the idle loop's poll: the next fiber, and one wake for the rest.
+  FiberControl* run_after_poll();
   // Bookkeeping for `next`, which is about to run here.
   void switch_in(FiberControl* next) noexcept;
   // The sampled half of switch_in (sched/run_latency.h).
@@ -245,7 +250,10 @@ class Worker {
   // each costs about 30 ns more: spawning 1000 then joining them took
   // 190-195 ns a fiber with room for 256, 157-168 ns with 1024. 8 KiB.
   SpawnDeque<FiberControl*, 1024> spawned_;
-  NextSlot next_;                                     // sysmon may seize it (hand_off_queued)
+  NextSlot next_;  // sysmon may seize it (hand_off_queued)
+  // Set while this worker's idle loop polls: the fibers the poll readies
+  // are pushed without a wake each; run_after_poll() wakes once for all.
+  bool polling_here_ = false;
   unsigned next_streak_ = 0;                          // consecutive runs from next_
   std::atomic<FiberControl*> inbox_{nullptr};         // pinned fibers (LIFO stack)
   FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first

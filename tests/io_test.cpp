@@ -234,6 +234,44 @@ TEST_P(IoTest, ManyWaitersOnOneFdAllWake) {
   EXPECT_EQ(woke.load(), kWaiters);
 }
 
+TEST(Io, ABlockerThatReadiesManyFibersDoesNotWakeItself) {
+  // One worker: when idle it is the blocker, in epoll_wait, and the only
+  // listed sleeper. One event readies every fiber parked on the fd, and the
+  // ring's wake for each fiber beyond the first used to pick that one
+  // sleeper, the blocker itself, and write the poller's eventfd to its own
+  // next epoll_wait (io/netpoller.h). Now the idle loop wakes once, after
+  // it has left the sleepers list, and nobody is left to wake.
+  Scheduler sched{test::config_with(1)};
+  FdPair shared = make_pipe();
+  FdPair keeper = make_pipe();  // its fiber keeps the worker blocking in epoll_wait
+  constexpr int kWaiters = 8;
+  std::atomic<int> woke{0};
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < kWaiters; ++i)
+    fibers.push_back(sched.spawn([&] {
+      if (io::wait_readable(shared.reader)) woke.fetch_add(1);
+    }));
+  fibers.push_back(sched.spawn([&] { EXPECT_TRUE(io::wait_readable(keeper.reader)); }));
+  ASSERT_TRUE(wait_for_io_waiters(sched, kWaiters + 1));
+  // Blocked once the spawns' wake-ups are over: they may write the eventfd.
+  const auto blocking = [&] { return sched.snapshot().poller.blocker >= 0; };
+  auto until = std::chrono::steady_clock::now() + 20s;
+  while (!blocking() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(blocking());
+  const std::uint64_t before = sched.snapshot().poller.wakeups;
+
+  write_byte(shared.writer);  // nobody reads it: one event, every waiter ready
+  until = std::chrono::steady_clock::now() + 20s;
+  while ((woke.load() < kWaiters || !blocking()) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(woke.load(), kWaiters);
+  EXPECT_TRUE(blocking());
+  EXPECT_EQ(sched.snapshot().poller.wakeups, before);
+
+  write_byte(keeper.writer);
+  for (auto& f : fibers) f.join();
+}
+
 TEST_P(IoWorkersTest, APlainThreadAndFibersWaitOnTheSameFd) {
   FdPair pipe = make_pipe();
   std::atomic<int> woke{0};

@@ -106,6 +106,7 @@ struct PollerSnapshot {
   std::uint64_t polls = 0;           // epoll_wait calls
   std::uint64_t events = 0;          // fd events handled
   std::uint64_t sysmon_polls = 0;    // polls sysmon made because nobody had for 10 ms
+  std::uint64_t wakeups = 0;         // eventfd writes that broke (or will break) the blocker's epoll_wait
   double since_poll_ms = 0;          // since the last epoll_wait returned (0 while one blocks)
 };
 

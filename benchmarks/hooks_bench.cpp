@@ -7,7 +7,15 @@
 // machine (several ns) hides that difference, so BM_HookPassThroughDecision
 // times what a hook adds without the kernel: the decision not to park and
 // the load of the real function's pointer.
+//
+// The BM_Fiber* pair makes the same reads in a fiber (one worker), where a
+// hooked call that does not park is also a checkpoint (io/hook_support.h,
+// hook_checkpoint): the difference is what that costs with no preemption
+// pending, one relaxed load and a branch. The kernel's noise hides that
+// too, so BM_FiberZeroNanosleep times a hooked call that makes no system
+// call at all: nanosleep of zero in a fiber returns from the hook.
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_support.h"
@@ -35,6 +43,47 @@ void BM_RealRead(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(real_read(zero.fd, &byte, 1));
 }
 BENCHMARK(BM_RealRead)->MinTime(0.5);
+
+constexpr int kFiberReads = 100'000;
+
+void BM_FiberHookedRead(benchmark::State& state) {
+  auto sched = weft_bench::make_scheduler(1);
+  DevZero zero;
+  for (auto _ : state) {
+    weft_bench::run_in_fiber(*sched, [&] {
+      char byte;
+      for (int i = 0; i < kFiberReads; ++i) benchmark::DoNotOptimize(read(zero.fd, &byte, 1));
+    });
+  }
+  state.counters["per_call"] = weft_bench::time_per(1.0 * kFiberReads * state.iterations());
+}
+BENCHMARK(BM_FiberHookedRead)->UseRealTime()->MinTime(0.5);
+
+void BM_FiberRealRead(benchmark::State& state) {
+  auto sched = weft_bench::make_scheduler(1);
+  DevZero zero;
+  auto* real_read = weft::detail::real::read();
+  for (auto _ : state) {
+    weft_bench::run_in_fiber(*sched, [&] {
+      char byte;
+      for (int i = 0; i < kFiberReads; ++i) benchmark::DoNotOptimize(real_read(zero.fd, &byte, 1));
+    });
+  }
+  state.counters["per_call"] = weft_bench::time_per(1.0 * kFiberReads * state.iterations());
+}
+BENCHMARK(BM_FiberRealRead)->UseRealTime()->MinTime(0.5);
+
+void BM_FiberZeroNanosleep(benchmark::State& state) {
+  auto sched = weft_bench::make_scheduler(1);
+  for (auto _ : state) {
+    weft_bench::run_in_fiber(*sched, [] {
+      const timespec zero{0, 0};
+      for (int i = 0; i < kFiberReads; ++i) benchmark::DoNotOptimize(nanosleep(&zero, nullptr));
+    });
+  }
+  state.counters["per_call"] = weft_bench::time_per(1.0 * kFiberReads * state.iterations());
+}
+BENCHMARK(BM_FiberZeroNanosleep)->UseRealTime()->MinTime(0.5);
 
 void BM_HookedFcntlGetfd(benchmark::State& state) {
   DevZero zero;

@@ -40,6 +40,7 @@
 
 #include "io/real_calls.h"
 #include "test_support.h"
+#include "ticker.h"
 
 namespace weft {
 namespace {
@@ -109,23 +110,29 @@ struct HookedLoop {
   friend void PrintTo(const HookedLoop& loop, std::ostream* out) { *out << loop.name; }
 };
 
+// One-byte reads of `reader`, which `writer` refills when they have taken
+// everything; `fds` owns both.
+Step refilled_reads(const std::shared_ptr<Fds>& fds, int reader, int writer) {
+  auto left = std::make_shared<std::size_t>(0);
+  return [fds, reader, writer, left](int mark) {
+    if (*left == 0) {
+      refill(writer);
+      *left = kBlock;
+    }
+    --*left;
+    char byte = 0;
+    errno = mark;
+    return read(reader, &byte, 1) == 1 && byte == 'x' && errno == mark;
+  };
+}
+
 std::vector<HookedLoop> hooked_loops() {
   return {
       {"ReadOnAReadableSocket",
        [] {
          auto fds = std::make_shared<Fds>();
          const auto [reader, writer] = socket_pair(*fds);
-         auto left = std::make_shared<std::size_t>(0);
-         return Step([fds, reader, writer, left](int mark) {
-           if (*left == 0) {
-             refill(writer);
-             *left = kBlock;
-           }
-           --*left;
-           char byte = 0;
-           errno = mark;
-           return read(reader, &byte, 1) == 1 && byte == 'x' && errno == mark;
-         });
+         return refilled_reads(fds, reader, writer);
        }},
       {"RecvPeekOnAReadableSocket",
        [] {
@@ -145,17 +152,7 @@ std::vector<HookedLoop> hooked_loops() {
          if (pipe(p) != 0) fail("pipe");
          fds->add(p[0], "pipe");
          fds->add(p[1], "pipe");
-         auto left = std::make_shared<std::size_t>(0);
-         return Step([fds, reader = p[0], writer = p[1], left](int mark) {
-           if (*left == 0) {
-             refill(writer);
-             *left = kBlock;
-           }
-           --*left;
-           char byte = 0;
-           errno = mark;
-           return read(reader, &byte, 1) == 1 && byte == 'x' && errno == mark;
-         });
+         return refilled_reads(fds, p[0], p[1]);
        }},
       {"WriteWithRoomOnASocket",
        [] {
@@ -295,18 +292,7 @@ TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
   const int loops = 4 * static_cast<int>(workers);
   Scheduler sched(checkpoint_config(workers, kSlice));
   std::atomic<bool> stop{false};
-
-  std::atomic<std::int64_t> worst_late_ns{0};
-  std::atomic<int> ticks{0};
-  Fiber ticker = sched.spawn({.name = "ticker"}, [&] {
-    while (!stop.load(std::memory_order_relaxed) && ticks.load(std::memory_order_relaxed) < 100'000) {
-      const auto due = Clock::now() + 1ms;
-      this_fiber::sleep_for(1ms);
-      const std::int64_t late = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - due).count();
-      if (late > worst_late_ns.load(std::memory_order_relaxed)) worst_late_ns.store(late, std::memory_order_relaxed);
-      ticks.fetch_add(1, std::memory_order_relaxed);
-    }
-  });
+  test::Ticker ticker(sched);
 
   std::vector<std::atomic<std::uint64_t>> served(static_cast<std::size_t>(loops));
   std::atomic<std::uint64_t> wrong{0};
@@ -330,22 +316,14 @@ TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
       }
     }));
   }
-  // The control: a plain thread's 1 ms sleeps, late only by what the
-  // machine itself does to threads (tests/checkpoint_test.cpp).
-  std::int64_t control_late_ns = 0;
-  for (const auto end = Clock::now() + kRun; Clock::now() < end;) {
-    const auto due = Clock::now() + 1ms;
-    std::this_thread::sleep_for(1ms);
-    control_late_ns = std::max<std::int64_t>(
-        control_late_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - due).count());
-  }
+  const double control_ms = test::plain_thread_worst_late_ms(kRun);
   stop.store(true);
   std::uint64_t preempts = 0;
   for (Fiber& f : fibers) {
     f.join();
     preempts += f.counts().preempt;
   }
-  ticker.join();
+  ticker.stop();
 
   ASSERT_EQ(setup_failures.load(), 0);
   // 2.5 slices, as issue 15 asks, with a margin for this shared machine
@@ -354,14 +332,12 @@ TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
   // cores, a hog loop of this_fiber::checkpoint() in this test was once
   // 214 ms late. Without the checkpoints the lateness was the whole run
   // (1,000 ms), and the ticker ticked once or twice.
-  const double control_ms = static_cast<double>(control_late_ns) / 1e6;
   const double bound_ms = 2.5 * std::chrono::duration<double, std::milli>(kSlice).count() +
                           250.0 * static_cast<double>(test::kSlowdown) + 2 * control_ms;
-  EXPECT_LE(static_cast<double>(worst_late_ns.load()) / 1e6, bound_ms)
-      << loop.name << ": the ticker's worst lateness in ms, over " << ticks.load()
-      << " ticks (a plain thread's: " << control_ms << " ms)";
-  RecordProperty("worst_late_us", static_cast<int>(worst_late_ns.load() / 1000));
-  RecordProperty("ticks", ticks.load());
+  EXPECT_LE(ticker.worst_late_ms(), bound_ms) << loop.name << ": the ticker's worst lateness in ms, over "
+                                              << ticker.ticks() << " ticks (a plain thread's: " << control_ms << " ms)";
+  RecordProperty("worst_late_us", static_cast<int>(ticker.worst_late_ms() * 1000));
+  RecordProperty("ticks", ticker.ticks());
   EXPECT_GT(preempts, 0u) << loop.name << ": no loop fiber was ever preempted in its hooked calls";
   EXPECT_EQ(wrong.load(), 0u) << loop.name << ": calls with a wrong result or errno";
   int idle = 0;

@@ -126,6 +126,20 @@ Step refilled_reads(const std::shared_ptr<Fds>& fds, int reader, int writer) {
   };
 }
 
+// One-byte writes by `write_one(fd)` to a socket whose peer is drained
+// every kDrainEvery writes, so that each write has room.
+template <class WriteOne>
+Step drained_writes(WriteOne write_one) {
+  auto fds = std::make_shared<Fds>();
+  const auto [reader, writer] = socket_pair(*fds);
+  auto written = std::make_shared<int>(0);
+  return [fds, reader, writer, written, write_one](int mark) {
+    if (++*written % kDrainEvery == 0) drain(reader);
+    errno = mark;
+    return write_one(writer) == 1 && errno == mark;
+  };
+}
+
 std::vector<HookedLoop> hooked_loops() {
   return {
       {"ReadOnAReadableSocket",
@@ -154,28 +168,8 @@ std::vector<HookedLoop> hooked_loops() {
          fds->add(p[1], "pipe");
          return refilled_reads(fds, p[0], p[1]);
        }},
-      {"WriteWithRoomOnASocket",
-       [] {
-         auto fds = std::make_shared<Fds>();
-         const auto [reader, writer] = socket_pair(*fds);
-         auto written = std::make_shared<int>(0);
-         return Step([fds, reader, writer, written](int mark) {
-           if (++*written % kDrainEvery == 0) drain(reader);
-           errno = mark;
-           return write(writer, "x", 1) == 1 && errno == mark;
-         });
-       }},
-      {"SendWithRoomOnASocket",
-       [] {
-         auto fds = std::make_shared<Fds>();
-         const auto [reader, writer] = socket_pair(*fds);
-         auto written = std::make_shared<int>(0);
-         return Step([fds, reader, writer, written](int mark) {
-           if (++*written % kDrainEvery == 0) drain(reader);
-           errno = mark;
-           return send(writer, "x", 1, 0) == 1 && errno == mark;
-         });
-       }},
+      {"WriteWithRoomOnASocket", [] { return drained_writes([](int fd) { return write(fd, "x", 1); }); }},
+      {"SendWithRoomOnASocket", [] { return drained_writes([](int fd) { return send(fd, "x", 1, 0); }); }},
       {"PollOnAReadyFd",
        [] {
          auto fds = std::make_shared<Fds>();

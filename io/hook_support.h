@@ -102,8 +102,16 @@ class [[nodiscard]] ErrnoHome {
 // a write with room, a poll of a ready fd or a regular file shares its
 // worker. (A call that parked switched anyway; its request was cleared at
 // the switch, so the check finds none.) With nothing pending, anywhere,
-// this is the one relaxed load and branch of detail::checkpoint(), on a
-// plain thread too; the slow half is hook_checkpoint_slow().
+// this is the one relaxed load and branch of detail::checkpoint(); the
+// slow half is hook_checkpoint_slow().
+//
+// A hook returns libc's call before it makes one of these when
+// parking_enabled() is false (`if (!parking_enabled()) return real...;`):
+// off a fiber a checkpoint does nothing, and there the real function stays
+// a tail call. Code after it costs more than its load and branch: with the
+// checkpoint on that path, a plain thread's read() of /dev/zero took about
+// 20 ns more CPU time (hooks_bench, docs/benchmarks.md), most of it, as far
+// as can be seen, the extra return after a system call.
 //
 // Not held by the calls that only record fd state (socket, close, fcntl,
 // dup...): weft's own code makes those (a multiplexer's private epoll fd is

@@ -357,6 +357,7 @@ using namespace weft::detail;
 extern "C" {
 
 ssize_t read(int fd, void* buf, size_t n) {
+  if (!parking_enabled()) return real::read()(fd, buf, n);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd);
   if (state == nullptr) return real::read()(fd, buf, n);
@@ -369,6 +370,7 @@ ssize_t read(int fd, void* buf, size_t n) {
 }
 
 ssize_t readv(int fd, const iovec* iov, int count) {
+  if (!parking_enabled()) return real::readv()(fd, iov, count);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd);
   if (state == nullptr) return real::readv()(fd, iov, count);
@@ -385,6 +387,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
 }
 
 ssize_t write(int fd, const void* buf, size_t n) {
+  if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd);
   if (state == nullptr) return real::write()(fd, buf, n);
@@ -397,6 +400,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
 }
 
 ssize_t writev(int fd, const iovec* iov, int count) {
+  if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd);
   if (state == nullptr) return real::writev()(fd, iov, count);
@@ -413,6 +417,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
 }
 
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
+  if (!parking_enabled()) return real::recv()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recv()(fd, buf, n, flags);
@@ -420,6 +425,7 @@ ssize_t recv(int fd, void* buf, size_t n, int flags) {
 }
 
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
+  if (!parking_enabled()) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
@@ -427,6 +433,7 @@ ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+  if (!parking_enabled()) return real::recvmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
@@ -436,6 +443,7 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 }
 
 int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
+  if (!parking_enabled()) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
@@ -446,6 +454,7 @@ int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* tim
 }
 
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
+  if (!parking_enabled()) return real::send()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::send()(fd, buf, n, flags);
@@ -453,6 +462,7 @@ ssize_t send(int fd, const void* buf, size_t n, int flags) {
 }
 
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* addr, socklen_t addr_len) {
+  if (!parking_enabled()) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendto()(fd, buf, n, flags, addr, addr_len);
@@ -460,6 +470,7 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* add
 }
 
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  if (!parking_enabled()) return real::sendmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket || msg == nullptr) return real::sendmsg()(fd, msg, flags);
@@ -467,6 +478,7 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 }
 
 int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
+  if (!parking_enabled()) return real::sendmmsg()(fd, msgs, count, flags);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);

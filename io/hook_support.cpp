@@ -1,6 +1,7 @@
 #include "hook_support.h"
 
 #include "../sched/worker.h"
+#include "real_calls.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define WEFT_HOOKS_TSAN 1
@@ -90,6 +91,25 @@ ParkScope::~ParkScope() {
 
 [[gnu::noinline]] ErrnoHome::~ErrnoHome() {
   if (fiber_->hook_pin_releases != releases_ && &errno != home_) *home_ = errno;
+}
+
+void CheckpointOnReturn::hook_checkpoint_slow() noexcept {
+  // Only a fiber whose worker was asked (the count is process-wide), and
+  // not where the hooks pass everything through.
+  if (!parking_enabled()) return;
+  const Worker* worker = current_worker();
+  if (worker == nullptr || !worker->preempt_requested()) return;
+  // The hooks' pin, not this_fiber::pin()'s: if the worker's thread blocks
+  // in the kernel while this fiber waits in its queues, sysmon may release
+  // it as it releases a parked hook (Worker::release_hook_pinned), and then
+  // ErrnoHome takes errno to the thread the call was made on.
+  const ErrnoHome home;
+  const int saved = errno_value();
+  {
+    const ParkScope pin;
+    checkpoint_slow();
+  }
+  set_errno(saved);
 }
 
 int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark) noexcept {

@@ -8,6 +8,7 @@
 // WEFT_HOOKS=0 get exactly libc's behaviour.
 #pragma once
 
+#include <weft/detail/checkpoint.h>
 #include <weft/detail/park.h>
 #include <weft/this_fiber.h>
 
@@ -92,6 +93,47 @@ class [[nodiscard]] ErrnoHome {
   FiberControl* fiber_;
   int* home_;
   std::uint32_t releases_;
+};
+
+// The checkpoint of a hooked call (include/weft/detail/checkpoint.h):
+// every hook holds one for its whole body, so that its call, having been
+// made, lets a fiber that sysmon asked to yield do so before it returns,
+// also when the call did not park: a loop on a socket that always has data,
+// a write with room, a poll of a ready fd or a regular file shares its
+// worker. (A call that parked switched anyway; its request was cleared at
+// the switch, so the check finds none.) With nothing pending, anywhere,
+// this is the one relaxed load and branch of detail::checkpoint(); the
+// slow half is hook_checkpoint_slow().
+//
+// A hook returns libc's call before it makes one of these when
+// parking_enabled() is false (`if (!parking_enabled()) return real...;`):
+// off a fiber a checkpoint does nothing, and there the real function stays
+// a tail call. Code after it costs more than its load and branch: with the
+// checkpoint on that path, a plain thread's read() of /dev/zero took about
+// 20 ns more CPU time (hooks_bench, docs/benchmarks.md), most of it, as far
+// as can be seen, the extra return after a system call.
+//
+// Not held by the calls that only record fd state (socket, close, fcntl,
+// dup...): weft's own code makes those (a multiplexer's private epoll fd is
+// closed inside its ParkScope), and none of them waits.
+//
+// Rule for weft's own code: a call that must not yield (made with a lock
+// held, from the netpoller, from a signal handler) goes to the real
+// function (real::read() and so on, io/real_calls.h), not to the hook.
+class [[nodiscard]] CheckpointOnReturn {
+ public:
+  CheckpointOnReturn() = default;
+  ~CheckpointOnReturn() {
+    if (pending_preempt_requests.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      hook_checkpoint_slow();
+  }
+  CheckpointOnReturn(const CheckpointOnReturn&) = delete;
+  CheckpointOnReturn& operator=(const CheckpointOnReturn&) = delete;
+
+  // Yields if sysmon asked this fiber to, on the thread the call was made
+  // on and with errno as the call left it: the caller may hold errno's
+  // address, or a thread_local's, from before the call (ParkScope, point 1).
+  static void hook_checkpoint_slow() noexcept;
 };
 
 // A socket timeout in nanoseconds (0: none) as a deadline.

@@ -357,6 +357,8 @@ using namespace weft::detail;
 extern "C" {
 
 ssize_t read(int fd, void* buf, size_t n) {
+  if (!parking_enabled()) return real::read()(fd, buf, n);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd);
   if (state == nullptr) return real::read()(fd, buf, n);
   if (state->kind() == FdKind::socket) {
@@ -368,6 +370,8 @@ ssize_t read(int fd, void* buf, size_t n) {
 }
 
 ssize_t readv(int fd, const iovec* iov, int count) {
+  if (!parking_enabled()) return real::readv()(fd, iov, count);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd);
   if (state == nullptr) return real::readv()(fd, iov, count);
   if (state->kind() == FdKind::socket) {
@@ -383,6 +387,8 @@ ssize_t readv(int fd, const iovec* iov, int count) {
 }
 
 ssize_t write(int fd, const void* buf, size_t n) {
+  if (!parking_enabled()) return real::write()(fd, buf, n);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd);
   if (state == nullptr) return real::write()(fd, buf, n);
   if (state->kind() == FdKind::socket) {
@@ -394,6 +400,8 @@ ssize_t write(int fd, const void* buf, size_t n) {
 }
 
 ssize_t writev(int fd, const iovec* iov, int count) {
+  if (!parking_enabled()) return real::writev()(fd, iov, count);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd);
   if (state == nullptr) return real::writev()(fd, iov, count);
   if (state->kind() == FdKind::socket) {
@@ -409,18 +417,24 @@ ssize_t writev(int fd, const iovec* iov, int count) {
 }
 
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
+  if (!parking_enabled()) return real::recv()(fd, buf, n, flags);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recv()(fd, buf, n, flags);
   return receive(fd, *state, buf, n, flags, nullptr, nullptr);
 }
 
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
+  if (!parking_enabled()) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
   return receive(fd, *state, buf, n, flags, addr, addr_len);
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+  if (!parking_enabled()) return real::recvmsg()(fd, msg, flags);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
   // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
@@ -429,6 +443,8 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 }
 
 int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
+  if (!parking_enabled()) return real::recvmmsg()(fd, msgs, count, flags, timeout);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   // Parks for the first message; then returns what has arrived (as with
@@ -438,35 +454,52 @@ int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* tim
 }
 
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
+  if (!parking_enabled()) return real::send()(fd, buf, n, flags);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::send()(fd, buf, n, flags);
   return send_all(fd, *state, buf, n, flags, nullptr, 0);
 }
 
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* addr, socklen_t addr_len) {
+  if (!parking_enabled()) return real::sendto()(fd, buf, n, flags, addr, addr_len);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   return send_all(fd, *state, buf, n, flags, addr, addr_len);
 }
 
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  if (!parking_enabled()) return real::sendmsg()(fd, msg, flags);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket || msg == nullptr) return real::sendmsg()(fd, msg, flags);
   return sendmsg_all(fd, *state, msg, flags);
 }
 
 int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
+  if (!parking_enabled()) return real::sendmmsg()(fd, msgs, count, flags);
+  const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
   return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state),
                          [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });
 }
 
-int connect(int fd, const sockaddr* addr, socklen_t addr_len) { return connect_hooked(fd, addr, addr_len); }
+int connect(int fd, const sockaddr* addr, socklen_t addr_len) {
+  const CheckpointOnReturn at_return;
+  return connect_hooked(fd, addr, addr_len);
+}
 
-int accept(int fd, sockaddr* addr, socklen_t* addr_len) { return accept_hooked(fd, addr, addr_len, 0); }
+int accept(int fd, sockaddr* addr, socklen_t* addr_len) {
+  const CheckpointOnReturn at_return;
+  return accept_hooked(fd, addr, addr_len, 0);
+}
 
-int accept4(int fd, sockaddr* addr, socklen_t* addr_len, int flags) { return accept_hooked(fd, addr, addr_len, flags); }
+int accept4(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
+  const CheckpointOnReturn at_return;
+  return accept_hooked(fd, addr, addr_len, flags);
+}
 
 // The _FORTIFY_SOURCE entries a fortified caller links to instead: the
 // same check glibc makes, then the hook.

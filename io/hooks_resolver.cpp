@@ -84,7 +84,13 @@ using namespace weft::detail;
 
 extern "C" {
 
+// Checkpoints (CheckpointOnReturn), apart from the three that return a
+// static result: in a fiber they always park on the helper thread anyway,
+// and a yield after them would only widen the window in which another
+// fiber's call overwrites what they return.
 int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** result) {
+  if (!parking_enabled()) return real::getaddrinfo()(node, service, hints, result);
+  const CheckpointOnReturn at_return;
   if (!parking_enabled() || (is_address_literal(node) && is_port_number(service)))
     return real::getaddrinfo()(node, service, hints, result);
   return offloaded([&] { return real::getaddrinfo()(node, service, hints, result); });
@@ -92,6 +98,8 @@ int getaddrinfo(const char* node, const char* service, const addrinfo* hints, ad
 
 int getnameinfo(const sockaddr* addr, socklen_t addr_len, char* host, socklen_t host_len, char* service,
                 socklen_t service_len, int flags) {
+  if (!parking_enabled()) return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags);
+  const CheckpointOnReturn at_return;
   if (!parking_enabled() || only_formats(service, service_len, flags))
     return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags);
   return offloaded([&] { return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags); });
@@ -114,17 +122,23 @@ hostent* gethostbyaddr(const void* addr, socklen_t len, int type) {
 
 int gethostbyname_r(const char* name, hostent* host, char* buf, size_t buf_len, hostent** result, int* host_error) {
   if (!parking_enabled()) return real::gethostbyname_r()(name, host, buf, buf_len, result, host_error);
+  const CheckpointOnReturn at_return;
+  if (!parking_enabled()) return real::gethostbyname_r()(name, host, buf, buf_len, result, host_error);
   return offloaded([&] { return real::gethostbyname_r()(name, host, buf, buf_len, result, host_error); });
 }
 
 int gethostbyname2_r(const char* name, int family, hostent* host, char* buf, size_t buf_len, hostent** result,
                      int* host_error) {
   if (!parking_enabled()) return real::gethostbyname2_r()(name, family, host, buf, buf_len, result, host_error);
+  const CheckpointOnReturn at_return;
+  if (!parking_enabled()) return real::gethostbyname2_r()(name, family, host, buf, buf_len, result, host_error);
   return offloaded([&] { return real::gethostbyname2_r()(name, family, host, buf, buf_len, result, host_error); });
 }
 
 int gethostbyaddr_r(const void* addr, socklen_t len, int type, hostent* host, char* buf, size_t buf_len,
                     hostent** result, int* host_error) {
+  if (!parking_enabled()) return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error);
+  const CheckpointOnReturn at_return;
   if (!parking_enabled()) return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error);
   return offloaded([&] { return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error); });
 }

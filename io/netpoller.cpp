@@ -16,6 +16,7 @@
 #include "../sched/scheduler_core.h"
 #include "../sched/worker.h"
 #include "fd_records.h"
+#include "real_calls.h"
 
 namespace weft::detail {
 namespace {
@@ -47,7 +48,9 @@ bool poll_ready(int fd, FdDirection direction, int timeout_ms) {
   const short ready = static_cast<short>(
       direction == FdDirection::read ? POLLIN | POLLPRI | POLLRDHUP | POLLERR | POLLHUP : POLLOUT | POLLERR | POLLHUP);
   for (;;) {
-    const int n = ::poll(&entry, 1, timeout_ms);
+    // The real poll, not the hook: a hooked call is a checkpoint
+    // (io/hook_support.h), and this one is weft's own, inside a wait.
+    const int n = real::poll()(&entry, 1, timeout_ms);
     if (n < 0) {
       if (errno == EINTR && timeout_ms == 0) continue;
       if (errno == EINTR) return false;  // the caller recomputes its timeout
@@ -269,7 +272,9 @@ void Poller::wake() noexcept {
   if (wake_pending_.exchange(true, std::memory_order_seq_cst)) return;  // one in flight already
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t one = 1;
-  while (::write(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+  // The real write, not the hook, which is a checkpoint: wake() runs
+  // wherever a fiber is readied, a waker's SpinLock held (detail/park.h).
+  while (real::write()(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
   }
 }
 

@@ -241,9 +241,11 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
         // wait, do they move (a spare or an idle worker runs them): the
         // hook then writes the caller's errno on this thread
         // (io/hook_support.h, ErrnoHome), safe only while it stays asleep.
-        // The inbox first: it is one load, the system call a /proc read.
-        if (worker.inbox_waiting() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
-            kernel_call(worker.os_thread_id()) == SYS_futex && worker.release_hook_pinned() != 0) {
+        // A fiber preempted in a hooked call that did not park waits in
+        // the ring, pinned likewise. The queues first: two loads, the
+        // system call a /proc read.
+        if (worker.pinned_may_wait() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
+            kernel_call(worker.os_thread_id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
           core_.idle().notify_work();
           acted = true;
         }

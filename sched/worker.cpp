@@ -236,27 +236,48 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
   return moved;
 }
 
-std::size_t Worker::release_hook_pinned() noexcept {
-  // The owner drains the same stack by the same exchange: each fiber is
-  // taken by one of the two. A fiber in the inbox is not running, so its
-  // pin fields are ours until it is queued again.
-  FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);
+std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
   std::size_t released = 0;
+  // Pinned by hooks alone: the caller's cached &errno is this thread's,
+  // and ErrnoHome writes the result there (io/hook_support.h). A fiber
+  // taken from the inbox or the ring is not running, so its pin fields are
+  // ours until it is queued again.
+  const auto release = [&](FiberControl* fiber) {
+    const std::uint32_t pins = fiber->pin_count.load(std::memory_order_relaxed);
+    if (fiber->hook_pins == 0 || pins != fiber->hook_pins) return false;
+    fiber->pin_count.store(0, std::memory_order_relaxed);
+    fiber->hook_pins = 0;
+    ++fiber->hook_pin_releases;
+    count_pin(-1);
+    core_.push_global(fiber);
+    ++released;
+    return true;
+  };
+  // The owner drains the same stack by the same exchange: each fiber is
+  // taken by one of the two.
+  FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);
   while (stack != nullptr) {
     FiberControl* fiber = stack;
     stack = fiber->link;
-    const std::uint32_t pins = fiber->pin_count.load(std::memory_order_relaxed);
-    if (fiber->hook_pins != 0 && pins == fiber->hook_pins) {
-      // Pinned by hooks alone: the caller's cached &errno is this thread's,
-      // and ErrnoHome writes the result there (io/hook_support.h).
-      fiber->pin_count.store(0, std::memory_order_relaxed);
-      fiber->hook_pins = 0;
-      ++fiber->hook_pin_releases;
-      count_pin(-1);
-      core_.push_global(fiber);
-      ++released;
-    } else {
-      push_inbox(fiber);  // pinned by its own code (this_fiber::pin): it stays
+    if (!release(fiber)) push_inbox(fiber);  // pinned by its own code (this_fiber::pin): it stays
+  }
+  // The ring: a fiber preempted inside a hooked call that did not park
+  // waits there, pinned by the hook (its checkpoint, io/hook_support.h).
+  // Everything is taken, pinned or not, by the thief's side: the unpinned
+  // go to the global queue (as hand_off_queued would move them), the
+  // user-pinned to the inbox, which stays here.
+  auto owner = scratch.owner();
+  for (;;) {
+    const auto result = ring_.thief().steal_into(owner, [](RingEntry) { return true; });
+    if (result.taken == 0) break;
+    while (FiberControl* fiber = owner.pop().fiber()) {
+      if (release(fiber)) continue;
+      if (not_pinned(fiber)) {
+        core_.push_global(fiber);
+        ++released;
+      } else {
+        push_inbox(fiber);
+      }
     }
   }
   if (released != 0) bump(counters_.handoffs, released);

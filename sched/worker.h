@@ -147,13 +147,18 @@ class Worker {
   // how many fibers moved.
   std::size_t hand_off_queued(RunQueue<RingEntry>& scratch) noexcept;
   // For a worker whose thread is blocked in the kernel: the fibers in its
-  // inbox that only a libc hook's park pins here go to the global queue,
-  // their pins released (a std::mutex held across a hooked read must not
-  // deadlock the workers waiting for it; io/hook_support.h). Returns how
-  // many moved.
-  std::size_t release_hook_pinned() noexcept;
-  // Whether fibers pinned here wait in the inbox (cheap: one load).
-  bool inbox_waiting() const noexcept { return inbox_.load(std::memory_order_relaxed) != nullptr; }
+  // inbox and its ring that only a libc hook pins here (parked, or
+  // preempted at the hook's checkpoint) go to the global queue, their pins
+  // released (a std::mutex held across a hooked read must not deadlock the
+  // workers waiting for it; io/hook_support.h); the ring's other fibers go
+  // where hand_off_queued would put them (the user-pinned to the inbox),
+  // through `scratch`. Returns how many moved.
+  std::size_t release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept;
+  // Whether fibers pinned here may wait in the inbox or the ring (cheap:
+  // two loads).
+  bool pinned_may_wait() const noexcept {
+    return inbox_.load(std::memory_order_relaxed) != nullptr || ring_.size() != 0;
+  }
 
   // --- spares (sysmon's thread) ----------------------------------------
   bool is_spare() const noexcept { return spare_; }

@@ -39,6 +39,7 @@
 #include "dump_text.h"
 #include "introspect/dump_protocol.h"
 #include "sched/run_latency.h"
+#include "socket_pair.h"
 #include "test_support.h"
 
 namespace weft {
@@ -83,6 +84,22 @@ void apply_env(const EnvChanges& env) {
   }
 }
 
+// Waits for `pid` to exit, killing it if that takes longer than
+// kChildReadyTimeout; its exit code, or 128 + the signal that ended it.
+int wait_bounded(pid_t pid) {
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + kChildReadyTimeout;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 // Runs weft-dump with `args`; its output goes through files, so that a
 // large dump cannot fill a pipe while we wait for the exit.
 CliResult run_cli(const std::vector<std::string>& args, const EnvChanges& env = {}) {
@@ -101,19 +118,9 @@ CliResult run_cli(const std::vector<std::string>& args, const EnvChanges& env = 
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  // Bounded: weft-dump's own timeouts end it long before this.
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + kChildReadyTimeout;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
   CliResult result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  // Bounded: weft-dump's own timeouts end it long before this.
+  result.exit_code = wait_bounded(pid);
   result.out = read_file(out_path);
   result.err = read_file(err_path);
   ::close(out_fd);
@@ -123,133 +130,13 @@ CliResult run_cli(const std::vector<std::string>& args, const EnvChanges& env = 
   return result;
 }
 
-// A child process started with its stdin and stdout on pipes.
-class Child {
+// What Child and ForkedChild share: a forked process with a pipe each way,
+// its lines read with a deadline, and a kill on the way out.
+class ChildProcess {
  public:
-  // `dump_off` sets WEFT_DUMP=0; `uid`, if set, is the child's user.
-  explicit Child(const std::vector<std::string>& argv, bool dump_off = false, const EnvChanges& env = {}) {
-    ::signal(SIGPIPE, SIG_IGN);  // a child that died early fails the test, not the test binary
-    int in[2], out[2];
-    EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
-    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(in[0], 0);
-      ::dup2(out[1], 1);
-      if (dump_off) ::setenv("WEFT_DUMP", "0", 1);
-      apply_env(env);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execvp(args[0], args.data());
-      ::_exit(127);
-    }
-    ::close(in[0]);
-    ::close(out[1]);
-    stdin_ = in[1];
-    stdout_ = out[0];
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    ::close(stdin_);
-    ::close(stdout_);
-  }
-
-  pid_t pid() const { return pid_; }
-
-  // The child's first line, or "" if none came in time.
-  std::string read_line() {
-    std::string line;
-    const auto deadline = std::chrono::steady_clock::now() + kChildReadyTimeout;
-    char c;
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{stdout_, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      if (::read(stdout_, &c, 1) != 1) break;
-      if (c == '\n') return line;
-      line += c;
-    }
-    return line;
-  }
-
-  // Lets the child finish (dump_child waits for a line) and returns its
-  // exit status.
-  int finish() {
-    EXPECT_EQ(::write(stdin_, "\n", 1), 1);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  pid_t pid_ = -1;
-  int stdin_ = -1;
-  int stdout_ = -1;
-};
-
-// A copy of this test process, forked without exec (so it needs nothing
-// from the file system: the build tree may be closed to `uid`), running
-// `body` as `uid` if given, with lines to and from the test. `body`'s
-// result is the child's last line; the child ends with _exit(), or with
-// std::exit() (atexit handlers run) if `exit_normally`.
-class ForkedChild {
- public:
-  struct Channel {
-    int in, out;
-    void say(const std::string& line) const {
-      const std::string text = line + "\n";
-      EXPECT_EQ(::write(out, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-    }
-    // Blocks until the test sends a line (or goes away).
-    void wait() const {
-      char c;
-      while (::read(in, &c, 1) == 1 && c != '\n') {
-      }
-    }
-  };
-  using Body = std::function<std::string(const Channel&)>;
-
-  explicit ForkedChild(Body body, std::optional<uid_t> uid = {}, const EnvChanges& env = {},
-                       bool exit_normally = false) {
-    int in[2], out[2];
-    EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
-    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::close(in[1]);
-      ::close(out[0]);
-      apply_env(env);
-      if (uid && (::setgroups(0, nullptr) != 0 || ::setgid(*uid) != 0 || ::setuid(*uid) != 0)) {
-        Channel{in[0], out[1]}.say("cannot become uid " + std::to_string(*uid));
-        ::_exit(126);
-      }
-      // As a process the user started (exec makes it dumpable again):
-      // setuid() made /proc/<pid>/fd root's, which weft-dump reads.
-      if (uid) ::prctl(PR_SET_DUMPABLE, 1);
-      std::string result;
-      try {
-        result = body(Channel{in[0], out[1]});
-      } catch (const std::exception& e) {
-        result = std::string("exception: ") + e.what();
-      }
-      Channel{in[0], out[1]}.say(result);
-      if (exit_normally) std::exit(0);
-      ::_exit(0);
-    }
-    ::close(in[0]);
-    ::close(out[1]);
-    to_child_ = in[1];
-    from_child_ = out[0];
-  }
-  ForkedChild(const ForkedChild&) = delete;
-  ForkedChild& operator=(const ForkedChild&) = delete;
-  ~ForkedChild() {
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
@@ -274,29 +161,124 @@ class ForkedChild {
     }
     return line;
   }
-  // Lets a waiting child go on.
-  void release() { EXPECT_EQ(::write(to_child_, "\n", 1), 1); }
-  // Its last line and exit status; kills it if it takes too long.
-  std::pair<std::string, int> finish() {
-    std::string last = read_line();
-    int status = 0;
-    const auto deadline = std::chrono::steady_clock::now() + kChildReadyTimeout;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(5ms);
+
+ protected:
+  // Forks; the child runs `in_child(from_test, to_test)` (the ends of the
+  // two pipes it keeps), which must not return. `ignore_sigpipe`: a child
+  // that died early fails the test, not the test binary.
+  template <class InChild>
+  ChildProcess(InChild&& in_child, bool ignore_sigpipe) {
+    if (ignore_sigpipe) ::signal(SIGPIPE, SIG_IGN);
+    int in[2], out[2];
+    EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(in[1]);
+      ::close(out[0]);
+      in_child(in[0], out[1]);
+      ::_exit(127);
     }
+    ::close(in[0]);
+    ::close(out[1]);
+    to_child_ = in[1];
+    from_child_ = out[0];
+  }
+
+  // Sends the child an empty line.
+  void send_newline() { EXPECT_EQ(::write(to_child_, "\n", 1), 1); }
+  // Its exit code (wait_bounded); the process is gone afterwards.
+  int wait_exit() {
+    const int code = wait_bounded(pid_);
     pid_ = -1;
-    return {last, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)};
+    return code;
   }
 
  private:
   pid_t pid_ = -1;
   int to_child_ = -1;
   int from_child_ = -1;
+};
+
+// A child process started with its stdin and stdout on pipes.
+class Child : public ChildProcess {
+ public:
+  // `dump_off` sets WEFT_DUMP=0; `env` changes the child's environment.
+  explicit Child(const std::vector<std::string>& argv, bool dump_off = false, const EnvChanges& env = {})
+      : ChildProcess(
+            [&](int from_test, int to_test) {
+              ::dup2(from_test, 0);
+              ::dup2(to_test, 1);
+              if (dump_off) ::setenv("WEFT_DUMP", "0", 1);
+              apply_env(env);
+              std::vector<char*> args;
+              for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+              args.push_back(nullptr);
+              ::execvp(args[0], args.data());
+            },
+            /*ignore_sigpipe=*/true) {}
+
+  // Lets the child finish (dump_child waits for a line) and returns its
+  // exit status.
+  int finish() {
+    send_newline();
+    return wait_exit();
+  }
+};
+
+// A copy of this test process, forked without exec (so it needs nothing
+// from the file system: the build tree may be closed to `uid`), running
+// `body` as `uid` if given, with lines to and from the test. `body`'s
+// result is the child's last line; the child ends with _exit(), or with
+// std::exit() (atexit handlers run) if `exit_normally`.
+class ForkedChild : public ChildProcess {
+ public:
+  struct Channel {
+    int in, out;
+    void say(const std::string& line) const {
+      const std::string text = line + "\n";
+      EXPECT_EQ(::write(out, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    }
+    // Blocks until the test sends a line (or goes away).
+    void wait() const {
+      char c;
+      while (::read(in, &c, 1) == 1 && c != '\n') {
+      }
+    }
+  };
+  using Body = std::function<std::string(const Channel&)>;
+
+  explicit ForkedChild(Body body, std::optional<uid_t> uid = {}, const EnvChanges& env = {}, bool exit_normally = false)
+      : ChildProcess(
+            [&](int from_test, int to_test) {
+              const Channel channel{from_test, to_test};
+              apply_env(env);
+              if (uid && (::setgroups(0, nullptr) != 0 || ::setgid(*uid) != 0 || ::setuid(*uid) != 0)) {
+                channel.say("cannot become uid " + std::to_string(*uid));
+                ::_exit(126);
+              }
+              // As a process the user started (exec makes it dumpable again):
+              // setuid() made /proc/<pid>/fd root's, which weft-dump reads.
+              if (uid) ::prctl(PR_SET_DUMPABLE, 1);
+              std::string result;
+              try {
+                result = body(channel);
+              } catch (const std::exception& e) {
+                result = std::string("exception: ") + e.what();
+              }
+              channel.say(result);
+              if (exit_normally) std::exit(0);
+              ::_exit(0);
+            },
+            /*ignore_sigpipe=*/false) {}
+
+  // Lets a waiting child go on.
+  void release() { send_newline(); }
+  // Its last line and exit status; kills it if it takes too long.
+  std::pair<std::string, int> finish() {
+    std::string last = read_line();
+    return {last, wait_exit()};
+  }
 };
 
 // A strict left-to-right matcher for the CLI's lines, in place of
@@ -404,10 +386,14 @@ bool text_shows_all_parked(const std::string& text) {
          text.find("(lock) for") != std::string::npos;
 }
 
-class DumpOfChild : public ::testing::Test {
+// A fixture's child: one of this test's programs, started in SetUp, which
+// says "ready" when its fibers are in place and must exit with 0 when the
+// test lets it finish.
+class ReadyChildTest : public ::testing::Test {
  protected:
+  explicit ReadyChildTest(const char* program) : program_(program) {}
   void SetUp() override {
-    child_ = std::make_unique<Child>(std::vector<std::string>{WEFT_DUMP_CHILD});
+    child_ = std::make_unique<Child>(std::vector<std::string>{program_});
     ASSERT_EQ(child_->read_line(), "ready");
   }
   void TearDown() override {
@@ -416,7 +402,13 @@ class DumpOfChild : public ::testing::Test {
     }
   }
   std::string pid() const { return std::to_string(child_->pid()); }
+  const char* program_;
   std::unique_ptr<Child> child_;
+};
+
+class DumpOfChild : public ReadyChildTest {
+ protected:
+  DumpOfChild() : ReadyChildTest(WEFT_DUMP_CHILD) {}
 };
 
 TEST_F(DumpOfChild, TextShowsEveryFiberInWispShapeWithItsWait) {
@@ -1206,36 +1198,21 @@ TEST(Dump, SchedulingLatencyIsSampledPerIntervalAndPerFiber) {
 }
 
 TEST(Dump, ShowsAFiberParkedOnASocketAndThePoller) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  sockaddr_in local{};
-  length = sizeof(local);
-  ASSERT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&local), &length), 0);
-  const int server = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-  ASSERT_GE(server, 0);
+  const test::LoopbackTcpPair tcp;
+  const int client = tcp.client;
+  ASSERT_GE(tcp.server, 0);
 
   Scheduler sched{test::config_with(2)};
   Fiber reader = sched.spawn({.name = "socket-reader"}, [&] { EXPECT_TRUE(io::wait_readable(client)); });
   const auto until = std::chrono::steady_clock::now() + 20s;
   while (sched.snapshot().poller.io_waiters == 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(1ms);
-  const std::string fd_line = "waiting on fd " + std::to_string(client) +
-                              " (readable) 127.0.0.1:" + std::to_string(ntohs(local.sin_port)) +
-                              " -> 127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + " for ";
+  const std::string fd_line =
+      "waiting on fd " + std::to_string(client) + " (readable) " + tcp.client_description() + " for ";
   const auto answer = tools::request_dump(::getpid(), "dump", 30s);
   const std::string text = tools::render_dump_text(answer.snapshot);
-  ASSERT_EQ(::write(server, "x", 1), 1);
+  ASSERT_EQ(::write(tcp.server, "x", 1), 1);
   reader.join();
-  for (int fd : {client, server, listener}) ::close(fd);
 
   EXPECT_NE(text.find(fd_line), std::string::npos) << text;
   EXPECT_NE(text.find("\n  Poller: "), std::string::npos) << text;
@@ -1248,9 +1225,7 @@ TEST(Dump, ShowsAFiberParkedOnASocketAndThePoller) {
   EXPECT_EQ(fiber["wait"]["kind"].get<std::string>(), "fd");
   EXPECT_EQ(fiber["wait"]["operation"].get<std::string>(), "readable");
   EXPECT_EQ(fiber["wait"]["fd"].get<int>(), client);
-  EXPECT_EQ(fiber["wait"]["fd_info"].get<std::string>(),
-            "127.0.0.1:" + std::to_string(ntohs(local.sin_port)) +
-                " -> 127.0.0.1:" + std::to_string(ntohs(address.sin_port)));
+  EXPECT_EQ(fiber["wait"]["fd_info"].get<std::string>(), tcp.client_description());
 }
 
 // A worker blocked in a raw read: the dump names the call and the fd, in
@@ -1299,19 +1274,9 @@ namespace {
 
 // weft::Pool in the dump: text, JSON, --list and --top show each pool's
 // name, mode, size, counters and latencies (tests/pool_dump_child.cpp).
-class DumpOfPools : public ::testing::Test {
+class DumpOfPools : public ReadyChildTest {
  protected:
-  void SetUp() override {
-    child_ = std::make_unique<Child>(std::vector<std::string>{WEFT_POOL_DUMP_CHILD});
-    ASSERT_EQ(child_->read_line(), "ready");
-  }
-  void TearDown() override {
-    if (child_) {
-      EXPECT_EQ(child_->finish(), 0);
-    }
-  }
-  std::string pid() const { return std::to_string(child_->pid()); }
-  std::unique_ptr<Child> child_;
+  DumpOfPools() : ReadyChildTest(WEFT_POOL_DUMP_CHILD) {}
 };
 
 TEST_F(DumpOfPools, TextAndJsonShowEveryPool) {

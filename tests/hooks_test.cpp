@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "socket_pair.h"
 #include "test_support.h"
 
 namespace weft {
@@ -71,22 +72,7 @@ void set_timeout(int fd, int option, std::chrono::milliseconds timeout) {
   ASSERT_EQ(setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv)), 0);
 }
 
-// A TCP listener on 127.0.0.1 and a free port.
-struct Listener {
-  int fd = -1;
-  sockaddr_in addr{};
-  Listener() {
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
-    EXPECT_EQ(listen(fd, 128), 0);
-    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  }
-  ~Listener() { close(fd); }
-  const sockaddr* address() const { return reinterpret_cast<const sockaddr*>(&addr); }
-};
+using Listener = test::LoopbackListener;
 
 // --- sleeps -----------------------------------------------------------------
 

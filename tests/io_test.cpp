@@ -22,6 +22,7 @@
 
 #include "io/fd_records.h"
 #include "io/netpoller.h"
+#include "socket_pair.h"
 #include "sync_support.h"
 
 namespace weft {
@@ -415,30 +416,16 @@ TEST_P(IoWorkersTest, FibersParkedOnIoDoNotSpinAnIdleScheduler) {
 }
 
 TEST_P(IoWorkersTest, TheSnapshotSaysWhatAFiberWaitsFor) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  sockaddr_in local{};
-  length = sizeof(local);
-  ASSERT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&local), &length), 0);
-  const int server = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-  ASSERT_GE(server, 0);
+  const test::LoopbackTcpPair tcp;
+  const int client = tcp.client;
+  ASSERT_GE(tcp.server, 0);
   FdPair pipe = make_pipe();
 
   Fiber on_socket = sched().spawn({.name = "on-socket"}, [&] { EXPECT_TRUE(io::wait_readable(client)); });
   Fiber on_pipe = sched().spawn({.name = "on-pipe"}, [&] { EXPECT_TRUE(io::wait_readable(pipe.reader)); });
   ASSERT_TRUE(wait_for_io_waiters(sched(), 2));
   const SchedulerSnapshot snap = sched().snapshot();
-  const std::string expected =
-      "127.0.0.1:" + std::to_string(ntohs(local.sin_port)) + " -> 127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  const std::string expected = tcp.client_description();
   int seen = 0;
   for (const FiberSnapshot& f : snap.fibers) {
     if (f.name == "on-socket") {
@@ -456,14 +443,12 @@ TEST_P(IoWorkersTest, TheSnapshotSaysWhatAFiberWaitsFor) {
   EXPECT_EQ(seen, 2);
   EXPECT_EQ(snap.poller.io_waiters, 2u);
   EXPECT_GE(snap.poller.fds_registered, 2u);
-  ASSERT_EQ(::write(server, "x", 1), 1);
+  ASSERT_EQ(::write(tcp.server, "x", 1), 1);
   write_byte(pipe.writer);
   on_socket.join();
   on_pipe.join();
-  for (int fd : {client, server, listener}) {
-    detail::fd_closing(fd);
-    ::close(fd);
-  }
+  // The pair closes them on the way out.
+  for (int fd : {client, tcp.server, tcp.listener.fd}) detail::fd_closing(fd);
 }
 
 TEST(Io, TwoSchedulersWaitOnOneFdAndBothSeeReadinessAndTheClose) {

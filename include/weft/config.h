@@ -73,7 +73,9 @@ struct Config {
   bool dump = true;
   // Cooperative preemption (docs/sysmon.md): a fiber that has run longer
   // than time_slice without a switch yields at its next checkpoint (any
-  // weft call, or weft::this_fiber::checkpoint()).
+  // weft call, a hooked libc call such as read() or poll() also when it
+  // does not block, or weft::this_fiber::checkpoint(); docs/sync.md lists
+  // them).
   bool preemption = true;
   std::chrono::microseconds time_slice{10'000};
   // Off by default; see StuckWorker.

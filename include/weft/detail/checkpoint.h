@@ -1,7 +1,9 @@
 // The checkpoint: where a fiber that sysmon asked to yield (it has run
 // longer than Config::time_slice, docs/sysmon.md) does so. Every weft call
-// that does not wait is one (docs/sync.md lists them); a call that parks
-// needs none, since it switches anyway.
+// that does not wait is one (docs/sync.md lists them), and so is every
+// hooked libc call (io/hook_support.h, CheckpointOnReturn, which adds a pin
+// around the yield); a call that parks needs none, since it switches
+// anyway.
 //
 // The fast path is inline and reads no thread_local: one relaxed load of a
 // process-wide count of pending requests, which sysmon writes at most once

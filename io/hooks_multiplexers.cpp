@@ -48,9 +48,32 @@ Clock::time_point deadline_after_timespec(const timespec* timeout) {
   return deadline_after(std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec));
 }
 
+// What `fds` watch: how many distinct (fd, events) entries, and the last
+// of them. One entry in one direction is waited for on its fd itself.
+struct Watched {
+  nfds_t entries = 0;
+  const pollfd* only = nullptr;
+  bool one_direction() const noexcept {
+    return entries == 1 && bool(only->events & in_events) != bool(only->events & out_events);
+  }
+  FdDirection direction() const noexcept { return only->events & in_events ? FdDirection::read : FdDirection::write; }
+};
+
+Watched watched_in(const pollfd* fds, nfds_t count) noexcept {
+  Watched watched;
+  for (nfds_t i = 0; i < count; ++i) {
+    if (fds[i].fd < 0) continue;
+    if (watched.only == nullptr || watched.only->fd != fds[i].fd || watched.only->events != fds[i].events)
+      ++watched.entries;
+    watched.only = &fds[i];
+  }
+  return watched;
+}
+
 // Parks until one of `fds` may be ready, or the deadline. 0 when woken,
-// else an errno (EAGAIN: the deadline passed).
-int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline) {
+// else an errno (EAGAIN: the deadline passed). `mark`: for one fd in one
+// direction, its fd_wait_mark() from before the probe that found nothing.
+int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, const FdWaitMark& mark) {
   // All of it in one ParkScope, the private epoll fd's close() included:
   // that close tells the netpoller (fd_closing takes the fd's record lock),
   // and under ThreadSanitizer this code runs inside its poll/select/
@@ -60,21 +83,12 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline) {
   // /proc reads), and then hung symbolizing the report, whose own close()
   // came back through this hook into fd_closing (io/hook_support.h).
   const ParkScope park;
-  const pollfd* only = nullptr;
-  nfds_t watched = 0;
-  for (nfds_t i = 0; i < count; ++i) {
-    if (fds[i].fd < 0) continue;
-    if (only == nullptr || only->fd != fds[i].fd || only->events != fds[i].events) ++watched;
-    only = &fds[i];
-  }
-  if (watched == 0) {
+  const Watched watched = watched_in(fds, count);
+  if (watched.entries == 0) {
     sleep_parked(deadline);
     return EAGAIN;
   }
-  if (watched == 1) {
-    const bool in = only->events & in_events, out = only->events & out_events;
-    if (in != out) return wait_for_fd(only->fd, in ? FdDirection::read : FdDirection::write, deadline);
-  }
+  if (watched.one_direction()) return wait_for_fd(watched.only->fd, watched.direction(), deadline, &mark);
   const int saved = errno_value();
   const int epfd = epoll_create1(EPOLL_CLOEXEC);
   if (epfd < 0) return errno_value();
@@ -103,13 +117,31 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline) {
   return result;
 }
 
-// The common loop: `probe()` is the zero-timeout kernel call.
+// The common loop: `probe()` is the zero-timeout kernel call, made first
+// unless the caller's own probe found nothing already (`probed`), and
+// after every wake. For one fd in one direction the mark taken before a
+// probe spares the wait after it its own poll(fd, 0), as attempt_or_park's
+// does (io/hooks_io_calls.cpp): a wait that parks costs one zero-timeout
+// call before it and one after, not three. A mark is only good if taken
+// before the probe (an edge between the two would be lost), so the wait
+// after a caller's probe has none.
 template <class Probe>
-int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, Probe&& probe) {
+int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, bool probed, Probe&& probe) {
   const ErrnoHome home;
   const int saved = errno_value();
+  const Watched watched = watched_in(fds, count);
+  const auto mark_now = [&] {
+    return watched.one_direction() ? fd_wait_mark(watched.only->fd, watched.direction()) : FdWaitMark{};
+  };
+  FdWaitMark mark{};
+  if (!probed) {
+    mark = mark_now();
+    const int ready = probe();
+    if (ready != 0) return ready;
+  }
   for (;;) {
-    const int failed = wait_for_any(fds, count, deadline);
+    const int failed = wait_for_any(fds, count, deadline, mark);
+    mark = mark_now();
     const int ready = probe();
     if (ready != 0) return ready;
     if (failed == EAGAIN && Clock::now() >= deadline) {
@@ -128,11 +160,7 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
     static const timespec zero{0, 0};
     return with_mask ? real::ppoll()(fds, count, &zero, mask) : real::poll()(fds, count, 0);
   };
-  if (count > 0) {
-    const int ready = probe();
-    if (ready != 0) return ready;
-  }
-  return poll_parked(fds, count, deadline, probe);
+  return poll_parked(fds, count, deadline, /*probed=*/count == 0, probe);  // no fds: a sleep, nothing to probe
 }
 
 // select's fd sets as pollfds, for wait_for_any.
@@ -162,20 +190,22 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
     timeval zero_tv{0, 0};
     return with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
   };
+  // Probed before the fd sets become pollfds: a ready select allocates
+  // nothing.
   const int ready = probe();
   if (ready != 0) return ready;
   const std::vector<pollfd> fds = as_pollfds(nfds, r ? &r0 : nullptr, w ? &w0 : nullptr, e ? &e0 : nullptr);
-  return poll_parked(fds.data(), fds.size(), deadline, probe);
+  return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, probe);
 }
 
 // epoll_wait, epoll_pwait and epoll_pwait2: `probe()` is the zero-timeout
 // call of the same function.
 template <class Probe>
 int epoll_hooked(int epfd, Clock::time_point deadline, Probe&& probe) {
-  const int ready = probe();
-  if (ready != 0) return ready;  // events, or an error (EBADF, EINVAL) as the kernel gives it
+  // The first probe returns events, or an error (EBADF, EINVAL) as the
+  // kernel gives it.
   const pollfd self{epfd, POLLIN, 0};
-  return poll_parked(&self, 1, deadline, probe);
+  return poll_parked(&self, 1, deadline, /*probed=*/false, probe);
 }
 
 void remaining_into(timeval* timeout, Clock::time_point deadline) {

@@ -514,6 +514,55 @@ TEST(HooksPoll, PollOnSeveralFdsParksUntilOneIsReady) {
   EXPECT_EQ(fds[3].revents, POLLIN);
 }
 
+// cpp-httplib's wait: poll on one fd, then the read. The probe before the
+// park takes the fd's mark, and the park trusts it instead of polling
+// again (io/hooks_multiplexers.cpp): a write landing between the probe and
+// the park must still wake the poller. A lost wake-up shows as a poll
+// that returns 0 after its 5 s, never as a hang.
+TEST(HooksPoll, PollOnOneFdPingPongLosesNoWakeUp) {
+  Config config = test::config_with(2);
+  config.spare_workers = 0;
+  Scheduler sched(config);
+  constexpr int kPairs = 4;
+  constexpr int kRounds = 1000;
+  std::vector<std::unique_ptr<SocketPair>> pairs;
+  for (int i = 0; i < kPairs; ++i) pairs.push_back(std::make_unique<SocketPair>());
+  // Polls one fd for input, then reads the byte: false on a timeout, an
+  // error or anything but POLLIN.
+  const auto poll_then_read = [](int fd, char& in) {
+    pollfd one{fd, POLLIN, 0};
+    return poll(&one, 1, 5000) == 1 && one.revents == POLLIN && read(fd, &in, 1) == 1;
+  };
+  std::atomic<int> rounds{0}, failures{0};
+  std::vector<Fiber> fibers;
+  for (auto& pair : pairs) {
+    const int a = pair->a(), b = pair->b();
+    fibers.push_back(sched.spawn([a, &rounds, &failures, poll_then_read] {
+      for (int i = 0; i < kRounds; ++i) {
+        const char out = static_cast<char>(i);
+        char in = 0;
+        if (write(a, &out, 1) != 1 || !poll_then_read(a, in) || in != out) {
+          ++failures;
+          return;
+        }
+        ++rounds;
+      }
+    }));
+    fibers.push_back(sched.spawn([b, &failures, poll_then_read] {
+      for (int i = 0; i < kRounds; ++i) {
+        char c = 0;
+        if (!poll_then_read(b, c) || write(b, &c, 1) != 1) {
+          ++failures;
+          return;
+        }
+      }
+    }));
+  }
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(rounds.load(), kPairs * kRounds);
+}
+
 TEST(HooksPoll, PollTimesOutWithZero) {
   Scheduler sched = one_worker();
   SocketPair p1, p2;

@@ -66,18 +66,7 @@ std::string describe(std::exception_ptr error) {
 
 }  // namespace
 
-PoolCore::PoolCore(PoolOptions options) : options_(checked(std::move(options))), scheduler_(scheduler_for(options_)) {
-  try {
-    start_runners();
-  } catch (...) {
-    // A thread or a stack could not be had: stop the runners already going,
-    // which would otherwise outlive the pool.
-    queue_.close();
-    for (std::thread& t : threads_) t.join();
-    for (Fiber& f : fibers_) f.join();
-    throw;
-  }
-}
+PoolCore::PoolCore(PoolOptions options) : options_(checked(std::move(options))), scheduler_(scheduler_for(options_)) {}
 
 PoolCore::~PoolCore() {
   // The destructor cannot throw: misuse from the pool's own task ends here.
@@ -89,29 +78,37 @@ PoolCore::~PoolCore() {
   }
 }
 
-void PoolCore::start_runners() {
-  if (on_fibers()) {
-    fibers_.reserve(options_.threads);
-    for (unsigned i = 0; i < options_.threads; ++i) {
-      const std::string name = options_.name + "-" + std::to_string(i);
-      fibers_.push_back(scheduler_->spawn(SpawnOptions{.name = name, .stack_size = options_.stack_size}, [this] {
-        fiber_local_set(runner_slot(), this, [](void*) {});
-        run_tasks();
-      }));
-    }
-    return;
+bool PoolCore::claim_idle_runner() noexcept {
+  std::int64_t idle = idle_runners_.load(std::memory_order_relaxed);
+  while (idle > 0) {
+    if (idle_runners_.compare_exchange_weak(idle, idle - 1, std::memory_order_relaxed)) return true;
   }
-  threads_.reserve(options_.threads);
-  for (unsigned i = 0; i < options_.threads; ++i) {
+  return false;
+}
+
+void PoolCore::start_runner() {
+  std::lock_guard guard(runners_lock_);
+  start_runner_locked();
+}
+
+void PoolCore::start_runner_locked() {
+  if (started_ >= options_.threads) return;
+  const std::string name = options_.name + "-" + std::to_string(started_);
+  if (on_fibers()) {
+    fibers_.push_back(scheduler_->spawn(SpawnOptions{.name = name, .stack_size = options_.stack_size}, [this] {
+      fiber_local_set(runner_slot(), this, [](void*) {});
+      run_tasks();
+    }));
+  } else {
     threads_.emplace_back([this] {
       thread_runner_of = this;
       run_tasks();
     });
     // The kernel keeps 15 bytes of a thread's name: the pool's name first,
     // so that top and gdb show which pool a thread is from.
-    const std::string name = (options_.name + "-" + std::to_string(i)).substr(0, 15);
-    pthread_setname_np(threads_.back().native_handle(), name.c_str());
+    pthread_setname_np(threads_.back().native_handle(), name.substr(0, 15).c_str());
   }
+  ++started_;
 }
 
 void PoolCore::run_tasks() noexcept {
@@ -140,6 +137,10 @@ void PoolCore::run_one(Queued& item) noexcept {
   // promises they are gone.
   item.task = Task();
   run_times_.record(Clock::now() - started);
+  // Idle from here (on its way back to take()): the next enqueue may count
+  // on this runner. Before the task counts as done, so that a caller whose
+  // wait() has returned finds it idle and starts no other.
+  idle_runners_.fetch_add(1, std::memory_order_relaxed);
   running_.fetch_sub(1, std::memory_order_relaxed);
   completed_.fetch_add(1, std::memory_order_relaxed);
   pending_.done();
@@ -160,16 +161,26 @@ void PoolCore::report(std::exception_ptr error) noexcept {
 }
 
 void PoolCore::enqueue(Task task) {
+  if (queue_.closed()) throw_closed();
+  // A runner first, so that a failure to start one queues nothing.
+  const bool claimed = claim_idle_runner();
+  if (!claimed) start_runner();
   pending_.add(1);
   try {
     queue_.put(Queued{std::move(task), Clock::now()});
   } catch (const QueueClosed&) {
     pending_.done();
-    throw std::logic_error("weft::Pool '" + options_.name + "': post()/submit() after shutdown()");
+    if (claimed) idle_runners_.fetch_add(1, std::memory_order_relaxed);
+    throw_closed();
   } catch (...) {
     pending_.done();
+    if (claimed) idle_runners_.fetch_add(1, std::memory_order_relaxed);
     throw;
   }
+}
+
+void PoolCore::throw_closed() const {
+  throw std::logic_error("weft::Pool '" + options_.name + "': post()/submit() after shutdown()");
 }
 
 void PoolCore::require_outside(const char* what) const {
@@ -201,8 +212,20 @@ void PoolCore::shutdown() {
   std::lock_guard guard(shutdown_lock_);
   queue_.close();
   if (joined_) return;
-  for (std::thread& t : threads_) t.join();
-  for (Fiber& f : fibers_) f.join();
+  for (;;) {
+    std::vector<std::thread> threads;
+    std::vector<Fiber> fibers;
+    {
+      // enqueue starts a runner before it queues: a queued task has one.
+      std::lock_guard runners(runners_lock_);
+      threads.swap(threads_);
+      fibers.swap(fibers_);
+    }
+    if (threads.empty() && fibers.empty()) break;
+    // Not under runners_lock_: a task of the pool may be starting a runner.
+    for (std::thread& t : threads) t.join();
+    for (Fiber& f : fibers) f.join();
+  }
   joined_ = true;
 }
 

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -133,6 +135,51 @@ TEST_P(PoolTest, RunsSizeBlockedTasksAtOnceEvenOnOneWorker) {
     });
   pool.wait();
   EXPECT_EQ(met.load(), 32);
+}
+
+// Runners start as tasks need them (pool/pool_core.h): one task at a time
+// keeps one runner, however large the pool; tasks that are all running at
+// once get a runner each, up to size() and no further.
+TEST_P(PoolTest, StartsRunnersOnlyAsTasksNeedThem) {
+  // The pool's runners: fibers of the test's scheduler, or this process's
+  // threads, named after the pool.
+  auto runners = [this](const std::string& prefix) {
+    std::size_t n = 0;
+    if (fibers()) {
+      for (const FiberSnapshot& f : sched().snapshot().fibers)
+        if (f.name.rfind(prefix, 0) == 0) ++n;
+      return n;
+    }
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      if (std::getline(comm, name) && name.rfind(prefix, 0) == 0) ++n;
+    }
+    return n;
+  };
+  Pool pool{options("ondemand", 64)};
+  EXPECT_EQ(runners("ondemand-"), 0u) << "before any task";
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 20; ++i) {
+    pool.post([&] { ran.fetch_add(1); });
+    pool.wait();  // returns once the runner counts as idle again
+  }
+  EXPECT_EQ(ran.load(), 20);
+  EXPECT_EQ(runners("ondemand-"), 1u) << "one task at a time";
+  Latch all{8};
+  for (int i = 0; i < 8; ++i)
+    pool.post([&] {
+      all.count_down();
+      (void)all.wait_for(30s);
+    });
+  pool.wait();
+  EXPECT_EQ(runners("ondemand-"), 8u) << "8 tasks at once: the first runner and 7 more";
+  Pool small{options("capped", 3)};
+  Semaphore gate{0};
+  for (int i = 0; i < 12; ++i) small.post([&] { gate.acquire(); });
+  EXPECT_EQ(runners("capped-"), 3u) << "never more than size()";
+  gate.release(12);
+  small.wait();
 }
 
 TEST_P(PoolTest, TasksStartInSubmissionOrderOnOneRunner) {
@@ -416,12 +463,13 @@ TEST(Pool, FiberPoolsOnSeveralSchedulersRunOnTheirOwn) {
   const auto has_fiber = [](const SchedulerSnapshot& s, const std::string& name) {
     return std::any_of(s.fibers.begin(), s.fibers.end(), [&](const FiberSnapshot& f) { return f.name == name; });
   };
-  EXPECT_TRUE(has_fiber(a.snapshot(), "on-a-0"));
-  EXPECT_FALSE(has_fiber(a.snapshot(), "on-b-0"));
-  EXPECT_TRUE(has_fiber(b.snapshot(), "on-b-1"));
   // A task on one pool waits (parks) on a task of the other.
   Future<int> chained = on_a.submit([&] { return on_b.submit([] { return 40; }).get() + 2; });
   EXPECT_EQ(chained.get(), 42);
+  // Each pool's runner (started by its task) is a fiber of its scheduler.
+  EXPECT_TRUE(has_fiber(a.snapshot(), "on-a-0"));
+  EXPECT_FALSE(has_fiber(a.snapshot(), "on-b-0"));
+  EXPECT_TRUE(has_fiber(b.snapshot(), "on-b-0"));
 }
 
 TEST(Pool, FiberPoolsWithoutASchedulerUseTheDefaultOne) {

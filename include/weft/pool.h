@@ -16,6 +16,8 @@
 // PoolOptions::scheduler), so a pool of 64 still bounds concurrency at 64,
 // as Wisp keeps a pool's threads when it turns them into coroutines. Only
 // the cost of a blocked task changes: a parked fiber leaves its worker free.
+// Runners start on demand (a task that finds none idle starts one, up to
+// size()), so a large pool costs only what has run at once.
 //
 // post(): an exception escaping the task goes to PoolOptions::on_exception,
 // by default a line on stderr naming the pool; the runner carries on.

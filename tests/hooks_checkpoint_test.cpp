@@ -131,7 +131,9 @@ Step refilled_reads(const std::shared_ptr<Fds>& fds, int reader, int writer) {
 template <class WriteOne>
 Step drained_writes(WriteOne write_one) {
   auto fds = std::make_shared<Fds>();
-  const auto [reader, writer] = socket_pair(*fds);
+  const auto ends = socket_pair(*fds);
+  const int reader = ends.first;
+  const int writer = ends.second;
   auto written = std::make_shared<int>(0);
   return [fds, reader, writer, written, write_one](int mark) {
     if (++*written % kDrainEvery == 0) drain(reader);
@@ -145,13 +147,17 @@ std::vector<HookedLoop> hooked_loops() {
       {"ReadOnAReadableSocket",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto [reader, writer] = socket_pair(*fds);
+         const auto ends = socket_pair(*fds);
+         const int reader = ends.first;
+         const int writer = ends.second;
          return refilled_reads(fds, reader, writer);
        }},
       {"RecvPeekOnAReadableSocket",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto [reader, writer] = socket_pair(*fds);
+         const auto ends = socket_pair(*fds);
+         const int reader = ends.first;
+         const int writer = ends.second;
          if (write(writer, "x", 1) != 1) fail("write");
          return Step([fds, reader](int mark) {
            char byte = 0;
@@ -173,7 +179,9 @@ std::vector<HookedLoop> hooked_loops() {
       {"PollOnAReadyFd",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto [reader, writer] = socket_pair(*fds);
+         const auto ends = socket_pair(*fds);
+         const int reader = ends.first;
+         const int writer = ends.second;
          if (write(writer, "x", 1) != 1) fail("write");
          return Step([fds, reader](int mark) {
            // No timeout: the hook's own path, which finds the fd ready.
@@ -185,7 +193,9 @@ std::vector<HookedLoop> hooked_loops() {
       {"SelectOnAReadyFd",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto [reader, writer] = socket_pair(*fds);
+         const auto ends = socket_pair(*fds);
+         const int reader = ends.first;
+         const int writer = ends.second;
          if (write(writer, "x", 1) != 1) fail("write");
          return Step([fds, reader](int mark) {
            fd_set readable;
@@ -200,7 +210,9 @@ std::vector<HookedLoop> hooked_loops() {
       {"EpollWaitOnAReadyFd",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto [reader, writer] = socket_pair(*fds);
+         const auto ends = socket_pair(*fds);
+         const int reader = ends.first;
+         const int writer = ends.second;
          if (write(writer, "x", 1) != 1) fail("write");
          const int epfd = fds->add(epoll_create1(EPOLL_CLOEXEC), "epoll_create1");
          epoll_event event{};
@@ -280,7 +292,9 @@ class HookedCallIsACheckpoint : public ::testing::TestWithParam<std::tuple<Hooke
 // checkpoints, the loops kept their workers: the ticker was late by the
 // whole run and the loops were never preempted.
 TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
-  const auto& [loop, workers] = GetParam();
+  // Not a structured binding: Clang 14 cannot capture one.
+  const HookedLoop& loop = std::get<0>(GetParam());
+  const unsigned workers = std::get<1>(GetParam());
   constexpr auto kSlice = 5ms;
   constexpr auto kRun = 1000ms;
   const int loops = 4 * static_cast<int>(workers);

@@ -287,7 +287,7 @@ Config checkpoint_config(unsigned workers, std::chrono::microseconds slice) {
 
 class HookedCallIsACheckpoint : public ::testing::TestWithParam<std::tuple<HookedLoop, unsigned>> {};
 
-// 4 loop fibers per worker repeat the call, which never parks; a ticker
+// 16 loop fibers repeat the call, which never parks; a ticker
 // sleeps 1 ms at a time on the same workers. Before the hooks were
 // checkpoints, the loops kept their workers: the ticker was late by the
 // whole run and the loops were never preempted.
@@ -297,7 +297,7 @@ TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
   const unsigned workers = std::get<1>(GetParam());
   constexpr auto kSlice = 5ms;
   constexpr auto kRun = 1000ms;
-  const int loops = 4 * static_cast<int>(workers);
+  const int loops = 16;  // as checkpoint_test's consumers
   Scheduler sched(checkpoint_config(workers, kSlice));
   std::atomic<bool> stop{false};
   test::Ticker ticker(sched);

@@ -110,6 +110,14 @@ struct HookedLoop {
   friend void PrintTo(const HookedLoop& loop, std::ostream* out) { *out << loop.name; }
 };
 
+// The reading end of a socket pair with one byte waiting in it, for calls
+// that find it readable and leave the byte there.
+int readable_socket(Fds& owner) {
+  const auto ends = socket_pair(owner);
+  if (write(ends.second, "x", 1) != 1) fail("write");
+  return ends.first;
+}
+
 // One-byte reads of `reader`, which `writer` refills when they have taken
 // everything; `fds` owns both.
 Step refilled_reads(const std::shared_ptr<Fds>& fds, int reader, int writer) {
@@ -155,10 +163,7 @@ std::vector<HookedLoop> hooked_loops() {
       {"RecvPeekOnAReadableSocket",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto ends = socket_pair(*fds);
-         const int reader = ends.first;
-         const int writer = ends.second;
-         if (write(writer, "x", 1) != 1) fail("write");
+         const int reader = readable_socket(*fds);
          return Step([fds, reader](int mark) {
            char byte = 0;
            errno = mark;
@@ -179,10 +184,7 @@ std::vector<HookedLoop> hooked_loops() {
       {"PollOnAReadyFd",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto ends = socket_pair(*fds);
-         const int reader = ends.first;
-         const int writer = ends.second;
-         if (write(writer, "x", 1) != 1) fail("write");
+         const int reader = readable_socket(*fds);
          return Step([fds, reader](int mark) {
            // No timeout: the hook's own path, which finds the fd ready.
            pollfd p{reader, POLLIN, 0};
@@ -193,10 +195,7 @@ std::vector<HookedLoop> hooked_loops() {
       {"SelectOnAReadyFd",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto ends = socket_pair(*fds);
-         const int reader = ends.first;
-         const int writer = ends.second;
-         if (write(writer, "x", 1) != 1) fail("write");
+         const int reader = readable_socket(*fds);
          return Step([fds, reader](int mark) {
            fd_set readable;
            FD_ZERO(&readable);
@@ -210,10 +209,7 @@ std::vector<HookedLoop> hooked_loops() {
       {"EpollWaitOnAReadyFd",
        [] {
          auto fds = std::make_shared<Fds>();
-         const auto ends = socket_pair(*fds);
-         const int reader = ends.first;
-         const int writer = ends.second;
-         if (write(writer, "x", 1) != 1) fail("write");
+         const int reader = readable_socket(*fds);
          const int epfd = fds->add(epoll_create1(EPOLL_CLOEXEC), "epoll_create1");
          epoll_event event{};
          event.events = EPOLLIN;

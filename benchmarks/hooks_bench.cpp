@@ -73,33 +73,27 @@ void report(benchmark::State& state, std::int64_t cpu_ns) {
   state.counters["cpu_per_call_ns"] = static_cast<double>(cpu_ns) / calls;
 }
 
-void BM_FiberHookedRead(benchmark::State& state) {
+// kFiberReads one-byte reads of /dev/zero by `read_one` in a fiber.
+template <class ReadOne>
+void fiber_reads(benchmark::State& state, ReadOne read_one) {
   auto sched = weft_bench::make_scheduler(1);
   DevZero zero;
   std::int64_t cpu_ns = 0;
   for (auto _ : state) {
     timed_in_fiber(*sched, cpu_ns, [&] {
       char byte;
-      for (int i = 0; i < kFiberReads; ++i) benchmark::DoNotOptimize(read(zero.fd, &byte, 1));
+      for (int i = 0; i < kFiberReads; ++i) benchmark::DoNotOptimize(read_one(zero.fd, &byte, 1));
     });
   }
   report(state, cpu_ns);
+}
+
+void BM_FiberHookedRead(benchmark::State& state) {
+  fiber_reads(state, [](int fd, char* b, size_t n) { return read(fd, b, n); });
 }
 BENCHMARK(BM_FiberHookedRead)->UseRealTime()->MinTime(0.5);
 
-void BM_FiberRealRead(benchmark::State& state) {
-  auto sched = weft_bench::make_scheduler(1);
-  DevZero zero;
-  auto* real_read = weft::detail::real::read();
-  std::int64_t cpu_ns = 0;
-  for (auto _ : state) {
-    timed_in_fiber(*sched, cpu_ns, [&] {
-      char byte;
-      for (int i = 0; i < kFiberReads; ++i) benchmark::DoNotOptimize(real_read(zero.fd, &byte, 1));
-    });
-  }
-  report(state, cpu_ns);
-}
+void BM_FiberRealRead(benchmark::State& state) { fiber_reads(state, weft::detail::real::read()); }
 BENCHMARK(BM_FiberRealRead)->UseRealTime()->MinTime(0.5);
 
 void BM_FiberZeroNanosleep(benchmark::State& state) {

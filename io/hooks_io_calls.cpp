@@ -48,9 +48,10 @@ int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_poi
 }
 
 // The record of an fd a fiber should park on for this call, or null when
-// the call must go straight to libc.
-FdState* parkable(int fd, int flags = 0) noexcept {
-  if (!parking_enabled() || (flags & MSG_DONTWAIT)) return nullptr;
+// the call must go straight to libc. `in_fiber`: parking_enabled() holds
+// (the hooks that return libc's call first when it does not ask once).
+FdState* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
+  if ((!in_fiber && !parking_enabled()) || (flags & MSG_DONTWAIT)) return nullptr;
   FdState* state = classified_fd_state(fd);
   if (state == nullptr || state->user_nonblock()) return nullptr;
   const FdKind kind = state->kind();
@@ -359,7 +360,7 @@ extern "C" {
 ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd);
+  FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::read()(fd, buf, n);
   if (state->kind() == FdKind::socket) {
     const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
@@ -372,7 +373,7 @@ ssize_t read(int fd, void* buf, size_t n) {
 ssize_t readv(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::readv()(fd, iov, count);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd);
+  FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::readv()(fd, iov, count);
   if (state->kind() == FdKind::socket) {
     msghdr msg{};
@@ -389,7 +390,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
 ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd);
+  FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::write()(fd, buf, n);
   if (state->kind() == FdKind::socket) {
     const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
@@ -402,7 +403,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
 ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd);
+  FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::writev()(fd, iov, count);
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
@@ -419,7 +420,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
   if (!parking_enabled()) return real::recv()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags);
+  FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recv()(fd, buf, n, flags);
   return receive(fd, *state, buf, n, flags, nullptr, nullptr);
 }
@@ -427,7 +428,7 @@ ssize_t recv(int fd, void* buf, size_t n, int flags) {
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   if (!parking_enabled()) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags);
+  FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
   return receive(fd, *state, buf, n, flags, addr, addr_len);
 }
@@ -435,7 +436,7 @@ ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   if (!parking_enabled()) return real::recvmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags);
+  FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
   // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
   return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
@@ -445,7 +446,7 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
   if (!parking_enabled()) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags);
+  FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   // Parks for the first message; then returns what has arrived (as with
   // MSG_WAITFORONE; docs/io.md).
@@ -456,7 +457,7 @@ int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* tim
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
   if (!parking_enabled()) return real::send()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags);
+  FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::send()(fd, buf, n, flags);
   return send_all(fd, *state, buf, n, flags, nullptr, 0);
 }
@@ -464,7 +465,7 @@ ssize_t send(int fd, const void* buf, size_t n, int flags) {
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* addr, socklen_t addr_len) {
   if (!parking_enabled()) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags);
+  FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   return send_all(fd, *state, buf, n, flags, addr, addr_len);
 }
@@ -472,7 +473,7 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* add
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   if (!parking_enabled()) return real::sendmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags);
+  FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket || msg == nullptr) return real::sendmsg()(fd, msg, flags);
   return sendmsg_all(fd, *state, msg, flags);
 }
@@ -480,7 +481,7 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
   if (!parking_enabled()) return real::sendmmsg()(fd, msgs, count, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags);
+  FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
   return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state),
                          [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });

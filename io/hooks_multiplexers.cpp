@@ -231,14 +231,14 @@ extern "C" {
 int poll(pollfd* fds, nfds_t count, int timeout_ms) {
   if (!parking_enabled()) return real::poll()(fds, count, timeout_ms);
   const CheckpointOnReturn at_return;
-  if (timeout_ms == 0 || !parking_enabled()) return real::poll()(fds, count, timeout_ms);
+  if (timeout_ms == 0) return real::poll()(fds, count, timeout_ms);
   return poll_hooked(fds, count, deadline_after_ms(timeout_ms), nullptr, false);
 }
 
 int ppoll(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::ppoll()(fds, count, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout) || !parking_enabled())
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout))
     return real::ppoll()(fds, count, timeout, mask);
   return poll_hooked(fds, count, deadline_after_timespec(timeout), mask, true);
 }
@@ -256,7 +256,7 @@ int __ppoll_chk(pollfd* fds, nfds_t count, const timespec* timeout, const sigset
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
   if (!parking_enabled()) return real::select()(nfds, r, w, e, timeout);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_usec == 0) || nfds < 0 || !parking_enabled() ||
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_usec == 0) || nfds < 0 ||
       (timeout != nullptr && (timeout->tv_sec < 0 || timeout->tv_usec < 0)))
     return real::select()(nfds, r, w, e, timeout);
   const Clock::time_point deadline =
@@ -273,8 +273,7 @@ int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::pselect()(nfds, r, w, e, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || nfds < 0 || !valid(timeout) ||
-      !parking_enabled())
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || nfds < 0 || !valid(timeout))
     return real::pselect()(nfds, r, w, e, timeout, mask);
   return select_hooked(nfds, r, w, e, deadline_after_timespec(timeout), mask, true);
 }
@@ -282,14 +281,14 @@ int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeout, 
 int epoll_wait(int epfd, epoll_event* events, int max, int timeout_ms) {
   if (!parking_enabled()) return real::epoll_wait()(epfd, events, max, timeout_ms);
   const CheckpointOnReturn at_return;
-  if (timeout_ms == 0 || !parking_enabled()) return real::epoll_wait()(epfd, events, max, timeout_ms);
+  if (timeout_ms == 0) return real::epoll_wait()(epfd, events, max, timeout_ms);
   return epoll_hooked(epfd, deadline_after_ms(timeout_ms), [&] { return real::epoll_wait()(epfd, events, max, 0); });
 }
 
 int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask) {
   if (!parking_enabled()) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
   const CheckpointOnReturn at_return;
-  if (timeout_ms == 0 || !parking_enabled()) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
+  if (timeout_ms == 0) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
   return epoll_hooked(epfd, deadline_after_ms(timeout_ms),
                       [&] { return real::epoll_pwait()(epfd, events, max, 0, mask); });
 }
@@ -299,7 +298,7 @@ int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const si
 int epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::epoll_pwait2()(epfd, events, max, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout) || !parking_enabled())
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout))
     return real::epoll_pwait2()(epfd, events, max, timeout, mask);
   return epoll_hooked(epfd, deadline_after_timespec(timeout), [&] {
     static const timespec zero{0, 0};

@@ -91,8 +91,7 @@ extern "C" {
 int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** result) {
   if (!parking_enabled()) return real::getaddrinfo()(node, service, hints, result);
   const CheckpointOnReturn at_return;
-  if (!parking_enabled() || (is_address_literal(node) && is_port_number(service)))
-    return real::getaddrinfo()(node, service, hints, result);
+  if (is_address_literal(node) && is_port_number(service)) return real::getaddrinfo()(node, service, hints, result);
   return offloaded([&] { return real::getaddrinfo()(node, service, hints, result); });
 }
 
@@ -100,7 +99,7 @@ int getnameinfo(const sockaddr* addr, socklen_t addr_len, char* host, socklen_t 
                 socklen_t service_len, int flags) {
   if (!parking_enabled()) return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags);
   const CheckpointOnReturn at_return;
-  if (!parking_enabled() || only_formats(service, service_len, flags))
+  if (only_formats(service, service_len, flags))
     return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags);
   return offloaded([&] { return real::getnameinfo()(addr, addr_len, host, host_len, service, service_len, flags); });
 }
@@ -123,7 +122,6 @@ hostent* gethostbyaddr(const void* addr, socklen_t len, int type) {
 int gethostbyname_r(const char* name, hostent* host, char* buf, size_t buf_len, hostent** result, int* host_error) {
   if (!parking_enabled()) return real::gethostbyname_r()(name, host, buf, buf_len, result, host_error);
   const CheckpointOnReturn at_return;
-  if (!parking_enabled()) return real::gethostbyname_r()(name, host, buf, buf_len, result, host_error);
   return offloaded([&] { return real::gethostbyname_r()(name, host, buf, buf_len, result, host_error); });
 }
 
@@ -131,7 +129,6 @@ int gethostbyname2_r(const char* name, int family, hostent* host, char* buf, siz
                      int* host_error) {
   if (!parking_enabled()) return real::gethostbyname2_r()(name, family, host, buf, buf_len, result, host_error);
   const CheckpointOnReturn at_return;
-  if (!parking_enabled()) return real::gethostbyname2_r()(name, family, host, buf, buf_len, result, host_error);
   return offloaded([&] { return real::gethostbyname2_r()(name, family, host, buf, buf_len, result, host_error); });
 }
 
@@ -139,7 +136,6 @@ int gethostbyaddr_r(const void* addr, socklen_t len, int type, hostent* host, ch
                     hostent** result, int* host_error) {
   if (!parking_enabled()) return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error);
   const CheckpointOnReturn at_return;
-  if (!parking_enabled()) return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error);
   return offloaded([&] { return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error); });
 }
 

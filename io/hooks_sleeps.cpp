@@ -38,7 +38,7 @@ extern "C" {
 int nanosleep(const timespec* request, timespec* remaining) {
   if (!parking_enabled()) return real::nanosleep()(request, remaining);
   const CheckpointOnReturn at_return;
-  if (!parking_enabled() || request == nullptr) return real::nanosleep()(request, remaining);  // EFAULT as libc says
+  if (request == nullptr) return real::nanosleep()(request, remaining);  // EFAULT as libc says
   if (!valid(request)) {
     set_errno(EINVAL);
     return -1;
@@ -54,8 +54,7 @@ int clock_nanosleep(clockid_t clock, int flags, const timespec* request, timespe
   const CheckpointOnReturn at_return;
   const bool parkable_clock =
       clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC || clock == CLOCK_BOOTTIME || clock == CLOCK_TAI;
-  if (!parking_enabled() || request == nullptr || !parkable_clock)
-    return real::clock_nanosleep()(clock, flags, request, remaining);
+  if (request == nullptr || !parkable_clock) return real::clock_nanosleep()(clock, flags, request, remaining);
   if (!valid(request)) return EINVAL;  // returned, not put in errno
   const int saved = errno_value();
   if (flags & TIMER_ABSTIME) {
@@ -80,7 +79,6 @@ int clock_nanosleep(clockid_t clock, int flags, const timespec* request, timespe
 unsigned int sleep(unsigned int seconds) {
   if (!parking_enabled()) return real::sleep()(seconds);
   const CheckpointOnReturn at_return;
-  if (!parking_enabled()) return real::sleep()(seconds);
   if (seconds > 0) sleep_parked(deadline_after(std::chrono::seconds(seconds)));
   return 0;
 }
@@ -88,7 +86,6 @@ unsigned int sleep(unsigned int seconds) {
 int usleep(useconds_t microseconds) {
   if (!parking_enabled()) return real::usleep()(microseconds);
   const CheckpointOnReturn at_return;
-  if (!parking_enabled()) return real::usleep()(microseconds);
   if (microseconds > 0) sleep_parked(deadline_after(std::chrono::microseconds(microseconds)));
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "hook_support.h"
 
 #include "../sched/worker.h"
+#include "fd_table.h"
 #include "real_calls.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -93,12 +94,16 @@ ParkScope::~ParkScope() {
   if (fiber_->hook_pin_releases != releases_ && &errno != home_) *home_ = errno;
 }
 
-void CheckpointOnReturn::hook_checkpoint_slow() noexcept {
+void CheckpointOnReturn::hook_checkpoint_slow(int fd) noexcept {
   // Only a fiber whose worker was asked (the count is process-wide), and
   // not where the hooks pass everything through.
   if (!parking_enabled()) return;
   const Worker* worker = current_worker();
   if (worker == nullptr || !worker->preempt_requested()) return;
+  if (fd >= 0) {
+    const FdState* state = classified_fd_state(fd);
+    if (state == nullptr || (state->kind() != FdKind::socket && state->kind() != FdKind::pollable)) return;
+  }
   // The hooks' pin, not this_fiber::pin()'s: if the worker's thread blocks
   // in the kernel while this fiber waits in its queues, sysmon may release
   // it as it releases a parked hook (Worker::release_hook_pinned), and then

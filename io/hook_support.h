@@ -120,12 +120,22 @@ class [[nodiscard]] ErrnoHome {
 // Rule for weft's own code: a call that must not yield (made with a lock
 // held, from the netpoller, from a signal handler) goes to the real
 // function (real::read() and so on, io/real_calls.h), not to the hook.
+//
+// The calls that take any fd (read, readv, write, writev) name it: they are
+// checkpoints only on the fds the hooks can park on (sockets, pipes, other
+// pollable fds, also when the user made them non-blocking), not on a
+// regular file, which they pass straight through as before. A log line
+// written with write(2) under the logger's std::mutex would otherwise make
+// the next fiber on the thread block it on that mutex until sysmon frees
+// the writer (100 ms, below). glibc's own stdio never reaches the hooks (it
+// calls its internal write), so printf and fwrite are not checkpoints.
 class [[nodiscard]] CheckpointOnReturn {
  public:
   CheckpointOnReturn() = default;
+  explicit CheckpointOnReturn(int fd) noexcept : fd_(fd) {}
   ~CheckpointOnReturn() {
     if (pending_preempt_requests.load(std::memory_order_relaxed) != 0) [[unlikely]]
-      hook_checkpoint_slow();
+      hook_checkpoint_slow(fd_);
   }
   CheckpointOnReturn(const CheckpointOnReturn&) = delete;
   CheckpointOnReturn& operator=(const CheckpointOnReturn&) = delete;
@@ -133,7 +143,11 @@ class [[nodiscard]] CheckpointOnReturn {
   // Yields if sysmon asked this fiber to, on the thread the call was made
   // on and with errno as the call left it: the caller may hold errno's
   // address, or a thread_local's, from before the call (ParkScope, point 1).
-  static void hook_checkpoint_slow() noexcept;
+  // `fd` < 0: the call is a checkpoint whatever it waited on.
+  static void hook_checkpoint_slow(int fd) noexcept;
+
+ private:
+  int fd_ = -1;
 };
 
 // A socket timeout in nanoseconds (0: none) as a deadline.

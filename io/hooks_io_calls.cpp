@@ -359,7 +359,7 @@ extern "C" {
 
 ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
-  const CheckpointOnReturn at_return;
+  const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::read()(fd, buf, n);
   if (state->kind() == FdKind::socket) {
@@ -372,7 +372,7 @@ ssize_t read(int fd, void* buf, size_t n) {
 
 ssize_t readv(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::readv()(fd, iov, count);
-  const CheckpointOnReturn at_return;
+  const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::readv()(fd, iov, count);
   if (state->kind() == FdKind::socket) {
@@ -389,7 +389,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
 
 ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
-  const CheckpointOnReturn at_return;
+  const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::write()(fd, buf, n);
   if (state->kind() == FdKind::socket) {
@@ -402,7 +402,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
 
 ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
-  const CheckpointOnReturn at_return;
+  const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::writev()(fd, iov, count);
   if (state->kind() == FdKind::socket) {

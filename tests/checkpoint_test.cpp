@@ -57,6 +57,7 @@ TEST_P(NeverParkingConsumers, ShareTheWorkersWithATicker) {
   test::Ticker ticker(sched);
 
   std::array<std::atomic<std::uint64_t>, kConsumers> served{};
+  const test::RunDelays delays;  // from the loops' start
   std::vector<Fiber> consumers;
   for (int c = 0; c < kConsumers; ++c) {
     consumers.push_back(sched.spawn({.name = "consumer"}, [&, c] {
@@ -69,10 +70,14 @@ TEST_P(NeverParkingConsumers, ShareTheWorkersWithATicker) {
     }));
   }
   const double control_ms = test::plain_thread_worst_late_ms(kRun);
+  const double os_wait_ms = delays.two_worst_ms();
   stop.store(true);
   for (Fiber& f : consumers) f.join();
   ticker.stop();
 
+  // Plus what the OS held this process's busy threads up for (RunDelays,
+  // tests/ticker.h): on a loaded machine an always-runnable worker waits
+  // far longer for a CPU than the sleeping control thread.
   // 2.5 slices, as issue 15 asks, and a generous margin: 60 ms and twice
   // the control's worst (the ticker goes through the timer thread and a
   // worker's thread, each of which the machine may hold up as long).
@@ -80,9 +85,10 @@ TEST_P(NeverParkingConsumers, ShareTheWorkersWithATicker) {
   // ThreadSanitizer (kSlowdown) the 60 ms grow too: there the ticker was
   // once 125 ms late while the control's worst was 4 ms.
   const double bound_ms = 2.5 * std::chrono::duration<double, std::milli>(kSlice).count() +
-                          60.0 * static_cast<double>(test::kSlowdown) + 2 * control_ms;
-  EXPECT_LE(ticker.worst_late_ms(), bound_ms) << "the ticker's worst lateness in ms, over " << ticker.ticks()
-                                              << " ticks (a plain thread's: " << control_ms << " ms)";
+                          60.0 * static_cast<double>(test::kSlowdown) + 2 * control_ms + os_wait_ms;
+  EXPECT_LE(ticker.worst_late_ms(), bound_ms)
+      << "the ticker's worst lateness in ms, over " << ticker.ticks() << " ticks (a plain thread's: " << control_ms
+      << " ms; the two longest waits for a CPU of this process's threads: " << os_wait_ms << " ms)";
   EXPECT_GE(ticker.ticks(), 10) << "the ticker hardly ran in " << kRun.count() << " ms";
   RecordProperty("worst_late_us", static_cast<int>(ticker.worst_late_ms() * 1000));
   RecordProperty("control_late_us", static_cast<int>(control_ms * 1000));

@@ -221,20 +221,6 @@ std::vector<HookedLoop> hooked_loops() {
            return epoll_wait(epfd, &out, 1, -1) == 1 && out.data.fd == reader && errno == mark;
          });
        }},
-      {"ReadOfARegularFile",
-       [] {
-         auto fds = std::make_shared<Fds>();
-         char path[] = "/tmp/weft-hooks-checkpoint-XXXXXX";
-         const int fd = fds->add(mkstemp(path), "mkstemp");
-         ::unlink(path);
-         if (write(fd, "x", 1) != 1) fail("write");
-         return Step([fds, fd](int mark) {
-           char byte = 0;
-           if (lseek(fd, 0, SEEK_SET) != 0) return false;
-           errno = mark;
-           return read(fd, &byte, 1) == 1 && byte == 'x' && errno == mark;
-         });
-       }},
       {"ReadOnANonBlockingSocketKeepsEAGAIN",
        [] {
          // The user's O_NONBLOCK: the hook passes the call through, and the
@@ -301,6 +287,7 @@ TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
   std::vector<std::atomic<std::uint64_t>> served(static_cast<std::size_t>(loops));
   std::atomic<std::uint64_t> wrong{0};
   std::atomic<int> setup_failures{0};
+  const test::RunDelays delays;  // from the loops' start
   std::vector<Fiber> fibers;
   for (int i = 0; i < loops; ++i) {
     fibers.push_back(sched.spawn({.name = "loop"}, [&, i] {
@@ -321,6 +308,7 @@ TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
     }));
   }
   const double control_ms = test::plain_thread_worst_late_ms(kRun);
+  const double os_wait_ms = delays.two_worst_ms();
   stop.store(true);
   std::uint64_t preempts = 0;
   for (Fiber& f : fibers) {
@@ -330,6 +318,9 @@ TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
   ticker.stop();
 
   ASSERT_EQ(setup_failures.load(), 0);
+  // Plus what the OS held this process's busy threads up for (RunDelays,
+  // tests/ticker.h): on a loaded machine an always-runnable worker waits
+  // far longer for a CPU than the sleeping control thread.
   // 2.5 slices, as issue 15 asks, with a margin for this shared machine
   // (more under ThreadSanitizer) and twice the plain thread's worst. The
   // margin is wider than checkpoint_test's: at a load average of 30 on 2
@@ -337,9 +328,11 @@ TEST_P(HookedCallIsACheckpoint, ATickerOnTheSameWorkersStaysOnTime) {
   // 214 ms late. Without the checkpoints the lateness was the whole run
   // (1,000 ms), and the ticker ticked once or twice.
   const double bound_ms = 2.5 * std::chrono::duration<double, std::milli>(kSlice).count() +
-                          250.0 * static_cast<double>(test::kSlowdown) + 2 * control_ms;
-  EXPECT_LE(ticker.worst_late_ms(), bound_ms) << loop.name << ": the ticker's worst lateness in ms, over "
-                                              << ticker.ticks() << " ticks (a plain thread's: " << control_ms << " ms)";
+                          250.0 * static_cast<double>(test::kSlowdown) + 2 * control_ms + os_wait_ms;
+  EXPECT_LE(ticker.worst_late_ms(), bound_ms)
+      << loop.name << ": the ticker's worst lateness in ms, over " << ticker.ticks()
+      << " ticks (a plain thread's: " << control_ms
+      << " ms; the two longest waits for a CPU of this process's threads: " << os_wait_ms << " ms)";
   RecordProperty("worst_late_us", static_cast<int>(ticker.worst_late_ms() * 1000));
   RecordProperty("ticks", ticker.ticks());
   EXPECT_GT(preempts, 0u) << loop.name << ": no loop fiber was ever preempted in its hooked calls";

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "run_delays.h"
 #include "test_support.h"
 
 namespace weft::test {
@@ -63,36 +64,51 @@ void spin_cpu_for(std::chrono::nanoseconds duration) {
 TEST(Liveness, TwoSpawnsFromAThreadRunAtOnceOnTwoIdleWorkers) {
   Scheduler sched(without_preemption(2));
   constexpr int kTrials = 200;
-  int serialized = 0;
+  int serialized = 0, excused = 0;
   Clock::duration worst_gap{};
   for (int trial = 0; trial < kTrials; ++trial) {
     // Idle first: both workers asleep, as in the report.
     std::this_thread::sleep_for(2ms);
     Clock::time_point start[2], end[2];
+    long thread_of[2] = {0, 0};
     std::atomic<bool> went{false};
     sched.spawn([&] { went.store(true); }).detach();
     const auto give_up = Clock::now() + 5s;
     while (!went.load() && Clock::now() < give_up) {
     }
+    const test::RunDelays delays;
     Fiber a = sched.spawn([&] {
       start[0] = Clock::now();
+      thread_of[0] = test::RunDelays::this_thread_id();
       spin_cpu_for(20ms);
       end[0] = Clock::now();
     });
     spin_for(std::chrono::microseconds(trial % 4));
     Fiber b = sched.spawn([&] {
       start[1] = Clock::now();
+      thread_of[1] = test::RunDelays::this_thread_id();
       spin_cpu_for(20ms);
       end[1] = Clock::now();
     });
     a.join();
     b.join();
-    if (start[1] >= end[0] || start[0] >= end[1]) ++serialized;
+    if (start[1] >= end[0] || start[0] >= end[1]) {
+      // The other worker was woken and runnable, but the OS ran it late
+      // (a quarter of the spin or more): the machine's delay, not a lost
+      // wake-up, which leaves that worker asleep in futex(2), waiting for
+      // no CPU. Excused, and counted.
+      const long first = start[0] <= start[1] ? thread_of[0] : thread_of[1];
+      if (delays.longest_ms_except(first) >= 5.0)
+        ++excused;
+      else
+        ++serialized;
+    }
     worst_gap = std::max(worst_gap, start[1] > start[0] ? start[1] - start[0] : start[0] - start[1]);
   }
   EXPECT_EQ(serialized, 0) << "trials of " << kTrials << " in which one fiber started only after the other finished"
-                           << " (worst gap between the starts "
-                           << std::chrono::duration_cast<std::chrono::microseconds>(worst_gap).count() << " us)";
+                           << " while no thread of the process waited for a CPU (worst gap between the starts "
+                           << std::chrono::duration_cast<std::chrono::microseconds>(worst_gap).count() << " us; "
+                           << excused << " more trials serialized while the OS held a thread up)";
 }
 
 // As many CPU-bound fibers as workers, each spinning until all of them run

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <thread>
 
+#include "run_delays.h"
+
 namespace weft::test {
 
 class Ticker {

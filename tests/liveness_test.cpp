@@ -173,6 +173,38 @@ TEST_P(LivenessTest, SpawnsFromAFiberAllRun) {
   EXPECT_LT(worst, kBound) << "worst " << ms(worst);
 }
 
+// The other end of the hold: the spawner picks something other than its
+// newest spawn to run next, here a CPU-bound fiber it woke into its
+// worker's next slot. That pick releases the hold and publishes the spawn;
+// without it the spawn waits behind the woken fiber, which keeps the
+// worker, until sysmon finds the worker stuck (at 4-8 workers on 2 cores,
+// often not before the 2 s give-up).
+TEST_P(LivenessTest, SpawnsLeftBehindAWokenFiberAllRun) {
+  Scheduler sched(without_preemption(workers()));
+  const auto worst = worst_until_all_run(sched, [this](Scheduler& s, auto& body) {
+    Latch gate(1);
+    std::atomic<bool> parked{false};
+    Fiber woken = s.spawn([&] {
+      parked.store(true);
+      gate.wait();
+      body();
+    });
+    // Bounded: it parks at once; the pause lets it be parked, not about to.
+    const auto give_up = Clock::now() + 5s;
+    while (!parked.load() && Clock::now() < give_up) std::this_thread::sleep_for(100us);
+    std::this_thread::sleep_for(2ms);
+    s.spawn([&] {
+       std::vector<Fiber> fibers;
+       for (unsigned i = 1; i < workers(); ++i) fibers.push_back(weft::spawn(body));
+       gate.count_down();  // into this worker's next slot, which runs before the spawns
+       for (auto& f : fibers) f.join();
+     }).join();
+    woken.join();
+  });
+  // Measured from before the woken fiber was spawned, as below.
+  EXPECT_LT(worst, kBound + 10ms) << "worst " << ms(worst);
+}
+
 // Parked fibers woken at once by a plain thread (through the global queue).
 TEST_P(LivenessTest, FibersWokenByAThreadAllRun) {
   Scheduler sched(without_preemption(workers()));

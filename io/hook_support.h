@@ -99,7 +99,7 @@ class [[nodiscard]] ErrnoHome {
 // every hook holds one for its whole body, so that its call, having been
 // made, lets a fiber that sysmon asked to yield do so before it returns,
 // also when the call did not park: a loop on a socket that always has data,
-// a write with room, a poll of a ready fd or a regular file shares its
+// a write with room or a poll of a ready fd shares its
 // worker. (A call that parked switched anyway; its request was cleared at
 // the switch, so the check finds none.) With nothing pending, anywhere,
 // this is the one relaxed load and branch of detail::checkpoint(); the

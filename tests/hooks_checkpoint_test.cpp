@@ -1,7 +1,7 @@
 // The libc hooks as checkpoints (io/hook_support.h, hook_checkpoint): a
 // hooked call that does not park still lets a fiber that sysmon asked to
 // yield do so, so a loop on calls that never block (a socket that always
-// has data, a write with room, a poll of a ready fd, a regular file) shares
+// has data, a write with room, a poll of a ready fd; not a regular file) shares
 // its workers. Each case loops on one call family in several fibers beside
 // a 1 ms ticker on the same workers, and checks that the ticker stays on
 // time, that every loop keeps getting the right results, and that errno is

@@ -67,9 +67,10 @@ ParkScope::ParkScope() {
   // The fiber's context resumes as whichever TSan fiber it names: the
   // park's own until the destructor, which switches back (flags 0: with
   // synchronisation, both ways).
-  ExecutionContext& context = current_fiber()->context;
+  // The park's TSan fiber is kept with the fiber's stack and reused.
+  ExecutionContext& context = fiber.context;
   own_tsan_fiber_ = context.tsan_fiber;
-  park_tsan_fiber_ = __tsan_create_fiber(0);
+  park_tsan_fiber_ = fiber.stack.park_sanitizer_fiber();
   context.tsan_fiber = park_tsan_fiber_;
   __tsan_switch_to_fiber(park_tsan_fiber_, 0);
 #endif
@@ -79,7 +80,6 @@ ParkScope::~ParkScope() {
 #ifdef WEFT_HOOKS_TSAN
   __tsan_switch_to_fiber(own_tsan_fiber_, 0);
   current_fiber()->context.tsan_fiber = own_tsan_fiber_;
-  __tsan_destroy_fiber(park_tsan_fiber_);
 #endif
   FiberControl& fiber = *current_fiber();
   if (fiber.hook_pin_releases != releases_) return;  // released by sysmon: nothing of ours is left to undo

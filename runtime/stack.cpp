@@ -106,13 +106,20 @@ void Stack::unmap() noexcept {
   forget_stack_memory(base_, mapping_size_);
   ::munmap(base_, mapping_size_);
   delete_sanitizer_fiber(sanitizer_fiber_);
+  delete_sanitizer_fiber(park_sanitizer_fiber_);
   base_ = nullptr;
   sanitizer_fiber_ = nullptr;
+  park_sanitizer_fiber_ = nullptr;
 }
 
 void* Stack::sanitizer_fiber() {
   if (sanitizer_fiber_ == nullptr) sanitizer_fiber_ = new_sanitizer_fiber();
   return sanitizer_fiber_;
+}
+
+void* Stack::park_sanitizer_fiber() {
+  if (park_sanitizer_fiber_ == nullptr) park_sanitizer_fiber_ = new_sanitizer_fiber();
+  return park_sanitizer_fiber_;
 }
 
 StackPool::StackPool(std::size_t stack_size, std::size_t capacity, unsigned worker_caches)

@@ -49,13 +49,15 @@ class Stack {
   Stack(Stack&& other) noexcept
       : base_(std::exchange(other.base_, nullptr)),
         mapping_size_(std::exchange(other.mapping_size_, 0)),
-        sanitizer_fiber_(std::exchange(other.sanitizer_fiber_, nullptr)) {}
+        sanitizer_fiber_(std::exchange(other.sanitizer_fiber_, nullptr)),
+        park_sanitizer_fiber_(std::exchange(other.park_sanitizer_fiber_, nullptr)) {}
   Stack& operator=(Stack&& other) noexcept {
     if (this != &other) {
       if (base_ != nullptr) unmap();
       base_ = std::exchange(other.base_, nullptr);
       mapping_size_ = std::exchange(other.mapping_size_, 0);
       sanitizer_fiber_ = std::exchange(other.sanitizer_fiber_, nullptr);
+      park_sanitizer_fiber_ = std::exchange(other.park_sanitizer_fiber_, nullptr);
     }
     return *this;
   }
@@ -88,6 +90,10 @@ class Stack {
   // The sanitizer's state for fibers run on this stack, made on first use
   // and kept with the stack (see new_sanitizer_fiber in context.h).
   void* sanitizer_fiber();
+  // A second one, for the libc hooks' parks (io/hook_support.h, ParkScope),
+  // also kept: making and destroying one per park serialized every park
+  // on ThreadSanitizer's thread registry.
+  void* park_sanitizer_fiber();
 
  private:
   void unmap() noexcept;
@@ -95,6 +101,7 @@ class Stack {
   char* base_ = nullptr;  // lowest address: the guard page
   std::size_t mapping_size_ = 0;
   void* sanitizer_fiber_ = nullptr;
+  void* park_sanitizer_fiber_ = nullptr;
 };
 
 // A bounded pool of stacks of one size, so that spawn rarely maps and a

@@ -92,7 +92,10 @@ void PoolCore::start_runner() {
 }
 
 void PoolCore::start_runner_locked() {
-  if (started_ >= options_.threads) return;
+  // After the close the runners there are drain the queue, and one started
+  // now might come after shutdown's last join and never be joined; a task
+  // that finds the queue closed is not queued (enqueue starts before it puts).
+  if (started_ >= options_.threads || queue_.closed()) return;
   const std::string name = options_.name + "-" + std::to_string(started_);
   if (on_fibers()) {
     fibers_.push_back(scheduler_->spawn(SpawnOptions{.name = name, .stack_size = options_.stack_size}, [this] {
@@ -161,20 +164,21 @@ void PoolCore::report(std::exception_ptr error) noexcept {
 }
 
 void PoolCore::enqueue(Task task) {
-  if (queue_.closed()) throw_closed();
   // A runner first, so that a failure to start one queues nothing.
   const bool claimed = claim_idle_runner();
   if (!claimed) start_runner();
   pending_.add(1);
+  const auto undo = [&] {
+    pending_.done();
+    if (claimed) idle_runners_.fetch_add(1, std::memory_order_relaxed);
+  };
   try {
     queue_.put(Queued{std::move(task), Clock::now()});
   } catch (const QueueClosed&) {
-    pending_.done();
-    if (claimed) idle_runners_.fetch_add(1, std::memory_order_relaxed);
+    undo();
     throw_closed();
   } catch (...) {
-    pending_.done();
-    if (claimed) idle_runners_.fetch_add(1, std::memory_order_relaxed);
+    undo();
     throw;
   }
 }

@@ -182,6 +182,34 @@ TEST_P(PoolTest, StartsRunnersOnlyAsTasksNeedThem) {
   small.wait();
 }
 
+// Posts racing shutdown(): each either queues (and runs) or throws
+// std::logic_error, and no runner is started after shutdown's last join
+// (one would be left unjoined: std::terminate in the pool's destructor).
+TEST_P(PoolTest, PostsRacingShutdownRunOrThrowAndLeaveNoRunnerBehind) {
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> ran{0}, queued{0};
+    auto pool = std::make_unique<Pool>(options("racing", 64));
+    std::vector<std::thread> posters;
+    for (int p = 0; p < 3; ++p)
+      posters.emplace_back([&] {
+        // Bounded: shutdown comes within milliseconds.
+        for (int i = 0; i < 100'000; ++i) {
+          try {
+            pool->post([&] { ran.fetch_add(1); });
+            queued.fetch_add(1);
+          } catch (const std::logic_error&) {
+            return;
+          }
+        }
+      });
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (round % 5)));
+    pool->shutdown();
+    for (auto& t : posters) t.join();
+    pool.reset();
+    EXPECT_EQ(ran.load(), queued.load()) << "round " << round;
+  }
+}
+
 TEST_P(PoolTest, TasksStartInSubmissionOrderOnOneRunner) {
   Pool pool{options("fifo", 1)};
   std::vector<int> order;

@@ -28,6 +28,11 @@ struct alignas(64) FdRecord {
   // the lock before parking (io/netpoller.h, "Waiting").
   std::atomic<std::uint32_t> events[2] = {0, 0};
   WaitList waiters[2];
+  // Set (before the counters move) by a poller that reports a hang-up,
+  // the peer's shutdown or an error, which stay readable once seen and
+  // raise no further edge; cleared with the generation. A short read is
+  // no proof of a drained fd while it is set (fd_note_drained).
+  std::atomic<bool> hung_up{false};
   // The poller this fd was added to, by its never-reused id (0: none), and
   // whether other pollers (other schedulers) added it too.
   std::uint64_t poller_id = 0;

@@ -84,6 +84,10 @@ FdState* classified_fd_state(int fd) noexcept {
     if (kind == FdKind::socket) {
       state->recv_timeout_ns.store(timeout_ns(fd, SO_RCVTIMEO), std::memory_order_relaxed);
       state->send_timeout_ns.store(timeout_ns(fd, SO_SNDTIMEO), std::memory_order_relaxed);
+      int type = 0;
+      socklen_t len = sizeof(type);
+      if (real::getsockopt()(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0)
+        state->set_bit(FdState::stream_bit, type == SOCK_STREAM);
     }
     state->set_kind(kind);
   }
@@ -93,13 +97,15 @@ FdState* classified_fd_state(int fd) noexcept {
   return state;
 }
 
-void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeout_ns,
-                std::int64_t send_timeout_ns) noexcept {
+void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeout_ns, std::int64_t send_timeout_ns,
+                bool stream) noexcept {
   FdState* state = fd_state(fd);
   if (state == nullptr) return;
   state->recv_timeout_ns.store(recv_timeout_ns, std::memory_order_relaxed);
   state->send_timeout_ns.store(send_timeout_ns, std::memory_order_relaxed);
-  state->flags.store(std::uint32_t(kind) | (user_nonblock ? FdState::user_nonblock_bit : 0), std::memory_order_relaxed);
+  state->flags.store(std::uint32_t(kind) | (user_nonblock ? FdState::user_nonblock_bit : 0) |
+                         (stream ? FdState::stream_bit : 0),
+                     std::memory_order_relaxed);
 }
 
 void fd_duplicated(int from, int to) noexcept {

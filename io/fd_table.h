@@ -33,6 +33,7 @@ struct FdState {
   static constexpr std::uint32_t kind_mask = 3;
   static constexpr std::uint32_t user_nonblock_bit = 4;  // the user's O_NONBLOCK
   static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
+  static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket: a short read drained it
 
   std::atomic<std::uint32_t> flags{0};
   // Bumped when the fd is closed through weft: a hook that parked on this
@@ -53,6 +54,7 @@ struct FdState {
   FdKind kind() const noexcept { return FdKind(flags.load(std::memory_order_relaxed) & kind_mask); }
   bool user_nonblock() const noexcept { return flags.load(std::memory_order_relaxed) & user_nonblock_bit; }
   bool flipped() const noexcept { return flags.load(std::memory_order_relaxed) & flipped_bit; }
+  bool stream() const noexcept { return flags.load(std::memory_order_relaxed) & stream_bit; }
   void set_bit(std::uint32_t bit, bool on) noexcept {
     if (on)
       flags.fetch_or(bit, std::memory_order_relaxed);
@@ -71,9 +73,9 @@ FdState* fd_state(int fd) noexcept;
 FdState* classified_fd_state(int fd) noexcept;
 
 // A new fd the hooks saw created; timeouts as given (accept inherits the
-// listener's, as the kernel does).
+// listener's, as the kernel does). `stream`: a SOCK_STREAM socket.
 void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeout_ns = 0,
-                std::int64_t send_timeout_ns = 0) noexcept;
+                std::int64_t send_timeout_ns = 0, bool stream = false) noexcept;
 
 // `to` now refers to the same open file description as `from` (dup).
 void fd_duplicated(int from, int to) noexcept;

@@ -28,6 +28,9 @@
 namespace weft::detail {
 namespace {
 
+// socket()'s type without SOCK_NONBLOCK and SOCK_CLOEXEC.
+bool is_stream(int type) noexcept { return (type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_STREAM; }
+
 void before_close(int fd) noexcept {
   if (fd < 0) return;
   // A forked child shares its parent's epoll instances: removing the fd
@@ -103,15 +106,15 @@ extern "C" {
 
 int socket(int domain, int type, int protocol) noexcept {
   const int fd = real::socket()(domain, type, protocol);
-  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK);
+  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
   return fd;
 }
 
 int socketpair(int domain, int type, int protocol, int fds[2]) noexcept {
   const int result = real::socketpair()(domain, type, protocol, fds);
   if (result == 0) {
-    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK);
-    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK);
+    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
+    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
   }
   return result;
 }

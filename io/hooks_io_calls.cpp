@@ -64,30 +64,65 @@ FdState* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
 // errno is the caller's own on success and set afresh on failure. The mark
 // taken before each attempt spares the wait its poll(fd, 0): the attempt
 // has just said what that poll would.
+//
+// `wanted`, for a read of a stream socket, is what the call asked for
+// (else 0): a shorter result drained the socket, and leaves a drain note
+// (io/netpoller.h), so that the fiber's next read parks before it
+// attempts, as the epoll loop waits for the next edge after a short read
+// instead of reading into EAGAIN. A park that times out is followed by the
+// skipped attempt, so the timeout never hides bytes already there.
 template <class Attempt>
-auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::int64_t timeout_ns, Attempt&& attempt) {
+auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::int64_t timeout_ns, std::size_t wanted,
+                     Attempt&& attempt) {
+  using Result = decltype(attempt());
   const ErrnoHome home;
   const int saved = errno_value();
   bool have_deadline = false;
   Clock::time_point deadline{};
+  FdWaitMark mark;
+  bool park_first = direction == FdDirection::read && take_drain_note(fd, mark);
+  bool timed_out = false;
   for (;;) {
-    const FdWaitMark mark = fd_wait_mark(fd, direction);
-    auto result = attempt();
-    if (result >= 0) {
-      set_errno(saved);
-      return result;
+    if (!park_first) {
+      mark = fd_wait_mark(fd, direction);
+      const Result result = attempt();
+      if (result >= 0) {
+        if (result > 0 && std::size_t(result) < wanted) fd_note_drained(fd, mark, true);
+        set_errno(saved);
+        return result;
+      }
+      if (!would_block(errno_value()) || timed_out) return result;
     }
-    const int error = errno_value();
-    if (!would_block(error)) return result;
     if (!have_deadline) {
       deadline = deadline_after_ns(timeout_ns);
       have_deadline = true;
     }
-    if (const int failed = park_on(fd, state, direction, deadline, &mark)) {
+    const int failed = park_on(fd, state, direction, deadline, &mark);
+    if (failed == EAGAIN && park_first) {
+      timed_out = true;
+    } else if (failed != 0) {
       set_errno(failed);
-      return decltype(result)(-1);
+      return Result(-1);
     }
+    park_first = false;
   }
+}
+
+// A read the hooks pass straight through (a socket the user made
+// non-blocking, MSG_DONTWAIT): made as it is, and if it drained a socket a
+// fiber has waited on, it leaves a drain note (io/netpoller.h), so that
+// the caller's weft::io::wait_readable parks without polling first.
+// `wanted` as for attempt_or_park.
+template <class Call>
+auto read_through(int fd, std::size_t wanted, Call&& call) {
+  const FdState* state = fd_state(fd);
+  if (state == nullptr || state->kind() != FdKind::socket) return call();
+  const FdWaitMark mark = fd_wait_mark(fd, FdDirection::read);
+  if (!mark.valid) return call();
+  const auto result = call();
+  if (result < 0 ? would_block(errno_value()) : result > 0 && state->stream() && std::size_t(result) < wanted)
+    fd_note_drained(fd, mark, result > 0);
+  return result;
 }
 
 // A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
@@ -115,12 +150,18 @@ bool not_a_socket_after_all(int fd) {
   return true;
 }
 
+// attempt_or_park's `wanted` for a receive of `n` bytes with `flags`: a
+// peek consumes nothing, so its short result proves nothing.
+std::size_t stream_wanted(const FdState& state, std::size_t n, int flags) {
+  return state.stream() && !(flags & MSG_PEEK) ? n : 0;
+}
+
 std::int64_t recv_timeout(const FdState& state) { return state.recv_timeout_ns.load(std::memory_order_relaxed); }
 std::int64_t send_timeout(const FdState& state) { return state.send_timeout_ns.load(std::memory_order_relaxed); }
 
 ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   if (!(flags & MSG_WAITALL) || n == 0) {
-    return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state),
+    return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state), stream_wanted(state, n, flags),
                            [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
   }
   // MSG_WAITALL: blocks until all n bytes, EOF, an error or the timeout;
@@ -295,7 +336,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
-    result = attempt_or_park(fd, *listener, FdDirection::read, recv_timeout(*listener), [&] {
+    result = attempt_or_park(fd, *listener, FdDirection::read, recv_timeout(*listener), 0, [&] {
       return with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
     });
   }
@@ -305,7 +346,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
     const FdState* from = fd_state(fd);
     fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK,
                from ? from->recv_timeout_ns.load(std::memory_order_relaxed) : 0,
-               from ? from->send_timeout_ns.load(std::memory_order_relaxed) : 0);
+               from ? from->send_timeout_ns.load(std::memory_order_relaxed) : 0, from && from->stream());
   }
   return result;
 }
@@ -361,7 +402,7 @@ ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::read()(fd, buf, n);
+  if (state == nullptr) return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
   if (state->kind() == FdKind::socket) {
     const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
@@ -376,11 +417,13 @@ ssize_t readv(int fd, const iovec* iov, int count) {
   FdState* state = parkable(fd, 0, true);
   if (state == nullptr) return real::readv()(fd, iov, count);
   if (state->kind() == FdKind::socket) {
+    if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
-    const ssize_t result = attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
-                                           [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+    const ssize_t result =
+        attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), stream_wanted(*state, iov_total(iov, count), 0),
+                        [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
@@ -421,7 +464,8 @@ ssize_t recv(int fd, void* buf, size_t n, int flags) {
   if (!parking_enabled()) return real::recv()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket) return real::recv()(fd, buf, n, flags);
+  if (state == nullptr || state->kind() != FdKind::socket)
+    return read_through(fd, flags & MSG_PEEK ? 0 : n, [&] { return real::recv()(fd, buf, n, flags); });
   return receive(fd, *state, buf, n, flags, nullptr, nullptr);
 }
 
@@ -429,7 +473,9 @@ ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen
   if (!parking_enabled()) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
+  if (state == nullptr || state->kind() != FdKind::socket)
+    return read_through(fd, flags & MSG_PEEK ? 0 : n,
+                        [&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); });
   return receive(fd, *state, buf, n, flags, addr, addr_len);
 }
 
@@ -439,7 +485,7 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
   // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
-  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
+  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
                          [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
 }
 
@@ -450,7 +496,7 @@ int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* tim
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   // Parks for the first message; then returns what has arrived (as with
   // MSG_WAITFORONE; docs/io.md).
-  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
+  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
                          [&] { return real::recvmmsg()(fd, msgs, count, flags | MSG_DONTWAIT, nullptr); });
 }
 
@@ -483,7 +529,7 @@ int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
   const CheckpointOnReturn at_return;
   FdState* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
-  return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state),
+  return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state), 0,
                          [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });
 }
 

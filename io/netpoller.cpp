@@ -204,6 +204,8 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
     record->lock.lock();
     if (record->generation == static_cast<std::uint32_t>(data >> 32)) {
       const std::uint32_t mask = events[i].events;
+      // Before the counters' release below, which a drain note's mark reads.
+      if ((mask & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) record->hung_up.store(true, std::memory_order_relaxed);
       for (int d = 0; d < 2; ++d) {
         if ((mask & (d == 0 ? kReadEvents : kWriteEvents)) == 0) continue;
         // Under the lock: a waiter compares the counter under it before it
@@ -310,6 +312,25 @@ FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
   return {sequence, record->events[index_of(direction)].load(std::memory_order_acquire), true};
 }
 
+void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept {
+  if (!before.valid) return;
+  FiberControl* self = current_worker()->current();  // a valid mark was taken in this fiber
+  const FdRecord* record = fd_records().find(fd);
+  // Acquire: a hang-up harvested before `before` was taken is seen here.
+  if (short_read && record->hung_up.load(std::memory_order_acquire)) return;
+  auto& poller = static_cast<Poller&>(self->scheduler->poller());
+  self->drain_note = {fd, before.events, poller.poll_sequence()};
+}
+
+bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
+  Worker* worker = current_worker();
+  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
+  if (self == nullptr || self->drain_note.fd != fd) return false;
+  mark = {self->drain_note.sequence, self->drain_note.events, true};
+  self->drain_note.fd = -1;
+  return true;
+}
+
 FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark) {
   if (fd < 0) throw_fd_error(EBADF, fd, "is not a file descriptor");
   Worker* worker = current_worker();
@@ -326,6 +347,8 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
   // registration, then compare and park. An edge is only a hint (it may be
   // one the caller consumed already), so every wake is checked with poll
   // again, and a stale one parks again: true means the fd was ready.
+  FdWaitMark noted;
+  if (mark == nullptr && direction == FdDirection::read && take_drain_note(fd, noted)) mark = &noted;
   bool from_mark = mark != nullptr && mark->valid;
   for (;;) {
     std::uint64_t began;
@@ -363,6 +386,7 @@ void fd_closing(int fd) noexcept {
   record->lock.lock();
   // A new fd with this number must not get this one's events.
   ++record->generation;
+  record->hung_up.store(false, std::memory_order_relaxed);
   const std::uint64_t owner = record->poller_id;
   const bool others = record->in_other_pollers;
   record->poller_id = 0;

@@ -35,6 +35,22 @@
 //   Timeouts are park()'s: exactly one of the poller's unpark() and the
 //   deadline wins (include/weft/detail/park.h). No second wake protocol.
 //
+// Drain notes: a read in a fiber, attempted by the hooks or passed
+// through them (a user O_NONBLOCK socket), that finds the fd drained
+// (EAGAIN, or a short read of a stream socket: epoll(7), "you can be sure
+// of having exhausted the read I/O space") leaves a note in the fiber: the
+// fd's read counter from before the read and the poll sequence from after
+// it. The fiber's next read wait on that fd parks with the note as its
+// mark, skipping step 2, as the epoll loop skips the read after a short
+// one: weft::io::wait_readable after the caller's own short read, and the
+// hooks' next blocking read, which parks before it attempts. Data that
+// came after the read either moved the counter (the wait then goes back
+// to step 1) or has an epoll event still to be harvested, which wakes the
+// waiter; and an event harvested by an epoll_wait begun after the read is
+// news (step 5). A short read proves nothing once the fd has hung up
+// (FdRecord::hung_up): the peer's FIN or an error stays readable and
+// raises no new edge. A note is the fiber's own, for one fd at a time.
+//
 // Events: the poller locks the record, drops the event if its generation
 // is not the record's (a closed-and-reused fd number), bumps the counters
 // of the directions it reports (an error or hang-up counts for both) and
@@ -106,12 +122,23 @@ struct FdWaitMark {
 };
 FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept;
 
+// After a read of `fd` that found it drained ("Drain notes" above):
+// `before` is fd_wait_mark(fd, read) from before it; `short_read`, that it
+// returned less than asked of a stream socket (else it failed with EAGAIN).
+// Keeps errno.
+void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept;
+
+// The calling fiber's drain note for `fd`, taken (true), as a mark for
+// wait_fd; false if there is none for `fd`.
+bool take_drain_note(int fd, FdWaitMark& mark) noexcept;
+
 // Waits until `fd` is ready for `direction`, until `deadline`
 // (no_deadline: never), or until the fd is closed through fd_closing().
 // On a plain thread: poll(2) (`closed` is then never returned). Throws
 // std::system_error naming the fd: EBADF if it is not open, EPERM (or
 // what epoll_ctl said) if it cannot be polled. `mark`, if given, is this
-// fiber's fd_wait_mark() from before the call that failed with EAGAIN.
+// fiber's fd_wait_mark() from before the call that failed with EAGAIN;
+// without one, a read wait uses the fiber's drain note for `fd`, if any.
 FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr);
 
 // Call before the real close() of `fd` (or a dup2/dup3 onto it): wakes

@@ -103,6 +103,14 @@ struct FiberControl {
   // (introspect/fiber_stack_walk.h).
   std::atomic<std::uintptr_t> park_frame{0};
   std::atomic<std::uintptr_t> park_call_site{0};
+  // The fd this fiber's last read found drained, and the netpoller's mark
+  // from around that read (io/netpoller.h, "Drain notes"); fd -1: none.
+  // The fiber's own: written and read only by the fiber itself.
+  struct DrainNote {
+    int fd = -1;
+    std::uint32_t events = 0;
+    std::uint64_t sequence = 0;
+  } drain_note;
 
   // --- body -------------------------------------------------------------
   Stack stack;

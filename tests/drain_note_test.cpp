@@ -1,0 +1,145 @@
+// Drain notes (io/netpoller.h): after a read that drained a socket, the
+// fiber's next read wait parks without polling the fd first. These are the
+// cases where a read returns less than asked although the fd is still
+// readable, so that a note would park the fiber with no edge to come: the
+// peer's FIN or an error seen before the read, a datagram socket (a short
+// read is one datagram), and a peek. Each wait must still see the fd ready.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <weft/io.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <system_error>
+#include <thread>
+
+#include "io/fd_records.h"
+#include "io/netpoller.h"
+#include "sync_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A socketpair, closed through weft at the end.
+struct Sockets {
+  int reader = -1;
+  int writer = -1;
+  explicit Sockets(int type) {
+    int fds[2];
+    if (::socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, fds) != 0)
+      throw std::system_error(errno, std::generic_category(), "socketpair");
+    reader = fds[0];
+    writer = fds[1];
+  }
+  Sockets(const Sockets&) = delete;
+  Sockets& operator=(const Sockets&) = delete;
+  ~Sockets() {
+    for (const int fd : {reader, writer}) {
+      detail::fd_closing(fd);
+      ::close(fd);
+    }
+  }
+};
+
+// The reader's read-edge counter, moved by a poller that harvested an event.
+std::uint32_t read_edges(int fd) { return detail::fd_records().get(fd).events[0].load(); }
+
+// In a fiber: registers `fd` with the poller (a wait that parks and times
+// out), then has `write_and_more` make it readable and sleeps until a
+// poller harvested that (the idle worker blocks in epoll_wait while the
+// fiber sleeps), so that the read that follows comes after the edge.
+// False if no harvest was seen within 10 s.
+template <class Make>
+bool readable_and_harvested(int fd, Make&& write_and_more) {
+  EXPECT_FALSE(io::wait_readable(fd, 1ms));
+  const std::uint32_t before = read_edges(fd);
+  write_and_more();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (read_edges(fd) == before) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    this_fiber::sleep_for(1ms);
+  }
+  return true;
+}
+
+TEST(DrainNote, AShortReadAfterTheHangUpWasSeenLeavesTheEofReadable) {
+  Sockets sockets(SOCK_STREAM | SOCK_NONBLOCK);
+  Scheduler sched{test::config_with(1)};
+  sched.spawn([&] {
+         ASSERT_TRUE(readable_and_harvested(sockets.reader, [&] {
+           ASSERT_EQ(::write(sockets.writer, "abc", 3), 3);
+           ASSERT_EQ(::shutdown(sockets.writer, SHUT_WR), 0);
+         }));
+         // Data and FIN in one harvest, or the FIN's harvest still to come:
+         // either way the EOF is readable now or wakes the wait.
+         char buffer[64];
+         ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 3);
+         EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "the EOF after a short read was not seen";
+         EXPECT_EQ(::read(sockets.reader, buffer, sizeof buffer), 0);
+       })
+      .join();
+}
+
+TEST(DrainNote, AShortDatagramLeavesTheNextOneReadable) {
+  Sockets sockets(SOCK_DGRAM | SOCK_NONBLOCK);
+  Scheduler sched{test::config_with(1)};
+  sched.spawn([&] {
+         ASSERT_TRUE(readable_and_harvested(sockets.reader, [&] {
+           ASSERT_EQ(::write(sockets.writer, "a", 1), 1);
+           ASSERT_EQ(::write(sockets.writer, "b", 1), 1);
+         }));
+         char buffer[64];
+         ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 1);
+         EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "the second datagram was not seen";
+         ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 1);
+         EXPECT_EQ(buffer[0], 'b');
+       })
+      .join();
+}
+
+TEST(DrainNote, AShortPeekLeavesTheBytesReadable) {
+  Sockets sockets(SOCK_STREAM | SOCK_NONBLOCK);
+  Scheduler sched{test::config_with(1)};
+  sched.spawn([&] {
+         ASSERT_TRUE(
+             readable_and_harvested(sockets.reader, [&] { ASSERT_EQ(::write(sockets.writer, "abc", 3), 3); }));
+         char buffer[64];
+         ASSERT_EQ(::recv(sockets.reader, buffer, sizeof buffer, MSG_PEEK), 3);
+         EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "peeked bytes were not seen";
+         EXPECT_EQ(::read(sockets.reader, buffer, sizeof buffer), 3);
+       })
+      .join();
+}
+
+TEST(DrainNote, ABlockingReadAfterAShortOneStillSeesTheEof) {
+  // The hooks' side: a blocking read after a short one parks before it
+  // attempts; with the FIN seen before the short read, it must not wait
+  // for an edge that never comes.
+  Sockets sockets(SOCK_STREAM);
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> done{false};
+  Fiber reader = sched.spawn([&] {
+    ASSERT_TRUE(readable_and_harvested(sockets.reader, [&] {
+      ASSERT_EQ(::write(sockets.writer, "abc", 3), 3);
+      ASSERT_EQ(::shutdown(sockets.writer, SHUT_WR), 0);
+    }));
+    char buffer[64];
+    ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 3);
+    EXPECT_EQ(::read(sockets.reader, buffer, sizeof buffer), 0);
+    done.store(true);
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(done.load()) << "the blocking read after a short one hung at the EOF";
+  if (!done.load()) detail::fd_closing(sockets.reader);  // wakes it (EBADF), so that the test ends
+  reader.join();
+}
+
+}  // namespace
+}  // namespace weft

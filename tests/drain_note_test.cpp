@@ -50,17 +50,21 @@ struct Sockets {
 // The reader's read-edge counter, moved by a poller that harvested an event.
 std::uint32_t read_edges(int fd) { return detail::fd_records().get(fd).events[0].load(); }
 
-// In a fiber: registers `fd` with the poller (a wait that parks and times
-// out), then has `write_and_more` make it readable and sleeps until a
-// poller harvested that (the idle worker blocks in epoll_wait while the
-// fiber sleeps), so that the read that follows comes after the edge.
-// False if no harvest was seen within 10 s.
+// In a fiber of `sched`, whose only fd `fd` is: registers it with the
+// poller (waits that park and time out; one whose deadline passed before
+// it parked registers nothing), then has `write_and_more` make it readable
+// and sleeps until a poller harvested that (the idle worker blocks in
+// epoll_wait while the fiber sleeps), so that the read that follows comes
+// after the edge. False if either did not happen within 10 s.
 template <class Make>
-bool readable_and_harvested(int fd, Make&& write_and_more) {
-  EXPECT_FALSE(io::wait_readable(fd, 1ms));
+bool readable_and_harvested(Scheduler& sched, int fd, Make&& write_and_more) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  do {
+    EXPECT_FALSE(io::wait_readable(fd, 1ms));
+    if (std::chrono::steady_clock::now() > until) return false;
+  } while (sched.snapshot().poller.fds_registered == 0);
   const std::uint32_t before = read_edges(fd);
   write_and_more();
-  const auto until = std::chrono::steady_clock::now() + 10s;
   while (read_edges(fd) == before) {
     if (std::chrono::steady_clock::now() > until) return false;
     this_fiber::sleep_for(1ms);
@@ -72,7 +76,7 @@ TEST(DrainNote, AShortReadAfterTheHangUpWasSeenLeavesTheEofReadable) {
   Sockets sockets(SOCK_STREAM | SOCK_NONBLOCK);
   Scheduler sched{test::config_with(1)};
   sched.spawn([&] {
-         ASSERT_TRUE(readable_and_harvested(sockets.reader, [&] {
+         ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
            ASSERT_EQ(::write(sockets.writer, "abc", 3), 3);
            ASSERT_EQ(::shutdown(sockets.writer, SHUT_WR), 0);
          }));
@@ -90,7 +94,7 @@ TEST(DrainNote, AShortDatagramLeavesTheNextOneReadable) {
   Sockets sockets(SOCK_DGRAM | SOCK_NONBLOCK);
   Scheduler sched{test::config_with(1)};
   sched.spawn([&] {
-         ASSERT_TRUE(readable_and_harvested(sockets.reader, [&] {
+         ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
            ASSERT_EQ(::write(sockets.writer, "a", 1), 1);
            ASSERT_EQ(::write(sockets.writer, "b", 1), 1);
          }));
@@ -108,7 +112,7 @@ TEST(DrainNote, AShortPeekLeavesTheBytesReadable) {
   Scheduler sched{test::config_with(1)};
   sched.spawn([&] {
          ASSERT_TRUE(
-             readable_and_harvested(sockets.reader, [&] { ASSERT_EQ(::write(sockets.writer, "abc", 3), 3); }));
+             readable_and_harvested(sched, sockets.reader, [&] { ASSERT_EQ(::write(sockets.writer, "abc", 3), 3); }));
          char buffer[64];
          ASSERT_EQ(::recv(sockets.reader, buffer, sizeof buffer, MSG_PEEK), 3);
          EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "peeked bytes were not seen";
@@ -125,7 +129,7 @@ TEST(DrainNote, ABlockingReadAfterAShortOneStillSeesTheEof) {
   Scheduler sched{test::config_with(1)};
   std::atomic<bool> done{false};
   Fiber reader = sched.spawn([&] {
-    ASSERT_TRUE(readable_and_harvested(sockets.reader, [&] {
+    ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
       ASSERT_EQ(::write(sockets.writer, "abc", 3), 3);
       ASSERT_EQ(::shutdown(sockets.writer, SHUT_WR), 0);
     }));

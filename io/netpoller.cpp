@@ -62,6 +62,15 @@ bool poll_ready(int fd, FdDirection direction, int timeout_ms) {
   }
 }
 
+// Before a parked fiber is readied (its context is still saved, and stays
+// so until unpark): the top of its stack, which its resumption reads first
+// (the saved registers, then the frames of its park), is most likely cold
+// with many connections, and this worker usually runs it next.
+void prefetch_resume(const FiberControl& fiber) noexcept {
+  const char* top = static_cast<const char*>(static_cast<const void*>(fiber.context.saved));
+  for (int line = 0; line < 8; ++line) __builtin_prefetch(top + 64 * line);
+}
+
 // poll(2) timeout until `deadline`, rounded up; -1 for none.
 int timeout_ms_until(Clock::time_point deadline) noexcept {
   if (deadline == no_deadline) return -1;
@@ -188,6 +197,14 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
   }
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
   polls_.fetch_add(1, std::memory_order_relaxed);
+  // With many connections the records are cold: ask for all of them
+  // before the first is locked, so that their misses overlap.
+  FdRecord* records[kEventBatch];
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t data = events[i].data.u64;
+    records[i] = data == kWakeTag ? nullptr : fd_records().find(static_cast<int>(data & 0xffffffffu));
+    if (records[i] != nullptr) __builtin_prefetch(records[i], 1);
+  }
   bool readied = false;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t data = events[i].data.u64;
@@ -197,8 +214,7 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
       if (blocking) drain_wake();
       continue;
     }
-    const int fd = static_cast<int>(data & 0xffffffffu);
-    FdRecord* record = fd_records().find(fd);
+    FdRecord* record = records[i];
     if (record == nullptr) continue;
     bool woke = false;
     record->lock.lock();
@@ -217,6 +233,7 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
         // numbers mean anything to it.
         while (Waiter* waiter = record->waiters[d].pop_front()) {
           waiter->amount = waiter->payload == this ? sequence : 0;
+          if (waiter->fiber != nullptr) prefetch_resume(*waiter->fiber);
           woke |= unpark(*waiter);
         }
       }

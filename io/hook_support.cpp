@@ -117,10 +117,11 @@ void CheckpointOnReturn::hook_checkpoint_slow(int fd) noexcept {
   set_errno(saved);
 }
 
-int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark) noexcept {
+int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark,
+                std::uint32_t* harvested) noexcept {
   try {
     const ParkScope park;
-    switch (wait_fd(fd, direction, deadline, mark)) {
+    switch (wait_fd(fd, direction, deadline, mark, harvested)) {
       case FdWaitResult::ready:
         return 0;
       case FdWaitResult::timed_out:

@@ -26,6 +26,7 @@
 #include <climits>
 #include <vector>
 
+#include "fd_table.h"
 #include "hook_support.h"
 #include "real_calls.h"
 
@@ -73,7 +74,11 @@ Watched watched_in(const pollfd* fds, nfds_t count) noexcept {
 // Parks until one of `fds` may be ready, or the deadline. 0 when woken,
 // else an errno (EAGAIN: the deadline passed). `mark`: for one fd in one
 // direction, its fd_wait_mark() from before the probe that found nothing.
-int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, const FdWaitMark& mark) {
+// `harvested`: for one fd in one direction, the epoll events that woke it
+// (wait_fd), else 0.
+int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, const FdWaitMark& mark,
+                 std::uint32_t& harvested) {
+  harvested = 0;
   // All of it in one ParkScope, the private epoll fd's close() included:
   // that close tells the netpoller (fd_closing takes the fd's record lock),
   // and under ThreadSanitizer this code runs inside its poll/select/
@@ -88,7 +93,8 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, co
     sleep_parked(deadline);
     return EAGAIN;
   }
-  if (watched.one_direction()) return wait_for_fd(watched.only->fd, watched.direction(), deadline, &mark);
+  if (watched.one_direction())
+    return wait_for_fd(watched.only->fd, watched.direction(), deadline, &mark, &harvested);
   const int saved = errno_value();
   const int epfd = epoll_create1(EPOLL_CLOEXEC);
   if (epfd < 0) return errno_value();
@@ -119,14 +125,18 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, co
 
 // The common loop: `probe()` is the zero-timeout kernel call, made first
 // unless the caller's own probe found nothing already (`probed`), and
-// after every wake. For one fd in one direction the mark taken before a
+// after every wake but one that `fill(harvested)` can answer: given the
+// epoll events that woke a wait on one fd, it writes the result as the
+// kernel would have at the moment the poller harvested them (after the
+// wait began) and returns the count, or returns 0 if it cannot say. For one fd in one direction the mark taken before a
 // probe spares the wait after it its own poll(fd, 0), as attempt_or_park's
 // does (io/hooks_io_calls.cpp): a wait that parks costs one zero-timeout
 // call before it and one after, not three. A mark is only good if taken
 // before the probe (an edge between the two would be lost), so the wait
 // after a caller's probe has none.
-template <class Probe>
-int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, bool probed, Probe&& probe) {
+template <class Probe, class Fill>
+int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, bool probed, Probe&& probe,
+                Fill&& fill) {
   const ErrnoHome home;
   const int saved = errno_value();
   const Watched watched = watched_in(fds, count);
@@ -140,7 +150,14 @@ int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, boo
     if (ready != 0) return ready;
   }
   for (;;) {
-    const int failed = wait_for_any(fds, count, deadline, mark);
+    std::uint32_t harvested;
+    const int failed = wait_for_any(fds, count, deadline, mark, harvested);
+    if (failed == 0 && harvested != 0) {
+      if (const int ready = fill(harvested)) {
+        set_errno(saved);
+        return ready;
+      }
+    }
     mark = mark_now();
     const int ready = probe();
     if (ready != 0) return ready;
@@ -155,12 +172,44 @@ int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, boo
   }
 }
 
+// poll_parked's answer for no wait it cannot answer from epoll's events.
+int cannot_fill(std::uint32_t) { return 0; }
+
+// poll(2)'s revents for a socket from the epoll events a harvest reported
+// for it, if the caller asked for nothing the netpoller's registration
+// does not watch (POLLPRI, the bands): for a socket, POLLIN comes with
+// POLLRDNORM and POLLOUT with POLLWRNORM, as the kernel's socket poll
+// functions set them. Spares the zero-timeout poll after a wake (cpp-
+// httplib's waits for a request and for a backend's answer).
+int fill_from_harvest(pollfd* fds, nfds_t count, std::uint32_t harvested) {
+  constexpr short watched = POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLRDHUP;
+  short revents = 0;
+  if (harvested & EPOLLIN) revents |= POLLIN | POLLRDNORM;
+  if (harvested & EPOLLOUT) revents |= POLLOUT | POLLWRNORM;
+  if (harvested & EPOLLRDHUP) revents |= POLLRDHUP;
+  if (harvested & EPOLLERR) revents |= POLLERR;
+  if (harvested & EPOLLHUP) revents |= POLLHUP;
+  for (nfds_t i = 0; i < count; ++i) {
+    if (fds[i].fd < 0) continue;
+    if ((fds[i].events & ~watched) != 0) return 0;
+    const FdState* state = fd_state(fds[i].fd);
+    if (state == nullptr || state->kind() != FdKind::socket) return 0;
+  }
+  int ready = 0;
+  for (nfds_t i = 0; i < count; ++i) {
+    fds[i].revents = fds[i].fd < 0 ? 0 : short(revents & (fds[i].events | POLLERR | POLLHUP));
+    if (fds[i].revents != 0) ++ready;
+  }
+  return ready;
+}
+
 int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sigset_t* mask, bool with_mask) {
   auto probe = [&] {
     static const timespec zero{0, 0};
     return with_mask ? real::ppoll()(fds, count, &zero, mask) : real::poll()(fds, count, 0);
   };
-  return poll_parked(fds, count, deadline, /*probed=*/count == 0, probe);  // no fds: a sleep, nothing to probe
+  auto fill = [&](std::uint32_t harvested) { return fill_from_harvest(fds, count, harvested); };
+  return poll_parked(fds, count, deadline, /*probed=*/count == 0, probe, fill);  // no fds: a sleep, nothing to probe
 }
 
 // select's fd sets as pollfds, for wait_for_any.
@@ -195,7 +244,7 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   const int ready = probe();
   if (ready != 0) return ready;
   const std::vector<pollfd> fds = as_pollfds(nfds, r ? &r0 : nullptr, w ? &w0 : nullptr, e ? &e0 : nullptr);
-  return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, probe);
+  return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, probe, cannot_fill);
 }
 
 // epoll_wait, epoll_pwait and epoll_pwait2: `probe()` is the zero-timeout
@@ -205,7 +254,7 @@ int epoll_hooked(int epfd, Clock::time_point deadline, Probe&& probe) {
   // The first probe returns events, or an error (EBADF, EINVAL) as the
   // kernel gives it.
   const pollfd self{epfd, POLLIN, 0};
-  return poll_parked(&self, 1, deadline, /*probed=*/false, probe);
+  return poll_parked(&self, 1, deadline, /*probed=*/false, probe, cannot_fill);
 }
 
 void remaining_into(timeval* timeout, Clock::time_point deadline) {

@@ -233,6 +233,7 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
         // numbers mean anything to it.
         while (Waiter* waiter = record->waiters[d].pop_front()) {
           waiter->amount = waiter->payload == this ? sequence : 0;
+          waiter->events = mask;
           if (waiter->fiber != nullptr) prefetch_resume(*waiter->fiber);
           woke |= unpark(*waiter);
         }
@@ -348,7 +349,9 @@ bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
   return true;
 }
 
-FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark) {
+FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark,
+                     std::uint32_t* harvested) {
+  if (harvested != nullptr) *harvested = 0;
   if (fd < 0) throw_fd_error(EBADF, fd, "is not a file descriptor");
   Worker* worker = current_worker();
   FiberControl* self = worker != nullptr ? worker->current() : nullptr;
@@ -393,7 +396,10 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
     poller.waiter_back();
     if (!woken) return FdWaitResult::timed_out;
     if (waiter.amount == kClosedMark) return FdWaitResult::closed;
-    if (waiter.amount > began) return FdWaitResult::ready;  // step 5: seen ready after step 1
+    if (waiter.amount > began) {  // step 5: seen ready after step 1
+      if (harvested != nullptr) *harvested = waiter.events;
+      return FdWaitResult::ready;
+    }
   }
 }
 

@@ -139,7 +139,10 @@ bool take_drain_note(int fd, FdWaitMark& mark) noexcept;
 // what epoll_ctl said) if it cannot be polled. `mark`, if given, is this
 // fiber's fd_wait_mark() from before the call that failed with EAGAIN;
 // without one, a read wait uses the fiber's drain note for `fd`, if any.
-FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr);
+// `harvested`, if given, gets the epoll events that made the wait ready
+// when an event woke it (step 5), else 0 (a poll(2) said ready).
+FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr,
+                     std::uint32_t* harvested = nullptr);
 
 // Call before the real close() of `fd` (or a dup2/dup3 onto it): wakes
 // every fiber waiting on it, in every scheduler, with `closed`, removes it

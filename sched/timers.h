@@ -97,13 +97,23 @@ class TimerQueue {
   static constexpr Clock::rep kNone = Clock::time_point::max().time_since_epoch().count();
   std::size_t run_due_slow() noexcept;
   void publish_earliest() noexcept;  // under lock_
-  void sift_up(std::size_t index);
-  void sift_down(std::size_t index);
-  void swap_nodes(std::size_t a, std::size_t b);
-  void remove_at(std::size_t index);
+  // A heap entry carries its node's deadline, so that sifting compares
+  // within the heap's own array instead of loading every node it passes
+  // (nodes live on parked fibers' stacks, cold with many fibers parked).
+  struct Entry {
+    Clock::rep deadline;
+    TimerNode* node;
+  };
+  // Four children per entry, as Go's timer heap has: half the levels of a
+  // binary heap, and the children compared at one level are adjacent.
+  static constexpr std::size_t kArity = 4;
+  void place(std::size_t index, const Entry& entry) noexcept;
+  void sift_up(std::size_t index, Entry moving) noexcept;
+  void sift_down(std::size_t index, Entry moving) noexcept;
+  void remove_at(std::size_t index) noexcept;
 
   mutable std::mutex lock_;
-  std::vector<TimerNode*> heap_;  // min-heap on deadline
+  std::vector<Entry> heap_;  // min-heap on deadline; heap_[i].node->heap_index == i
   std::atomic<Clock::rep> earliest_{kNone};
   // Guarded by lock_: whether a blocker sleeps (or is about to), and until.
   bool blocking_ = false;

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/real_calls.h"
 #include "socket_pair.h"
 #include "test_support.h"
 
@@ -561,6 +562,34 @@ TEST(HooksPoll, PollOnOneFdPingPongLosesNoWakeUp) {
   for (auto& f : fibers) f.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(rounds.load(), kPairs * kRounds);
+}
+
+// A poll woken by the netpoller answers from the events it harvested
+// instead of polling again (io/hooks_multiplexers.cpp, fill_from_harvest):
+// the revents must be the kernel's, the bits it has no watch on included
+// (POLLRDNORM with POLLIN, POLLRDHUP only if asked), and an fd < 0 entry
+// answered as poll(2) answers it.
+TEST(HooksPoll, AWokenPollReportsTheKernelsRevents) {
+  Scheduler sched = one_worker();
+  for (const bool hang_up : {false, true}) {
+    SocketPair pair;
+    const pollfd fds[2] = {{pair.a(), POLLIN | POLLRDNORM | POLLRDHUP, 0}, {-1, POLLIN, 0}};
+    pollfd one[2] = {fds[0], fds[1]};
+    int ready = -2;
+    Fiber poller = sched.spawn([&] { ready = poll(one, 2, 5000); });
+    while (sched.snapshot().poller.io_waiters == 0) std::this_thread::sleep_for(1ms);
+    if (hang_up)
+      ASSERT_EQ(shutdown(pair.b(), SHUT_WR), 0);
+    else
+      ASSERT_EQ(write(pair.b(), "x", 1), 1);
+    poller.join();
+    pollfd kernel[2] = {fds[0], fds[1]};
+    ASSERT_EQ(detail::real::poll()(kernel, 2, 0), 1);
+    EXPECT_EQ(ready, 1) << "hang_up " << hang_up;
+    EXPECT_EQ(one[0].revents, kernel[0].revents) << "hang_up " << hang_up;
+    EXPECT_EQ(one[1].revents, 0);
+    EXPECT_EQ(kernel[0].revents & POLLRDHUP, hang_up ? POLLRDHUP : 0);
+  }
 }
 
 TEST(HooksPoll, PollTimesOutWithZero) {

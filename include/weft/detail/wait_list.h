@@ -36,6 +36,7 @@ struct Waiter {
   // item, a count of permits). Guarded by the primitive's lock.
   void* payload = nullptr;
   std::uint64_t amount = 0;
+  std::uint32_t events = 0;  // an fd waiter's: the epoll events that woke it
 
   Waiter* prev = nullptr;
   Waiter* next = nullptr;

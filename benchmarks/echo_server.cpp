@@ -50,10 +50,12 @@
 #include <vector>
 
 #include "cli.h"
+#include "connections.h"
 #include "echo_net.h"
 
 namespace {
 
+using weft::bench::Connections;
 using weft::bench::die_errno;
 
 constexpr const char* kProgram = "echo_server";
@@ -110,38 +112,6 @@ void wait_for_stop_signal() {
 
 // ---------------------------------------------------------------------------
 // Connections of the thread, weft and hooked modes
-
-// Every open connection, so that a stop can shut them down: a blocked read
-// (thread, hooked) or a parked wait (weft) then returns, and the connection
-// ends along its own loop's normal path. Touched once per connect and close,
-// never per message.
-class Connections {
- public:
-  // False once stopping: the caller closes the fd instead of serving it.
-  bool add(int fd) {
-    std::lock_guard guard(lock_);
-    if (stopping_) return false;
-    fds_.insert(fd);
-    return true;
-  }
-  // Closes under the lock, so that stop() never shuts down a descriptor
-  // number already reused by a newer connection.
-  void close(int fd) {
-    std::lock_guard guard(lock_);
-    fds_.erase(fd);
-    ::close(fd);
-  }
-  void stop() {
-    std::lock_guard guard(lock_);
-    stopping_ = true;
-    for (const int fd : fds_) ::shutdown(fd, SHUT_RDWR);
-  }
-
- private:
-  std::mutex lock_;
-  std::unordered_set<int> fds_;
-  bool stopping_ = false;
-};
 
 void configure_accepted(int fd) { weft::bench::set_nodelay(fd); }
 

@@ -19,6 +19,7 @@
 
 #include "io/fd_records.h"
 #include "io/netpoller.h"
+#include "fd_pair.h"
 #include "sync_support.h"
 
 namespace weft {
@@ -26,26 +27,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A socketpair, closed through weft at the end.
-struct Sockets {
-  int reader = -1;
-  int writer = -1;
-  explicit Sockets(int type) {
-    int fds[2];
-    if (::socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, fds) != 0)
-      throw std::system_error(errno, std::generic_category(), "socketpair");
-    reader = fds[0];
-    writer = fds[1];
-  }
-  Sockets(const Sockets&) = delete;
-  Sockets& operator=(const Sockets&) = delete;
-  ~Sockets() {
-    for (const int fd : {reader, writer}) {
-      detail::fd_closing(fd);
-      ::close(fd);
-    }
-  }
-};
+using test::FdPair;
+using test::make_socketpair;
 
 // The reader's read-edge counter, moved by a poller that harvested an event.
 std::uint32_t read_edges(int fd) { return detail::fd_records().get(fd).events[0].load(); }
@@ -73,7 +56,7 @@ bool readable_and_harvested(Scheduler& sched, int fd, Make&& write_and_more) {
 }
 
 TEST(DrainNote, AShortReadAfterTheHangUpWasSeenLeavesTheEofReadable) {
-  Sockets sockets(SOCK_STREAM | SOCK_NONBLOCK);
+  FdPair sockets = make_socketpair(SOCK_STREAM | SOCK_NONBLOCK);
   Scheduler sched{test::config_with(1)};
   sched.spawn([&] {
          ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
@@ -91,7 +74,7 @@ TEST(DrainNote, AShortReadAfterTheHangUpWasSeenLeavesTheEofReadable) {
 }
 
 TEST(DrainNote, AShortDatagramLeavesTheNextOneReadable) {
-  Sockets sockets(SOCK_DGRAM | SOCK_NONBLOCK);
+  FdPair sockets = make_socketpair(SOCK_DGRAM | SOCK_NONBLOCK);
   Scheduler sched{test::config_with(1)};
   sched.spawn([&] {
          ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
@@ -108,7 +91,7 @@ TEST(DrainNote, AShortDatagramLeavesTheNextOneReadable) {
 }
 
 TEST(DrainNote, AShortPeekLeavesTheBytesReadable) {
-  Sockets sockets(SOCK_STREAM | SOCK_NONBLOCK);
+  FdPair sockets = make_socketpair(SOCK_STREAM | SOCK_NONBLOCK);
   Scheduler sched{test::config_with(1)};
   sched.spawn([&] {
          ASSERT_TRUE(
@@ -125,7 +108,7 @@ TEST(DrainNote, ABlockingReadAfterAShortOneStillSeesTheEof) {
   // The hooks' side: a blocking read after a short one parks before it
   // attempts; with the FIN seen before the short read, it must not wait
   // for an edge that never comes.
-  Sockets sockets(SOCK_STREAM);
+  FdPair sockets = make_socketpair(SOCK_STREAM);
   Scheduler sched{test::config_with(1)};
   std::atomic<bool> done{false};
   Fiber reader = sched.spawn([&] {

@@ -22,6 +22,7 @@
 
 #include "io/fd_records.h"
 #include "io/netpoller.h"
+#include "fd_pair.h"
 #include "socket_pair.h"
 #include "sync_support.h"
 
@@ -30,44 +31,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Both ends of a pipe or socketpair, closed (through weft) at the end.
-struct FdPair {
-  int reader = -1;
-  int writer = -1;
-  FdPair() = default;
-  FdPair(const FdPair&) = delete;
-  FdPair& operator=(const FdPair&) = delete;
-  FdPair(FdPair&& other) noexcept : reader(other.reader), writer(other.writer) { other.reader = other.writer = -1; }
-  ~FdPair() {
-    close_fd(reader);
-    close_fd(writer);
-  }
-  static void close_fd(int& fd) {
-    if (fd < 0) return;
-    detail::fd_closing(fd);
-    ::close(fd);
-    fd = -1;
-  }
-};
-
-FdPair make_pipe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
-  FdPair pair;
-  pair.reader = fds[0];
-  pair.writer = fds[1];
-  return pair;
-}
-
-FdPair make_socketpair() {
-  int fds[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) != 0)
-    throw std::system_error(errno, std::generic_category(), "socketpair");
-  FdPair pair;
-  pair.reader = fds[0];
-  pair.writer = fds[1];
-  return pair;
-}
+using test::FdPair;
+using test::make_pipe;
+using test::make_socketpair;
 
 void write_byte(int fd) { ASSERT_EQ(::write(fd, "x", 1), 1) << std::strerror(errno); }
 // One byte, without blocking: -1 with errno EAGAIN when there is none.

@@ -3,13 +3,11 @@
 #include <weft/default_scheduler.h>
 #include <weft/fiber_local.h>
 #include <weft/pool.h>
-#include <weft/queue_closed.h>
 #include <weft/scheduler.h>
 #include <weft/this_fiber.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -95,7 +93,7 @@ void PoolCore::start_runner_locked() {
   // After the close the runners there are drain the queue, and one started
   // now might come after shutdown's last join and never be joined; a task
   // that finds the queue closed is not queued (enqueue starts before it puts).
-  if (started_ >= options_.threads || queue_.closed()) return;
+  if (started_ >= options_.threads || shut_down()) return;
   const std::string name = options_.name + "-" + std::to_string(started_);
   if (on_fibers()) {
     fibers_.push_back(scheduler_->spawn(SpawnOptions{.name = name, .stack_size = options_.stack_size}, [this] {
@@ -115,21 +113,36 @@ void PoolCore::start_runner_locked() {
 }
 
 void PoolCore::run_tasks() noexcept {
+  std::unique_lock guard(lock_);
   for (;;) {
-    Queued item;
-    try {
-      item = queue_.take();
-    } catch (const QueueClosed&) {
-      return;  // shut down, and nothing is left to run
+    // Paused, queued tasks wait; closed, the rest runs anyway, then the
+    // runner ends.
+    while (queue_.empty() || (paused_ && !shut_down())) {
+      if (queue_.empty() && shut_down()) return;
+      ++waiting_runners_;
+      work_.wait(guard);
+      --waiting_runners_;
     }
+    Queued item = std::move(queue_.front());
+    queue_.pop_front();
+    running_.fetch_add(1, std::memory_order_relaxed);
+    guard.unlock();
     run_one(item);
+    guard.lock();
+    // Idle from here: the next enqueue may count on this runner. Before the
+    // task counts as done, so that a caller whose wait() has returned finds
+    // it idle and starts no other.
+    idle_runners_.fetch_add(1, std::memory_order_relaxed);
+    running_.fetch_sub(1, std::memory_order_relaxed);
+    completed_.fetch_add(1, std::memory_order_relaxed);
+    --unfinished_;
+    notify_if_settled_locked();
   }
 }
 
 void PoolCore::run_one(Queued& item) noexcept {
   const auto started = Clock::now();
   wait_times_.record(started - item.submitted);
-  running_.fetch_add(1, std::memory_order_relaxed);
   try {
     item.task();
   } catch (...) {
@@ -140,13 +153,14 @@ void PoolCore::run_one(Queued& item) noexcept {
   // promises they are gone.
   item.task = Task();
   run_times_.record(Clock::now() - started);
-  // Idle from here (on its way back to take()): the next enqueue may count
-  // on this runner. Before the task counts as done, so that a caller whose
-  // wait() has returned finds it idle and starts no other.
-  idle_runners_.fetch_add(1, std::memory_order_relaxed);
-  running_.fetch_sub(1, std::memory_order_relaxed);
-  completed_.fetch_add(1, std::memory_order_relaxed);
-  pending_.done();
+}
+
+bool PoolCore::settled_locked() const noexcept {
+  return unfinished_ == 0 || (paused_ && running_.load(std::memory_order_relaxed) == 0);
+}
+
+void PoolCore::notify_if_settled_locked() noexcept {
+  if (waiters_ > 0 && settled_locked()) settled_.notify_all();
 }
 
 void PoolCore::report(std::exception_ptr error) noexcept {
@@ -167,20 +181,18 @@ void PoolCore::enqueue(Task task) {
   // A runner first, so that a failure to start one queues nothing.
   const bool claimed = claim_idle_runner();
   if (!claimed) start_runner();
-  pending_.add(1);
-  const auto undo = [&] {
-    pending_.done();
-    if (claimed) idle_runners_.fetch_add(1, std::memory_order_relaxed);
-  };
+  const auto submitted = Clock::now();
+  std::unique_lock guard(lock_);
   try {
-    queue_.put(Queued{std::move(task), Clock::now()});
-  } catch (const QueueClosed&) {
-    undo();
-    throw_closed();
+    if (shut_down()) throw_closed();
+    queue_.push_back(Queued{std::move(task), submitted});
   } catch (...) {
-    undo();
+    guard.unlock();
+    if (claimed) idle_runners_.fetch_add(1, std::memory_order_relaxed);
     throw;
   }
+  ++unfinished_;
+  if (waiting_runners_ > 0 && !paused_) work_.notify_one();
 }
 
 void PoolCore::throw_closed() const {
@@ -195,26 +207,68 @@ void PoolCore::require_outside(const char* what) const {
 
 bool PoolCore::wait_until(Clock::time_point deadline) {
   require_outside("wait()");
-  if (deadline == no_deadline) {
-    pending_.wait();
-    return true;
+  std::unique_lock guard(lock_);
+  ++waiters_;
+  bool settled = true;
+  while (!settled_locked()) {
+    if (deadline == no_deadline) {
+      settled_.wait(guard);
+    } else if (settled_.wait_until(guard, deadline) == std::cv_status::timeout) {
+      settled = settled_locked();
+      break;
+    }
   }
-  return pending_.wait_for(deadline - Clock::now());
+  --waiters_;
+  return settled;
 }
 
 std::size_t PoolCore::purge() {
-  std::vector<Queued> dropped;
-  queue_.drain_to(std::back_inserter(dropped));
+  std::deque<Queued> dropped;
+  {
+    std::lock_guard guard(lock_);
+    dropped.swap(queue_);
+    unfinished_ -= dropped.size();
+    // Each dropped task had claimed a runner (or started one) for itself.
+    idle_runners_.fetch_add(static_cast<std::int64_t>(dropped.size()), std::memory_order_relaxed);
+    notify_if_settled_locked();
+  }
+  // Outside the lock: a submit()'s Promise dies here (its Future gets
+  // broken_promise), and the captures' destructors may use the pool.
   const std::size_t n = dropped.size();
-  dropped.clear();  // a submit()'s Promise dies here: its Future gets broken_promise
-  if (n > 0) pending_.add(-static_cast<std::int64_t>(n));
+  dropped.clear();
   return n;
+}
+
+void PoolCore::pause() {
+  std::lock_guard guard(lock_);
+  paused_ = true;
+  notify_if_settled_locked();  // a wait() with nothing running is over
+}
+
+void PoolCore::unpause() {
+  std::lock_guard guard(lock_);
+  paused_ = false;
+  if (waiting_runners_ > 0) work_.notify_all();
+}
+
+bool PoolCore::paused() const {
+  std::lock_guard guard(lock_);
+  return paused_;
+}
+
+std::uint64_t PoolCore::queued() const {
+  std::lock_guard guard(lock_);
+  return queue_.size();
 }
 
 void PoolCore::shutdown() {
   require_outside("shutdown() (or the destructor)");
   std::lock_guard guard(shutdown_lock_);
-  queue_.close();
+  {
+    std::lock_guard queue_guard(lock_);
+    closed_.store(true, std::memory_order_relaxed);
+    if (waiting_runners_ > 0) work_.notify_all();
+  }
   if (joined_) return;
   for (;;) {
     std::vector<std::thread> threads;
@@ -260,6 +314,9 @@ void Pool::enqueue(detail::Task task) { core_->enqueue(std::move(task)); }
 void Pool::wait() { core_->wait_until(detail::no_deadline); }
 bool Pool::wait_until_deadline(detail::Clock::time_point deadline) { return core_->wait_until(deadline); }
 std::size_t Pool::purge() { return core_->purge(); }
+void Pool::pause() { core_->pause(); }
+void Pool::unpause() { core_->unpause(); }
+bool Pool::is_paused() const { return core_->paused(); }
 void Pool::shutdown() { core_->shutdown(); }
 bool Pool::is_shut_down() const noexcept { return core_->shut_down(); }
 const std::string& Pool::name() const noexcept { return core_->options().name; }

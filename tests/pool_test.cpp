@@ -371,6 +371,98 @@ TEST_P(PoolTest, PurgeDropsQueuedTasksAndBreaksTheirFutures) {
   EXPECT_EQ(ran.load(), 0);
 }
 
+TEST_P(PoolTest, PauseHoldsQueuedTasksBackUntilUnpause) {
+  Pool pool{options("paused", 3)};
+  pool.pause();
+  EXPECT_TRUE(pool.is_paused());
+  std::atomic<int> ran{0};
+  std::vector<Future<int>> results;
+  for (int i = 0; i < 6; ++i)
+    results.push_back(pool.submit([&ran, i] {
+      ran.fetch_add(1);
+      return i;
+    }));
+  // Queued and held: a runner free to take them would have started one by
+  // now (RunsSizeBlockedTasksAtOnce shows they start at once).
+  this_fiber::sleep_for(20ms);
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(pool.queued(), 6u);
+  EXPECT_TRUE(pool.wait_for(30s)) << "paused with nothing running: wait() has nothing to wait for";
+  pool.unpause();
+  EXPECT_FALSE(pool.is_paused());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(results[static_cast<std::size_t>(i)].get(), i);
+  pool.wait();
+  EXPECT_EQ(ran.load(), 6);
+  EXPECT_EQ(pool.queued(), 0u);
+}
+
+TEST_P(PoolTest, WhilePausedRunningTasksFinishAndWaitReturnsWhenTheyHave) {
+  Pool pool{options("pause-running", 2)};
+  Semaphore gate{0};
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 2; ++i)
+    pool.post([&] {
+      gate.acquire();
+      ran.fetch_add(1);
+    });
+  ASSERT_TRUE(test::eventually([&] { return pool.running() == 2; }));
+  // A wait() that began before the pause ends when the running tasks have,
+  // with the queued ones left queued.
+  std::atomic<bool> waited{false};
+  std::thread waiter([&] {
+    pool.wait();
+    waited.store(true);
+  });
+  pool.pause();
+  for (int i = 0; i < 3; ++i) pool.post([&] { ran.fetch_add(1); });
+  EXPECT_FALSE(pool.wait_until(std::chrono::steady_clock::now() + 5ms)) << "two tasks still run";
+  gate.release(2);
+  waiter.join();
+  EXPECT_TRUE(waited.load());
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(pool.running(), 0u);
+  EXPECT_EQ(pool.queued(), 3u);
+  pool.unpause();
+  pool.wait();
+  EXPECT_EQ(ran.load(), 5);
+}
+
+TEST_P(PoolTest, ShutdownWhilePausedRunsTheQueuedTasks) {
+  std::atomic<int> ran{0};
+  std::vector<Future<void>> done;
+  {
+    Pool pool{options("pause-close", 2)};
+    pool.pause();
+    for (int i = 0; i < 10; ++i) done.push_back(pool.submit([&] { ran.fetch_add(1); }));
+    pool.shutdown();
+    EXPECT_EQ(ran.load(), 10);
+  }
+  for (auto& f : done) f.get();  // none broken
+}
+
+TEST_P(PoolTest, PurgeWhilePausedDropsTheQueueAndTheRunnersServeLaterTasks) {
+  Pool pool{options("pause-purge", 2)};
+  pool.pause();
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 4; ++i) pool.post([&] { ran.fetch_add(1); });
+  EXPECT_EQ(pool.purge(), 4u);
+  pool.unpause();
+  // Both runners, started for the dropped tasks, are free for these: two
+  // tasks that wait for each other finish only if they run at once.
+  Semaphore first{0}, second{0};
+  Future<void> a = pool.submit([&] {
+    first.release();
+    second.acquire();
+  });
+  Future<void> b = pool.submit([&] {
+    second.release();
+    first.acquire();
+  });
+  a.get();
+  b.get();
+  EXPECT_EQ(ran.load(), 0);
+}
+
 TEST_P(PoolTest, ShutdownRunsWhatIsQueuedThenRejectsNewWork) {
   auto pool = std::make_unique<Pool>(options("closing", 1));
   Semaphore gate{0};

@@ -25,6 +25,7 @@
 //
 // shutdown() stops accepting (later post()/submit() throw std::logic_error),
 // runs what is queued and joins the runners; the destructor calls it.
+// pause() holds the queued tasks back until unpause(); purge() drops them.
 // Calling shutdown(), wait() or the destructor from one of the pool's own
 // tasks would wait for itself, and throws std::logic_error instead
 // (the destructor terminates, as a throwing destructor must).
@@ -186,14 +187,26 @@ class Pool {
   // Blocks (parks, in a fiber) until every task submitted so far has
   // finished, in either mode.
   void wait();
-  // As wait(), for at most `timeout`; false if tasks were still unfinished.
+  // As wait(), for at most `timeout`, or until `deadline`; false if tasks
+  // were still unfinished.
   template <class Rep, class Period>
   bool wait_for(const std::chrono::duration<Rep, Period>& timeout) {
     return wait_until_deadline(detail::deadline_after(timeout));
   }
+  template <class Clock, class Duration>
+  bool wait_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    return wait_until_deadline(detail::to_deadline(deadline));
+  }
   // Drops the tasks that have not started; their Futures throw
   // std::future_error(broken_promise). Returns how many were dropped.
   std::size_t purge();
+  // BS::thread_pool's pause: no queued task starts until unpause(); tasks
+  // already running go on, and post()/submit() still queue. While paused,
+  // wait() waits only for the running tasks (the queued ones would never
+  // finish), and shutdown() still runs everything queued before it joins.
+  void pause();
+  void unpause();
+  bool is_paused() const;
   void shutdown();
   bool is_shut_down() const noexcept;
 

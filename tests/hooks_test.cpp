@@ -577,7 +577,9 @@ TEST(HooksPoll, AWokenPollReportsTheKernelsRevents) {
     pollfd one[2] = {fds[0], fds[1]};
     int ready = -2;
     Fiber poller = sched.spawn([&] { ready = poll(one, 2, 5000); });
-    while (sched.snapshot().poller.io_waiters == 0) std::this_thread::sleep_for(1ms);
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (sched.snapshot().poller.io_waiters == 0 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(1ms);
     if (hang_up)
       ASSERT_EQ(shutdown(pair.b(), SHUT_WR), 0);
     else

@@ -2,13 +2,14 @@
 // --delay-ms (100 ms), a stand-in for a database or a downstream service.
 //
 //   build/benchmarks/backend --port 8081 [--delay-ms 100] [--threads 4096]
+//                            [--pool fibers|threads]
 //
 // Written as plain blocking code, as a thread-per-connection server is: a
 // weft::Pool named "backend" runs one task per keep-alive connection, which
-// reads a request with blocking read(), sleeps, and write()s the answer.
-// As threads (the default) it serves --threads connections at once; with
-// WEFT_FIBERS=name:backend* it runs on weft fibers, the libc hooks parking
-// the reads and weft::this_fiber::sleep_for parking the delay.
+// reads a request with blocking read(), sleeps, and write()s the answer,
+// serving up to --threads connections at once. On weft fibers by default
+// (the libc hooks park the reads, weft::this_fiber::sleep_for the delay);
+// --pool threads makes the pool std::threads.
 //
 // Not cpp-httplib, as the gateway is: the backend is the far end of the
 // load, as wrk is the near end, and shares the machine's cores with the
@@ -48,7 +49,7 @@ constexpr std::string_view kTooLarge =
 
 [[noreturn]] void usage(const char* error) {
   if (error != nullptr) std::fprintf(stderr, "backend: %s\n", error);
-  std::fprintf(stderr, "usage: backend --port Q [--delay-ms 100] [--threads 4096]\n");
+  std::fprintf(stderr, "usage: backend --port Q [--delay-ms 100] [--threads 4096] [--pool fibers|threads]\n");
   std::exit(2);
 }
 void usage_and_exit(const char* error) { usage(error); }
@@ -136,6 +137,7 @@ void serve(int fd, std::chrono::milliseconds delay) {
 int main(int argc, char** argv) {
   int port = 0;
   unsigned delay_ms = 100, threads = 4096;
+  weft::RunMode mode = weft::RunMode::fibers;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) usage(("missing value after " + arg).c_str());
@@ -145,7 +147,11 @@ int main(int argc, char** argv) {
       delay_ms = weft::bench::parse_count<unsigned>(argv[++i], "--delay-ms", 0, 60000, usage_and_exit);
     else if (arg == "--threads")
       threads = weft::bench::parse_count<unsigned>(argv[++i], "--threads", 1, 100000, usage_and_exit);
-    else
+    else if (arg == "--pool") {
+      const std::string value = argv[++i];
+      if (value != "fibers" && value != "threads") usage(("--pool takes fibers or threads, not " + value).c_str());
+      mode = value == "fibers" ? weft::RunMode::fibers : weft::RunMode::threads;
+    } else
       usage(("unknown option " + arg).c_str());
   }
   if (port == 0) usage("--port is required");
@@ -179,7 +185,7 @@ int main(int argc, char** argv) {
     ::shutdown(listener, SHUT_RDWR);
   });
 
-  weft::Pool pool{{.name = "backend", .threads = threads}};
+  weft::Pool pool{{.name = "backend", .threads = threads, .mode = mode}};
   std::fprintf(stderr, "%s: pool \"backend\" of %u on %s\n", kProgram, threads,
                pool.runs_on_fibers() ? "fibers" : "threads");
   const auto delay = std::chrono::milliseconds(delay_ms);

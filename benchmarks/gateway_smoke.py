@@ -102,10 +102,10 @@ def main():
         sys.exit("usage: gateway_smoke.py GATEWAY BACKEND")
     gateway_bin, backend_bin = sys.argv[1:]
     fibers = {"WEFT_FIBERS": "name:gateway*", "WEFT_WORKERS": "1"}
-    for backend_mode, backend_env in (("threads", {}), ("fibers", {"WEFT_FIBERS": "name:backend*"})):
+    for backend_mode in ("threads", "fibers"):
         backend_port = free_port()
-        backend = start([backend_bin, "--port", str(backend_port), "--delay-ms", "0", "--threads", "64"], backend_env,
-                        backend_port)
+        backend = start([backend_bin, "--port", str(backend_port), "--delay-ms", "0", "--threads", "64", "--pool",
+                         backend_mode], {}, backend_port)
         check(backend is not None, f"backend on {backend_mode} listens")
         if backend is None:
             continue

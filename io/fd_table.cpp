@@ -103,9 +103,9 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeo
   if (state == nullptr) return;
   state->recv_timeout_ns.store(recv_timeout_ns, std::memory_order_relaxed);
   state->send_timeout_ns.store(send_timeout_ns, std::memory_order_relaxed);
-  state->flags.store(std::uint32_t(kind) | (user_nonblock ? FdState::user_nonblock_bit : 0) |
-                         (stream ? FdState::stream_bit : 0),
-                     std::memory_order_relaxed);
+  state->flags.store(
+      std::uint32_t(kind) | (user_nonblock ? FdState::user_nonblock_bit : 0) | (stream ? FdState::stream_bit : 0),
+      std::memory_order_relaxed);
 }
 
 void fd_duplicated(int from, int to) noexcept {

@@ -421,9 +421,9 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
-    const ssize_t result =
-        attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), stream_wanted(*state, iov_total(iov, count), 0),
-                        [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+    const ssize_t result = attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
+                                           stream_wanted(*state, iov_total(iov, count), 0),
+                                           [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }

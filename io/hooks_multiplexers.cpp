@@ -93,8 +93,7 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, co
     sleep_parked(deadline);
     return EAGAIN;
   }
-  if (watched.one_direction())
-    return wait_for_fd(watched.only->fd, watched.direction(), deadline, &mark, &harvested);
+  if (watched.one_direction()) return wait_for_fd(watched.only->fd, watched.direction(), deadline, &mark, &harvested);
   const int saved = errno_value();
   const int epfd = epoll_create1(EPOLL_CLOEXEC);
   if (epfd < 0) return errno_value();
@@ -135,8 +134,7 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, co
 // before the probe (an edge between the two would be lost), so the wait
 // after a caller's probe has none.
 template <class Probe, class Fill>
-int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, bool probed, Probe&& probe,
-                Fill&& fill) {
+int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, bool probed, Probe&& probe, Fill&& fill) {
   const ErrnoHome home;
   const int saved = errno_value();
   const Watched watched = watched_in(fds, count);

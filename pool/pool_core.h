@@ -93,16 +93,16 @@ class PoolCore {
 
   const PoolOptions options_;
   Scheduler* const scheduler_;  // null: thread mode
-  mutable Mutex lock_;        // for the queue and the counts below it
-  ConditionVariable work_;    // runners: a task, an unpause or the close
-  ConditionVariable settled_; // callers of wait(): settled_locked()
+  mutable Mutex lock_;          // for the queue and the counts below it
+  ConditionVariable work_;      // runners: a task, an unpause or the close
+  ConditionVariable settled_;   // callers of wait(): settled_locked()
   std::deque<Queued> queue_;
   std::uint64_t unfinished_ = 0;
   unsigned waiting_runners_ = 0;  // in work_.wait
   unsigned waiters_ = 0;          // in settled_.wait
   bool paused_ = false;
-  std::atomic<bool> closed_{false};         // written under lock_
-  std::atomic<std::uint64_t> running_{0};   // written under lock_
+  std::atomic<bool> closed_{false};        // written under lock_
+  std::atomic<std::uint64_t> running_{0};  // written under lock_
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> failed_{0};
   LatencyHistogram wait_times_;

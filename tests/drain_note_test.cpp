@@ -17,9 +17,9 @@
 #include <system_error>
 #include <thread>
 
+#include "fd_pair.h"
 #include "io/fd_records.h"
 #include "io/netpoller.h"
-#include "fd_pair.h"
 #include "sync_support.h"
 
 namespace weft {
@@ -58,49 +58,52 @@ bool readable_and_harvested(Scheduler& sched, int fd, Make&& write_and_more) {
 TEST(DrainNote, AShortReadAfterTheHangUpWasSeenLeavesTheEofReadable) {
   FdPair sockets = make_socketpair(SOCK_STREAM | SOCK_NONBLOCK);
   Scheduler sched{test::config_with(1)};
-  sched.spawn([&] {
-         ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
-           ASSERT_EQ(::write(sockets.writer, "abc", 3), 3);
-           ASSERT_EQ(::shutdown(sockets.writer, SHUT_WR), 0);
-         }));
-         // Data and FIN in one harvest, or the FIN's harvest still to come:
-         // either way the EOF is readable now or wakes the wait.
-         char buffer[64];
-         ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 3);
-         EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "the EOF after a short read was not seen";
-         EXPECT_EQ(::read(sockets.reader, buffer, sizeof buffer), 0);
-       })
+  sched
+      .spawn([&] {
+        ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
+          ASSERT_EQ(::write(sockets.writer, "abc", 3), 3);
+          ASSERT_EQ(::shutdown(sockets.writer, SHUT_WR), 0);
+        }));
+        // Data and FIN in one harvest, or the FIN's harvest still to come:
+        // either way the EOF is readable now or wakes the wait.
+        char buffer[64];
+        ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 3);
+        EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "the EOF after a short read was not seen";
+        EXPECT_EQ(::read(sockets.reader, buffer, sizeof buffer), 0);
+      })
       .join();
 }
 
 TEST(DrainNote, AShortDatagramLeavesTheNextOneReadable) {
   FdPair sockets = make_socketpair(SOCK_DGRAM | SOCK_NONBLOCK);
   Scheduler sched{test::config_with(1)};
-  sched.spawn([&] {
-         ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
-           ASSERT_EQ(::write(sockets.writer, "a", 1), 1);
-           ASSERT_EQ(::write(sockets.writer, "b", 1), 1);
-         }));
-         char buffer[64];
-         ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 1);
-         EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "the second datagram was not seen";
-         ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 1);
-         EXPECT_EQ(buffer[0], 'b');
-       })
+  sched
+      .spawn([&] {
+        ASSERT_TRUE(readable_and_harvested(sched, sockets.reader, [&] {
+          ASSERT_EQ(::write(sockets.writer, "a", 1), 1);
+          ASSERT_EQ(::write(sockets.writer, "b", 1), 1);
+        }));
+        char buffer[64];
+        ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 1);
+        EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "the second datagram was not seen";
+        ASSERT_EQ(::read(sockets.reader, buffer, sizeof buffer), 1);
+        EXPECT_EQ(buffer[0], 'b');
+      })
       .join();
 }
 
 TEST(DrainNote, AShortPeekLeavesTheBytesReadable) {
   FdPair sockets = make_socketpair(SOCK_STREAM | SOCK_NONBLOCK);
   Scheduler sched{test::config_with(1)};
-  sched.spawn([&] {
-         ASSERT_TRUE(
-             readable_and_harvested(sched, sockets.reader, [&] { ASSERT_EQ(::write(sockets.writer, "abc", 3), 3); }));
-         char buffer[64];
-         ASSERT_EQ(::recv(sockets.reader, buffer, sizeof buffer, MSG_PEEK), 3);
-         EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "peeked bytes were not seen";
-         EXPECT_EQ(::read(sockets.reader, buffer, sizeof buffer), 3);
-       })
+  sched
+      .spawn([&] {
+        ASSERT_TRUE(
+            readable_and_harvested(sched, sockets.reader, [&] { ASSERT_EQ(::write(sockets.writer, "abc", 3), 3); }));
+        char buffer[64];
+        ASSERT_EQ(::recv(sockets.reader, buffer, sizeof buffer, MSG_PEEK), 3);
+        EXPECT_TRUE(io::wait_readable(sockets.reader, 5s)) << "peeked bytes were not seen";
+        EXPECT_EQ(::read(sockets.reader, buffer, sizeof buffer), 3);
+      })
       .join();
 }
 

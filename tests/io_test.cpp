@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "fd_pair.h"
 #include "io/fd_records.h"
 #include "io/netpoller.h"
-#include "fd_pair.h"
 #include "socket_pair.h"
 #include "sync_support.h"
 

@@ -12,7 +12,7 @@
 // binary runs its connections on fibers: libweft's libc hooks park the
 // fiber in cpp-httplib's blocking recv, send, connect and select, and answer
 // its per-request getnameinfo/getaddrinfo of numeric addresses inline.
-// tools/bench-gateway measures both (docs/benchmarks.md).
+// scripts/bench-gateway measures both (docs/benchmarks.md).
 //
 // The backend connections are kept alive, as a service keeps them: a
 // handler takes an idle httplib::Client from a free list (or makes one),

@@ -9,7 +9,7 @@
 // the load of the real function's pointer.
 //
 // The BM_Fiber* pair makes the same reads in a fiber (one worker), where a
-// hooked call that does not park is also a checkpoint (io/hook_support.h,
+// hooked call that does not park is also a checkpoint (hooks/hook_support.h,
 // hook_checkpoint): the difference is what that costs with no preemption
 // pending, one relaxed load and a branch. The kernel's noise hides that
 // too, so BM_FiberZeroNanosleep times a hooked call that makes no system
@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "bench_support.h"
-#include "io/hook_support.h"
+#include "hooks/hook_support.h"
 #include "io/real_calls.h"
 
 namespace {

@@ -49,7 +49,7 @@ bool poll_ready(int fd, FdDirection direction, int timeout_ms) {
       direction == FdDirection::read ? POLLIN | POLLPRI | POLLRDHUP | POLLERR | POLLHUP : POLLOUT | POLLERR | POLLHUP);
   for (;;) {
     // The real poll, not the hook: a hooked call is a checkpoint
-    // (io/hook_support.h), and this one is weft's own, inside a wait.
+    // (hooks/hook_support.h), and this one is weft's own, inside a wait.
     const int n = real::poll()(&entry, 1, timeout_ms);
     if (n < 0) {
       if (errno == EINTR && timeout_ms == 0) continue;

@@ -1,4 +1,4 @@
-// The real libc functions behind weft's hooks (io/hooks_*.cpp).
+// The real libc functions behind weft's hooks (hooks/hooks_*.cpp).
 //
 // Each is resolved on its first use, not in a constructor: a hook can run
 // before any constructor (a static initialiser that writes, a preloaded

@@ -35,7 +35,7 @@ using boost::context::detail::fcontext_t;
 using boost::context::detail::transfer_t;
 
 // -DWEFT_BOOST_FCONTEXT builds the Boost.Context path on x86-64 too, so
-// that scripts/test can test it on this machine.
+// that tools/test can test it on this machine.
 #if defined(__x86_64__) && defined(__ELF__) && !defined(WEFT_BOOST_FCONTEXT)
 #define WEFT_OWN_FCONTEXT 1
 

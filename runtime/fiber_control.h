@@ -68,7 +68,7 @@ struct FiberControl {
   FiberControl* link = nullptr;          // intrusive link for worker inboxes
   std::atomic<std::uint32_t> pin_count{0};
   // The pins of pin_count that the libc hooks took for a park
-  // (io/hook_support.h, ParkScope): sysmon may release those when the
+  // (hooks/hook_support.h, ParkScope): sysmon may release those when the
   // worker's thread is blocked in the kernel, so that the fiber still runs
   // (Worker::release_hook_pinned); each release bumps hook_pin_releases.
   // Written by the fiber while it runs, and by sysmon only while the fiber

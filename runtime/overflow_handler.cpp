@@ -23,7 +23,7 @@ std::once_flag installed;
 void write_all(const char* text, std::size_t size) noexcept {
   while (size > 0) {
     // The system call itself: libweft's write() hook is a checkpoint
-    // (io/hook_support.h), and this runs in a signal handler.
+    // (hooks/hook_support.h), and this runs in a signal handler.
     const ssize_t n = ::syscall(SYS_write, STDERR_FILENO, text, size);
     if (n <= 0) return;
     text += n;

@@ -90,7 +90,7 @@ class Stack {
   // The sanitizer's state for fibers run on this stack, made on first use
   // and kept with the stack (see new_sanitizer_fiber in context.h).
   void* sanitizer_fiber();
-  // A second one, for the libc hooks' parks (io/hook_support.h, ParkScope),
+  // A second one, for the libc hooks' parks (hooks/hook_support.h, ParkScope),
   // also kept: making and destroying one per park serialized every park
   // on ThreadSanitizer's thread registry.
   void* park_sanitizer_fiber();

@@ -240,7 +240,7 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
         // std::mutex one of them holds. Only then, and only after a long
         // wait, do they move (a spare or an idle worker runs them): the
         // hook then writes the caller's errno on this thread
-        // (io/hook_support.h, ErrnoHome), safe only while it stays asleep.
+        // (hooks/hook_support.h, ErrnoHome), safe only while it stays asleep.
         // A fiber preempted in a hooked call that did not park waits in
         // the ring, pinned likewise. The queues first: two loads, the
         // system call a /proc read.

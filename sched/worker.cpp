@@ -239,7 +239,7 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
 std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
   std::size_t released = 0;
   // Pinned by hooks alone: the caller's cached &errno is this thread's,
-  // and ErrnoHome writes the result there (io/hook_support.h). A fiber
+  // and ErrnoHome writes the result there (hooks/hook_support.h). A fiber
   // taken from the inbox or the ring is not running, so its pin fields are
   // ours until it is queued again.
   const auto release = [&](FiberControl* fiber) {
@@ -262,7 +262,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
     if (!release(fiber)) push_inbox(fiber);  // pinned by its own code (this_fiber::pin): it stays
   }
   // The ring: a fiber preempted inside a hooked call that did not park
-  // waits there, pinned by the hook (its checkpoint, io/hook_support.h).
+  // waits there, pinned by the hook (its checkpoint, hooks/hook_support.h).
   // Everything is taken, pinned or not, by the thief's side: the unpinned
   // go to the global queue (as hand_off_queued would move them), the
   // user-pinned to the inbox, which stays here.

@@ -150,7 +150,7 @@ class Worker {
   // inbox and its ring that only a libc hook pins here (parked, or
   // preempted at the hook's checkpoint) go to the global queue, their pins
   // released (a std::mutex held across a hooked read must not deadlock the
-  // workers waiting for it; io/hook_support.h); the ring's other fibers go
+  // workers waiting for it; hooks/hook_support.h); the ring's other fibers go
   // where hand_off_queued would put them (the user-pinned to the inbox),
   // through `scratch`. Returns how many moved.
   std::size_t release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept;

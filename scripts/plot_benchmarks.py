@@ -12,7 +12,7 @@ and plots the median of the runs:
 
 The gateway's latency distribution goes to a picture of its own:
 
-  tools/bench-gateway --json > gateway.json
+  scripts/bench-gateway --json > gateway.json
   scripts/plot_benchmarks.py --gateway gateway.json [--gateway-output docs/gateway.png]
 
 Needs Debian's python3 with python3-matplotlib, hence /usr/bin/python3 (a pyenv
@@ -139,7 +139,7 @@ def main():
     parser.add_argument("--skynet", nargs="+", default=[], help="skynet --json output(s)")
     parser.add_argument("--park", nargs="+", default=[], help="park_memory --json output(s)")
     parser.add_argument("-o", "--output", default="docs/benchmarks.png")
-    parser.add_argument("--gateway", help="tools/bench-gateway --json output")
+    parser.add_argument("--gateway", help="scripts/bench-gateway --json output")
     parser.add_argument("--gateway-output", default="docs/gateway.png")
     args = parser.parse_args()
     if not args.pingpong and not args.gateway:

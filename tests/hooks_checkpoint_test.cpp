@@ -1,4 +1,4 @@
-// The libc hooks as checkpoints (io/hook_support.h, hook_checkpoint): a
+// The libc hooks as checkpoints (hooks/hook_support.h, hook_checkpoint): a
 // hooked call that does not park still lets a fiber that sysmon asked to
 // yield do so, so a loop on calls that never block (a socket that always
 // has data, a write with room, a poll of a ready fd; not a regular file) shares

@@ -1,4 +1,4 @@
-// The libc hooks (io/hooks_*.cpp, docs/io.md): libc's blocking calls park
+// The libc hooks (hooks/hooks_*.cpp, docs/io.md): libc's blocking calls park
 // the calling fiber instead of its worker, with the results, errno and
 // partial transfers the blocking call would give; plain threads get libc
 // unchanged. Built with _FORTIFY_SOURCE=2, so the calls with a known buffer
@@ -517,7 +517,7 @@ TEST(HooksPoll, PollOnSeveralFdsParksUntilOneIsReady) {
 
 // cpp-httplib's wait: poll on one fd, then the read. The probe before the
 // park takes the fd's mark, and the park trusts it instead of polling
-// again (io/hooks_multiplexers.cpp): a write landing between the probe and
+// again (hooks/hooks_multiplexers.cpp): a write landing between the probe and
 // the park must still wake the poller. A lost wake-up shows as a poll
 // that returns 0 after its 5 s, never as a hang.
 TEST(HooksPoll, PollOnOneFdPingPongLosesNoWakeUp) {
@@ -565,7 +565,7 @@ TEST(HooksPoll, PollOnOneFdPingPongLosesNoWakeUp) {
 }
 
 // A poll woken by the netpoller answers from the events it harvested
-// instead of polling again (io/hooks_multiplexers.cpp, fill_from_harvest):
+// instead of polling again (hooks/hooks_multiplexers.cpp, fill_from_harvest):
 // the revents must be the kernel's, the bits it has no watch on included
 // (POLLRDNORM with POLLIN, POLLRDHUP only if asked), and an fd < 0 entry
 // answered as poll(2) answers it.

@@ -261,7 +261,7 @@ TEST_P(SpareWorkers, AStdMutexHeldAcrossAParkDoesNotDeadlockItsFutexWaiters) {
   });
 }
 
-// A libc hook's park pins the fiber to its worker (io/hook_support.h,
+// A libc hook's park pins the fiber to its worker (hooks/hook_support.h,
 // ParkScope: the caller may have cached &errno), and that worker's thread
 // is the one asleep in the futex: sysmon must release the pin, or the
 // holder's wake-up waits in that worker's inbox forever.

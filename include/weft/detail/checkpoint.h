@@ -1,7 +1,7 @@
 // The checkpoint: where a fiber that sysmon asked to yield (it has run
 // longer than Config::time_slice, docs/sysmon.md) does so. Every weft call
 // that does not wait is one (docs/sync.md lists them), and so is every
-// hooked libc call (io/hook_support.h, CheckpointOnReturn, which adds a pin
+// hooked libc call (hooks/hook_support.h, CheckpointOnReturn, which adds a pin
 // around the yield); a call that parks needs none, since it switches
 // anyway.
 //

@@ -1,4 +1,4 @@
-// What every libc hook shares (io/hooks_*.cpp): whether the caller should
+// What every libc hook shares (hooks/hooks_*.cpp): whether the caller should
 // park at all, deadlines from timeouts, and the one way a hook waits for an
 // fd (through the netpoller's wait_fd).
 //
@@ -15,8 +15,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "../io/netpoller.h"
 #include "../runtime/fiber_control.h"
-#include "netpoller.h"
 
 namespace weft::detail {
 

@@ -26,9 +26,9 @@
 #include <climits>
 #include <vector>
 
+#include "../io/real_calls.h"
 #include "fd_table.h"
 #include "hook_support.h"
-#include "real_calls.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 extern "C" int close(int);
@@ -86,7 +86,7 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, co
   // outside, the record's lock was invisible to TSan: it reported a race
   // with the next close() of that fd number on another thread (sysmon's
   // /proc reads), and then hung symbolizing the report, whose own close()
-  // came back through this hook into fd_closing (io/hook_support.h).
+  // came back through this hook into fd_closing (hooks/hook_support.h).
   const ParkScope park;
   const Watched watched = watched_in(fds, count);
   if (watched.entries == 0) {
@@ -129,7 +129,7 @@ int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, co
 // kernel would have at the moment the poller harvested them (after the
 // wait began) and returns the count, or returns 0 if it cannot say. For one fd in one direction the mark taken before a
 // probe spares the wait after it its own poll(fd, 0), as attempt_or_park's
-// does (io/hooks_io_calls.cpp): a wait that parks costs one zero-timeout
+// does (hooks/hooks_io_calls.cpp): a wait that parks costs one zero-timeout
 // call before it and one after, not three. A mark is only good if taken
 // before the probe (an edge between the two would be lost), so the wait
 // after a caller's probe has none.

@@ -1,5 +1,5 @@
 // The calls that create, change or end an fd, hooked on every thread and
-// always (WEFT_HOOKS=0 too), so that io/fd_table.h knows every fd a fiber
+// always (WEFT_HOOKS=0 too), so that hooks/fd_table.h knows every fd a fiber
 // may later use: socket, socketpair, pipe, pipe2, dup, dup2, dup3,
 // fcntl/fcntl64 (F_SETFL, F_GETFL, F_DUPFD), ioctl(FIONBIO), setsockopt
 // (SO_RCVTIMEO, SO_SNDTIMEO), close, shutdown. (accept is in
@@ -21,9 +21,9 @@
 #include <cstdarg>
 #include <cstdint>
 
+#include "../io/real_calls.h"
 #include "fd_table.h"
 #include "hook_support.h"
-#include "real_calls.h"
 
 namespace weft::detail {
 namespace {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <new>
 
-#include "real_calls.h"
+#include "../io/real_calls.h"
 
 namespace weft::detail {
 namespace {

@@ -1,20 +1,5 @@
 #include "hook_support.h"
 
-#include "../io/real_calls.h"
-#include "../sched/worker.h"
-#include "fd_table.h"
-
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_HOOKS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT_HOOKS_TSAN 1
-#endif
-#endif
-#ifdef WEFT_HOOKS_TSAN
-#include <sanitizer/tsan_interface.h>
-#endif
-
 #include <pthread.h>
 #include <weft/this_fiber.h>
 
@@ -24,12 +9,25 @@
 #include <cstring>
 #include <system_error>
 
+#include "../io/real_calls.h"
+#include "../sched/worker.h"
+#include "fd_table.h"
+#include "tsan.h"
+
 namespace weft::detail {
 namespace {
 
 // -1 until read; then 0 or 1. Computed lazily: a hook may run before any
 // constructor.
 std::atomic<int> enabled_state{-1};
+std::atomic<int> lock_hooks_state{-1};
+
+// Whether the environment variable `name` says off: 0, off, false or no.
+bool env_says_off(const char* name) noexcept {
+  const char* value = std::getenv(name);
+  return value != nullptr && (std::strcmp(value, "0") == 0 || std::strcmp(value, "off") == 0 ||
+                              std::strcmp(value, "false") == 0 || std::strcmp(value, "no") == 0);
+}
 
 [[gnu::tls_model("initial-exec")]] thread_local bool forked_thread = false;
 
@@ -46,11 +44,17 @@ void on_fork_child() noexcept { forked_thread = true; }
 bool hooks_enabled() noexcept {
   int state = enabled_state.load(std::memory_order_relaxed);
   if (__builtin_expect(state < 0, 0)) {
-    const char* value = std::getenv("WEFT_HOOKS");
-    const bool off = value != nullptr && (std::strcmp(value, "0") == 0 || std::strcmp(value, "off") == 0 ||
-                                          std::strcmp(value, "false") == 0 || std::strcmp(value, "no") == 0);
-    state = off ? 0 : 1;
+    state = env_says_off("WEFT_HOOKS") ? 0 : 1;
     enabled_state.store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
+}
+
+bool lock_hooks_enabled() noexcept {
+  int state = lock_hooks_state.load(std::memory_order_relaxed);
+  if (__builtin_expect(state < 0, 0)) {
+    state = hooks_enabled() && !env_says_off("WEFT_HOOK_LOCKS") ? 1 : 0;
+    lock_hooks_state.store(state, std::memory_order_relaxed);
   }
   return state == 1;
 }

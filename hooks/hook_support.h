@@ -23,6 +23,10 @@ namespace weft::detail {
 // WEFT_HOOKS=0 (or off/false/no), read once: the hooks pass everything through.
 bool hooks_enabled() noexcept;
 
+// WEFT_HOOK_LOCKS=0 (or off/false/no), or WEFT_HOOKS=0, read once: the
+// pthread mutex, condition variable and rwlock hooks are libc's calls.
+bool lock_hooks_enabled() noexcept;
+
 // True on the thread that called fork(), in the child: it may still look
 // like a fiber to weft, but no worker is left to resume it.
 bool in_forked_child() noexcept;

@@ -62,6 +62,12 @@ Sysmon::WorkerView Sysmon::view(unsigned worker) const noexcept {
   return view;
 }
 
+void Sysmon::alert() noexcept {
+  if (!napping_.exchange(false, std::memory_order_relaxed)) return;  // someone else did, or it woke
+  wake_word_.store(1, std::memory_order_release);
+  futex_wake(wake_word_);
+}
+
 void Sysmon::run() {
   const std::string thread_name = (core_.config().name + "/sysmon").substr(0, 15);
   pthread_setname_np(pthread_self(), thread_name.c_str());
@@ -75,9 +81,7 @@ void Sysmon::run() {
     // what a worker did meanwhile is unknown, so no fiber is blamed for it.
     if (last_look != Clock::time_point{} && now - last_look > delay + pause_after_) restart_observations(now);
     last_look = now;
-    bool any_running = false;
-    bool all_sleeping = true;
-    const bool acted = scan(now, any_running, all_sleeping);
+    const Tally tally = scan(now);
     // Workers busy with fibers that never idle never poll: do it for them
     // (Go's sysmon: "poll network if not polled for more than 10ms").
     core_.poller().poll_if_stale(kPollStaleAfter);
@@ -85,11 +89,8 @@ void Sysmon::run() {
     // the global queue, and the busy workers' fibers are asked to yield to
     // them at the slice.
     core_.timers().run_due(slice_);
-    if (acted)
-      delay = kMinTick;
-    else
-      delay = std::min(delay * 2, any_running ? running_cap_ : kMaxTick);
-    idle_rounds = all_sleeping ? idle_rounds + 1 : 0;
+    delay = next_delay(delay, tally);
+    idle_rounds = tally.all_sleeping ? idle_rounds + 1 : 0;
     if (idle_rounds >= kDeepSleepAfter) {
       deep_sleep();
       idle_rounds = 0;
@@ -102,8 +103,30 @@ void Sysmon::run() {
     // workers back onto a CPU in time (sched/timers.h).
     const Clock::time_point woken_by_tick = Clock::now() + delay;
     const Clock::time_point next_timer = core_.timers().earliest();
+    // Napping: an announced blocking call wakes it (alert). Not fenced
+    // against the announcement: one that misses this store is seen at the
+    // next look, a running tick at most later.
+    napping_.store(delay > kBlockingCallGrace, std::memory_order_relaxed);
     futex_wait(wake_word_, 0, next_timer > Clock::now() && next_timer < woken_by_tick ? next_timer : woken_by_tick);
+    // Cleared by alert(): an announcement woke it, so it stays alert for a
+    // while (a stop() sets the word again after stopping_, seen above).
+    if (!napping_.exchange(false, std::memory_order_relaxed) && delay > kBlockingCallGrace)
+      alert_rounds_ = kAlertRounds;
+    wake_word_.store(0, std::memory_order_relaxed);
   }
+}
+
+std::chrono::microseconds Sysmon::next_delay(std::chrono::microseconds delay, const Tally& tally) noexcept {
+  if (tally.acted)
+    delay = kMinTick;
+  else
+    delay = std::min(delay * 2, tally.any_running ? running_cap_ : kMaxTick);
+  if (tally.in_call) alert_rounds_ = kAlertRounds;
+  if (alert_rounds_ > 0) {
+    --alert_rounds_;
+    delay = std::min(delay, std::chrono::microseconds(kBlockingCallGrace));
+  }
+  return delay;
 }
 
 void Sysmon::deep_sleep() {
@@ -157,15 +180,9 @@ void Sysmon::restart_observations(Clock::time_point now) noexcept {
   }
 }
 
-bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) {
-  const Config& config = core_.config();
-  const bool preemption = config.preemption;
-  bool acted = false;
+Sysmon::Tally Sysmon::scan(Clock::time_point now) {
+  Tally tally;
   auto& workers = core_.workers();
-  // For the spares (worker.h) and the hand-offs: threads blocked in the
-  // kernel in one fiber, and threads idle.
-  unsigned blocked = 0;
-  unsigned idle = 0;
   const std::size_t span = core_.steal_span();
   for (std::size_t i = 0; i < span; ++i) {
     Worker& worker = *workers[i];
@@ -175,86 +192,133 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
     watch.short_run = false;
     const WorkerState state = worker.state();
     if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
-      all_sleeping = false;
-    if (state == WorkerState::sleeping || state == WorkerState::searching) ++idle;
-    const std::uint64_t tick = worker.switch_tick();
+      tally.all_sleeping = false;
+    if (state == WorkerState::sleeping || state == WorkerState::searching) ++tally.idle;
     if (state != WorkerState::running) {
       if (watch.watching) forget(worker, watch);
+      watch.call = 0;
       continue;
     }
-    any_running = true;
-    if (!watch.watching || tick != watch.tick) {
-      // A fiber switched in since the last look: it started no earlier than
-      // that look, so counting from now never preempts one too soon.
-      forget(worker, watch);
-      watch.watching = true;
-      watch.tick = tick;
-      watch.since = now;
-      watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
-      watch.short_run = true;
-      continue;
-    }
-    const auto ran = now - watch.since;
-    watch.short_run = ran < kHandOffAfter;
-    const bool asked = watch.asked != Clock::time_point{};
-    // Stuck: twice the slice, and a further full slice in which the fiber
-    // ignored sysmon (ignored_request): with preemption, a request still
-    // stands; without, the fiber just went on. A lone fiber that reaches
-    // its checkpoints with nothing else to run clears the request: it
-    // blocks nobody. This check comes before the request is renewed
-    // below, which restarts its clock.
-    const bool unanswered = asked && now - watch.asked >= slice_ && (!preemption || worker.preempt_requested()) &&
-                            ignored_request(worker, watch, now);
-    if (!watch.reported && ran >= 2 * slice_ && unanswered) {
-      watch.reported = true;
-      report_stuck(worker, watch, now);
-    }
-    if (ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
-      if (preemption) {
-        worker.request_preempt(tick);
-        acted = true;
-      }
-      watch.asked = now;
-      watch.asked_cpu_ns = worker.cpu_time_ns();
-    }
-    // With one worker and no spares there is nobody to hand off to: the
-    // global queue would only feed the same worker, in FIFO order.
-    const bool someone_to_take = config.workers > 1 || config.spare_workers > 0;
-    const bool holding_up = someone_to_take && ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
-    if (holding_up && ran >= kHandOffAfter) {
-      worker.set_stuck(true);
-      watch.holding_up = true;
-      // Blocked in the kernel: asleep there at every look for half the
-      // hand-off delay. One look could catch a thread in a moment's wait
-      // (a page fault, a sanitizer's internal lock) that needs no spare.
-      if (!in_kernel_sleep(worker.thread_state()))
-        watch.kernel_since = {};
-      else if (watch.kernel_since == Clock::time_point{})
-        watch.kernel_since = now;
-      watch.in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
-      if (watch.in_kernel) {
-        ++blocked;
-        // Fibers woken for this worker that only a hook's park pins here
-        // (their caller's errno lives on this thread) would wait for it as
-        // long as it stays blocked: forever, if it waits in futex(2) for a
-        // std::mutex one of them holds. Only then, and only after a long
-        // wait, do they move (a spare or an idle worker runs them): the
-        // hook then writes the caller's errno on this thread
-        // (hooks/hook_support.h, ErrnoHome), safe only while it stays asleep.
-        // A fiber preempted in a hooked call that did not park waits in
-        // the ring, pinned likewise. The queues first: two loads, the
-        // system call a /proc read.
-        if (worker.pinned_may_wait() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
-            kernel_call(worker.os_thread_id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
-          core_.idle().notify_work();
-          acted = true;
-        }
-      }
-    }
+    tally.any_running = true;
+    look_at(worker, watch, now, tally);
   }
-  const bool held_up_work = hand_off(blocked, idle, acted);
-  if (config.spare_workers > 0 && manage_spares(blocked, idle, held_up_work)) acted = true;
-  return acted;
+  const bool held_up_work = hand_off(tally.blocked, tally.idle, tally.acted);
+  if (core_.config().spare_workers > 0 && manage_spares(tally.blocked, tally.idle, held_up_work)) tally.acted = true;
+  return tally;
+}
+
+void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) {
+  // An announced call is followed from its first sight, whether or not
+  // its fiber switched in since the last look.
+  const bool announced = blocking_call_outlasted_grace(worker, watch, now);
+  if (watch.call != 0) tally.in_call = true;
+  if (switched_in(worker, watch, now)) return;
+  ask_to_yield(worker, watch, now, tally);
+  if (announced) {
+    // Blocked, as the fiber's own code said: no /proc read, no delay. Its
+    // hook pins stay (they are released only for a futex wait, below: the
+    // thread comes back from this call, and would find its errno written).
+    worker.set_stuck(true);
+    watch.holding_up = true;
+    watch.in_kernel = true;
+    ++tally.blocked;
+    return;
+  }
+  judge_hold_up(worker, watch, now);
+  if (watch.in_kernel) {
+    ++tally.blocked;
+    release_hook_pins_if_waiting_on_futex(worker, watch, now, tally);
+  }
+}
+
+bool Sysmon::switched_in(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
+  const std::uint64_t tick = worker.switch_tick();
+  if (watch.watching && tick == watch.tick) return false;
+  // A fiber switched in since the last look: it started no earlier than
+  // that look, so counting from now never preempts one too soon.
+  forget(worker, watch);
+  watch.watching = true;
+  watch.tick = tick;
+  watch.since = now;
+  watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
+  watch.short_run = true;
+  return true;
+}
+
+void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) {
+  const bool preemption = core_.config().preemption;
+  const auto ran = now - watch.since;
+  watch.short_run = ran < kHandOffAfter;
+  const bool asked = watch.asked != Clock::time_point{};
+  // Stuck: twice the slice, and a further full slice in which the fiber
+  // ignored sysmon (ignored_request): with preemption, a request still
+  // stands; without, the fiber just went on. A lone fiber that reaches
+  // its checkpoints with nothing else to run clears the request: it
+  // blocks nobody. This check comes before the request is renewed
+  // below, which restarts its clock.
+  const bool unanswered = asked && now - watch.asked >= slice_ && (!preemption || worker.preempt_requested()) &&
+                          ignored_request(worker, watch, now);
+  if (!watch.reported && ran >= 2 * slice_ && unanswered) {
+    watch.reported = true;
+    report_stuck(worker, watch, now);
+  }
+  if (ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
+    if (preemption) {
+      worker.request_preempt(watch.tick);
+      tally.acted = true;
+    }
+    watch.asked = now;
+    watch.asked_cpu_ns = worker.cpu_time_ns();
+  }
+}
+
+bool Sysmon::blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
+  const std::uint32_t call = worker.blocking_call();
+  if ((call & 1) == 0) {
+    watch.call = 0;
+    return false;
+  }
+  if (call != watch.call) {
+    // A call sysmon has not seen yet: it began at most a tick ago.
+    watch.call = call;
+    watch.call_since = now;
+    return false;
+  }
+  return now - watch.call_since >= kBlockingCallGrace && someone_to_take();
+}
+
+void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
+  const auto ran = now - watch.since;
+  if (ran < kHandOffAfter / 2 || !someone_to_take() || !holding_up_fibers(worker, watch, now)) return;
+  if (ran < kHandOffAfter) return;
+  worker.set_stuck(true);
+  watch.holding_up = true;
+  // Blocked in the kernel: asleep there at every look for half the
+  // hand-off delay. One look could catch a thread in a moment's wait
+  // (a page fault, a sanitizer's internal lock) that needs no spare.
+  if (!in_kernel_sleep(worker.thread_state()))
+    watch.kernel_since = {};
+  else if (watch.kernel_since == Clock::time_point{})
+    watch.kernel_since = now;
+  watch.in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
+}
+
+void Sysmon::release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch, Clock::time_point now,
+                                                   Tally& tally) noexcept {
+  // Fibers woken for this worker that only a hook's park pins here (their
+  // caller's errno lives on this thread) would wait for it as long as it
+  // stays blocked: forever, if it waits in futex(2) for a std::mutex one
+  // of them holds. Only then, and only after a long wait, do they move (a
+  // spare or an idle worker runs them): the hook then writes the caller's
+  // errno on this thread (hooks/hook_support.h, ErrnoHome), safe only
+  // while it stays asleep. A fiber preempted in a hooked call that did
+  // not park waits in the ring, pinned likewise. The queues first: two
+  // loads, the system call a /proc read.
+  if (worker.pinned_may_wait() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
+      kernel_call(worker.os_thread_id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
+    core_.idle().notify_work();
+    tally.acted = true;
+  }
 }
 
 bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
@@ -310,7 +374,9 @@ int Sysmon::count_free_runners() noexcept {
   for (std::size_t i = 0; i < span; ++i) {
     // Switched within the hand-off delay and not asleep in the kernel now
     // (a fiber that blocked at once is not running fibers).
-    if (watches_[i].short_run && !in_kernel_sleep(workers[i]->thread_state())) ++free_runners;
+    // (a fiber that blocked at once is not running fibers), nor in an
+    // announced blocking call.
+    if (watches_[i].short_run && watches_[i].call == 0 && !in_kernel_sleep(workers[i]->thread_state())) ++free_runners;
   }
   return free_runners;
 }
@@ -327,6 +393,12 @@ bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) n
   bool acted = false;
   while (core_.active_spares() < target && core_.activate_spare()) acted = true;
   return acted;
+}
+
+bool Sysmon::someone_to_take() const noexcept {
+  // With one worker and no spares there is nobody to hand off to: the
+  // global queue would only feed the same worker, in FIFO order.
+  return core_.config().workers > 1 || core_.config().spare_workers > 0;
 }
 
 bool Sysmon::holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept {

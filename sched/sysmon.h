@@ -38,9 +38,10 @@
 // stopped, the machine stalled) restarts the watch of every worker not yet
 // reported, so that nobody is blamed for the pause.
 //
-// Tick: 20 us after it acted, doubling each quiet round up to time_slice/4
-// while a fiber runs (enough to preempt within about 1.5 slices) and up to
-// 10 ms when nothing runs. After kDeepSleepAfter rounds in which every
+// Tick: 20 us after it acted, doubling each quiet round up to time_slice/8
+// while a fiber runs (enough to preempt within about 1.25 slices) and up to
+// 10 ms when nothing runs; at most kBlockingCallGrace for kAlertRounds
+// rounds after it saw an announced blocking call or was alerted by one. After kDeepSleepAfter rounds in which every
 // worker slept, it sleeps on a futex until a worker leaves idle sleep: an
 // idle scheduler costs nothing.
 //
@@ -83,6 +84,12 @@ class Sysmon {
     if (deep_asleep_.load(std::memory_order_relaxed)) wake();
   }
 
+  // Whether sysmon sleeps longer than kBlockingCallGrace now: an
+  // announced blocking call then wakes it (alert), so that the call's
+  // hand-off does not wait for the end of the sleep (sched/blocking_call.h).
+  bool napping() const noexcept { return napping_.load(std::memory_order_relaxed); }
+  void alert() noexcept;
+
   // What sysmon last saw of a worker, for snapshots (any thread).
   struct WorkerView {
     double running_ms = 0;       // the current fiber, without a switch; 0: none
@@ -94,6 +101,15 @@ class Sysmon {
   static constexpr std::chrono::microseconds kMinTick{20};
   static constexpr std::chrono::microseconds kMaxTick{10'000};
   static constexpr std::chrono::microseconds kHandOffAfter{1'000};
+  // An announced blocking call (sched/blocking_call.h) that lasts this long
+  // has its worker handed off: long enough that a cached read or an
+  // uncontended lock never pays for a hand-off, short enough that the
+  // fibers behind a slow one do not notice (docs/sysmon.md).
+  static constexpr std::chrono::microseconds kBlockingCallGrace{100};
+  // After it saw an announced call, or was alerted by one, sysmon ticks at
+  // the grace for this many rounds: one alert per burst of calls, not one
+  // per call.
+  static constexpr unsigned kAlertRounds = 50;
   // A worker asleep in futex(2) this long may be waiting for a std::mutex
   // that a fiber pinned to it holds: hook pins are released then
   // (Worker::release_hook_pinned). Long, because the release is safe only
@@ -134,14 +150,46 @@ class Sysmon {
     bool holding_up = false;
     bool in_kernel = false;
     bool short_run = false;
+    // The announced blocking call seen at the last looks (odd; 0: none),
+    // and since when.
+    std::uint32_t call = 0;
+    Clock::time_point call_since{};
     std::atomic<std::int64_t> running_since_ns{0};
     std::atomic<bool> stuck{false};
     std::atomic<std::uint64_t> stuck_fiber{0};
   };
 
+  // What one scan found over all the workers.
+  struct Tally {
+    bool acted = false;        // sysmon did something
+    bool any_running = false;  // a worker runs a fiber
+    bool all_sleeping = true;  // every worker sleeps (deep sleep may follow)
+    bool in_call = false;      // a worker is in an announced blocking call
+    unsigned blocked = 0;      // threads blocked in the kernel in one fiber
+    unsigned idle = 0;         // workers searching or asleep
+  };
+
   void run();
-  // One look at every worker; true if sysmon did something.
-  bool scan(Clock::time_point now, bool& any_running, bool& all_sleeping);
+  // How long to sleep after a scan that found `tally`.
+  std::chrono::microseconds next_delay(std::chrono::microseconds delay, const Tally& tally) noexcept;
+  // One look at every worker, then the hand-offs and spares it calls for.
+  Tally scan(Clock::time_point now);
+  // The look at one running worker.
+  void look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally);
+  // A fiber switched in since the last look: watch it afresh. True if so.
+  bool switched_in(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
+  // Preemption requests every slice, and the stuck report.
+  void ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally);
+  // Whether the worker's announced blocking call has outlasted the grace.
+  bool blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
+  // The unannounced case: whether the worker holds its queued fibers up,
+  // on a CPU or asleep in the kernel (sets watch.holding_up, in_kernel).
+  void judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
+  // Whether a hand-off has a thread to go to: another worker, or a spare.
+  bool someone_to_take() const noexcept;
+  // Hook-pinned fibers of a worker asleep in futex(2) for long (below).
+  void release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch, Clock::time_point now,
+                                             Tally& tally) noexcept;
   // Starts afresh: a new fiber, or none. Clears the worker's stuck mark.
   void forget(Worker& worker, Watch& watch) noexcept;
   // After a pause of sysmon's own: every worker not already found stuck is
@@ -180,6 +228,8 @@ class Sysmon {
   RunQueue<RingEntry> scratch_;  // hand-off passes through it
   std::atomic<std::uint32_t> wake_word_{0};
   std::atomic<bool> deep_asleep_{false};
+  std::atomic<bool> napping_{false};
+  unsigned alert_rounds_ = 0;  // rounds left at the grace's tick
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -160,6 +160,23 @@ class Worker {
     return inbox_.load(std::memory_order_relaxed) != nullptr || ring_.size() != 0;
   }
 
+  // --- announced blocking calls (sched/blocking_call.h) -----------------
+  // Odd while the running fiber is in an announced blocking call: bumped at
+  // the call's entry and at its exit, so that sysmon tells one long call
+  // from two short ones by its value. Written by this worker's thread only.
+  std::uint32_t blocking_call() const noexcept { return blocking_call_.load(std::memory_order_relaxed); }
+  // False (and nothing changes) if the worker is marked already: the
+  // announcement is nested in another.
+  bool begin_blocking_call() noexcept {
+    const std::uint32_t calls = blocking_call_.load(std::memory_order_relaxed);
+    if ((calls & 1) != 0) return false;
+    blocking_call_.store(calls + 1, std::memory_order_relaxed);
+    return true;
+  }
+  void end_blocking_call() noexcept {
+    blocking_call_.store(blocking_call_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
   // --- spares (sysmon's thread) ----------------------------------------
   bool is_spare() const noexcept { return spare_; }
   // Running fibers, or about to: set by activate(), cleared by the spare's
@@ -264,10 +281,11 @@ class Worker {
   FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 
-  std::uint32_t until_global_check_;            // pick_next calls left before a look at the global queue
-  std::atomic<std::uint64_t> switch_tick_{0};   // written by the worker
-  std::atomic<std::uint64_t> preempt_tick_{0};  // sysmon's request; 0: none
-  std::atomic<bool> stuck_{false};              // written by sysmon
+  std::uint32_t until_global_check_;             // pick_next calls left before a look at the global queue
+  std::atomic<std::uint64_t> switch_tick_{0};    // written by the worker
+  std::atomic<std::uint64_t> preempt_tick_{0};   // sysmon's request; 0: none
+  std::atomic<std::uint32_t> blocking_call_{0};  // odd: in an announced blocking call
+  std::atomic<bool> stuck_{false};               // written by sysmon
   std::uint64_t random_state_;
   std::atomic<int> pinned_here_{0};  // fibers pinned on this worker (count_pin; sysmon's releases)
   // Spares: activations so far (a futex word the thread waits on, bumped

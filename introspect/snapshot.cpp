@@ -16,9 +16,11 @@ namespace weft::detail {
 SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
   SchedulerSnapshot snap;
   snap.name = config_.name;
-  snap.workers.reserve(workers_.size());
-  for (const auto& worker : workers_) {
-    if (worker->is_spare() && !worker->spare_started()) continue;
+  const std::size_t span = config_.workers + spares_.created();
+  snap.workers.reserve(span);
+  for (std::size_t i = 0; i < span; ++i) {
+    const Worker* worker = &this->worker(i);
+    if (worker->is_spare() && !worker->spare_thread_alive()) continue;
     WorkerSnapshot w;
     w.index = worker->index();
     w.os_thread_id = worker->os_thread_id();
@@ -44,6 +46,10 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
   snap.global_queue = global > 0 ? static_cast<std::uint64_t>(global) : 0;
   snap.sched_latency = sched_latency_since_last();
   snap.blocking.max_threads = config_.blocking_threads;
+  snap.spares.running = spares_.running();
+  snap.spares.threads = spares_.threads();
+  snap.spares.max_threads = config_.max_threads;
+  snap.spares.limit_reached = spares_.limit_reached();
   if (const BlockingPool* pool = BlockingPool::find(*this)) {
     const BlockingPool::Stats stats = pool->stats();
     snap.blocking.threads = stats.threads;

@@ -30,7 +30,34 @@ Sysmon::Sysmon(SchedulerCore& core)
       slice_(core.config().time_slice),
       running_cap_(std::clamp<std::chrono::microseconds>(slice_ / 8, kMinTick, kMaxTick)),
       pause_after_(std::max<std::chrono::microseconds>(2 * slice_, kMinPause)),
-      watches_(std::make_unique<Watch[]>(core.config().workers + core.config().spare_workers)) {}
+      watches_(std::make_unique<Watch[]>(core.config().workers)),
+      spare_watches_(std::make_unique<std::atomic<Watch*>[]>(core.config().max_threads - core.config().workers)) {}
+
+Sysmon::~Sysmon() {
+  stop();
+  for (unsigned i = 0, n = core_.config().max_threads - core_.config().workers; i < n; ++i)
+    delete spare_watches_[i].load(std::memory_order_relaxed);
+}
+
+Sysmon::Watch* Sysmon::watch(std::size_t i) noexcept {
+  const unsigned workers = core_.config().workers;
+  if (i < workers) return &watches_[i];
+  std::atomic<Watch*>& slot = spare_watches_[i - workers];
+  Watch* watch = slot.load(std::memory_order_relaxed);
+  if (watch == nullptr) {
+    watch = new (std::nothrow) Watch;
+    // Release: a snapshot that finds it finds it built.
+    slot.store(watch, std::memory_order_release);
+  }
+  return watch;
+}
+
+const Sysmon::Watch* Sysmon::find_watch(std::size_t i) const noexcept {
+  const unsigned workers = core_.config().workers;
+  if (i < workers) return &watches_[i];
+  if (i >= core_.config().max_threads) return nullptr;
+  return spare_watches_[i - workers].load(std::memory_order_acquire);
+}
 
 void Sysmon::start() {
   heavy_fence_available();  // registers for membarrier now, not in the middle of a hand-off
@@ -53,8 +80,9 @@ void Sysmon::wake() noexcept {
 
 Sysmon::WorkerView Sysmon::view(unsigned worker) const noexcept {
   WorkerView view;
-  if (worker >= core_.config().workers + core_.config().spare_workers) return view;
-  const Watch& watch = watches_[worker];
+  const Watch* found = find_watch(worker);
+  if (found == nullptr) return view;
+  const Watch& watch = *found;
   const std::int64_t since = watch.running_since_ns.load(std::memory_order_relaxed);
   if (since != 0) view.running_ms = static_cast<double>(to_ns(Clock::now()) - since) / 1e6;
   view.stuck = watch.stuck.load(std::memory_order_relaxed);
@@ -122,6 +150,8 @@ std::chrono::microseconds Sysmon::next_delay(std::chrono::microseconds delay, co
   else
     delay = std::min(delay * 2, tally.any_running ? running_cap_ : kMaxTick);
   if (tally.in_call) alert_rounds_ = kAlertRounds;
+  // A thread found asleep in the kernel is looked at again after the grace.
+  if (tally.confirming) delay = std::min(delay, std::chrono::microseconds(kKernelSleepGrace));
   if (alert_rounds_ > 0) {
     --alert_rounds_;
     delay = std::min(delay, std::chrono::microseconds(kBlockingCallGrace));
@@ -134,8 +164,8 @@ void Sysmon::deep_sleep() {
   deep_asleep_.store(true, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   bool all_sleeping = true;
-  for (const auto& worker : core_.workers()) {
-    const WorkerState state = worker->state();
+  for (std::size_t i = 0, span = core_.steal_span(); i < span; ++i) {
+    const WorkerState state = core_.worker(i).state();
     if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
       all_sleeping = false;
   }
@@ -158,7 +188,7 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   watch.reported = false;
   watch.asked = {};
   watch.asked_cpu_ns = 0;
-  watch.cpu_start_ns = -1;
+  watch.look_cpu_ns = -1;
   watch.kernel_since = {};
   watch.running_since_ns.store(0, std::memory_order_relaxed);
   watch.stuck.store(false, std::memory_order_relaxed);
@@ -168,13 +198,15 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
 void Sysmon::restart_observations(Clock::time_point now) noexcept {
   const std::size_t span = core_.steal_span();
   for (std::size_t i = 0; i < span; ++i) {
-    Watch& watch = watches_[i];
+    Watch* found = watch(i);
+    if (found == nullptr) continue;
+    Watch& watch = *found;
     // A verdict already given rests on time sysmon did watch: it stands,
     // and is not given twice.
     if (!watch.watching || watch.reported) continue;
     watch.since = now;
     watch.asked = {};
-    watch.cpu_start_ns = -1;
+    watch.look_cpu_ns = -1;
     watch.kernel_since = {};
     watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
   }
@@ -182,11 +214,12 @@ void Sysmon::restart_observations(Clock::time_point now) noexcept {
 
 Sysmon::Tally Sysmon::scan(Clock::time_point now) {
   Tally tally;
-  auto& workers = core_.workers();
   const std::size_t span = core_.steal_span();
   for (std::size_t i = 0; i < span; ++i) {
-    Worker& worker = *workers[i];
-    Watch& watch = watches_[i];
+    Worker& worker = core_.worker(i);
+    Watch* found = watch(i);
+    if (found == nullptr) continue;  // no memory for a spare's watch: left alone until there is
+    Watch& watch = *found;
     watch.holding_up = false;
     watch.in_kernel = false;
     watch.short_run = false;
@@ -203,7 +236,7 @@ Sysmon::Tally Sysmon::scan(Clock::time_point now) {
     look_at(worker, watch, now, tally);
   }
   const bool held_up_work = hand_off(tally.blocked, tally.idle, tally.acted);
-  if (core_.config().spare_workers > 0 && manage_spares(tally.blocked, tally.idle, held_up_work)) tally.acted = true;
+  if (core_.spares().capacity() > 0 && manage_spares(tally.blocked, tally.idle, held_up_work)) tally.acted = true;
   return tally;
 }
 
@@ -224,7 +257,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
     ++tally.blocked;
     return;
   }
-  judge_hold_up(worker, watch, now);
+  judge_hold_up(worker, watch, now, tally);
   if (watch.in_kernel) {
     ++tally.blocked;
     release_hook_pins_if_waiting_on_futex(worker, watch, now, tally);
@@ -287,20 +320,37 @@ bool Sysmon::blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::
   return now - watch.call_since >= kBlockingCallGrace && someone_to_take();
 }
 
-void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
-  const auto ran = now - watch.since;
-  if (ran < kHandOffAfter / 2 || !someone_to_take() || !holding_up_fibers(worker, watch, now)) return;
-  if (ran < kHandOffAfter) return;
-  worker.set_stuck(true);
-  watch.holding_up = true;
-  // Blocked in the kernel: asleep there at every look for half the
-  // hand-off delay. One look could catch a thread in a moment's wait
-  // (a page fault, a sanitizer's internal lock) that needs no spare.
-  if (!in_kernel_sleep(worker.thread_state()))
+void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) noexcept {
+  if (!someone_to_take()) return;
+  // Asleep in the kernel: at every look, without a switch, for the grace
+  // (a raw system call). The thread's state is read only when it did not
+  // burn its CPU since the last look.
+  const std::int64_t cpu_before = watch.look_cpu_ns;
+  const bool burning = burned_cpu_since_last_look(worker, watch, now);
+  // Found asleep before and not one nanosecond on a CPU since: still
+  // asleep, without a /proc read (with a thousand threads blocked on a
+  // std::mutex, those reads made every scan take milliseconds).
+  const bool still = watch.kernel_since != Clock::time_point{} && cpu_before > 0 && watch.look_cpu_ns == cpu_before;
+  const bool asleep = still || (!burning && in_kernel_sleep(worker.thread_state()));
+  if (!asleep)
     watch.kernel_since = {};
   else if (watch.kernel_since == Clock::time_point{})
     watch.kernel_since = now;
-  watch.in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
+  watch.in_kernel = asleep && now - watch.kernel_since >= kKernelSleepGrace;
+  if (asleep && !watch.in_kernel) tally.confirming = true;
+  // Burning its CPU in one fiber past the hand-off delay: its queue goes
+  // to idle workers (hand_off); a thread that only waits for a CPU keeps it.
+  watch.holding_up = watch.in_kernel || ((burning || asleep) && now - watch.since >= kHandOffAfter);
+  if (watch.holding_up) worker.set_stuck(true);
+}
+
+bool Sysmon::burned_cpu_since_last_look(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
+  const std::int64_t cpu = worker.cpu_time_ns();
+  const bool known = watch.look_cpu_ns >= 0 && cpu != 0;
+  const bool burned = known && 2 * (cpu - watch.look_cpu_ns) >= to_ns(now) - to_ns(watch.look_time);
+  watch.look_cpu_ns = cpu;
+  watch.look_time = now;
+  return burned;
 }
 
 void Sysmon::release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch, Clock::time_point now,
@@ -322,19 +372,19 @@ void Sysmon::release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch,
 }
 
 bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
-  const Config& config = core_.config();
-  auto& workers = core_.workers();
   const std::size_t span = core_.steal_span();
   // manage_spares' rule: a spare starts for fibers a blocked thread holds
   // up while fewer spares run than threads are blocked.
-  const unsigned spare_target = std::min(blocked, config.spare_workers);
-  const unsigned active = core_.active_spares();
+  const unsigned spare_target = std::min(blocked, core_.spares().capacity());
+  const unsigned active = core_.spares().active();
   unsigned spares_to_start = active < spare_target ? spare_target - active : 0;
   int takers = -1;  // idle and free running threads not yet given a hand-off; -1: not counted yet
   bool held_up_work = false;
   for (std::size_t i = 0; i < span; ++i) {
-    Watch& watch = watches_[i];
-    Worker& worker = *workers[i];
+    Watch* found = watch(i);
+    if (found == nullptr) continue;
+    Watch& watch = *found;
+    Worker& worker = core_.worker(i);
     if (!watch.holding_up || !worker.has_work_to_hand_off()) continue;
     if (watch.in_kernel) held_up_work = true;
     // The global queue is a hand-off only if some thread will take from
@@ -368,15 +418,15 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
 }
 
 int Sysmon::count_free_runners() noexcept {
-  auto& workers = core_.workers();
   const std::size_t span = core_.steal_span();
   int free_runners = 0;
   for (std::size_t i = 0; i < span; ++i) {
     // Switched within the hand-off delay and not asleep in the kernel now
-    // (a fiber that blocked at once is not running fibers).
     // (a fiber that blocked at once is not running fibers), nor in an
     // announced blocking call.
-    if (watches_[i].short_run && watches_[i].call == 0 && !in_kernel_sleep(workers[i]->thread_state())) ++free_runners;
+    const Watch* watch = find_watch(i);
+    if (watch != nullptr && watch->short_run && watch->call == 0 && !in_kernel_sleep(core_.worker(i).thread_state()))
+      ++free_runners;
   }
   return free_runners;
 }
@@ -384,32 +434,30 @@ int Sysmon::count_free_runners() noexcept {
 bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept {
   // One spare per thread blocked in the kernel: so the threads that run
   // fibers on a CPU stay at most Config::workers (the invariant of
-  // worker.h). A surplus spare retires at its next switch.
-  const unsigned target = std::min(blocked, core_.config().spare_workers);
-  core_.set_spare_target(target);
-  // Start one only for fibers that wait and that no idle worker will take.
-  const bool waiting = held_up_work || core_.global_size() > 0;
-  if (!waiting || idle != 0) return false;
+  // sched/spares.h). A surplus spare retires at its next switch, or now if
+  // it sleeps idle.
+  Spares& spares = core_.spares();
+  const unsigned target = std::min(blocked, spares.capacity());
+  spares.set_target(target);
+  spares.tidy();
+  // Start one only for fibers that wait and that no idle worker will
+  // take, or, when no thread runs fibers at all, for the timers and fds
+  // that nobody else would serve (Go's handoffp starts an M for a P's
+  // timers and the netpoller likewise).
+  const bool waiting =
+      idle == 0 && (held_up_work || core_.global_size() > 0 ||
+                    ((core_.timers().armed() || core_.poller().has_waiters()) && count_free_runners() == 0));
+  spares.set_short_of_threads(waiting && blocked > spares.capacity());
+  if (!waiting) return false;
   bool acted = false;
-  while (core_.active_spares() < target && core_.activate_spare()) acted = true;
+  while (spares.active() < target && spares.activate()) acted = true;
   return acted;
 }
 
 bool Sysmon::someone_to_take() const noexcept {
   // With one worker and no spares there is nobody to hand off to: the
   // global queue would only feed the same worker, in FIFO order.
-  return core_.config().workers > 1 || core_.config().spare_workers > 0;
-}
-
-bool Sysmon::holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
-  const std::int64_t cpu = worker.cpu_time_ns();
-  if (watch.cpu_start_ns < 0) {
-    watch.cpu_start_ns = cpu;
-    watch.cpu_since = now;
-    return false;
-  }
-  if (2 * (cpu - watch.cpu_start_ns) >= to_ns(now) - to_ns(watch.cpu_since)) return true;
-  return worker.thread_state() != 'R';  // not runnable: asleep in the kernel
+  return core_.config().workers > 1 || core_.spares().capacity() > 0;
 }
 
 bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_point now) noexcept {
@@ -419,6 +467,9 @@ bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_poi
   // way: neither is stuck. Ignored means its thread ran on a CPU for at
   // least half the time since the request, or sleeps in the kernel (a
   // blocking call: it will not answer at all).
+  // Found asleep in the kernel at every look for a while: no /proc read
+  // (a thousand threads blocked on a std::mutex took sysmon's every tick).
+  if (watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kKernelSleepGrace) return true;
   const std::int64_t cpu = worker.cpu_time_ns();
   if (cpu == 0 || watch.asked_cpu_ns == 0) return true;  // no CPU clock: the wall clock decides alone
   if (2 * (cpu - watch.asked_cpu_ns) >= to_ns(now) - to_ns(watch.asked)) return true;

@@ -1,6 +1,5 @@
 #include "worker.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "../runtime/overflow_handler.h"
+#include "../runtime/system_calls.h"
 #include "futex.h"
 #include "idle_poller.h"
 #include "run_latency.h"
@@ -69,6 +69,11 @@ void requeue_and_notify(void* fiber) {
   return tls_worker;
 }
 
+bool preempt_requested_here() noexcept {
+  const Worker* worker = current_worker();
+  return worker != nullptr && worker->preempt_requested();
+}
+
 constinit std::atomic<std::uint32_t> pending_preempt_requests{0};
 
 // Out of line, and with the same barrier as current_worker(): the caller
@@ -78,11 +83,6 @@ void checkpoint_slow() noexcept {
   Worker* worker = tls_worker;
   if (worker == nullptr || !worker->preempt_requested()) return;  // another worker's request, or a plain thread
   worker->preempt_current();
-}
-
-FiberControl* current_fiber() noexcept {
-  Worker* worker = current_worker();
-  return worker != nullptr ? worker->current() : nullptr;
 }
 
 const char* to_string(WorkerState state) noexcept {
@@ -192,13 +192,8 @@ char Worker::thread_state() const noexcept {
   if (tid == 0) return '?';
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return '?';
   char buffer[512];
-  const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
-  ::close(fd);
-  if (n <= 0) return '?';
-  buffer[n] = '\0';
+  if (sys::read_small_file(path, buffer, sizeof(buffer)) < 0) return '?';
   // "tid (name) S ...": the name may hold spaces and parentheses.
   const char* paren = std::strrchr(buffer, ')');
   return paren != nullptr && paren[1] == ' ' && paren[2] != '\0' ? paren[2] : '?';
@@ -244,10 +239,10 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
   // ours until it is queued again.
   const auto release = [&](FiberControl* fiber) {
     const std::uint32_t pins = fiber->pin_count.load(std::memory_order_relaxed);
-    if (fiber->hook_pins == 0 || pins != fiber->hook_pins) return false;
+    if (fiber->releasable_pins == 0 || pins != fiber->releasable_pins) return false;
     fiber->pin_count.store(0, std::memory_order_relaxed);
-    fiber->hook_pins = 0;
-    ++fiber->hook_pin_releases;
+    fiber->releasable_pins = 0;
+    ++fiber->pin_releases;
     count_pin(-1);
     core_.push_global(fiber);
     ++released;
@@ -286,6 +281,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
 
 void Worker::run_loop() {
   tls_worker = this;
+  bind_running_fiber_cell(&current_);
   tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
   if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0) cpu_clock_valid_.store(true, std::memory_order_release);
   const std::string thread_name = (core_.config().name + "/" + std::to_string(index_)).substr(0, 15);
@@ -311,6 +307,7 @@ void Worker::run_loop() {
   }
   state_.store(WorkerState::stopped, std::memory_order_relaxed);
   cpu_clock_valid_.store(false, std::memory_order_relaxed);
+  bind_running_fiber_cell(nullptr);
   tls_worker = nullptr;
 }
 

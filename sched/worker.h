@@ -13,6 +13,7 @@
 #include "../runtime/context.h"
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
+#include "current.h"
 #include "idle.h"
 #include "latency_histogram.h"
 #include "next_slot.h"
@@ -281,16 +282,5 @@ class Worker {
   WorkerCounters counters_;
   LatencyHistogram run_latency_;
 };
-
-// The worker whose thread is calling, or null on a plain thread. Never
-// cached across a switch: a fiber may resume on another worker.
-Worker* current_worker() noexcept;
-
-// The running fiber's pin bookkeeping (this_fiber::pin() and the hooks'
-// ParkScope): the first pin binds it to this worker, so that a spare does
-// not retire under it; the last, made on the same worker (a pinned fiber
-// cannot move), unbinds it.
-void pin_current(FiberControl& fiber) noexcept;
-void unpin_current(FiberControl& fiber) noexcept;
 
 }  // namespace weft::detail

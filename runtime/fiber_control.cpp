@@ -12,9 +12,10 @@ namespace {
 [[gnu::tls_model("initial-exec")]] thread_local const std::atomic<FiberControl*>* tls_running_fiber = nullptr;
 
 // The park timestamp is taken on every park, twice per PingPong round trip:
-// the coarse clock costs ~5 ns here against ~30-40 ns for CLOCK_MONOTONIC,
-// at the price of the kernel tick's resolution (4 ms here) in the dump's
-// "waiting for ... ms". Both ends of that difference use this clock.
+// the coarse clock is several times cheaper than CLOCK_MONOTONIC
+// (docs/benchmarks.md, "Figures behind the comments"), at the price of the
+// kernel tick's resolution in the dump's "waiting for ... ms". Both ends of
+// that difference use this clock.
 std::int64_t monotonic_ns() noexcept {
   timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);

@@ -232,7 +232,7 @@ class SchedulerCore {
   // A fiber adds 1 where it is spawned and takes 1 off where it finishes,
   // so a slot may go below zero; the sum is the count. A cache line each:
   // one shared counter bounced between the workers on every spawn and
-  // every exit, a fifth of skynet's time on 2 workers (perf).
+  // every exit (docs/benchmarks.md, "Figures behind the comments").
   struct alignas(64) LiveCount {
     std::atomic<std::int64_t> n{0};
   };

@@ -30,10 +30,8 @@ constexpr std::uint32_t kGlobalCheckInterval = 61;
 // spinning M makes four passes over the Ps without pausing). A worker that
 // just ran out of work usually finds none for a while (its fibers wait on
 // fds: the blocker or the next poll readies them), and each futex sleep it
-// avoids by spinning longer costs more CPU than the sleep itself; 16 rounds
-// of 32 pauses were about 50 us of a core on the EPYC VM this was tuned on
-// (a pause there takes ~95 ns), against ~3 us now (docs/benchmarks.md,
-// "The idle path").
+// avoids by spinning longer costs more CPU than the sleep itself
+// (docs/benchmarks.md, "The idle path", and "Figures behind the comments").
 constexpr int kSearchRounds = 4;
 constexpr int kPausesPerRound = 8;
 constexpr std::size_t kGlobalBatch = 32;
@@ -224,9 +222,9 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
   // Spawned fibers that have not started stay: idle thieves take them, the
   // newest included while the worker is marked stuck, and run each at once,
   // depth first. Through the FIFO global queue, a busy peer would start
-  // them one after another, breadth first (sched/spawn_deque.h): under ASan,
-  // where a spawn is slow enough for hand-offs, moving one per look made a
-  // 10,000-leaf fork-join keep 2,000 fibers alive instead of ~100.
+  // them one after another, breadth first (sched/spawn_deque.h), and a
+  // fork-join would keep many times more fibers alive (docs/benchmarks.md,
+  // "Figures behind the comments").
   if (moved != 0) bump(counters_.handoffs, moved);
   return moved;
 }
@@ -416,8 +414,8 @@ void Worker::preempt_current() {
   // the oldest of that share now: it has waited since it was made
   // runnable (a timer's sleeper: since its deadline), while what the ring
   // holds under a hog is mostly fibers preempted after a slice of their
-  // own. Behind them, a 1 ms ticker beside 16 never-parking consumers on
-  // 2 workers was 8 slices late (tests/checkpoint_test.cpp).
+  // own, behind which a sleeper would wait for slices
+  // (tests/checkpoint_test.cpp).
   FiberControl* next = nullptr;
   const std::int64_t waiting = core_.global_size();
   if (waiting > 0) {
@@ -478,8 +476,8 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
   if (notify) core_.idle().notify_work();
 }
 
-// Out of line: its 2 KiB of arrays made every push_local save six registers
-// and set up a frame, 16 of a yield's 189 instructions (callgrind).
+// Out of line: its 2 KiB of arrays made every push_local save registers and
+// set up a frame, a noticeable share of a yield's instructions (callgrind).
 [[gnu::noinline, gnu::cold]] void Worker::spill_half_of_ring() {
   // Move the older half to the global queue (pinned fibers to our inbox,
   // since no other worker may run them).

@@ -253,8 +253,8 @@ class Worker {
   RunQueue<RingEntry> ring_;  // fibers that have run: woken, yielded, preempted
   // Room for a burst of spawns (a server accepting a thousand connections)
   // before the older half is spilled to the global queue, through which
-  // each costs about 30 ns more: spawning 1000 then joining them took
-  // 190-195 ns a fiber with room for 256, 157-168 ns with 1024. 8 KiB.
+  // each costs more (docs/benchmarks.md, "Figures behind the comments").
+  // 8 KiB.
   SpawnDeque<FiberControl*, 1024> spawned_;
   NextSlot next_;  // sysmon may seize it (hand_off_queued)
   // Set while this worker's idle loop polls: the fibers the poll readies

@@ -88,7 +88,7 @@ unsigned current_fork_generation() {
 
 }  // namespace
 
-SchedulerCore::SchedulerCore(Config config)
+SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
     : config_(validated(config)),
       fork_generation_(current_fork_generation()),
       stacks_(config_.stack_size, config_.stack_pool_size, config_.workers),
@@ -96,14 +96,17 @@ SchedulerCore::SchedulerCore(Config config)
       idle_(config_.workers, config_.workers),
       spares_(*this, config_.max_threads - config_.workers),
       live_(std::make_unique<LiveCount[]>(config_.workers + 1)) {
+  if (parts.make_poller == nullptr) throw std::invalid_argument("weft: SchedulerParts::make_poller is null");
   install_overflow_handler();
-  poller_ = make_idle_poller(*this);
+  poller_ = parts.make_poller(*this);
   idle_.set_poller(poller_.get());
+  extensions_.reserve(parts.extensions.size());
+  for (auto make : parts.extensions) extensions_.push_back(make(config_));
   workers_.reserve(config_.workers);
   for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
   for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start();
   sysmon_.start();
-  services_.attach(*this);
+  services_.attach(parts.services, *this);
 }
 
 // The services (services_, the last member) let go of it after shutdown():
@@ -407,17 +410,6 @@ void SchedulerCore::arm_timer(TimerNode& node) {
       idle_.notify_work();
       break;
   }
-}
-
-Extension& SchedulerCore::extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&)) {
-  const auto i = static_cast<std::size_t>(kind);
-  if (Extension* made = extensions_[i].load(std::memory_order_acquire)) return *made;
-  std::lock_guard guard(extension_lock_);
-  if (Extension* made = extensions_[i].load(std::memory_order_relaxed)) return *made;
-  owned_extensions_[i] = make(*this);
-  // Release: a reader that finds the pointer finds it fully built.
-  extensions_[i].store(owned_extensions_[i].get(), std::memory_order_release);
-  return *owned_extensions_[i];
 }
 
 SchedulerCore& current_scheduler(const char* what) {

@@ -301,7 +301,7 @@ void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, T
       tally.acted = true;
     }
     watch.asked = now;
-    watch.asked_cpu_ns = worker.cpu_time_ns();
+    watch.asked_cpu_ns = worker.os_thread().cpu_time_ns();
   }
 }
 
@@ -331,7 +331,7 @@ void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, 
   // asleep, without a /proc read (with a thousand threads blocked on a
   // std::mutex, those reads made every scan take milliseconds).
   const bool still = watch.kernel_since != Clock::time_point{} && cpu_before > 0 && watch.look_cpu_ns == cpu_before;
-  const bool asleep = still || (!burning && in_kernel_sleep(worker.thread_state()));
+  const bool asleep = still || (!burning && in_kernel_sleep(worker.os_thread().state()));
   if (!asleep)
     watch.kernel_since = {};
   else if (watch.kernel_since == Clock::time_point{})
@@ -345,7 +345,7 @@ void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, 
 }
 
 bool Sysmon::burned_cpu_since_last_look(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
-  const std::int64_t cpu = worker.cpu_time_ns();
+  const std::int64_t cpu = worker.os_thread().cpu_time_ns();
   const bool known = watch.look_cpu_ns >= 0 && cpu != 0;
   const bool burned = known && 2 * (cpu - watch.look_cpu_ns) >= to_ns(now) - to_ns(watch.look_time);
   watch.look_cpu_ns = cpu;
@@ -365,7 +365,7 @@ void Sysmon::release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch,
   // not park waits in the ring, pinned likewise. The queues first: two
   // loads, the system call a /proc read.
   if (worker.pinned_may_wait() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
-      kernel_call(worker.os_thread_id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
+      kernel_call(worker.os_thread().id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
     core_.idle().notify_work();
     tally.acted = true;
   }
@@ -392,11 +392,11 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     // worker that is running fibers one after another; one hand-off per
     // such thread and scan. With every thread blocked the fibers would
     // only go from one blocked worker's queue to the next's, each time one
-    // of them came back for a moment (issue 15; docs/benchmarks.md). They
+    // of them came back for a moment (docs/benchmarks.md, "Sysmon"). They
     // stay, and thieves take them once a thread is free.
     //
     // A CPU-bound worker's queue goes only to an idle worker: a busy peer
-    // takes no more from the global queue's back than from the ring, and a
+    // takes no more from the global queue's back than from the run queue, and a
     // timer's sleeper queued behind the moved fibers waited several slices
     // there (tests/checkpoint_test.cpp).
     if (watch.in_kernel && spares_to_start > 0) {
@@ -425,7 +425,8 @@ int Sysmon::count_free_runners() noexcept {
     // (a fiber that blocked at once is not running fibers), nor in an
     // announced blocking call.
     const Watch* watch = find_watch(i);
-    if (watch != nullptr && watch->short_run && watch->call == 0 && !in_kernel_sleep(core_.worker(i).thread_state()))
+    if (watch != nullptr && watch->short_run && watch->call == 0 &&
+        !in_kernel_sleep(core_.worker(i).os_thread().state()))
       ++free_runners;
   }
   return free_runners;
@@ -470,10 +471,10 @@ bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_poi
   // Found asleep in the kernel at every look for a while: no /proc read
   // (a thousand threads blocked on a std::mutex took sysmon's every tick).
   if (watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kKernelSleepGrace) return true;
-  const std::int64_t cpu = worker.cpu_time_ns();
+  const std::int64_t cpu = worker.os_thread().cpu_time_ns();
   if (cpu == 0 || watch.asked_cpu_ns == 0) return true;  // no CPU clock: the wall clock decides alone
   if (2 * (cpu - watch.asked_cpu_ns) >= to_ns(now) - to_ns(watch.asked)) return true;
-  return in_kernel_sleep(worker.thread_state());
+  return in_kernel_sleep(worker.os_thread().state());
 }
 
 void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
@@ -498,11 +499,11 @@ void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
   StuckWorker report;
   report.scheduler = config.name;
   report.worker = worker.index();
-  report.os_thread_id = worker.os_thread_id();
+  report.os_thread_id = worker.os_thread().id();
   report.fiber_id = fiber_id;
   report.fiber_name = fiber_name;
   report.running_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - watch.since);
-  const std::string blocked_in = describe_kernel_call(worker.os_thread_id());
+  const std::string blocked_in = describe_kernel_call(worker.os_thread().id());
   report.blocked_in = blocked_in;
   try {
     config.on_stuck_worker(report);

@@ -244,7 +244,10 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
   // An announced call is followed from its first sight, whether or not
   // its fiber switched in since the last look.
   const bool announced = blocking_call_outlasted_grace(worker, watch, now);
-  if (watch.call != 0) tally.in_call = true;
+  // Ticking at the grace only while a call awaits its verdict: one handed
+  // off needs no faster look (and a sysmon waking every 100 us competes
+  // with the spare for a loaded machine's CPUs).
+  if (watch.call != 0 && !announced) tally.in_call = true;
   if (switched_in(worker, watch, now)) return;
   ask_to_yield(worker, watch, now, tally);
   if (announced) {

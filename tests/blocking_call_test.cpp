@@ -25,15 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-template <class Done>
-bool wait_until(Done&& done, Clock::duration limit = 30s) {
-  const auto deadline = Clock::now() + limit;
-  while (!done()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using test::wait_until;
 
 bool in_call(detail::Worker* worker) { return (worker->blocking_call() & 1) != 0; }
 

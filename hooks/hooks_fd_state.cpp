@@ -36,7 +36,7 @@ void before_close(int fd) noexcept {
   // A forked child shares its parent's epoll instances: removing the fd
   // there would remove the parent's registration (docs/io.md, fork).
   if (!in_forked_child()) fd_closing(fd);
-  fd_forgotten(fd);
+  if (FdRecord* record = fd_records().find(fd)) fd_description_reset(*record);
 }
 
 std::int64_t timeval_ns(const void* value, socklen_t len) {
@@ -67,20 +67,20 @@ template <class Real>
 int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
   switch (cmd) {
     case F_SETFL: {
-      FdState* state = fd_state(fd);
+      FdRecord* state = fd_state(fd);
       if (state == nullptr) return real_fcntl(fd, cmd, arg);
       // Under the flip lock: a connect/accept in flight restores the
       // flags it read, and must not overwrite these.
       state->flip_lock.lock();
       const int result = real_fcntl(fd, cmd, arg);
       if (result == 0)
-        state->set_bit(FdState::user_nonblock_bit, int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK);
+        state->set_bit(FdRecord::user_nonblock_bit, int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK);
       state->flip_lock.unlock();
       return result;
     }
     case F_GETFL: {
       const int result = real_fcntl(fd, cmd, arg);
-      const FdState* state = fd_state(fd);
+      const FdRecord* state = fd_state(fd);
       // During a flip the kernel's flag is weft's; report the user's.
       if (result >= 0 && state != nullptr && state->flipped())
         return state->user_nonblock() ? (result | O_NONBLOCK) : (result & ~O_NONBLOCK);
@@ -181,11 +181,11 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
   void* arg = va_arg(args, void*);
   va_end(args);
   if (request != FIONBIO) return real::ioctl()(fd, request, arg);
-  FdState* state = fd_state(fd);
+  FdRecord* state = fd_state(fd);
   if (state == nullptr) return real::ioctl()(fd, request, arg);
   state->flip_lock.lock();
   const int result = real::ioctl()(fd, request, arg);
-  if (result == 0 && arg != nullptr) state->set_bit(FdState::user_nonblock_bit, *static_cast<const int*>(arg) != 0);
+  if (result == 0 && arg != nullptr) state->set_bit(FdRecord::user_nonblock_bit, *static_cast<const int*>(arg) != 0);
   state->flip_lock.unlock();
   return result;
 }
@@ -193,7 +193,7 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
 int setsockopt(int fd, int level, int option, const void* value, socklen_t len) noexcept {
   const int result = real::setsockopt()(fd, level, option, value, len);
   if (result == 0 && level == SOL_SOCKET && is_timeout_option(option)) {
-    if (FdState* state = classified_fd_state(fd)) {
+    if (FdRecord* state = classified_fd_state(fd)) {
       auto& slot = is_recv_timeout(option) ? state->recv_timeout_ns : state->send_timeout_ns;
       slot.store(timeval_ns(value, len), std::memory_order_relaxed);
     }

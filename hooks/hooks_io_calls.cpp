@@ -39,10 +39,10 @@ bool would_block(int error) { return error == EAGAIN || error == EWOULDBLOCK; }
 
 // wait_for_fd, and EBADF if the fd was closed through weft while the fiber
 // was parked (its number may already belong to another fd).
-int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_point deadline,
+int park_on(int fd, FdRecord& state, FdDirection direction, Clock::time_point deadline,
             const FdWaitMark* mark = nullptr) {
   const std::uint32_t generation = state.generation.load(std::memory_order_relaxed);
-  const int failed = wait_for_fd(fd, direction, deadline, mark);
+  const int failed = wait_for_fd(fd, direction, deadline, mark, nullptr, &state);
   if (state.generation.load(std::memory_order_relaxed) != generation) return EBADF;
   return failed;
 }
@@ -50,9 +50,9 @@ int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_poi
 // The record of an fd a fiber should park on for this call, or null when
 // the call must go straight to libc. `in_fiber`: parking_enabled() holds
 // (the hooks that return libc's call first when it does not ask once).
-FdState* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
+FdRecord* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
   if ((!in_fiber && !parking_enabled()) || (flags & MSG_DONTWAIT)) return nullptr;
-  FdState* state = classified_fd_state(fd);
+  FdRecord* state = classified_fd_state(fd);
   if (state == nullptr || state->user_nonblock()) return nullptr;
   const FdKind kind = state->kind();
   if (kind != FdKind::socket && kind != FdKind::pollable) return nullptr;
@@ -72,7 +72,7 @@ FdState* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
 // instead of reading into EAGAIN. A park that times out is followed by the
 // skipped attempt, so the timeout never hides bytes already there.
 template <class Attempt>
-auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::int64_t timeout_ns, std::size_t wanted,
+auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, std::int64_t timeout_ns, std::size_t wanted,
                      Attempt&& attempt) {
   using Result = decltype(attempt());
   const ErrnoHome home;
@@ -84,10 +84,10 @@ auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::i
   bool timed_out = false;
   for (;;) {
     if (!park_first) {
-      mark = fd_wait_mark(fd, direction);
+      mark = fd_wait_mark(&state, direction);
       const Result result = attempt();
       if (result >= 0) {
-        if (result > 0 && std::size_t(result) < wanted) fd_note_drained(fd, mark, true);
+        if (result > 0 && std::size_t(result) < wanted) fd_note_drained(fd, state, mark, true);
         set_errno(saved);
         return result;
       }
@@ -115,13 +115,13 @@ auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::i
 // `wanted` as for attempt_or_park.
 template <class Call>
 auto read_through(int fd, std::size_t wanted, Call&& call) {
-  const FdState* state = fd_state(fd);
+  const FdRecord* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::socket) return call();
-  const FdWaitMark mark = fd_wait_mark(fd, FdDirection::read);
+  const FdWaitMark mark = fd_wait_mark(state, FdDirection::read);
   if (!mark.valid) return call();
   const auto result = call();
   if (result < 0 ? would_block(errno_value()) : result > 0 && state->stream() && std::size_t(result) < wanted)
-    fd_note_drained(fd, mark, result > 0);
+    fd_note_drained(fd, *state, mark, result > 0);
   return result;
 }
 
@@ -129,7 +129,7 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
 // blocking call. Another reader may take what made it ready, and then the
 // call blocks this worker as it would block a thread (docs/io.md).
 template <class Call>
-auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) {
+auto wait_then_call(int fd, FdRecord& state, FdDirection direction, Call&& call) {
   const ErrnoHome home;
   const int failed = park_on(fd, state, direction, no_deadline);
   if (failed == EPERM) {
@@ -152,14 +152,14 @@ bool not_a_socket_after_all(int fd) {
 
 // attempt_or_park's `wanted` for a receive of `n` bytes with `flags`: a
 // peek consumes nothing, so its short result proves nothing.
-std::size_t stream_wanted(const FdState& state, std::size_t n, int flags) {
+std::size_t stream_wanted(const FdRecord& state, std::size_t n, int flags) {
   return state.stream() && !(flags & MSG_PEEK) ? n : 0;
 }
 
-std::int64_t recv_timeout(const FdState& state) { return state.recv_timeout_ns.load(std::memory_order_relaxed); }
-std::int64_t send_timeout(const FdState& state) { return state.send_timeout_ns.load(std::memory_order_relaxed); }
+std::int64_t recv_timeout(const FdRecord& state) { return state.recv_timeout_ns.load(std::memory_order_relaxed); }
+std::int64_t send_timeout(const FdRecord& state) { return state.send_timeout_ns.load(std::memory_order_relaxed); }
 
-ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
+ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   if (!(flags & MSG_WAITALL) || n == 0) {
     return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state), stream_wanted(state, n, flags),
                            [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
@@ -196,7 +196,7 @@ ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr
 
 // Sends everything, as a blocking send does: on a partial write the rest
 // follows; an error or the timeout after a partial write returns the count.
-ssize_t send_all(int fd, FdState& state, const void* buf, size_t n, int flags, const sockaddr* addr,
+ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, const sockaddr* addr,
                  socklen_t addr_len) {
   const ErrnoHome home;
   const int saved = errno_value();
@@ -238,7 +238,7 @@ size_t iov_total(const iovec* iov, int count) {
 
 // sendmsg that sends everything: after a partial write the remaining
 // iovecs are copied and advanced (the caller's array is const).
-ssize_t sendmsg_all(int fd, FdState& state, const msghdr* msg, int flags) {
+ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
   const ErrnoHome home;
   const int saved = errno_value();
   const size_t total = iov_total(msg->msg_iov, int(msg->msg_iovlen));
@@ -290,7 +290,7 @@ ssize_t sendmsg_all(int fd, FdState& state, const msghdr* msg, int flags) {
 // Runs `call` with O_NONBLOCK set on the open file description, and the
 // user's flags back afterwards. Only for calls that never block then.
 template <class Call>
-auto with_nonblock(int fd, FdState& state, Call&& call) {
+auto with_nonblock(int fd, FdRecord& state, Call&& call) {
   state.flip_lock.lock();
   const int flags = real::fcntl()(fd, F_GETFL);
   if (flags < 0) {
@@ -298,12 +298,12 @@ auto with_nonblock(int fd, FdState& state, Call&& call) {
     return decltype(call())(-1);
   }
   state.flips.fetch_add(1, std::memory_order_relaxed);
-  state.set_bit(FdState::flipped_bit, true);
+  state.set_bit(FdRecord::flipped_bit, true);
   real::fcntl()(fd, F_SETFL, flags | O_NONBLOCK);
   auto result = call();
   const int error = errno_value();
   real::fcntl()(fd, F_SETFL, flags);
-  state.set_bit(FdState::flipped_bit, false);
+  state.set_bit(FdRecord::flipped_bit, false);
   state.flip_lock.unlock();
   set_errno(error);
   return result;
@@ -311,11 +311,11 @@ auto with_nonblock(int fd, FdState& state, Call&& call) {
 
 // A plain thread whose blocking accept met a moment when a fiber had the
 // listener flipped to O_NONBLOCK: wait as the kernel would have, then
-// retry. `flips_before` is FdState::flips read before the call; no flip
+// retry. `flips_before` is FdRecord::flips read before the call; no flip
 // since means the EAGAIN was the kernel's own (SO_RCVTIMEO).
 bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
   if (!would_block(errno_value())) return false;
-  const FdState* state = fd_state(fd);
+  const FdRecord* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::socket || state->user_nonblock()) return false;
   if (!state->flipped() && state->flips.load(std::memory_order_relaxed) == flips_before) return false;
   const int saved = errno_value();
@@ -326,10 +326,10 @@ bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
 }
 
 int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
-  FdState* listener = parkable(fd);
+  FdRecord* listener = parkable(fd);
   int result;
   if (listener == nullptr || listener->kind() != FdKind::socket) {
-    const FdState* known = fd_state(fd);
+    const FdRecord* known = fd_state(fd);
     for (;;) {
       const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
       result = real::accept4()(fd, addr, addr_len, flags);
@@ -343,7 +343,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
   if (result >= 0) {
     // The accepted socket inherits the listener's timeouts (the kernel
     // clones the socket), not its file status flags.
-    const FdState* from = fd_state(fd);
+    const FdRecord* from = fd_state(fd);
     fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK,
                from ? from->recv_timeout_ns.load(std::memory_order_relaxed) : 0,
                from ? from->send_timeout_ns.load(std::memory_order_relaxed) : 0, from && from->stream());
@@ -352,7 +352,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
 }
 
 int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
-  FdState* state = parkable(fd);
+  FdRecord* state = parkable(fd);
   if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
   const ErrnoHome home;
   const int saved = errno_value();
@@ -401,7 +401,7 @@ extern "C" {
 ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
-  FdState* state = parkable(fd, 0, true);
+  FdRecord* state = parkable(fd, 0, true);
   if (state == nullptr) return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
   if (state->kind() == FdKind::socket) {
     const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
@@ -414,7 +414,7 @@ ssize_t read(int fd, void* buf, size_t n) {
 ssize_t readv(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::readv()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
-  FdState* state = parkable(fd, 0, true);
+  FdRecord* state = parkable(fd, 0, true);
   if (state == nullptr) return real::readv()(fd, iov, count);
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
@@ -433,7 +433,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
 ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
-  FdState* state = parkable(fd, 0, true);
+  FdRecord* state = parkable(fd, 0, true);
   if (state == nullptr) return real::write()(fd, buf, n);
   if (state->kind() == FdKind::socket) {
     const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
@@ -446,7 +446,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
 ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
-  FdState* state = parkable(fd, 0, true);
+  FdRecord* state = parkable(fd, 0, true);
   if (state == nullptr) return real::writev()(fd, iov, count);
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
@@ -463,7 +463,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
   if (!parking_enabled()) return real::recv()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket)
     return read_through(fd, flags & MSG_PEEK ? 0 : n, [&] { return real::recv()(fd, buf, n, flags); });
   return receive(fd, *state, buf, n, flags, nullptr, nullptr);
@@ -472,7 +472,7 @@ ssize_t recv(int fd, void* buf, size_t n, int flags) {
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   if (!parking_enabled()) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket)
     return read_through(fd, flags & MSG_PEEK ? 0 : n,
                         [&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); });
@@ -482,7 +482,7 @@ ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   if (!parking_enabled()) return real::recvmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
   // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
   return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
@@ -492,7 +492,7 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
   if (!parking_enabled()) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   // Parks for the first message; then returns what has arrived (as with
   // MSG_WAITFORONE; docs/io.md).
@@ -503,7 +503,7 @@ int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* tim
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
   if (!parking_enabled()) return real::send()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::send()(fd, buf, n, flags);
   return send_all(fd, *state, buf, n, flags, nullptr, 0);
 }
@@ -511,7 +511,7 @@ ssize_t send(int fd, const void* buf, size_t n, int flags) {
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* addr, socklen_t addr_len) {
   if (!parking_enabled()) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   return send_all(fd, *state, buf, n, flags, addr, addr_len);
 }
@@ -519,7 +519,7 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* add
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   if (!parking_enabled()) return real::sendmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket || msg == nullptr) return real::sendmsg()(fd, msg, flags);
   return sendmsg_all(fd, *state, msg, flags);
 }
@@ -527,7 +527,7 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
   if (!parking_enabled()) return real::sendmmsg()(fd, msgs, count, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
   return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state), 0,
                          [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });

@@ -190,7 +190,7 @@ int fill_from_harvest(pollfd* fds, nfds_t count, std::uint32_t harvested) {
   for (nfds_t i = 0; i < count; ++i) {
     if (fds[i].fd < 0) continue;
     if ((fds[i].events & ~watched) != 0) return 0;
-    const FdState* state = fd_state(fds[i].fd);
+    const FdRecord* state = fd_state(fds[i].fd);
     if (state == nullptr || state->kind() != FdKind::socket) return 0;
   }
   int ready = 0;

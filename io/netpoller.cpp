@@ -144,7 +144,8 @@ void Poller::add_locked(FdRecord& record, int fd) {
   if (record.poller_id == id_) return;
   epoll_event event{};
   event.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-  event.data.u64 = (std::uint64_t{record.generation} << 32) | static_cast<std::uint32_t>(fd);
+  event.data.u64 =
+      (std::uint64_t{record.generation.load(std::memory_order_relaxed)} << 32) | static_cast<std::uint32_t>(fd);
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
     // Another scheduler's poller owns the record, and this one added the
     // fd before: it is still there (the record cannot say so).
@@ -218,7 +219,7 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
     if (record == nullptr) continue;
     bool woke = false;
     record->lock.lock();
-    if (record->generation == static_cast<std::uint32_t>(data >> 32)) {
+    if (record->generation.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(data >> 32)) {
       const std::uint32_t mask = events[i].events;
       // Before the counters' release below, which a drain note's mark reads.
       if ((mask & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) record->hung_up.store(true, std::memory_order_relaxed);
@@ -317,27 +318,32 @@ std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core) { return std::
 
 // --- waiting and closing -----------------------------------------------------
 
-FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
-  if (fd < 0 || fd >= FdRecords::kLimit) return {};
+FdWaitMark fd_wait_mark(const FdRecord* record, FdDirection direction) noexcept {
+  if (record == nullptr) return {};
   Worker* worker = current_worker();
   FiberControl* self = worker != nullptr ? worker->current() : nullptr;
   if (self == nullptr) return {};
-  const FdRecord* record = fd_records().find(fd);
-  if (record == nullptr) return {};
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   // In wait_fd's order: the sequence first (step 5 compares with it).
   const std::uint64_t sequence = poller.poll_sequence();
   return {sequence, record->events[index_of(direction)].load(std::memory_order_acquire), true};
 }
 
-void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept {
+FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
+  return fd_wait_mark(fd_records().find(fd), direction);
+}
+
+void fd_note_drained(int fd, const FdRecord& record, const FdWaitMark& before, bool short_read) noexcept {
   if (!before.valid) return;
   FiberControl* self = current_worker()->current();  // a valid mark was taken in this fiber
-  const FdRecord* record = fd_records().find(fd);
   // Acquire: a hang-up harvested before `before` was taken is seen here.
-  if (short_read && record->hung_up.load(std::memory_order_acquire)) return;
+  if (short_read && record.hung_up.load(std::memory_order_acquire)) return;
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   self->drain_note = {fd, before.events, poller.poll_sequence()};
+}
+
+void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept {
+  if (before.valid) fd_note_drained(fd, *fd_records().find(fd), before, short_read);
 }
 
 bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
@@ -351,14 +357,26 @@ bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
 
 FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark,
                      std::uint32_t* harvested) {
-  if (harvested != nullptr) *harvested = 0;
   if (fd < 0) throw_fd_error(EBADF, fd, "is not a file descriptor");
+  if (current_fiber() == nullptr) {
+    if (harvested != nullptr) *harvested = 0;
+    return wait_fd_on_thread(fd, direction, deadline);
+  }
+  FdRecord* record = fd_records().get(fd);
+  if (record == nullptr) {
+    if (fd >= FdRecords::kLimit) throw_fd_error(EBADF, fd, "is beyond weft's fd table (2^25 fds)");
+    throw_fd_error(ENOMEM, fd, "has no record (out of memory)");
+  }
+  return wait_fd(fd, *record, direction, deadline, mark, harvested);
+}
+
+FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::time_point deadline,
+                     const FdWaitMark* mark, std::uint32_t* harvested) {
+  if (harvested != nullptr) *harvested = 0;
   Worker* worker = current_worker();
   FiberControl* self = worker != nullptr ? worker->current() : nullptr;
   if (self == nullptr) return wait_fd_on_thread(fd, direction, deadline);
-  if (fd >= FdRecords::kLimit) throw_fd_error(EBADF, fd, "is beyond weft's fd table (2^24 fds)");
 
-  FdRecord& record = fd_records().get(fd);
   const int d = index_of(direction);
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   const WaitSite site{kFdWaitKind, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(fd)),
@@ -403,30 +421,51 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
   }
 }
 
-void fd_closing(int fd) noexcept {
-  FdRecord* record = fd_records().find(fd);
-  if (record == nullptr) return;
-  record->lock.lock();
+namespace {
+
+// What fd_closing and fd_renewed share: under the record's lock, a new
+// generation, every waiter woken with `closed`, and the registration
+// forgotten. Returns the pollers the fd was added to.
+struct Registration {
+  std::uint64_t owner = 0;
+  bool others = false;
+};
+
+Registration retire(FdRecord& record) noexcept {
+  record.lock.lock();
   // A new fd with this number must not get this one's events.
-  ++record->generation;
-  record->hung_up.store(false, std::memory_order_relaxed);
-  const std::uint64_t owner = record->poller_id;
-  const bool others = record->in_other_pollers;
-  record->poller_id = 0;
-  record->in_other_pollers = false;
+  record.generation.fetch_add(1, std::memory_order_relaxed);
+  record.hung_up.store(false, std::memory_order_relaxed);
+  const Registration registration{record.poller_id, record.in_other_pollers};
+  record.poller_id = 0;
+  record.in_other_pollers = false;
   for (int d = 0; d < 2; ++d) {
     // A waiter between its counter read and its park sees the change and
     // returns ready; its retry then meets the closed fd.
-    record->events[d].store(record->events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    while (Waiter* waiter = record->waiters[d].pop_front()) {
+    record.events[d].store(record.events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    while (Waiter* waiter = record.waiters[d].pop_front()) {
       waiter->amount = kClosedMark;
       unpark(*waiter);
     }
   }
-  record->lock.unlock();
+  record.lock.unlock();
+  return registration;
+}
+
+}  // namespace
+
+void fd_closing(int fd) noexcept {
+  FdRecord* record = fd_records().find(fd);
+  if (record == nullptr) return;
+  const Registration registration = retire(*record);
   // Before the real close, so the kernel's registration (keyed by the file
   // and the number) cannot outlive the number's reuse through a dup.
-  if (owner != 0 || others) Poller::remove(fd, owner, others);
+  if (registration.owner != 0 || registration.others) Poller::remove(fd, registration.owner, registration.others);
+}
+
+void fd_renewed(int fd) noexcept {
+  FdRecord* record = fd_records().find(fd);
+  if (record != nullptr) retire(*record);
 }
 
 }  // namespace weft::detail

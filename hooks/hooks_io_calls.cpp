@@ -6,8 +6,9 @@
 // socket, see recv(2)) and parks on EAGAIN until the fd is ready or its
 // SO_RCVTIMEO/SO_SNDTIMEO passes; the fd's O_NONBLOCK is never touched for
 // that. Writes loop until everything is written, as a blocking write does;
-// MSG_WAITALL receives loop likewise. A pipe or other pollable fd is
-// waited for first and then called (it has no per-call non-blocking flag).
+// MSG_WAITALL receives loop likewise (transfer_all). A pipe or other
+// pollable fd is attempted with RWF_NOWAIT, its per-call non-blocking
+// flag, likewise; one that refuses it is waited for first and then called.
 // connect and accept have no such flag either: they set O_NONBLOCK for the
 // duration of the one non-blocking call, under the fd's flip lock, and put
 // the user's flags back before parking.
@@ -159,68 +160,37 @@ std::size_t stream_wanted(const FdRecord& state, std::size_t n, int flags) {
 std::int64_t recv_timeout(const FdRecord& state) { return state.recv_timeout_ns.load(std::memory_order_relaxed); }
 std::int64_t send_timeout(const FdRecord& state) { return state.send_timeout_ns.load(std::memory_order_relaxed); }
 
-ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
-  if (!(flags & MSG_WAITALL) || n == 0) {
-    return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state), stream_wanted(state, n, flags),
-                           [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
-  }
-  // MSG_WAITALL: blocks until all n bytes, EOF, an error or the timeout;
-  // what arrived before the last two is returned.
-  const ErrnoHome home;
-  const int saved = errno_value();
-  const Clock::time_point deadline = deadline_after_ns(recv_timeout(state));
-  size_t done = 0;
-  const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
-  while (done < n) {
-    const ssize_t r = real::recvfrom()(fd, static_cast<char*>(buf) + done, n - done, once, addr, addr_len);
-    if (r > 0) {
-      done += size_t(r);
-      continue;
-    }
-    if (r == 0) break;
-    const int error = errno_value();
-    if (would_block(error)) {
-      if (const int failed = park_on(fd, state, FdDirection::read, deadline)) {
-        if (done > 0) break;
-        set_errno(failed);
-        return -1;
-      }
-      continue;
-    }
-    if (done > 0) break;
-    return -1;
-  }
-  set_errno(saved);
-  return ssize_t(done);
-}
-
-// Sends everything, as a blocking send does: on a partial write the rest
-// follows; an error or the timeout after a partial write returns the count.
-ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, const sockaddr* addr,
-                 socklen_t addr_len) {
+// The loop of a call that moves all it was asked to, as a blocking one
+// does: a send, or a receive with MSG_WAITALL. `step(done)` makes one
+// MSG_DONTWAIT call for what remains after the first `done` bytes of
+// `total`; on EAGAIN the fiber parks until `fd` is ready in `direction` or
+// the socket's timeout passes. A receive ends at EOF (a step that returns
+// 0). An error or the timeout after some bytes returns their count, with
+// the caller's errno; before any, -1 with the error.
+template <class Step>
+ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, std::size_t total, Step&& step) {
   const ErrnoHome home;
   const int saved = errno_value();
   bool have_deadline = false;
   Clock::time_point deadline{};
-  size_t done = 0;
+  std::size_t done = 0;
   for (;;) {
-    const ssize_t r =
-        real::sendto()(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT, addr, addr_len);
+    const ssize_t r = step(done);
     if (r >= 0) {
-      done += size_t(r);
-      if (done >= n) break;
+      done += std::size_t(r);
+      // A send of 0 bytes is one call (a datagram may be empty).
+      if (done >= total || (r == 0 && direction == FdDirection::read)) break;
       continue;
     }
-    const int error = errno_value();
-    if (!would_block(error)) {
+    if (!would_block(errno_value())) {
       if (done > 0) break;
       return -1;
     }
     if (!have_deadline) {
-      deadline = deadline_after_ns(send_timeout(state));
+      deadline = deadline_after_ns(direction == FdDirection::read ? recv_timeout(state) : send_timeout(state));
       have_deadline = true;
     }
-    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
+    if (const int failed = park_on(fd, state, direction, deadline)) {
       if (done > 0) break;
       set_errno(failed);
       return -1;
@@ -228,6 +198,25 @@ ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, 
   }
   set_errno(saved);
   return ssize_t(done);
+}
+
+ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
+  if (!(flags & MSG_WAITALL) || n == 0) {
+    return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state), stream_wanted(state, n, flags),
+                           [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
+  }
+  // MSG_WAITALL: until all n bytes, EOF, an error or the timeout.
+  const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
+  return transfer_all(fd, state, FdDirection::read, n, [&](std::size_t done) {
+    return real::recvfrom()(fd, static_cast<char*>(buf) + done, n - done, once, addr, addr_len);
+  });
+}
+
+ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, const sockaddr* addr,
+                 socklen_t addr_len) {
+  return transfer_all(fd, state, FdDirection::write, n, [&](std::size_t done) {
+    return real::sendto()(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT, addr, addr_len);
+  });
 }
 
 size_t iov_total(const iovec* iov, int count) {
@@ -236,55 +225,81 @@ size_t iov_total(const iovec* iov, int count) {
   return total;
 }
 
-// sendmsg that sends everything: after a partial write the remaining
-// iovecs are copied and advanced (the caller's array is const).
-ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
-  const ErrnoHome home;
-  const int saved = errno_value();
-  const size_t total = iov_total(msg->msg_iov, int(msg->msg_iovlen));
-  bool have_deadline = false;
-  Clock::time_point deadline{};
-  size_t done = 0;
-  msghdr current = *msg;
-  std::vector<iovec> rest;
-  for (;;) {
-    const ssize_t r = real::sendmsg()(fd, &current, flags | MSG_DONTWAIT);
-    if (r >= 0) {
-      done += size_t(r);
-      if (done >= total) break;
-      // Ancillary data went with the first bytes; the rest is plain.
-      rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
-      size_t skip = done;
-      auto it = rest.begin();
-      while (it != rest.end() && skip >= it->iov_len) skip -= (it++)->iov_len;
-      rest.erase(rest.begin(), it);
-      if (!rest.empty()) {
-        rest.front().iov_base = static_cast<char*>(rest.front().iov_base) + skip;
-        rest.front().iov_len -= skip;
-      }
-      current.msg_iov = rest.data();
-      current.msg_iovlen = rest.size();
-      current.msg_control = nullptr;
-      current.msg_controllen = 0;
-      continue;
-    }
-    const int error = errno_value();
-    if (!would_block(error)) {
-      if (done > 0) break;
-      return -1;
-    }
-    if (!have_deadline) {
-      deadline = deadline_after_ns(send_timeout(state));
-      have_deadline = true;
-    }
-    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
-      if (done > 0) break;
-      set_errno(failed);
-      return -1;
-    }
+// The iovecs of `iov` after their first `done` bytes, into `rest`.
+void iovecs_after(const iovec* iov, std::size_t count, std::size_t done, std::vector<iovec>& rest) {
+  rest.assign(iov, iov + count);
+  auto it = rest.begin();
+  while (it != rest.end() && done >= it->iov_len) done -= (it++)->iov_len;
+  rest.erase(rest.begin(), it);
+  if (!rest.empty()) {
+    rest.front().iov_base = static_cast<char*>(rest.front().iov_base) + done;
+    rest.front().iov_len -= done;
   }
+}
+
+// sendmsg that sends everything: after a partial write the remaining
+// iovecs are copied and advanced (the caller's array is const); the
+// ancillary data went with the first bytes, and the rest is plain.
+ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
+  std::vector<iovec> rest;
+  return transfer_all(fd, state, FdDirection::write, iov_total(msg->msg_iov, int(msg->msg_iovlen)),
+                      [&](std::size_t done) {
+                        if (done == 0) return real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
+                        iovecs_after(msg->msg_iov, msg->msg_iovlen, done, rest);
+                        msghdr current = *msg;
+                        current.msg_iov = rest.data();
+                        current.msg_iovlen = rest.size();
+                        current.msg_control = nullptr;
+                        current.msg_controllen = 0;
+                        return real::sendmsg()(fd, &current, flags | MSG_DONTWAIT);
+                      });
+}
+
+// A pipe, FIFO or other pollable fd that is not a socket has no
+// MSG_DONTWAIT, but takes RWF_NOWAIT (preadv2/pwritev2; pipes since Linux
+// 5.x): attempted with it and parked on EAGAIN, as a socket is. So a read
+// that another reader beat to the data parks instead of blocking the
+// worker, and a write larger than the pipe's room parks after the part
+// that fit, where a blocking write held the worker until the reader
+// (perhaps a fiber of the same worker) had taken it all. An fd that
+// refuses the flag (a terminal, an older kernel: EOPNOTSUPP) is waited
+// for, then called, from then on (wait_then_call).
+bool refuses_nowait(const FdRecord& state) {
+  return state.flags.load(std::memory_order_relaxed) & FdRecord::no_nowait_bit;
+}
+
+// After an attempt with RWF_NOWAIT: whether the fd refused it, and if so,
+// marks it and puts back the caller's errno for the fallback.
+bool refused_nowait(FdRecord& state, int saved) {
+  const int error = errno_value();
+  if (error != EOPNOTSUPP && error != EINVAL) return false;
+  state.set_bit(FdRecord::no_nowait_bit, true);
   set_errno(saved);
-  return ssize_t(done);
+  return true;
+}
+
+ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
+  const int saved = errno_value();
+  if (!refuses_nowait(state)) {
+    const ssize_t result =
+        attempt_or_park(fd, state, FdDirection::read, 0, 0, [&] { return ::preadv2(fd, iov, count, -1, RWF_NOWAIT); });
+    if (result >= 0 || !refused_nowait(state, saved)) return result;
+  }
+  return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
+}
+
+ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
+  const int saved = errno_value();
+  if (!refuses_nowait(state)) {
+    std::vector<iovec> rest;
+    const ssize_t result = transfer_all(fd, state, FdDirection::write, iov_total(iov, count), [&](std::size_t done) {
+      if (done == 0) return ::pwritev2(fd, iov, count, -1, RWF_NOWAIT);
+      iovecs_after(iov, std::size_t(count), done, rest);
+      return ::pwritev2(fd, rest.data(), int(rest.size()), -1, RWF_NOWAIT);
+    });
+    if (result >= 0 || !refused_nowait(state, saved)) return result;
+  }
+  return wait_then_call(fd, state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
 }
 
 // Runs `call` with O_NONBLOCK set on the open file description, and the
@@ -408,7 +423,8 @@ ssize_t read(int fd, void* buf, size_t n) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::read()(fd, buf, n);
   }
-  return wait_then_call(fd, *state, FdDirection::read, [&] { return real::read()(fd, buf, n); });
+  iovec one{buf, n};
+  return pollable_read(fd, *state, &one, 1);
 }
 
 ssize_t readv(int fd, const iovec* iov, int count) {
@@ -427,7 +443,8 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
-  return wait_then_call(fd, *state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
+  if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
+  return pollable_read(fd, *state, iov, count);
 }
 
 ssize_t write(int fd, const void* buf, size_t n) {
@@ -440,7 +457,8 @@ ssize_t write(int fd, const void* buf, size_t n) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::write()(fd, buf, n);
   }
-  return wait_then_call(fd, *state, FdDirection::write, [&] { return real::write()(fd, buf, n); });
+  iovec one{const_cast<void*>(buf), n};
+  return pollable_write(fd, *state, &one, 1);
 }
 
 ssize_t writev(int fd, const iovec* iov, int count) {
@@ -457,7 +475,8 @@ ssize_t writev(int fd, const iovec* iov, int count) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::writev()(fd, iov, count);
   }
-  return wait_then_call(fd, *state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
+  if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
+  return pollable_write(fd, *state, iov, count);
 }
 
 ssize_t recv(int fd, void* buf, size_t n, int flags) {

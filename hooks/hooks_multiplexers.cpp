@@ -19,11 +19,13 @@
 #undef _FORTIFY_SOURCE
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <vector>
 
 #include "../io/real_calls.h"
@@ -210,14 +212,54 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
   return poll_parked(fds, count, deadline, /*probed=*/count == 0, probe, fill);  // no fds: a sleep, nothing to probe
 }
 
+// select's fd sets hold nfds bits in as many longs as that takes: a
+// program may allocate them larger than fd_set (FD_SETSIZE, 1,024 bits),
+// and Linux reads all nfds bits (select(2), "BUGS"). Never beyond the
+// highest fd the process may open, which is all the kernel reads.
+int select_bits(int nfds) noexcept {
+  if (nfds <= FD_SETSIZE) return nfds;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < rlim_t(nfds)) return int(limit.rlim_cur);
+  return nfds;
+}
+
+bool in_set(const fd_set* set, int fd) noexcept {
+  const auto* words = reinterpret_cast<const __fd_mask*>(set);
+  return (words[fd / NFDBITS] & (__fd_mask(1) << (fd % NFDBITS))) != 0;
+}
+
+// A copy of one of select's fd sets, of the caller's size: on the stack
+// up to FD_SETSIZE bits, else on the heap.
+class FdSetCopy {
+ public:
+  FdSetCopy(const fd_set* set, int bits)
+      : bytes_(set != nullptr ? std::size_t((bits + NFDBITS - 1) / NFDBITS) * sizeof(__fd_mask) : 0) {
+    if (bytes_ > sizeof(small_)) large_.resize(bytes_ / sizeof(__fd_mask));
+    if (bytes_ != 0) std::memcpy(data(), set, bytes_);
+  }
+  // Puts the copy back into `set` (select overwrites its sets).
+  void restore(fd_set* set) const noexcept {
+    if (bytes_ != 0) std::memcpy(set, data(), bytes_);
+  }
+  const fd_set* get() const noexcept { return bytes_ != 0 ? static_cast<const fd_set*>(data()) : nullptr; }
+
+ private:
+  const void* data() const noexcept { return large_.empty() ? static_cast<const void*>(&small_) : large_.data(); }
+  void* data() noexcept { return large_.empty() ? static_cast<void*>(&small_) : large_.data(); }
+
+  std::size_t bytes_;
+  fd_set small_;
+  std::vector<__fd_mask> large_;
+};
+
 // select's fd sets as pollfds, for wait_for_any.
-std::vector<pollfd> as_pollfds(int nfds, const fd_set* r, const fd_set* w, const fd_set* e) {
+std::vector<pollfd> as_pollfds(int bits, const fd_set* r, const fd_set* w, const fd_set* e) {
   std::vector<pollfd> fds;
-  for (int fd = 0; fd < nfds && fd < FD_SETSIZE; ++fd) {
+  for (int fd = 0; fd < bits; ++fd) {
     short events = 0;
-    if (r && FD_ISSET(fd, r)) events |= POLLIN;
-    if (w && FD_ISSET(fd, w)) events |= POLLOUT;
-    if (e && FD_ISSET(fd, e)) events |= POLLPRI;
+    if (r && in_set(r, fd)) events |= POLLIN;
+    if (w && in_set(w, fd)) events |= POLLOUT;
+    if (e && in_set(e, fd)) events |= POLLPRI;
     if (events != 0) fds.push_back({fd, events, 0});
   }
   return fds;
@@ -225,14 +267,12 @@ std::vector<pollfd> as_pollfds(int nfds, const fd_set* r, const fd_set* w, const
 
 int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point deadline, const sigset_t* mask,
                   bool with_mask) {
-  fd_set r0, w0, e0;
-  if (r) r0 = *r;
-  if (w) w0 = *w;
-  if (e) e0 = *e;
+  const int bits = select_bits(nfds);
+  const FdSetCopy r0(r, bits), w0(w, bits), e0(e, bits);
   auto probe = [&] {
-    if (r) *r = r0;
-    if (w) *w = w0;
-    if (e) *e = e0;
+    r0.restore(r);
+    w0.restore(w);
+    e0.restore(e);
     timespec zero{0, 0};
     timeval zero_tv{0, 0};
     return with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
@@ -241,7 +281,7 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   // nothing.
   const int ready = probe();
   if (ready != 0) return ready;
-  const std::vector<pollfd> fds = as_pollfds(nfds, r ? &r0 : nullptr, w ? &w0 : nullptr, e ? &e0 : nullptr);
+  const std::vector<pollfd> fds = as_pollfds(bits, r0.get(), w0.get(), e0.get());
   return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, probe, cannot_fill);
 }
 

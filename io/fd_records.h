@@ -66,6 +66,7 @@ struct alignas(64) FdRecord {
   static constexpr std::uint32_t user_nonblock_bit = 4;  // the user's O_NONBLOCK
   static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
   static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket: a short read drained it
+  static constexpr std::uint32_t no_nowait_bit = 32;     // refuses RWF_NOWAIT: waited for, then called
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept

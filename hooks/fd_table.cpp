@@ -8,7 +8,6 @@
 
 #include "../io/netpoller.h"
 #include "../io/real_calls.h"
-#include "hook_support.h"
 
 namespace weft::detail {
 namespace {
@@ -89,9 +88,7 @@ void fd_description_reset(FdRecord& record) noexcept {
 void fd_forgotten(int fd) noexcept {
   FdRecord* state = fd_records().find(fd);
   if (state == nullptr) return;
-  // A forked child's thread must not wake its parent's waiters (copies,
-  // whose workers do not exist here).
-  if (!in_forked_child()) fd_renewed(fd);
+  fd_renewed(fd);
   fd_description_reset(*state);
 }
 

@@ -33,9 +33,9 @@ bool is_stream(int type) noexcept { return (type & ~(SOCK_NONBLOCK | SOCK_CLOEXE
 
 void before_close(int fd) noexcept {
   if (fd < 0) return;
-  // A forked child shares its parent's epoll instances: removing the fd
-  // there would remove the parent's registration (docs/io.md, fork).
-  if (!in_forked_child()) fd_closing(fd);
+  // In a forked child too: the child forgot its parent's pollers at the
+  // fork (io/netpoller.cpp), so this deletes from its own only.
+  fd_closing(fd);
   if (FdRecord* record = fd_records().find(fd)) fd_description_reset(*record);
 }
 

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <new>
 
 namespace weft::detail {
 
@@ -89,6 +90,24 @@ struct alignas(64) FdRecord {
       flags.fetch_or(bit, std::memory_order_relaxed);
     else
       flags.fetch_and(~bit, std::memory_order_relaxed);
+  }
+  // In a forked child, whose only thread is the one that forked: the locks
+  // back to free (another thread may have held them at the fork; it does
+  // not exist here), and the netpoller's state forgotten: the waiters are
+  // the parent's fibers, the pollers the parent's (the child's schedulers
+  // have pollers of their own). A new generation drops whatever the
+  // inherited epoll instances still report. The description stays: the
+  // child has the same fds, minus a flip in progress.
+  void reset_in_forked_child() noexcept {
+    new (&lock) SpinLock;
+    new (&flip_lock) SpinLock;
+    generation.store(generation.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    waiters[0] = WaitList{};
+    waiters[1] = WaitList{};
+    hung_up.store(false, std::memory_order_relaxed);
+    poller_id = 0;
+    in_other_pollers = false;
+    set_bit(flipped_bit, false);
   }
   void set_kind(FdKind kind) noexcept {
     std::uint32_t old = flags.load(std::memory_order_relaxed);

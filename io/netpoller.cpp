@@ -1,6 +1,7 @@
 #include "netpoller.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -95,6 +96,21 @@ FdWaitResult wait_fd_on_thread(int fd, FdDirection direction, Clock::time_point 
 constinit std::mutex pollers_lock;
 constinit Poller* pollers_head = nullptr;
 constinit std::atomic<std::uint64_t> next_poller_id{1};
+
+// The child of a fork shares its parent's epoll instances (the fds are
+// inherited) but not its threads: the child's closes must not delete the
+// parent's registrations (a pre-fork server's children would unregister
+// its listener), and nothing the parent's threads held locked may stay
+// so. So the child starts with no pollers and every fd record reset
+// (FdRecord::reset_in_forked_child); its own schedulers make pollers of
+// their own. Registered at load, before any thread can fork.
+void forget_the_parents_pollers() noexcept {
+  new (&pollers_lock) std::mutex;
+  pollers_head = nullptr;
+  fd_records().for_each([](int, FdRecord& record) { record.reset_in_forked_child(); });
+}
+
+[[gnu::constructor]] void register_fork_handler() { pthread_atfork(nullptr, nullptr, &forget_the_parents_pollers); }
 
 }  // namespace
 

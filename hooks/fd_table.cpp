@@ -57,6 +57,11 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeo
                 bool stream) noexcept {
   FdRecord* state = fd_state(fd);
   if (state == nullptr) return;
+  // The number's previous fd may have closed where no hook saw it (inside
+  // libc, a raw system call): nothing of its netpoller state may reach this
+  // one, its registration least of all (the kernel dropped it with the old
+  // file, and a record still marked registered would never add the new).
+  fd_renewed(fd);
   state->recv_timeout_ns.store(recv_timeout_ns, std::memory_order_relaxed);
   state->send_timeout_ns.store(send_timeout_ns, std::memory_order_relaxed);
   state->flags.store(
@@ -68,8 +73,9 @@ void fd_duplicated(int from, int to) noexcept {
   FdRecord* source = fd_state(from);
   FdRecord* target = fd_state(to);
   if (target == nullptr) return;
+  fd_renewed(to);  // a new fd, as in fd_created
   if (source == nullptr) {
-    fd_forgotten(to);
+    fd_description_reset(*target);
     return;
   }
   target->recv_timeout_ns.store(source->recv_timeout_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);

@@ -13,13 +13,16 @@
 // (both are hooked, and on 64-bit systems they are the same function).
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 
 #include "../io/real_calls.h"
 #include "fd_table.h"
@@ -37,6 +40,18 @@ void before_close(int fd) noexcept {
   // fork (io/netpoller.cpp), so this deletes from its own only.
   fd_closing(fd);
   if (FdRecord* record = fd_records().find(fd)) fd_description_reset(*record);
+}
+
+// before_close for every fd in [first, last] that has a record.
+void before_close_range(unsigned int first, unsigned int last) noexcept {
+  const unsigned int end = std::min(last, unsigned(FdRecords::kLimit - 1));
+  for (unsigned int fd = first; fd <= end; ++fd) {
+    if (fd_records().find(int(fd)) == nullptr) {
+      fd |= (1u << FdRecords::kChunkBits) - 1;  // a whole chunk without records: skip it
+      continue;
+    }
+    before_close(int(fd));
+  }
 }
 
 std::int64_t timeval_ns(const void* value, socklen_t len) {
@@ -204,6 +219,24 @@ int setsockopt(int fd, int level, int option, const void* value, socklen_t len) 
 int close(int fd) {
   before_close(fd);
   return real::close()(fd);
+}
+
+// stdio closes its fd with libc's internal close, which no hook sees.
+int fclose(FILE* stream) {
+  if (stream != nullptr) before_close(fileno(stream));  // -1 for a stream with no fd
+  return real::fclose()(stream);
+}
+
+// With CLOSE_RANGE_CLOEXEC nothing closes now; with CLOSE_RANGE_UNSHARE
+// the caller's private copy of the fd table is closed, not the process's.
+int close_range(unsigned int first, unsigned int last, int flags) noexcept {
+  if ((flags & (CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)) == 0) before_close_range(first, last);
+  return real::close_range()(first, last, flags);
+}
+
+void closefrom(int first) noexcept {
+  if (first >= 0) before_close_range(unsigned(first), ~0u);
+  real::closefrom()(first);
 }
 
 int shutdown(int fd, int how) noexcept {

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "../io/real_calls.h"
@@ -406,6 +407,34 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   return 0;
 }
 
+// recvmsg, hooked as recv is; recvmsg() below adds what it must do on
+// every thread.
+ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
+  if (!parking_enabled()) return real::recvmsg()(fd, msg, flags);
+  const CheckpointOnReturn at_return;
+  FdRecord* state = parkable(fd, flags, true);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
+  // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
+  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
+                         [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
+}
+
+// Fds passed with SCM_RIGHTS are new fds the kernel made: their numbers
+// may have closed where no hook saw it, as for fd_created.
+void fds_received(const msghdr* msg) noexcept {
+  if (msg == nullptr || msg->msg_controllen == 0) return;
+  for (const cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(msg), const_cast<cmsghdr*>(c))) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fd_forgotten(fd);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft::detail
 
@@ -499,13 +528,9 @@ ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
-  if (!parking_enabled()) return real::recvmsg()(fd, msg, flags);
-  const CheckpointOnReturn at_return;
-  FdRecord* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
-  // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
-  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
-                         [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
+  const ssize_t result = recvmsg_hooked(fd, msg, flags);
+  if (result >= 0) fds_received(msg);
+  return result;
 }
 
 int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {

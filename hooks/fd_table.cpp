@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "../io/netpoller.h"
@@ -18,6 +19,10 @@ std::int64_t timeout_ns(int fd, int option) noexcept {
   if (real::getsockopt()(fd, SOL_SOCKET, option, &tv, &len) != 0) return 0;
   return std::int64_t(tv.tv_sec) * 1'000'000'000 + std::int64_t(tv.tv_usec) * 1'000;
 }
+
+// Counts the timeouts set in this process, from 1 (a record's 0: never
+// read).
+constinit std::atomic<std::uint32_t> timeout_changes{1};
 
 }  // namespace
 
@@ -38,8 +43,6 @@ FdRecord* classified_fd_state(int fd) noexcept {
     const int fl = real::fcntl()(fd, F_GETFL);
     if (fl >= 0) state->set_bit(FdRecord::user_nonblock_bit, fl & O_NONBLOCK);
     if (kind == FdKind::socket) {
-      state->recv_timeout_ns.store(timeout_ns(fd, SO_RCVTIMEO), std::memory_order_relaxed);
-      state->send_timeout_ns.store(timeout_ns(fd, SO_SNDTIMEO), std::memory_order_relaxed);
       int type = 0;
       socklen_t len = sizeof(type);
       if (real::getsockopt()(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0)
@@ -53,8 +56,7 @@ FdRecord* classified_fd_state(int fd) noexcept {
   return state;
 }
 
-void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeout_ns, std::int64_t send_timeout_ns,
-                bool stream) noexcept {
+void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream) noexcept {
   FdRecord* state = fd_state(fd);
   if (state == nullptr) return;
   // The number's previous fd may have closed where no hook saw it (inside
@@ -62,8 +64,7 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeo
   // one, its registration least of all (the kernel dropped it with the old
   // file, and a record still marked registered would never add the new).
   fd_renewed(fd);
-  state->recv_timeout_ns.store(recv_timeout_ns, std::memory_order_relaxed);
-  state->send_timeout_ns.store(send_timeout_ns, std::memory_order_relaxed);
+  fd_description_reset(*state);
   state->flags.store(
       std::uint32_t(kind) | (user_nonblock ? FdRecord::user_nonblock_bit : 0) | (stream ? FdRecord::stream_bit : 0),
       std::memory_order_relaxed);
@@ -78,8 +79,7 @@ void fd_duplicated(int from, int to) noexcept {
     fd_description_reset(*target);
     return;
   }
-  target->recv_timeout_ns.store(source->recv_timeout_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  target->send_timeout_ns.store(source->send_timeout_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  fd_description_reset(*target);
   // The flip is the source's moment, not the copy's.
   target->flags.store(source->flags.load(std::memory_order_relaxed) & ~FdRecord::flipped_bit,
                       std::memory_order_relaxed);
@@ -87,9 +87,35 @@ void fd_duplicated(int from, int to) noexcept {
 
 void fd_description_reset(FdRecord& record) noexcept {
   record.flags.store(0, std::memory_order_relaxed);
-  record.recv_timeout_ns.store(0, std::memory_order_relaxed);
-  record.send_timeout_ns.store(0, std::memory_order_relaxed);
+  record.lock.lock();
+  record.timeouts_read_at = 0;
+  record.lock.unlock();
 }
+
+std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) noexcept {
+  if (record.kind() != FdKind::socket) return 0;
+  // Read before getsockopt: a timeout set after that read bumps the count
+  // after its setsockopt, so the values cached here are never taken for
+  // newer than they are.
+  const std::uint32_t now = timeout_changes.load(std::memory_order_acquire);
+  record.lock.lock();
+  if (record.timeouts_read_at != now) {
+    record.lock.unlock();
+    const int saved = errno;
+    const std::int64_t recv = timeout_ns(fd, SO_RCVTIMEO);
+    const std::int64_t send = timeout_ns(fd, SO_SNDTIMEO);
+    errno = saved;
+    record.lock.lock();
+    record.recv_timeout_ns = recv;
+    record.send_timeout_ns = send;
+    record.timeouts_read_at = now;
+  }
+  const std::int64_t timeout = direction == FdDirection::read ? record.recv_timeout_ns : record.send_timeout_ns;
+  record.lock.unlock();
+  return timeout;
+}
+
+void timeouts_changed() noexcept { timeout_changes.fetch_add(1, std::memory_order_release); }
 
 void fd_forgotten(int fd) noexcept {
   FdRecord* state = fd_records().find(fd);

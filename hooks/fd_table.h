@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "../io/fd_records.h"
+#include "../io/netpoller.h"
 
 namespace weft::detail {
 
@@ -25,10 +26,19 @@ inline FdRecord* fd_state(int fd) noexcept { return fd_records().get(fd); }
 // fd_state(), classified if it was unknown (a fiber is about to use it).
 FdRecord* classified_fd_state(int fd) noexcept;
 
-// A new fd the hooks saw created; timeouts as given (accept inherits the
-// listener's, as the kernel does). `stream`: a SOCK_STREAM socket.
-void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeout_ns = 0,
-                std::int64_t send_timeout_ns = 0, bool stream = false) noexcept;
+// A new fd the hooks saw created. `stream`: a SOCK_STREAM socket.
+void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream = false) noexcept;
+
+// The socket's SO_RCVTIMEO (read) or SO_SNDTIMEO (write) in nanoseconds,
+// 0 for none and for an fd that is not a socket. The timeout belongs to
+// the socket, which dup, fork and SCM_RIGHTS share, not to this fd number:
+// it is read from the socket (getsockopt) and cached in the record until a
+// timeout is set through any fd of the process (timeouts_changed).
+std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) noexcept;
+
+// After a setsockopt of SO_RCVTIMEO or SO_SNDTIMEO: every cached timeout is
+// stale (the socket set may be shared by other fds).
+void timeouts_changed() noexcept;
 
 // `to` now refers to the same open file description as `from` (dup).
 void fd_duplicated(int from, int to) noexcept;

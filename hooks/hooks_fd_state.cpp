@@ -54,27 +54,12 @@ void before_close_range(unsigned int first, unsigned int last) noexcept {
   }
 }
 
-std::int64_t timeval_ns(const void* value, socklen_t len) {
-  if (value == nullptr || len < socklen_t(sizeof(timeval))) return 0;
-  const auto* tv = static_cast<const timeval*>(value);
-  // A negative timeout is taken by the kernel as "do not wait".
-  if (tv->tv_sec < 0) return 1;
-  return std::int64_t(tv->tv_sec) * 1'000'000'000 + std::int64_t(tv->tv_usec) * 1'000;
-}
-
 bool is_timeout_option(int option) {
   if (option == SO_RCVTIMEO || option == SO_SNDTIMEO) return true;
 #if defined(SO_RCVTIMEO_NEW)
   if (option == SO_RCVTIMEO_NEW || option == SO_SNDTIMEO_NEW) return true;
 #endif
   return false;
-}
-
-bool is_recv_timeout(int option) {
-#if defined(SO_RCVTIMEO_NEW)
-  if (option == SO_RCVTIMEO_NEW) return true;
-#endif
-  return option == SO_RCVTIMEO;
 }
 
 // fcntl and fcntl64 share everything but the real function.
@@ -121,15 +106,15 @@ extern "C" {
 
 int socket(int domain, int type, int protocol) noexcept {
   const int fd = real::socket()(domain, type, protocol);
-  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
+  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
   return fd;
 }
 
 int socketpair(int domain, int type, int protocol, int fds[2]) noexcept {
   const int result = real::socketpair()(domain, type, protocol, fds);
   if (result == 0) {
-    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
-    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
+    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
+    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
   }
   return result;
 }
@@ -207,12 +192,7 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
 
 int setsockopt(int fd, int level, int option, const void* value, socklen_t len) noexcept {
   const int result = real::setsockopt()(fd, level, option, value, len);
-  if (result == 0 && level == SOL_SOCKET && is_timeout_option(option)) {
-    if (FdRecord* state = classified_fd_state(fd)) {
-      auto& slot = is_recv_timeout(option) ? state->recv_timeout_ns : state->send_timeout_ns;
-      slot.store(timeval_ns(value, len), std::memory_order_relaxed);
-    }
-  }
+  if (result == 0 && level == SOL_SOCKET && is_timeout_option(option)) timeouts_changed();
   return result;
 }
 

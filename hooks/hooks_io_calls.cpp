@@ -74,8 +74,7 @@ FdRecord* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
 // instead of reading into EAGAIN. A park that times out is followed by the
 // skipped attempt, so the timeout never hides bytes already there.
 template <class Attempt>
-auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, std::int64_t timeout_ns, std::size_t wanted,
-                     Attempt&& attempt) {
+auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, std::size_t wanted, Attempt&& attempt) {
   using Result = decltype(attempt());
   const ErrnoHome home;
   const int saved = errno_value();
@@ -96,7 +95,7 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, std::int64_
       if (!would_block(errno_value()) || timed_out) return result;
     }
     if (!have_deadline) {
-      deadline = deadline_after_ns(timeout_ns);
+      deadline = deadline_after_ns(socket_timeout_ns(fd, state, direction));
       have_deadline = true;
     }
     const int failed = park_on(fd, state, direction, deadline, &mark);
@@ -158,9 +157,6 @@ std::size_t stream_wanted(const FdRecord& state, std::size_t n, int flags) {
   return state.stream() && !(flags & MSG_PEEK) ? n : 0;
 }
 
-std::int64_t recv_timeout(const FdRecord& state) { return state.recv_timeout_ns.load(std::memory_order_relaxed); }
-std::int64_t send_timeout(const FdRecord& state) { return state.send_timeout_ns.load(std::memory_order_relaxed); }
-
 // The loop of a call that moves all it was asked to, as a blocking one
 // does: a send, or a receive with MSG_WAITALL. `step(done)` makes one
 // MSG_DONTWAIT call for what remains after the first `done` bytes of
@@ -188,7 +184,7 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, std::size_t
       return -1;
     }
     if (!have_deadline) {
-      deadline = deadline_after_ns(direction == FdDirection::read ? recv_timeout(state) : send_timeout(state));
+      deadline = deadline_after_ns(socket_timeout_ns(fd, state, direction));
       have_deadline = true;
     }
     if (const int failed = park_on(fd, state, direction, deadline)) {
@@ -203,7 +199,7 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, std::size_t
 
 ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   if (!(flags & MSG_WAITALL) || n == 0) {
-    return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state), stream_wanted(state, n, flags),
+    return attempt_or_park(fd, state, FdDirection::read, stream_wanted(state, n, flags),
                            [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
   }
   // MSG_WAITALL: until all n bytes, EOF, an error or the timeout.
@@ -283,7 +279,7 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
   if (!refuses_nowait(state)) {
     const ssize_t result =
-        attempt_or_park(fd, state, FdDirection::read, 0, 0, [&] { return ::preadv2(fd, iov, count, -1, RWF_NOWAIT); });
+        attempt_or_park(fd, state, FdDirection::read, 0, [&] { return ::preadv2(fd, iov, count, -1, RWF_NOWAIT); });
     if (result >= 0 || !refused_nowait(state, saved)) return result;
   }
   return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
@@ -352,17 +348,16 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
-    result = attempt_or_park(fd, *listener, FdDirection::read, recv_timeout(*listener), 0, [&] {
+    result = attempt_or_park(fd, *listener, FdDirection::read, 0, [&] {
       return with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
     });
   }
   if (result >= 0) {
     // The accepted socket inherits the listener's timeouts (the kernel
-    // clones the socket), not its file status flags.
+    // clones the socket; socket_timeout_ns reads them), not its file
+    // status flags.
     const FdRecord* from = fd_state(fd);
-    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK,
-               from ? from->recv_timeout_ns.load(std::memory_order_relaxed) : 0,
-               from ? from->send_timeout_ns.load(std::memory_order_relaxed) : 0, from && from->stream());
+    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK, from && from->stream());
   }
   return result;
 }
@@ -372,7 +367,7 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
   const ErrnoHome home;
   const int saved = errno_value();
-  const Clock::time_point deadline = deadline_after_ns(send_timeout(*state));
+  const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, *state, FdDirection::write));
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     const int r = with_nonblock(fd, *state, [&] { return real::connect()(fd, addr, addr_len); });
@@ -415,7 +410,7 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
   FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
   // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
-  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
+  return attempt_or_park(fd, *state, FdDirection::read, 0,
                          [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
 }
 
@@ -466,9 +461,9 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
-    const ssize_t result = attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
-                                           stream_wanted(*state, iov_total(iov, count), 0),
-                                           [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+    const ssize_t result =
+        attempt_or_park(fd, *state, FdDirection::read, stream_wanted(*state, iov_total(iov, count), 0),
+                        [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
@@ -540,7 +535,7 @@ int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* tim
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   // Parks for the first message; then returns what has arrived (as with
   // MSG_WAITFORONE; docs/io.md).
-  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
+  return attempt_or_park(fd, *state, FdDirection::read, 0,
                          [&] { return real::recvmmsg()(fd, msgs, count, flags | MSG_DONTWAIT, nullptr); });
 }
 
@@ -573,7 +568,7 @@ int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
-  return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state), 0,
+  return attempt_or_park(fd, *state, FdDirection::write, 0,
                          [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });
 }
 

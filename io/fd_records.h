@@ -74,9 +74,13 @@ struct alignas(64) FdRecord {
   // got EAGAIN retries only if a flip began meanwhile (EAGAIN is also
   // what SO_RCVTIMEO gives).
   std::atomic<std::uint32_t> flips{0};
-  // Nanoseconds; 0 means no timeout (block forever), as for the kernel.
-  std::atomic<std::int64_t> recv_timeout_ns{0};
-  std::atomic<std::int64_t> send_timeout_ns{0};
+  // The socket's SO_RCVTIMEO and SO_SNDTIMEO in nanoseconds (0: none, as
+  // for the kernel), as read with getsockopt when the process's count of
+  // timeout changes was `timeouts_read_at` (0: never read). Guarded by
+  // `lock` (hooks/fd_table.h, socket_timeout_ns).
+  std::int64_t recv_timeout_ns = 0;
+  std::int64_t send_timeout_ns = 0;
+  std::uint32_t timeouts_read_at = 0;
   // Serialises weft's O_NONBLOCK flips (connect, accept) with each other
   // and with the user's F_SETFL, so a flip never restores stale flags.
   SpinLock flip_lock;

@@ -17,6 +17,8 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "test_support.h"
@@ -162,6 +164,50 @@ TEST(HooksFdLifetime, ANewFdWithTheNumberOfOneClosedBehindCloseIsWoken) {
     close(second[0]);
     close(second[1]);
   }
+}
+
+// A receive timeout belongs to the socket, not to the fd number it was set
+// through: set through a dup, it ends a read on the original, as it does a
+// thread's. Before,
+// the hooks kept timeouts per fd number, and the fiber's read waited until
+// the watchdog closed the peer (issue 27, item 6).
+TEST(HooksFdLifetime, ATimeoutSetThroughADupEndsAReadOnTheOriginal) {
+  Scheduler sched = one_worker();
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&] {
+    const auto until = Clock::now() + 20s;
+    while (!finished.load() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    if (!finished.load()) shutdown(pair[1], SHUT_WR);  // the read then ends with 0
+  });
+  const auto read_once = [&](int fd) {
+    ssize_t got = -2;
+    int error = 0;
+    sched
+        .spawn([&] {
+          char c;
+          got = read(fd, &c, 1);
+          error = errno;
+        })
+        .join();
+    return std::make_pair(got, error);
+  };
+  // The original is used first (with a byte there, so the read returns).
+  ASSERT_EQ(write(pair[1], "1", 1), 1);
+  auto [got, error] = read_once(pair[0]);
+  EXPECT_EQ(got, 1);
+  const int copy = dup(pair[0]);
+  ASSERT_GE(copy, 0);
+  set_receive_timeout(copy, 100ms);
+  std::tie(got, error) = read_once(pair[0]);
+  EXPECT_EQ(got, -1) << "the timeout set through the dup was not seen on the original";
+  EXPECT_EQ(error, EAGAIN) << std::strerror(error);
+  finished.store(true);
+  watchdog.join();
+  close(copy);
+  close(pair[0]);
+  close(pair[1]);
 }
 
 }  // namespace

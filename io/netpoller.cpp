@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "../sched/scheduler_core.h"
 #include "../sched/worker.h"
@@ -22,8 +23,9 @@
 namespace weft::detail {
 namespace {
 
-constexpr std::uint64_t kWakeTag = ~std::uint64_t{0};  // the eventfd's epoll data
-constexpr std::uint64_t kClosedMark = 1;               // Waiter::amount of a waiter fd_closing() woke
+constexpr std::uint64_t kWakeTag = ~std::uint64_t{0};      // the eventfd's epoll data
+constexpr std::uint64_t kClosedMark = 1;                   // Waiter::amount of a waiter fd_closing() woke
+constexpr std::uint64_t kSetNodeMark = ~std::uint64_t{1};  // Waiter::amount of a wait_fd_set node, until woken
 constexpr int kEventBatch = 128;
 
 constexpr std::uint32_t kReadEvents = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
@@ -71,6 +73,33 @@ void prefetch_resume(const FiberControl& fiber) noexcept {
   const char* top = static_cast<const char*>(static_cast<const void*>(fiber.context.saved));
   for (int line = 0; line < 8; ++line) __builtin_prefetch(top + 64 * line);
 }
+
+// A fiber's wait on several fds (wait_fd_set): one parked Waiter, and per
+// fd and direction a node in the fd record's waiter list (amount
+// kSetNodeMark, payload this group). A poller or fd_closing that pops a
+// node, under that record's lock, calls wake(): under the group's lock it
+// marks the group fired and unparks the fiber if it has parked. The fiber
+// links every node, then takes the group's lock and parks with it unless
+// fired (park releases it once the fiber is off its worker), so a node
+// woken between its link and the park is never lost, and the fiber is
+// never readied while it still runs. Lock order: a record's, then the
+// group's; the fiber never holds the group's while it takes a record's.
+struct FdSetWaitGroup {
+  SpinLock lock;
+  bool fired = false;   // a node was woken
+  bool parked = false;  // the fiber parks (or has), with `lock` held until it is off its worker
+  Waiter waiter;
+
+  static bool wake(Waiter& node) noexcept {
+    auto& group = *static_cast<FdSetWaitGroup*>(node.payload);
+    group.lock.lock();
+    const bool first = !group.fired;
+    group.fired = true;
+    const bool woke = first && group.parked && unpark(group.waiter);
+    group.lock.unlock();
+    return woke;
+  }
+};
 
 // poll(2) timeout until `deadline`, rounded up; -1 for none.
 int timeout_ms_until(Clock::time_point deadline) noexcept {
@@ -249,6 +278,10 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
         // A waiter's payload is its own poller: only that one's sequence
         // numbers mean anything to it.
         while (Waiter* waiter = record->waiters[d].pop_front()) {
+          if (waiter->amount == kSetNodeMark) {
+            woke |= FdSetWaitGroup::wake(*waiter);
+            continue;
+          }
           waiter->amount = waiter->payload == this ? sequence : 0;
           waiter->events = mask;
           if (waiter->fiber != nullptr) prefetch_resume(*waiter->fiber);
@@ -460,6 +493,10 @@ Registration retire(FdRecord& record) noexcept {
     // returns ready; its retry then meets the closed fd.
     record.events[d].store(record.events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
     while (Waiter* waiter = record.waiters[d].pop_front()) {
+      if (waiter->amount == kSetNodeMark) {
+        FdSetWaitGroup::wake(*waiter);
+        continue;
+      }
       waiter->amount = kClosedMark;
       unpark(*waiter);
     }
@@ -482,6 +519,85 @@ void fd_closing(int fd) noexcept {
 void fd_renewed(int fd) noexcept {
   FdRecord* record = fd_records().find(fd);
   if (record != nullptr) retire(*record);
+}
+
+void fd_set_mark(FdSetWait* entries, std::size_t count) noexcept {
+  for (std::size_t i = 0; i < count; ++i) {
+    FdSetWait& entry = entries[i];
+    entry.record = entry.fd >= 0 ? fd_records().get(entry.fd) : nullptr;
+    if (entry.record == nullptr) continue;
+    for (int d = 0; d < 2; ++d) entry.seen[d] = entry.record->events[d].load(std::memory_order_acquire);
+  }
+}
+
+FdWaitResult wait_fd_set(FdSetWait* entries, std::size_t count, Clock::time_point deadline) {
+  FiberControl* self = current_worker()->current();  // a fiber only
+  auto& poller = static_cast<Poller&>(self->scheduler->poller());
+  FdSetWaitGroup group;
+  std::size_t directions = 0;
+  for (std::size_t i = 0; i < count; ++i) directions += std::size_t(entries[i].read) + std::size_t(entries[i].write);
+  std::vector<Waiter> nodes(directions);
+  std::size_t linked = 0;
+  // Unlinks what was linked; taking each record's lock also waits out a
+  // poller that popped a node and is in FdSetWaitGroup::wake.
+  const auto unlink_all = [&] {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < count && n < linked; ++i) {
+      FdSetWait& entry = entries[i];
+      for (int d = 0; d < 2 && n < linked; ++d) {
+        if (!(d == 0 ? entry.read : entry.write)) continue;
+        Waiter& node = nodes[n++];
+        if (entry.record == nullptr) continue;
+        entry.record->lock.lock();
+        entry.record->waiters[d].remove(node);
+        entry.record->lock.unlock();
+      }
+    }
+  };
+  bool moved = false;
+  for (std::size_t i = 0; i < count && !moved; ++i) {
+    FdSetWait& entry = entries[i];
+    for (int d = 0; d < 2 && !moved; ++d) {
+      if (!(d == 0 ? entry.read : entry.write)) continue;
+      Waiter& node = nodes[linked++];
+      if (entry.record == nullptr) continue;  // beyond the table: poll reports it
+      FdRecord& record = *entry.record;
+      record.lock.lock();
+      try {
+        poller.add_locked(record, entry.fd);  // unlocks before it throws
+      } catch (const std::system_error&) {
+        // An fd epoll refuses (EPERM: a regular file, always ready for
+        // poll) or that is not open (POLLNVAL): the probe reports it.
+        entry.record = nullptr;
+        continue;
+      }
+      if (record.events[d].load(std::memory_order_relaxed) != entry.seen[d]) {
+        moved = true;  // an edge since the mark: the caller probes again
+      } else {
+        node.amount = kSetNodeMark;
+        node.payload = &group;
+        record.waiters[d].push_back(node);
+      }
+      record.lock.unlock();
+    }
+  }
+  bool woken = moved;
+  if (!moved) {
+    group.lock.lock();
+    if (group.fired) {
+      group.lock.unlock();
+      woken = true;
+    } else {
+      group.parked = true;
+      const WaitSite site{kFdWaitKind, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(entries[0].fd)),
+                          "poll"};
+      poller.waiter_parking();
+      woken = park(group.waiter, &group.lock, site, deadline) == WakeReason::notified;
+      poller.waiter_back();
+    }
+  }
+  unlink_all();
+  return woken ? FdWaitResult::ready : FdWaitResult::timed_out;
 }
 
 }  // namespace weft::detail

@@ -100,6 +100,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 #include "../sched/idle_poller.h"
@@ -154,6 +155,29 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
 // wait_fd with `fd`'s record in hand (FdRecords::get(fd)).
 FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::time_point deadline,
                      const FdWaitMark* mark = nullptr, std::uint32_t* harvested = nullptr);
+
+// One fd of a wait on several (a hooked poll or select): the caller fills
+// in `fd` and the directions; fd_set_mark and wait_fd_set the rest.
+struct FdSetWait {
+  int fd = -1;
+  bool read = false;
+  bool write = false;
+  FdRecord* record = nullptr;
+  std::uint32_t seen[2] = {0, 0};
+};
+
+// Step 1 of "Waiting" for each entry: before the caller's own level check
+// of them all (a zero-timeout poll).
+void fd_set_mark(FdSetWait* entries, std::size_t count) noexcept;
+
+// Steps 3 and 4 for all the entries at once, in a fiber: each fd is added
+// to this scheduler's poller (once; it stays, as for wait_fd) and the fiber
+// parks until an edge on any of them, a close of one, or `deadline`. ready:
+// an edge came after the marks (or during the registration), and the
+// caller checks the level again; timed_out: the deadline passed. No fd is
+// made, however many are waited on. An fd epoll refuses (a regular file)
+// or that is not open is left out: the level check reports it.
+FdWaitResult wait_fd_set(FdSetWait* entries, std::size_t count, Clock::time_point deadline);
 
 // Call before the real close() of `fd` (or a dup2/dup3 onto it): wakes
 // every fiber waiting on it, in every scheduler, with `closed`, removes it

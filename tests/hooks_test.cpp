@@ -660,6 +660,42 @@ TEST(HooksPoll, SelectReportsExactlyTheReadyFds) {
   EXPECT_FALSE(FD_ISSET(p2.a(), &r));
 }
 
+// A poll on several fds in a process that is out of fds times out with 0
+// and wakes on data, as libc's does: the wait makes no fd. Before, each
+// park made a private epoll fd, and poll returned -1/EMFILE (issue 27,
+// item 9).
+TEST(HooksPoll, PollOnSeveralFdsNeedsNoNewFd) {
+  Scheduler sched = one_worker();
+  SocketPair p1, p2;
+  const int lowest_free = dup(0);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit tight = saved;
+  tight.rlim_cur = rlim_t(lowest_free);  // every number below is taken
+  int timed_out = -2;
+  int woken = -2;
+  int error = 0;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  EXPECT_EQ(dup(0), -1);  // EMFILE: no fd can be made now
+  Fiber poller = sched.spawn([&] {
+    pollfd fds[2] = {{p1.a(), POLLIN, 0}, {p2.a(), POLLIN, 0}};
+    timed_out = poll(fds, 2, 30);
+    error = errno;
+    woken = poll(fds, 2, 10'000);
+  });
+  Fiber writer = sched.spawn([&] {
+    std::this_thread::sleep_for(60ms);
+    EXPECT_EQ(write(p2.b(), "x", 1), 1);
+  });
+  writer.join();
+  poller.join();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(timed_out, 0) << std::strerror(error);
+  EXPECT_EQ(woken, 1);
+}
+
 // select() with fd sets larger than fd_set, as programs allocate them on
 // purpose for fds above 1,023: the fiber sees such an fd become ready, as
 // a thread does, alone and beside another. Before, the hook read only
@@ -702,12 +738,12 @@ TEST(HooksPoll, SelectSeesFdsAbove1023InALargerSet) {
   }
 }
 
-// A poll on two fds parks on a private epoll fd, which the hook closes
-// itself; a plain thread meanwhile opens and closes fds that take the same
-// numbers. Both closes go through the netpoller's fd records under their
-// lock. Under ThreadSanitizer the hook's close ran inside TSan's poll
-// interceptor, where the lock was invisible, and TSan reported a race on
-// the record (and then hung symbolizing it: hooks_libs' libcurl case).
+// Polls on two fds park on both fds' records while a plain thread opens and
+// closes fds that take other numbers through the same records' table.
+// (Once, a poll parked on a private epoll fd that the hook closed itself:
+// under ThreadSanitizer that close ran inside TSan's poll interceptor,
+// where the record's lock was invisible, and TSan reported a race on the
+// record. The waits on records are inside the hook's ParkScope too.)
 TEST(HooksPoll, APollsPrivateEpollFdIsClosedUnderTheRecordsLock) {
   Scheduler sched = one_worker();
   SocketPair p1, p2;

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "test_support.h"
+#include "hooks_test_support.h"
 
 namespace weft {
 namespace {
@@ -29,25 +29,14 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-Scheduler one_worker() {
-  Config config = test::config_with(1);
-  config.spare_workers = 0;
-  return Scheduler(config);
-}
+using test::one_worker;
 
 void set_receive_timeout(int fd, std::chrono::milliseconds timeout) {
   timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
 }
 
-bool io_waiters_reach(Scheduler& sched, std::uint64_t n) {
-  const auto until = Clock::now() + 20s;
-  while (Clock::now() < until) {
-    if (sched.snapshot().poller.io_waiters >= n) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return false;
-}
+using test::io_waiters_reach;
 
 // A fiber reads a banner that arrives while it is parked: the fd is now in
 // the scheduler's epoll.

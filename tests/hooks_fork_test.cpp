@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "test_support.h"
+#include "hooks_test_support.h"
 
 namespace weft {
 namespace {
@@ -43,14 +43,7 @@ bool child_exited_cleanly(pid_t child, std::chrono::seconds limit) {
   }
 }
 
-bool io_waiters_reach(Scheduler& sched, std::uint64_t n) {
-  const auto until = Clock::now() + 20s;
-  while (Clock::now() < until) {
-    if (sched.snapshot().poller.io_waiters >= n) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return false;
-}
+using test::io_waiters_reach;
 
 void set_receive_timeout(int fd, std::chrono::seconds timeout) {
   timeval tv{static_cast<time_t>(timeout.count()), 0};

@@ -30,9 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "hooks_test_support.h"
 #include "io/real_calls.h"
 #include "socket_pair.h"
-#include "test_support.h"
 
 namespace weft {
 namespace {
@@ -40,13 +40,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// No spare workers: a spare would run the other fibers of a worker blocked
-// in the kernel (docs/sysmon.md), hiding a hook that failed to park.
-Scheduler one_worker() {
-  Config config = test::config_with(1);
-  config.spare_workers = 0;
-  return Scheduler(config);
-}
+using test::one_worker;
 
 // Runs fn as one fiber of `sched` and waits for it.
 template <class F>

@@ -25,6 +25,23 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_UNDER_TSAN 1
+#endif
+#endif
+
+// ThreadSanitizer refuses threads in the child of a multi-threaded fork
+// ("starting new threads after multi-threaded fork is not supported"), and
+// these children make schedulers.
+#ifdef WEFT_UNDER_TSAN
+#define SKIP_UNDER_TSAN() GTEST_SKIP() << "ThreadSanitizer does not support threads in a multi-threaded fork's child"
+#else
+#define SKIP_UNDER_TSAN() (void)0
+#endif
+
 // Waits for `child` up to `limit`; kills it if it is still running then.
 // True if it exited with status 0 by itself.
 bool child_exited_cleanly(pid_t child, std::chrono::seconds limit) {
@@ -57,6 +74,7 @@ void set_receive_timeout(int fd, std::chrono::seconds timeout) {
 // parent's epoll (shared across fork), and the parent's read waited for
 // its whole SO_RCVTIMEO (issue 27, item 1).
 TEST(HooksFork, AChildsCloseDoesNotUnregisterTheParentsFd) {
+  SKIP_UNDER_TSAN();
   for (const bool from_a_fiber : {false, true}) {
     Scheduler sched(test::config_with(1));
     int pair[2];
@@ -105,6 +123,7 @@ TEST(HooksFork, AChildsCloseDoesNotUnregisterTheParentsFd) {
 // first fcntl(F_SETFL) or in their scheduler's constructor (issue 27,
 // item 2).
 TEST(HooksFork, ForksWhileOtherThreadsHoldTheHooksLocksLeaveNoChildHung) {
+  SKIP_UNDER_TSAN();
   int pair[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
   const int flags = fcntl(pair[0], F_GETFL);

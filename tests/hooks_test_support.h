@@ -16,7 +16,7 @@ namespace weft::test {
 // to park.
 inline Scheduler one_worker() {
   Config config = config_with(1);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   return Scheduler(config);
 }
 

@@ -100,7 +100,7 @@ void CheckpointOnReturn::hook_checkpoint_slow(int fd) noexcept {
   if (!parking_enabled()) return;
   if (!preempt_requested_here()) return;
   if (fd >= 0) {
-    const FdState* state = classified_fd_state(fd);
+    const FdRecord* state = classified_fd_state(fd);
     if (state == nullptr || (state->kind() != FdKind::socket && state->kind() != FdKind::pollable)) return;
   }
   // The hooks' pin, not this_fiber::pin()'s: if the worker's thread blocks
@@ -117,10 +117,12 @@ void CheckpointOnReturn::hook_checkpoint_slow(int fd) noexcept {
 }
 
 int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark,
-                std::uint32_t* harvested) noexcept {
+                std::uint32_t* harvested, FdRecord* record) noexcept {
   try {
     const ParkScope park;
-    switch (wait_fd(fd, direction, deadline, mark, harvested)) {
+    const FdWaitResult result = record != nullptr ? wait_fd(fd, *record, direction, deadline, mark, harvested)
+                                                  : wait_fd(fd, direction, deadline, mark, harvested);
+    switch (result) {
       case FdWaitResult::ready:
         return 0;
       case FdWaitResult::timed_out:

@@ -161,9 +161,9 @@ inline Clock::time_point deadline_after_ns(std::int64_t ns) {
 // EAGAIN at the deadline (a socket timeout), EBADF when the fd was closed
 // meanwhile, or what wait_fd threw (EPERM for an fd epoll cannot watch).
 // `mark`: fd_wait_mark() from before the call that would have blocked;
-// `harvested`: as for wait_fd.
+// `harvested`: as for wait_fd; `record`: the fd's, if the caller has it.
 int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr,
-                std::uint32_t* harvested = nullptr) noexcept;
+                std::uint32_t* harvested = nullptr, FdRecord* record = nullptr) noexcept;
 
 // Parks the calling fiber until `deadline`.
 void sleep_parked(Clock::time_point deadline) noexcept;

@@ -2,6 +2,7 @@
 // why: gdb_layout.h.
 #include "gdb_layout.h"
 
+#include <pthread.h>
 #include <weft/detail/spin_lock.h>
 
 #include <bit>
@@ -65,6 +66,12 @@ constexpr std::uint64_t state(FiberState s) noexcept { return static_cast<std::u
 // trivially destroyed, so a scheduler that is itself a static object may
 // still take it during static destruction.
 SpinLock list_lock;
+
+// fork(): held across it, so that the child's copy is consistent and free
+// (a scheduler the child makes registers here).
+[[gnu::constructor]] void register_fork_handlers() {
+  pthread_atfork([] { list_lock.lock(); }, [] { list_lock.unlock(); }, [] { list_lock.unlock(); });
+}
 
 }  // namespace
 

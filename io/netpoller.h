@@ -4,7 +4,8 @@
 // Glossary
 //   record    one per fd number, process-wide (io/fd_records.h): a lock,
 //             the fd's generation, and per direction (read, write) a list of
-//             waiters and an event counter. Records are never freed, so an
+//             waiters and an event counter, beside the fd's description
+//             that the libc hooks keep. Records are never freed, so an
 //             event for a closed fd can always be looked up and dropped.
 //   poller    one per scheduler: an epoll instance plus an eventfd. An fd
 //             is added to it (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET) the first
@@ -100,6 +101,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -124,11 +126,18 @@ struct FdWaitMark {
 };
 FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept;
 
+struct FdRecord;
+
+// fd_wait_mark with the fd's record in hand (null: none yet), for a caller
+// that looked it up already (a hooked call visits the table once).
+FdWaitMark fd_wait_mark(const FdRecord* record, FdDirection direction) noexcept;
+
 // After a read of `fd` that found it drained ("Drain notes" above):
 // `before` is fd_wait_mark(fd, read) from before it; `short_read`, that it
 // returned less than asked of a stream socket (else it failed with EAGAIN).
 // Keeps errno.
 void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept;
+void fd_note_drained(int fd, const FdRecord& record, const FdWaitMark& before, bool short_read) noexcept;
 
 // The calling fiber's drain note for `fd`, taken (true), as a mark for
 // wait_fd; false if there is none for `fd`.
@@ -145,6 +154,32 @@ bool take_drain_note(int fd, FdWaitMark& mark) noexcept;
 // when an event woke it (step 5), else 0 (a poll(2) said ready).
 FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr,
                      std::uint32_t* harvested = nullptr);
+// wait_fd with `fd`'s record in hand (FdRecords::get(fd)).
+FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::time_point deadline,
+                     const FdWaitMark* mark = nullptr, std::uint32_t* harvested = nullptr);
+
+// One fd of a wait on several (a hooked poll or select): the caller fills
+// in `fd` and the directions; fd_set_mark and wait_fd_set the rest.
+struct FdSetWait {
+  int fd = -1;
+  bool read = false;
+  bool write = false;
+  FdRecord* record = nullptr;
+  std::uint32_t seen[2] = {0, 0};
+};
+
+// Step 1 of "Waiting" for each entry: before the caller's own level check
+// of them all (a zero-timeout poll).
+void fd_set_mark(FdSetWait* entries, std::size_t count) noexcept;
+
+// Steps 3 and 4 for all the entries at once, in a fiber: each fd is added
+// to this scheduler's poller (once; it stays, as for wait_fd) and the fiber
+// parks until an edge on any of them, a close of one, or `deadline`. ready:
+// an edge came after the marks (or during the registration), and the
+// caller checks the level again; timed_out: the deadline passed. No fd is
+// made, however many are waited on. An fd epoll refuses (a regular file)
+// or that is not open is left out: the level check reports it.
+FdWaitResult wait_fd_set(FdSetWait* entries, std::size_t count, Clock::time_point deadline);
 
 // Call before the real close() of `fd` (or a dup2/dup3 onto it): wakes
 // every fiber waiting on it, in every scheduler, with `closed`, removes it
@@ -153,7 +188,13 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
 // weft never waited on.
 void fd_closing(int fd) noexcept;
 
-struct FdRecord;
+// A new fd took the number `fd`, or its old one is gone where weft could
+// not see it close: as fd_closing (waiters woken with `closed`, a new
+// generation), but without deleting it from the pollers, which would
+// name the new file. The kernel dropped the old registration with the old
+// file, or keeps it under the old file with a stale generation; the new fd
+// is added afresh on its first wait.
+void fd_renewed(int fd) noexcept;
 
 // The poller of a new scheduler: SchedulerParts::make_poller.
 std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core);

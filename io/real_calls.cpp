@@ -149,6 +149,10 @@ int sys_getsockopt(int fd, int level, int option, void* value, socklen_t* len) {
   return int(syscall(SYS_getsockopt, fd, level, option, value, len));
 }
 int sys_close(int fd) { return int(syscall(SYS_close, fd)); }
+int sys_close_range(unsigned int first, unsigned int last, int flags) {
+  return int(syscall(SYS_close_range, first, last, flags));
+}
+void sys_closefrom(int first) { syscall(SYS_close_range, unsigned(first), ~0u, 0); }
 int sys_shutdown(int fd, int how) { return int(syscall(SYS_shutdown, fd, how)); }
 bool takes_mode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
 int sys_openat(int dir, const char* path, int flags, ...) {
@@ -241,6 +245,8 @@ const Fallback fallbacks[] = {
     entry("setsockopt", &sys_setsockopt),
     entry("getsockopt", &sys_getsockopt),
     entry("close", &sys_close),
+    entry("close_range", &sys_close_range),
+    entry("closefrom", &sys_closefrom),
     entry("shutdown", &sys_shutdown),
     entry("open", &sys_open),
     entry("open64", &sys_open),

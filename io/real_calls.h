@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 
 namespace weft::detail::real {
 
@@ -110,6 +111,9 @@ WEFT_REAL_CALL(ioctl, int(int, unsigned long, ...))
 WEFT_REAL_CALL(setsockopt, int(int, int, int, const void*, socklen_t))
 WEFT_REAL_CALL(getsockopt, int(int, int, int, void*, socklen_t*))
 WEFT_REAL_CALL(close, int(int))
+WEFT_REAL_CALL(close_range, int(unsigned int, unsigned int, int))
+WEFT_REAL_CALL(closefrom, void(int))
+WEFT_REAL_CALL(fclose, int(FILE*))
 WEFT_REAL_CALL(shutdown, int(int, int))
 WEFT_REAL_CALL(open, int(const char*, int, ...))
 WEFT_REAL_CALL(open64, int(const char*, int, ...))

@@ -339,7 +339,7 @@ TEST_P(IoWorkersTest, AnEdgeBetweenTheLevelCheckAndTheParkIsNotLost) {
   for (int round = 0; round < 10; ++round) {
     FdPair pipe = make_pipe();
     sched().spawn([&] { EXPECT_FALSE(io::wait_readable(pipe.reader, 1ms)); }).join();  // registers it
-    detail::FdRecord& record = detail::fd_records().get(pipe.reader);
+    detail::FdRecord& record = *detail::fd_records().get(pipe.reader);
     record.lock.lock();
     std::atomic<bool> woke{false};
     Fiber waiter = sched().spawn([&] {

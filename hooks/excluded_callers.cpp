@@ -5,6 +5,7 @@
 #include <link.h>
 #include <unwind.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,6 +16,7 @@
 namespace weft::detail {
 
 CallerCache caller_cache;
+std::atomic<int> listed_object_loaded{-1};
 
 namespace {
 
@@ -205,6 +207,14 @@ std::uintptr_t caller_outside_weft([[maybe_unused]] const void* frame) {
   return 0;
 }
 
+int find_listed_object(dl_phdr_info* info, std::size_t, void* found) {
+  // The executable's name is "" here; dladdr(3) names it by argv[0].
+  const char* name = info->dlpi_name[0] != '\0' ? info->dlpi_name : program_invocation_name;
+  if (name == nullptr || !ExcludeList::from_environment().excludes(name)) return 0;
+  *static_cast<bool*>(found) = true;
+  return 1;
+}
+
 }  // namespace
 
 ExcludeList ExcludeList::parse(std::string_view text) {
@@ -252,7 +262,21 @@ bool in_weft_code(const void* address) noexcept {
   return a >= text.begin && a < text.end;
 }
 
+void notice_loaded_objects() noexcept {
+  bool found = false;
+  try {
+    dl_iterate_phdr(&find_listed_object, &found);
+  } catch (...) {
+    found = true;  // std::bad_alloc reading the list: let the calls be looked at one by one
+  }
+  listed_object_loaded.store(found ? 1 : 0, std::memory_order_relaxed);
+}
+
 bool caller_excluded_slow(const void* return_address, const void* frame) noexcept {
+  if (listed_object_loaded.load(std::memory_order_relaxed) < 0) {
+    notice_loaded_objects();
+    if (listed_object_loaded.load(std::memory_order_relaxed) == 0) return false;
+  }
   auto address = reinterpret_cast<std::uintptr_t>(return_address);
   if (in_weft_code(return_address)) {
     address = caller_outside_weft(frame);
@@ -277,6 +301,7 @@ bool caller_excluded_slow(const void* return_address, const void* frame) noexcep
 void forget_callers() noexcept {
   cache_generation.fetch_add(1, std::memory_order_seq_cst);
   for (std::atomic<std::uintptr_t>& slot : caller_cache.slots) slot.store(0, std::memory_order_seq_cst);
+  notice_loaded_objects();
 }
 
 }  // namespace weft::detail
@@ -284,6 +309,18 @@ void forget_callers() noexcept {
 using namespace weft::detail;
 
 extern "C" {
+
+// The object, or one it needs, may be listed. Looked at before the call
+// returns, so before the caller can hand out a pointer into the object:
+// whoever calls into it has seen listed_object_loaded set. (Calls that
+// the object's constructors make, inside the real dlopen, come too early
+// to be excluded.) RTLD_NOLOAD and the executable's handle load nothing.
+void* dlopen(const char* file, int mode) {
+  static std::atomic<void*> real_dlopen{nullptr};
+  void* handle = real::load<void*(const char*, int)>(real_dlopen, "dlopen")(file, mode);
+  if (handle != nullptr && file != nullptr && (mode & RTLD_NOLOAD) == 0) notice_loaded_objects();
+  return handle;
+}
 
 // Another object may be mapped where this one was, with the same return
 // addresses: its calls are classified afresh. (A dlopen of a new object in

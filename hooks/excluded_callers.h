@@ -36,8 +36,10 @@
 // library) is that object's call: list it too (libgpr, gRPC's platform
 // layer, is in the default list for that reason).
 //
-// The cache is invalidated by dlclose (hooked for that): another object
-// may be loaded where the closed one was, at the same addresses.
+// Until a listed object is loaded, none of this runs: the check is one
+// load of listed_object_loaded. The cache is invalidated by dlclose
+// (hooked for that): another object may be loaded where the closed one
+// was, at the same addresses.
 #pragma once
 
 #include <atomic>
@@ -77,6 +79,13 @@ class ExcludeList {
   std::vector<std::string> patterns_;
 };
 
+// Whether any loaded object is listed: -1 until the loaded objects are
+// first looked at (at the first call from a fiber), then 0 or 1, looked at
+// again after every dlopen and dlclose (hooked for that). While it
+// is 0, which is every process without gRPC or Abseil and no list of its
+// own, the check is this one load.
+extern std::atomic<int> listed_object_loaded;
+
 // The cache of verdicts, one word per slot: the return address shifted
 // left by two, or'ed with a CallerKind; 0 is an empty slot. Return
 // addresses are below 2^62 on every 64-bit Linux, so the shift loses
@@ -112,6 +121,8 @@ bool caller_excluded_slow(const void* return_address, const void* frame) noexcep
 // miss: not async-signal-safe, so it comes after every check that rules a
 // park out cheaply. In a fiber only (the frame walk keeps to its stack).
 inline bool caller_excluded(const void* return_address, const void* frame) noexcept {
+  if (listed_object_loaded.load(std::memory_order_relaxed) == 0) [[likely]]
+    return false;
   const auto address = reinterpret_cast<std::uintptr_t>(return_address);
   const std::uintptr_t entry = caller_cache.slots[caller_slot(address)].load(std::memory_order_relaxed);
   if (entry == caller_entry(address, CallerKind::parks)) [[likely]]
@@ -120,7 +131,11 @@ inline bool caller_excluded(const void* return_address, const void* frame) noexc
   return caller_excluded_slow(return_address, frame);
 }
 
-// Empties the cache (after a dlclose).
+// Looks at the loaded objects again (after a dlopen).
+void notice_loaded_objects() noexcept;
+
+// Empties the cache and looks at the loaded objects again (after a
+// dlclose).
 void forget_callers() noexcept;
 
 }  // namespace weft::detail

@@ -250,6 +250,14 @@ INSTANTIATE_TEST_SUITE_P(Library, FromTheLibrary, ::testing::Values(true, false)
 // The test's own calls (from the executable) park as ever.
 TEST(FromTheExecutable, ReadParks) { EXPECT_EQ(read_outcome(&::read), Outcome::parked); }
 
+// Until a listed object is loaded the hooks do not look at callers at all;
+// a dlopen of one makes them look.
+TEST(OpenedLater, ALibraryOpenedAfterTheFirstCallsIsExcluded) {
+  ASSERT_EQ(read_outcome(&::read), Outcome::parked);  // no listed object loaded yet: nothing looked at
+  TestLibrary excluded(WEFT_TEST_EXCLUDED_LIB);
+  EXPECT_EQ(read_outcome(excluded.function<ReadFn>("library_read")), Outcome::blocked_the_thread);
+}
+
 // After a dlclose, an object loaded where the closed one was is classified
 // afresh: the same return addresses, now in a library that is not listed.
 TEST(AfterDlclose, TheSameAddressesInAnotherLibraryPark) {

@@ -9,6 +9,7 @@
 //
 //   grpc_unary                     # 10 and 100 clients, 10000 calls a run, 5 runs
 //   grpc_unary --clients 100 --calls 20000 --runs 9
+#include <sys/resource.h>
 #include <weft/weft.h>
 
 #include <algorithm>
@@ -36,9 +37,21 @@ void usage(const char* problem) {
   if (problem != nullptr) std::fprintf(stderr, "grpc_unary: %s\n", problem);
 }
 
-// One run: `clients` clients make `calls` calls between them; returns the
-// milliseconds it took, or a negative number if a call failed.
-double run_once(bool fibers, int clients, int calls, weft::echo::Echo::Stub& stub) {
+// This process's CPU time (user and system, all threads), in ms.
+double cpu_ms() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto ms = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) * 1e3 + tv.tv_usec / 1e3; };
+  return ms(usage.ru_utime) + ms(usage.ru_stime);
+}
+
+struct Run {
+  double ms = -1;     // wall clock; negative if a call failed
+  double cpu_ms = 0;  // the client process's CPU time
+};
+
+// One run: `clients` clients make `calls` calls between them.
+Run run_once(bool fibers, int clients, int calls, weft::echo::Echo::Stub& stub) {
   std::vector<weft::test::CallResults> results(static_cast<std::size_t>(clients));
   auto client = [&](int i) {
     const int mine = calls / clients + (i < calls % clients ? 1 : 0);
@@ -46,6 +59,7 @@ double run_once(bool fibers, int clients, int calls, weft::echo::Echo::Stub& stu
         weft::test::make_calls(stub, std::int64_t{i} * 1'000'000, mine, std::chrono::seconds(30));
   };
   const auto start = Clock::now();
+  const double cpu_start = cpu_ms();
   if (fibers) {
     weft::Config config;
     config.workers = 2;
@@ -59,14 +73,16 @@ double run_once(bool fibers, int clients, int calls, weft::echo::Echo::Stub& stu
     for (int i = 0; i < clients; ++i) running.emplace_back(client, i);
     for (std::thread& t : running) t.join();
   }
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  Run run;
+  run.ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  run.cpu_ms = cpu_ms() - cpu_start;
   for (const weft::test::CallResults& r : results) {
     if (r.failed != 0) {
       std::fprintf(stderr, "grpc_unary: %s\n", r.first_error.c_str());
-      return -1;
+      run.ms = -1;
     }
   }
-  return ms;
+  return run;
 }
 
 double median(std::vector<double> values) {
@@ -96,21 +112,23 @@ int main(int argc, char** argv) {
   const weft::test::EchoServerProcess server(WEFT_GRPC_ECHO_SERVER);
   const auto channel = ::grpc::CreateChannel(server.target(), ::grpc::InsecureChannelCredentials());
   const auto stub = weft::echo::Echo::NewStub(channel);
-  if (run_once(false, 1, 100, *stub) < 0) return 1;  // connect and warm up
+  if (run_once(false, 1, 100, *stub).ms < 0) return 1;  // connect and warm up
   std::printf("gRPC sync unary calls to an echo server on 127.0.0.1; %d calls a run, %d runs each, medians\n", calls,
               runs);
-  std::printf("%8s %16s %12s %15s %16s %14s\n", "clients", "fibers ms", "threads ms", "fibers/threads",
-              "fibers calls/s", "threads calls/s");
+  std::printf("(CPU: the client process's user + system time; the server's is not counted)\n");
+  std::printf("%8s %11s %11s %15s %12s %12s %16s\n", "clients", "fibers ms", "threads ms", "fibers/threads",
+              "fibers CPU", "threads CPU", "fibers/threads");
   for (const int clients : client_counts) {
-    std::vector<double> fiber_ms, thread_ms;
+    std::vector<double> ms[2], cpu[2];  // [0] fibers, [1] threads
     for (int run = 0; run < runs; ++run) {
       for (const bool fibers : {true, false}) {
-        const double ms = run_once(fibers, clients, calls, *stub);
-        if (ms < 0) return 1;
-        (fibers ? fiber_ms : thread_ms).push_back(ms);
+        const Run r = run_once(fibers, clients, calls, *stub);
+        if (r.ms < 0) return 1;
+        ms[fibers ? 0 : 1].push_back(r.ms);
+        cpu[fibers ? 0 : 1].push_back(r.cpu_ms);
       }
     }
-    const double f = median(fiber_ms), t = median(thread_ms);
-    std::printf("%8d %16.1f %12.1f %15.2f %16.0f %14.0f\n", clients, f, t, f / t, calls / f * 1000, calls / t * 1000);
+    const double f = median(ms[0]), t = median(ms[1]), fc = median(cpu[0]), tc = median(cpu[1]);
+    std::printf("%8d %11.1f %11.1f %15.2f %12.1f %12.1f %16.2f\n", clients, f, t, f / t, fc, tc, fc / tc);
   }
 }

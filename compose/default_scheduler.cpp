@@ -1,5 +1,6 @@
 #include <weft/default_scheduler.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <stdexcept>
@@ -10,22 +11,27 @@ namespace weft {
 
 namespace {
 
-unsigned workers_from_environment() {
-  Config defaults;
-  const char* value = std::getenv("WEFT_WORKERS");
-  if (value == nullptr || *value == '\0') return defaults.workers;
+// The whole number in environment variable `name`, from `min` to `max`, or
+// `fallback` when it is unset or empty; throws naming the variable if it is
+// anything else.
+unsigned count_from_environment(const char* name, unsigned fallback, unsigned min, unsigned max, const char* what) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
   const std::string_view text = value;
   unsigned n = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (error != std::errc{} || end != text.data() + text.size() || n < 1 || n > 1024)
-    throw std::invalid_argument("weft: WEFT_WORKERS='" + std::string(text) +
-                                "' is not a worker count (a whole number from 1 to 1024)");
+  if (error != std::errc{} || end != text.data() + text.size() || n < min || n > max)
+    throw std::invalid_argument("weft: " + std::string(name) + "='" + std::string(text) + "' is not " + what +
+                                " (a whole number from " + std::to_string(min) + " to " + std::to_string(max) + ")");
   return n;
 }
 
 Scheduler* start_default() {
   Config config;
-  config.workers = workers_from_environment();
+  config.workers = count_from_environment("WEFT_WORKERS", config.workers, 1, 1024, "a worker count");
+  // At least the workers: equal turns spare threads off (docs/sysmon.md).
+  config.max_threads = count_from_environment("WEFT_MAX_THREADS", std::max(config.max_threads, config.workers),
+                                              config.workers, 1'000'000, "a thread limit");
   config.name = "weft-default";
   // Deliberately leaked (see the header): reachable from the static pointer
   // below, so LeakSanitizer does not count it.

@@ -136,7 +136,7 @@ std::ostream& operator<<(std::ostream& out, Outcome outcome) {
 // call parked.
 Outcome run_call(const std::function<void()>& call, const std::function<void()>& release) {
   Config config = test::config_with(1);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   Scheduler sched(config);
   std::atomic<int> events{0};
   std::atomic<bool> calling{false};

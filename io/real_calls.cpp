@@ -287,7 +287,8 @@ void* resolve(const char* name) noexcept {
   const int saved = errno;
   void* fn = dlsym(RTLD_NEXT, name);
   if (fn == nullptr) {
-    if (void* libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD)) fn = dlsym(libc, name);
+    // dlmopen, not dlopen: the hooks interpose dlopen (hooks/excluded_callers.h).
+    if (void* libc = dlmopen(LM_ID_BASE, "libc.so.6", RTLD_LAZY | RTLD_NOLOAD)) fn = dlsym(libc, name);
   }
   fn = resolved_or_fallback(name, fn);
   errno = saved;

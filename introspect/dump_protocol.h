@@ -29,7 +29,7 @@ namespace weft::detail {
 
 // Bump when a field of the JSON (introspect/dump_fields.h) changes meaning,
 // goes away or is added: both ends read exactly their own version.
-constexpr int kDumpFormatVersion = 3;  // 3: global_queue, sched_latency, runnable_ms
+constexpr int kDumpFormatVersion = 4;  // 4: wait.held_by_fiber, wait.held_by_thread
 
 // The request lines a client may send (one, ended by '\n').
 constexpr std::string_view kDumpRequestFull = "dump";        // workers and every fiber

@@ -7,6 +7,7 @@
 #include "../io/blocking_pool.h"
 #include "../sched/kernel_call.h"
 #include "../sched/scheduler_core.h"
+#include "../sched/wait_owner.h"
 #include "../sched/worker.h"
 #include "fd_info.h"
 #include "fiber_stack_walk.h"
@@ -76,6 +77,9 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
           f.wait_fd_info = describe_fd(f.wait_fd);
         }
         if (f.park_state == -1) {
+          const WaitOwner owner = find_wait_owner(fiber.wait_kind.load(std::memory_order_relaxed), f.wait_object);
+          f.held_by_fiber = owner.fiber;
+          f.held_by_thread = owner.thread;
           walker.add(fiber, f.stack);
           if (walker.full()) walker.walk();
         }

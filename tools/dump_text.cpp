@@ -7,6 +7,7 @@
 #include <limits>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -235,7 +236,25 @@ void stack_lines(std::string& out, const FiberSnapshot& f, const ProcessSnapshot
   }
 }
 
-void fiber_block(std::string& out, const FiberSnapshot& f, const ProcessSnapshot& dump) {
+using FibersById = std::unordered_map<std::uint64_t, const FiberSnapshot*>;
+
+// ` (held by fiber #5 "writer")` or ` (held by thread 1234)`: who holds
+// what the fiber waits on, when weft knows.
+void held_by(std::string& out, const FiberSnapshot& f, const FibersById& fibers) {
+  if (f.held_by_fiber != 0) {
+    append(out, " (held by fiber #%llu", ull(f.held_by_fiber));
+    if (const auto it = fibers.find(f.held_by_fiber); it != fibers.end()) {
+      out += " \"";
+      append_printable(out, it->second->name);
+      out += '"';
+    }
+    out += ')';
+  } else if (f.held_by_thread != 0) {
+    append(out, " (held by thread %lld)", ll(f.held_by_thread));
+  }
+}
+
+void fiber_block(std::string& out, const FiberSnapshot& f, const ProcessSnapshot& dump, const FibersById& fibers) {
   out += "\n- Fiber [";
   out += hex_address(f.address);
   out += "] \"";
@@ -260,6 +279,7 @@ void fiber_block(std::string& out, const FiberSnapshot& f, const ProcessSnapshot
     } else if (f.state == "parked") {
       out += "   waiting on ";
       wait_site(out, f);
+      held_by(out, f, fibers);
       out += " for " + format_duration_ms(f.waiting_ms) + "\n";
       stack_lines(out, f, dump);
     }
@@ -378,9 +398,13 @@ void pool_lines(std::string& out, const PoolSnapshot& p) {
 
 std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
   std::size_t fibers = 0, frames = 0;
+  FibersById by_id;
   for (const SchedulerSnapshot& s : dump.schedulers) {
     fibers += s.fibers.size();
-    for (const FiberSnapshot& f : s.fibers) frames += f.stack.size();
+    for (const FiberSnapshot& f : s.fibers) {
+      frames += f.stack.size();
+      by_id.emplace(f.id, &f);
+    }
   }
   constexpr std::size_t kPiece = 64 * 1024;
   std::string out;
@@ -419,7 +443,7 @@ std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
     std::sort(sorted.begin(), sorted.end(),
               [](const FiberSnapshot* a, const FiberSnapshot* b) { return a->id < b->id; });
     for (const FiberSnapshot* f : sorted) {
-      fiber_block(out, *f, dump);
+      fiber_block(out, *f, dump, by_id);
       if (file != nullptr && out.size() >= kPiece) {
         std::fwrite(out.data(), 1, out.size(), file);
         out.clear();

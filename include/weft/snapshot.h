@@ -40,6 +40,12 @@ struct FiberSnapshot {
   const void* wait_object = nullptr;
   std::string wait_operation;  // "take"
   double waiting_ms = 0;
+  // Who holds what it waits on, when the primitive has an owner and weft
+  // knows it (a weft::Mutex's holder, the fiber a join waits for): a
+  // fiber's id, or a plain thread's tid; 0 for none or unknown. Read
+  // when the snapshot was taken; the edges of weft-dump's deadlock report.
+  std::uint64_t held_by_fiber = 0;
+  int held_by_thread = 0;
   // Parked on an fd (wait_kind "fd", wait_operation "readable" or
   // "writable"): the fd, and what it is, read when the snapshot was taken:
   // "127.0.0.1:41234 -> 127.0.0.1:6379", "pipe", "eventfd", "file", ...

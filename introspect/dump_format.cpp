@@ -146,6 +146,11 @@ inline void write_value(Writer& w, const std::vector<std::uintptr_t>& values, du
   for (const std::uintptr_t value : values) w.address(value);
   w.end_array();
 }
+inline void write_value(Writer& w, const std::vector<std::uint64_t>& values, dump::IdList) {
+  w.begin_array();
+  for (const std::uint64_t value : values) w.integer(value);
+  w.end_array();
+}
 template <class M>
 void write_value(Writer& w, const M& value, dump::OrNull) {
   if (value == M{})
@@ -182,7 +187,7 @@ void write_entry(Writer& w, const S& s, const dump::Derived<S, R>& d, DumpDetail
 }
 template <class S, class E>
 void write_entry(Writer& w, const S& s, const dump::FullOnly<S, std::vector<E>>& list, DumpDetail detail) {
-  if (detail != DumpDetail::full) return;
+  if (detail == DumpDetail::summary || (detail == DumpDetail::metrics && !list.in_metrics)) return;
   w.key(list.name);
   w.begin_array();
   for (const E& element : s.*list.member) {
@@ -215,6 +220,14 @@ void write_document(Writer& w, const ProcessSnapshot& snapshot, DumpDetail detai
   for (const PoolSnapshot& p : snapshot.pools) write_object(w, p, Fields<PoolSnapshot>::table, detail);
   w.end_array();
   if (detail == DumpDetail::full) {
+    w.key(P::threads);
+    w.begin_array();
+    for (const ThreadSnapshot& t : snapshot.threads) write_object(w, t, Fields<ThreadSnapshot>::table, detail);
+    w.end_array();
+    w.key(P::deadlocks);
+    w.begin_array();
+    for (const DeadlockSnapshot& d : snapshot.deadlocks) write_object(w, d, Fields<DeadlockSnapshot>::table, detail);
+    w.end_array();
     w.key(P::symbols);
     w.begin_object();
     for (const auto& [address, symbol] : snapshot.symbols) {

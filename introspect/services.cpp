@@ -4,6 +4,7 @@
 #include "../sched/services.h"
 
 #include "../sched/scheduler_core.h"
+#include "blocking_tracer.h"
 #include "dump_server.h"
 #include "gdb_layout.h"
 
@@ -12,10 +13,12 @@ namespace weft::detail {
 bool attach_services(SchedulerCore& core) {
   list_for_gdb(core);
   if (core.config().dump && dump_enabled_by_environment()) attach_to_dump_server(core);
+  trace_blocking_of(core);
   return true;
 }
 
 void detach_services(SchedulerCore& core) noexcept {
+  stop_tracing_blocking_of(core);
   detach_from_dump_server(core);
   unlist_for_gdb(core);
 }

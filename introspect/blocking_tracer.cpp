@@ -107,7 +107,7 @@ class BlockingTracer {
       Worker& w = *worker;
       FiberControl* fiber = w.current();
       const std::uint64_t tick = w.switch_tick();
-      const int tid = w.os_thread_id();
+      const int tid = w.os_thread().id();
       const KernelWait call = fiber != nullptr ? read_kernel_wait(tid) : KernelWait{};
       const auto key = std::make_pair(&core, w.index());
       if (call.number < 0) {

@@ -204,6 +204,15 @@ void write_object(Writer& w, const S& s, const Table& table, DumpDetail detail) 
   w.end_object();
 }
 
+// `"key": [...]`, each element written by its struct's table.
+template <class E>
+void write_list(Writer& w, std::string_view key, const std::vector<E>& list, DumpDetail detail) {
+  w.key(key);
+  w.begin_array();
+  for (const E& element : list) write_object(w, element, Fields<E>::table, detail);
+  w.end_array();
+}
+
 void write_document(Writer& w, const ProcessSnapshot& snapshot, DumpDetail detail) {
   using P = Fields<ProcessSnapshot>;
   w.begin_object();
@@ -211,23 +220,11 @@ void write_document(Writer& w, const ProcessSnapshot& snapshot, DumpDetail detai
   w.integer(kDumpFormatVersion);
   w.key(P::process_key);
   write_object(w, snapshot, P::process, detail);
-  w.key(P::schedulers);
-  w.begin_array();
-  for (const SchedulerSnapshot& s : snapshot.schedulers) write_object(w, s, Fields<SchedulerSnapshot>::table, detail);
-  w.end_array();
-  w.key(P::pools);
-  w.begin_array();
-  for (const PoolSnapshot& p : snapshot.pools) write_object(w, p, Fields<PoolSnapshot>::table, detail);
-  w.end_array();
+  write_list(w, P::schedulers, snapshot.schedulers, detail);
+  write_list(w, P::pools, snapshot.pools, detail);
   if (detail == DumpDetail::full) {
-    w.key(P::threads);
-    w.begin_array();
-    for (const ThreadSnapshot& t : snapshot.threads) write_object(w, t, Fields<ThreadSnapshot>::table, detail);
-    w.end_array();
-    w.key(P::deadlocks);
-    w.begin_array();
-    for (const DeadlockSnapshot& d : snapshot.deadlocks) write_object(w, d, Fields<DeadlockSnapshot>::table, detail);
-    w.end_array();
+    write_list(w, P::threads, snapshot.threads, detail);
+    write_list(w, P::deadlocks, snapshot.deadlocks, detail);
     w.key(P::symbols);
     w.begin_object();
     for (const auto& [address, symbol] : snapshot.symbols) {

@@ -29,6 +29,7 @@
 #include "dump_format.h"
 #include "dump_protocol.h"
 #include "dump_socket.h"
+#include "snapshot.h"
 #include "snapshot_queue.h"
 #include "symbolizer.h"
 #include "threads.h"
@@ -177,6 +178,7 @@ class DumpServer {
   }
   void after_fork_in_child() {
     socket_.forget();
+    reserve_.release();  // the child's copy
     if (running_) {
       new (&thread_) std::thread();  // the parent's handle, dropped without a call on it
       if (stop_fd_ >= 0) ::close(stop_fd_);
@@ -223,6 +225,7 @@ class DumpServer {
                          [] { the_server().after_fork_in_child(); }) == 0;
     if (!atfork) return "pthread_atfork failed";
     if (std::string why = socket_.open(); !why.empty()) return why;
+    reserve_.take();  // now, while the process has descriptors to spare
     stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
     if (stop_fd_ < 0 || !snapshots_.open()) return abandon(std::string("eventfd: ") + std::strerror(errno));
     // Signals sent to the process are for the application's threads, not
@@ -245,6 +248,7 @@ class DumpServer {
   // Undoes a start() that got as far as the socket; returns `error`.
   std::string abandon(std::string error) {
     socket_.close();
+    reserve_.release();
     snapshots_.close_fd();
     if (stop_fd_ >= 0) ::close(stop_fd_);
     stop_fd_ = -1;
@@ -272,8 +276,6 @@ class DumpServer {
   void run() {
     pthread_setname_np(pthread_self(), "weft-dump");
     remove_stale_fallback_directories();
-    ReserveFd reserve;
-    reserve.take();
     bool pause_listening = false;
     for (;;) {
       pollfd fds[3] = {{stop_fd_, POLLIN, 0}, {snapshots_.fd(), POLLIN, 0}, {socket_.fd(), POLLIN, 0}};
@@ -287,8 +289,8 @@ class DumpServer {
       pause_listening = false;
       if (fds[0].revents != 0) return;
       if (fds[1].revents != 0) snapshots_.serve([this](DumpDetail detail) { return snapshot(detail); });
-      if (watched == 3 && fds[2].revents != 0) pause_listening = !accept_one(reserve);
-      reserve.take();  // again, once a descriptor is free
+      if (watched == 3 && fds[2].revents != 0) pause_listening = !accept_one();
+      reserve_.take();  // again, once a descriptor is free
     }
   }
 
@@ -296,13 +298,13 @@ class DumpServer {
   // it at once that the server is busy, or that the process is out of
   // file descriptors. False when it could not even do that: the listening
   // socket is then left alone for a moment.
-  bool accept_one(ReserveFd& reserve) {
+  bool accept_one() {
     clients_.reap();
     int client = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     const auto accepted = Clock::now();
     if (client < 0 && (errno == EMFILE || errno == ENFILE)) {
       const int why = errno;
-      if (!reserve.release()) return false;
+      if (!reserve_.release()) return false;
       client = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (client < 0) return false;
       // Short enough for the socket's buffer: sent without waiting.
@@ -417,7 +419,8 @@ class DumpServer {
     {
       std::lock_guard guard(schedulers_lock_);
       process.schedulers.reserve(schedulers_.size());
-      for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot(detail == DumpDetail::full));
+      for (SchedulerCore* core : schedulers_)
+        process.schedulers.push_back(snapshot_scheduler(*core, detail == DumpDetail::full));
     }
     process.pools = snapshot_pools();
     if (detail == DumpDetail::full) process.threads = snapshot_threads();
@@ -434,6 +437,7 @@ class DumpServer {
   std::thread thread_;
   int stop_fd_ = -1;  // an eventfd: written once to stop the thread
   DumpSocket socket_;
+  ReserveFd reserve_;  // taken by start(), released by abandon(); the server's thread spends and retakes it
   SnapshotQueue snapshots_;
   DumpClients clients_;
 };

@@ -1,8 +1,9 @@
 // How a scheduler's snapshot is taken: from any thread, reading only the
 // workers' relaxed counters and the fibers under their registry shard's lock.
 // No worker is asked for anything, so a stuck worker cannot stall a dump.
+#include "snapshot.h"
+
 #include <unistd.h>
-#include <weft/snapshot.h>
 
 #include "../io/blocking_pool.h"
 #include "../sched/kernel_call.h"
@@ -16,9 +17,9 @@
 
 namespace weft::detail {
 
-SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
+SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
   SchedulerSnapshot snap;
-  snap.name = config_.name;
+  snap.name = core.config().name;
   // Workers whose thread sleeps in a system call while it runs a fiber:
   // the call, and the switch count then, to walk that fiber's stack below
   // (and drop the walk if the worker switched meanwhile).
@@ -28,12 +29,12 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     KernelWait call;
   };
   std::vector<InKernel> in_kernel;
-  snap.workers.reserve(workers_.size());
-  for (const auto& worker : workers_) {
+  snap.workers.reserve(core.workers().size());
+  for (const auto& worker : core.workers()) {
     if (worker->is_spare() && !worker->spare_started()) continue;
     WorkerSnapshot w;
     w.index = worker->index();
-    w.os_thread_id = worker->os_thread_id();
+    w.os_thread_id = worker->os_thread().id();
     w.state = to_string(worker->state());
     w.queue_length = worker->queue_length();
     w.inbox_length = worker->inbox_length();
@@ -45,7 +46,7 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.parks = c.parks.load(std::memory_order_relaxed);
     w.preempts = c.preempts.load(std::memory_order_relaxed);
     w.handoffs = c.handoffs.load(std::memory_order_relaxed);
-    const Sysmon::WorkerView seen = sysmon_.view(worker->index());
+    const Sysmon::WorkerView seen = core.sysmon().view(worker->index());
     w.running_ms = seen.running_ms;
     w.stuck = seen.stuck;
     w.stuck_fiber = seen.fiber_id;
@@ -62,12 +63,12 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     }
     snap.workers.push_back(w);
   }
-  snap.poller = poller_->view();
-  const std::int64_t global = global_size();  // may dip below 0 for a moment (counted after the dequeue)
+  snap.poller = core.poller().view();
+  const std::int64_t global = core.global_size();  // may dip below 0 for a moment (counted after the dequeue)
   snap.global_queue = global > 0 ? static_cast<std::uint64_t>(global) : 0;
-  snap.sched_latency = sched_latency_since_last();
-  snap.blocking.max_threads = config_.blocking_threads;
-  if (const BlockingPool* pool = BlockingPool::find(*this)) {
+  snap.sched_latency = core.sched_latency_since_last();
+  snap.blocking.max_threads = core.config().blocking_threads;
+  if (const BlockingPool* pool = BlockingPool::find(core)) {
     const BlockingPool::Stats stats = pool->stats();
     snap.blocking.threads = stats.threads;
     snap.blocking.busy = stats.busy;
@@ -75,8 +76,8 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     snap.blocking.calls = stats.calls;
   }
   if (!with_fibers) {
-    snap.fiber_count = registry_.size();
-    registry_.for_each([&](const FiberControl& fiber) {
+    snap.fiber_count = core.registry().size();
+    core.registry().for_each([&](const FiberControl& fiber) {
       const FiberState state = fiber.state.load(std::memory_order_relaxed);
       if (state == FiberState::runnable) ++snap.fiber_states.runnable;
       if (state == FiberState::running) ++snap.fiber_states.running;
@@ -86,13 +87,13 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
   }
   // A fiber stays in the shard it was registered in for its whole life, so
   // it appears exactly once however it migrates meanwhile.
-  snap.fibers.reserve(registry_.size());
+  snap.fibers.reserve(core.registry().size());
   // Parked fibers' stacks are read in batches (introspect/fiber_stack_walk.h).
   // A batch is walked before its shard's lock is released, while its
   // fibers live, and before `snap.fibers` grows (fibers spawned since the
   // reserve), which would move the stacks it is to fill.
   ParkedStackWalker walker(::getpid());
-  registry_.for_each(
+  core.registry().for_each(
       [&](const FiberControl& fiber) {
         if (snap.fibers.size() == snap.fibers.capacity()) walker.walk();
         FiberSnapshot& f = snap.fibers.emplace_back(take_snapshot(fiber));

@@ -11,6 +11,8 @@
 namespace weft::detail {
 namespace {
 
+[[gnu::tls_model("initial-exec")]] thread_local const std::atomic<FiberControl*>* tls_running_fiber = nullptr;
+
 // Writes "fiber-<id>" without allocating (also used from a signal handler).
 void format_default_name(std::uint64_t id, char* out, std::size_t size) noexcept {
   char digits[24];
@@ -27,6 +29,16 @@ void format_default_name(std::uint64_t id, char* out, std::size_t size) noexcept
 }
 
 }  // namespace
+
+// Not inlined, and with a compiler barrier: a fiber can resume on another
+// thread, and the compiler must not reuse a TLS address computed before.
+[[gnu::noinline]] FiberControl* current_fiber() noexcept {
+  asm volatile("" ::: "memory");
+  const std::atomic<FiberControl*>* cell = tls_running_fiber;
+  return cell != nullptr ? cell->load(std::memory_order_relaxed) : nullptr;
+}
+
+void bind_running_fiber_cell(const std::atomic<FiberControl*>* cell) noexcept { tls_running_fiber = cell; }
 
 const char* to_string(FiberState state) noexcept {
   switch (state) {

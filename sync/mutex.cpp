@@ -8,8 +8,8 @@
 #include <mutex>
 
 #include "../runtime/fiber_control.h"
+#include "../sched/current.h"
 #include "../sched/wait_owner.h"
-#include "../sched/worker.h"
 
 namespace weft {
 namespace {
@@ -29,11 +29,9 @@ struct alignas(8) ThreadToken {
 
 std::uintptr_t caller_identity() noexcept {
   [[gnu::tls_model("initial-exec")]] thread_local ThreadToken thread_token;
-  // One (deliberately not inlined) look at the thread's worker: a fiber
-  // may resume on another thread, so its TLS address is never cached.
-  if (detail::Worker* worker = detail::current_worker()) {
-    if (detail::FiberControl* fiber = worker->current()) return reinterpret_cast<std::uintptr_t>(fiber);
-  }
+  // One (deliberately not inlined) look at the thread's running fiber: a
+  // fiber may resume on another thread, so its TLS address is never cached.
+  if (detail::FiberControl* fiber = detail::current_fiber()) return reinterpret_cast<std::uintptr_t>(fiber);
   if (thread_token.tid == 0) [[unlikely]]
     thread_token.tid = static_cast<int>(::gettid());
   return reinterpret_cast<std::uintptr_t>(&thread_token) | kThreadBit;

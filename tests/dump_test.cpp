@@ -1040,6 +1040,7 @@ TEST(Dump, AWorkersQueueCountsThePinnedFibersInItsInbox) {
 TEST(Dump, OutOfFileDescriptorsIsAnsweredWithoutSpinning) {
   ForkedChild child([](const ForkedChild::Channel& channel) {
     Scheduler sched{test::config_with(1)};
+    tools::request_dump(::getpid(), "summary", 30s);  // its server runs
     rlimit files{};
     ::getrlimit(RLIMIT_NOFILE, &files);
     files.rlim_cur = 256;

@@ -15,12 +15,16 @@
 #include "dump_text.h"
 #include "dump_top.h"
 
-namespace {
-
-// The weft this weft-dump came with: include/weft/version.h once the build
-// generates it, else meson's project version (tools/meson.build).
 #if __has_include(<weft/version.h>)
 #include <weft/version.h>
+#endif
+
+namespace {
+
+// The weft this weft-dump came with: the generated include/weft/version.h
+// (only its macro: weft-dump links no part of libweft), else meson's
+// project version (tools/meson.build).
+#ifdef WEFT_VERSION_STRING
 constexpr const char* kVersion = WEFT_VERSION_STRING;
 #else
 constexpr const char* kVersion = WEFT_DUMP_VERSION;

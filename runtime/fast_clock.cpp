@@ -1,10 +1,9 @@
 #include "fast_clock.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <iterator>
+
+#include "system_calls.h"
 
 namespace weft::detail {
 
@@ -33,13 +32,8 @@ unsigned scales_used = 0;  // under `calibrating`
 // constant_tsc and nonstop_tsc: the TSC ticks at one rate on every CPU,
 // also in deep sleep states, so that it can stand in for a clock.
 bool invariant_tsc() noexcept {
-  const int fd = ::open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
   static char text[16384];  // the first CPU's lines are enough
-  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  text[n] = '\0';
+  if (sys::read_small_file("/proc/cpuinfo", text, sizeof(text)) <= 0) return false;
   return std::strstr(text, " constant_tsc") != nullptr && std::strstr(text, " nonstop_tsc") != nullptr;
 }
 

@@ -13,6 +13,7 @@
 
 #include "../runtime/overflow_handler.h"
 #include "run_latency.h"
+#include "trace.h"
 #include "worker.h"
 
 namespace weft::detail {
@@ -183,6 +184,8 @@ void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexc
 void SchedulerCore::ready(FiberControl* fiber) noexcept {
   fiber->state.store(FiberState::runnable, std::memory_order_relaxed);
   mark_runnable(*fiber);
+  if (tracing()) [[unlikely]]
+    trace_wake(*fiber);
   if (fiber->pin_count.load(std::memory_order_relaxed) != 0) {
     fiber->worker.load(std::memory_order_relaxed)->push_inbox(fiber);
     return;

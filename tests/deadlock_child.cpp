@@ -56,7 +56,7 @@ int main() {
   weft::Config config;
   config.name = "deadlock-child";
   config.workers = 2;
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   // Never destroyed: its fibers never finish, and the test kills us.
   auto* sched = new weft::Scheduler(config);
   auto* a = new weft::Mutex;

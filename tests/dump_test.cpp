@@ -979,8 +979,8 @@ TEST(Dump, WaitTimesResolveMicroseconds) {
 TEST(Dump, AWorkersQueueCountsThePinnedFibersInItsInbox) {
   Config config = test::config_with(1);
   config.name = "pinned";
-  config.preemption = false;  // the hog keeps its worker
-  config.spare_workers = 0;
+  config.preemption = false;            // the hog keeps its worker
+  config.max_threads = config.workers;  // no spares
   Scheduler sched{config};
   constexpr int kPinned = 8;
   Latch parked(kPinned), release(1);

@@ -43,7 +43,7 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
   const std::int64_t global = global_size();  // may dip below 0 for a moment (counted after the dequeue)
   snap.global_queue = global > 0 ? static_cast<std::uint64_t>(global) : 0;
   snap.sched_latency = sched_latency_since_last();
-  snap.blocking.max_threads = config_.blocking_threads;
+  snap.blocking.max_threads = blocking_thread_limit(config_);
   if (const BlockingPool* pool = BlockingPool::find(*this)) {
     const BlockingPool::Stats stats = pool->stats();
     snap.blocking.threads = stats.threads;

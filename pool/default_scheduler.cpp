@@ -10,22 +10,26 @@ namespace weft {
 
 namespace {
 
-unsigned workers_from_environment() {
-  Config defaults;
-  const char* value = std::getenv("WEFT_WORKERS");
-  if (value == nullptr || *value == '\0') return defaults.workers;
+// The whole number in environment variable `name`, from `low` to `high`,
+// or `fallback` if it is unset or empty; anything else is refused with a
+// message naming the variable and what it holds.
+unsigned count_from_environment(const char* name, unsigned fallback, unsigned low, unsigned high, const char* what) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
   const std::string_view text = value;
   unsigned n = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (error != std::errc{} || end != text.data() + text.size() || n < 1 || n > 1024)
-    throw std::invalid_argument("weft: WEFT_WORKERS='" + std::string(text) +
-                                "' is not a worker count (a whole number from 1 to 1024)");
+  if (error != std::errc{} || end != text.data() + text.size() || n < low || n > high)
+    throw std::invalid_argument("weft: " + std::string(name) + "='" + std::string(text) + "' is not " + what +
+                                " (a whole number from " + std::to_string(low) + " to " + std::to_string(high) + ")");
   return n;
 }
 
 Scheduler* start_default() {
   Config config;
-  config.workers = workers_from_environment();
+  config.workers = count_from_environment("WEFT_WORKERS", config.workers, 1, 1024, "a worker count");
+  config.max_blocking_threads = count_from_environment("WEFT_MAX_BLOCKING_THREADS", config.max_blocking_threads, 1,
+                                                       65536, "a limit of blocking helper threads");
   config.name = "weft-default";
   // Deliberately leaked (see the header): reachable from the static pointer
   // below, so LeakSanitizer does not count it.

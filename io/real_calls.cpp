@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -188,6 +189,14 @@ int sys_signalfd(int fd, const sigset_t* mask, int flags) {
 int sys_inotify_init1(int flags) { return int(syscall(SYS_inotify_init1, flags)); }
 int sys_inotify_init() { return sys_inotify_init1(0); }
 
+pid_t sys_wait4(pid_t pid, int* status, int options, struct rusage* usage) {
+  return pid_t(syscall(SYS_wait4, pid, status, options, usage));
+}
+pid_t sys_waitpid(pid_t pid, int* status, int options) { return sys_wait4(pid, status, options, nullptr); }
+int sys_waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
+  return int(syscall(SYS_waitid, type, id, info, options, nullptr));
+}
+
 struct Fallback {
   const char* name;
   void* fn;
@@ -199,8 +208,8 @@ constexpr Fallback entry(const char* name, Fn* fn) {
 }
 
 // Every real call but those with no system call beneath them: sleep and
-// usleep (libc's arithmetic over nanosleep) and the resolver (files, DNS
-// and NSS modules, all user space).
+// usleep (libc's arithmetic over nanosleep), the resolver (files, DNS
+// and NSS modules, all user space), system, popen and pclose.
 const Fallback fallbacks[] = {
     entry("read", &sys_read),
     entry("readv", &sys_readv),
@@ -255,6 +264,9 @@ const Fallback fallbacks[] = {
     entry("signalfd", &sys_signalfd),
     entry("inotify_init", &sys_inotify_init),
     entry("inotify_init1", &sys_inotify_init1),
+    entry("waitpid", &sys_waitpid),
+    entry("wait4", &sys_wait4),
+    entry("waitid", &sys_waitid),
 };
 
 }  // namespace

@@ -24,10 +24,13 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,7 +127,13 @@ WEFT_REAL_CALL(timerfd_create, int(int, int))
 WEFT_REAL_CALL(signalfd, int(int, const sigset_t*, int))
 WEFT_REAL_CALL(inotify_init, int())
 WEFT_REAL_CALL(inotify_init1, int(int))
-
+// Child processes (hooks/hooks_processes.cpp, hooks/hooks_popen.cpp).
+WEFT_REAL_CALL(waitpid, pid_t(pid_t, int*, int))
+WEFT_REAL_CALL(wait4, pid_t(pid_t, int*, int, struct rusage*))
+WEFT_REAL_CALL(waitid, int(idtype_t, id_t, siginfo_t*, int))
+WEFT_REAL_CALL(system, int(const char*))
+WEFT_REAL_CALL(popen, FILE*(const char*, const char*))
+WEFT_REAL_CALL(pclose, int(FILE*))
 #undef WEFT_REAL_CALL
 
 }  // namespace weft::detail::real

@@ -160,10 +160,14 @@ TEST(RealCallsFallback, EveryCallWithASystemCallBeneathHasOne) {
         "creat",    "creat64",      "eventfd",      "epoll_create", "epoll_create1", "timerfd_create",
         "signalfd", "inotify_init", "inotify_init1"})
     EXPECT_NE(raw_syscall_fallback(name), nullptr) << name;
+  for (const char* name :
+       {"waitpid", "wait4", "waitid"})
+    EXPECT_NE(raw_syscall_fallback(name), nullptr) << name;
 }
 
 TEST(RealCallsFallback, NoneForCallsWithNoSystemCallBeneath) {
-  for (const char* name : {"getaddrinfo", "getnameinfo", "gethostbyname", "sleep", "usleep", "no_such_call"})
+  for (const char* name :
+       {"getaddrinfo", "getnameinfo", "gethostbyname", "sleep", "usleep", "system", "popen", "pclose", "no_such_call"})
     EXPECT_EQ(raw_syscall_fallback(name), nullptr) << name;
 }
 

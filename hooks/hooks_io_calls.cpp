@@ -28,6 +28,7 @@
 
 #include "../io/real_calls.h"
 #include "fd_table.h"
+#include "file_io.h"
 #include "hook_support.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
@@ -402,7 +403,13 @@ ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
+  if (state == nullptr) {
+    if (is_unpollable_file(fd)) {
+      const iovec iov{buf, n};
+      return read_file(fd, &iov, 1, -1);
+    }
+    return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
+  }
   if (state->kind() == FdKind::socket) {
     const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
@@ -415,7 +422,10 @@ ssize_t readv(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::readv()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::readv()(fd, iov, count);
+  if (state == nullptr) {
+    if (count > 0 && is_unpollable_file(fd)) return read_file(fd, iov, count, -1);
+    return real::readv()(fd, iov, count);
+  }
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};

@@ -197,6 +197,24 @@ int sys_waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   return int(syscall(SYS_waitid, type, id, info, options, nullptr));
 }
 
+// The kernel takes a file offset as two words, low then high.
+unsigned long low_word(off_t offset) { return static_cast<unsigned long>(offset); }
+unsigned long high_word(off_t offset) {
+  return static_cast<unsigned long>(static_cast<std::uint64_t>(offset) >> 32 >> 32);
+}
+ssize_t sys_pread(int fd, void* buf, size_t n, off_t offset) { return syscall(SYS_pread64, fd, buf, n, offset); }
+ssize_t sys_preadv2(int fd, const iovec* iov, int count, off_t offset, int flags) {
+  return syscall(SYS_preadv2, fd, iov, count, low_word(offset), high_word(offset), flags);
+}
+ssize_t sys_preadv(int fd, const iovec* iov, int count, off_t offset) {
+  return syscall(SYS_preadv, fd, iov, count, low_word(offset), high_word(offset));
+}
+int sys_fsync(int fd) { return int(syscall(SYS_fsync, fd)); }
+int sys_fdatasync(int fd) { return int(syscall(SYS_fdatasync, fd)); }
+int sys_sync_file_range(int fd, off_t offset, off_t length, unsigned int flags) {
+  return int(syscall(SYS_sync_file_range, fd, offset, length, flags));
+}
+
 struct Fallback {
   const char* name;
   void* fn;
@@ -267,6 +285,12 @@ const Fallback fallbacks[] = {
     entry("waitpid", &sys_waitpid),
     entry("wait4", &sys_wait4),
     entry("waitid", &sys_waitid),
+    entry("pread", &sys_pread),
+    entry("preadv", &sys_preadv),
+    entry("preadv2", &sys_preadv2),
+    entry("fsync", &sys_fsync),
+    entry("fdatasync", &sys_fdatasync),
+    entry("sync_file_range", &sys_sync_file_range),
 };
 
 }  // namespace

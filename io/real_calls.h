@@ -134,6 +134,14 @@ WEFT_REAL_CALL(waitid, int(idtype_t, id_t, siginfo_t*, int))
 WEFT_REAL_CALL(system, int(const char*))
 WEFT_REAL_CALL(popen, FILE*(const char*, const char*))
 WEFT_REAL_CALL(pclose, int(FILE*))
+// Regular files (hooks/hooks_files.cpp).
+WEFT_REAL_CALL(pread, ssize_t(int, void*, size_t, off_t))
+WEFT_REAL_CALL(preadv, ssize_t(int, const iovec*, int, off_t))
+WEFT_REAL_CALL(preadv2, ssize_t(int, const iovec*, int, off_t, int))
+WEFT_REAL_CALL(fsync, int(int))
+WEFT_REAL_CALL(fdatasync, int(int))
+WEFT_REAL_CALL(sync_file_range, int(int, off_t, off_t, unsigned int))
+
 #undef WEFT_REAL_CALL
 
 }  // namespace weft::detail::real

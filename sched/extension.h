@@ -13,7 +13,7 @@
 
 namespace weft::detail {
 
-enum class ExtensionKind : unsigned { blocking_pool, count };
+enum class ExtensionKind : unsigned { blocking_pool, file_ring, count };
 
 class Extension {
  public:

@@ -161,7 +161,7 @@ TEST(RealCallsFallback, EveryCallWithASystemCallBeneathHasOne) {
         "signalfd", "inotify_init", "inotify_init1"})
     EXPECT_NE(raw_syscall_fallback(name), nullptr) << name;
   for (const char* name :
-       {"waitpid", "wait4", "waitid"})
+       {"waitpid", "wait4", "waitid", "pread", "preadv", "preadv2", "fsync", "fdatasync", "sync_file_range"})
     EXPECT_NE(raw_syscall_fallback(name), nullptr) << name;
 }
 

@@ -55,17 +55,18 @@ int ticks_beside(const std::function<void()>& body) {
       ++ticks;
     }
   });
+  int during = 0;
   sched
       .spawn([&] {
         this_fiber::sleep_for(std::chrono::milliseconds(2));  // the ticker is running
         const int before = ticks.load();
         body();
-        ticks -= before;
+        during = ticks.load() - before;  // before the ticker can run again
         done = true;
       })
       .join();
   ticker.join();
-  return ticks.load();
+  return during;
 }
 
 // Runs `body` on a plain thread and in a fiber; returns both results.

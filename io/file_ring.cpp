@@ -25,6 +25,7 @@ namespace {
 // Enough for a few hundred fibers' requests in flight; more wait in the
 // kernel's overflow list (IORING_FEAT_NODROP) rather than being lost.
 constexpr unsigned kEntries = 256;
+constexpr unsigned kIoWorkers = 512;
 
 }  // namespace
 
@@ -37,6 +38,13 @@ FileRing::FileRing() : ring_(std::make_unique<io_uring>()) {
     return;
   }
   ring_fd_ = ring_->ring_fd;
+  // The kernel's io-wq runs the requests that wait (fsync, a read from the
+  // disk), by default at most 4 per CPU at once: fewer flushes in flight
+  // than fibers waiting, where threads would each have one in the kernel
+  // (and the journal commits them together). Bounded work gets as many
+  // as the blocking pool's default.
+  unsigned workers[2] = {kIoWorkers, 0};
+  io_uring_register_iowq_max_workers(ring_.get(), workers);
 }
 
 FileRing::~FileRing() {

@@ -70,7 +70,7 @@ class [[nodiscard]] ParkScope {
   ParkScope& operator=(const ParkScope&) = delete;
 
  private:
-  std::uint32_t releases_;  // the fiber's hook_pin_releases when pinned: another means sysmon released it
+  std::uint32_t releases_;  // the fiber's pin_releases when pinned: another means sysmon released it
   [[maybe_unused]] void* own_tsan_fiber_ = nullptr;  // under TSan only
   [[maybe_unused]] void* park_tsan_fiber_ = nullptr;
 };

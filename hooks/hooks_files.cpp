@@ -30,7 +30,8 @@
 
 #include "../io/file_ring.h"
 #include "../io/real_calls.h"
-#include "../sched/worker.h"
+#include "../sched/current.h"
+#include "../sched/scheduler_core.h"
 #include "fd_table.h"
 #include "file_io.h"
 #include "hook_support.h"
@@ -41,8 +42,8 @@ namespace weft::detail {
 namespace {
 
 FileRing* current_ring() {
-  Worker* worker = current_worker();
-  return worker == nullptr ? nullptr : FileRing::of(worker->core());
+  FiberControl* fiber = current_fiber();
+  return fiber == nullptr ? nullptr : FileRing::of(*fiber->scheduler);
 }
 
 // A ring call's result as libc gives it: -1 and errno for -errno.

@@ -31,6 +31,7 @@
 #include "../sched/scheduler_core.h"
 #include "dump_format.h"
 #include "dump_protocol.h"
+#include "snapshot.h"
 #include "symbolizer.h"
 
 namespace weft::detail {
@@ -503,7 +504,8 @@ class DumpServer {
     {
       std::lock_guard guard(schedulers_lock_);
       process.schedulers.reserve(schedulers_.size());
-      for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot(detail == DumpDetail::full));
+      for (SchedulerCore* core : schedulers_)
+        process.schedulers.push_back(snapshot_scheduler(*core, detail == DumpDetail::full));
     }
     process.pools = snapshot_pools();
     symbolize_stacks(process);  // the addresses stay valid: code is not unloaded under a live scheduler

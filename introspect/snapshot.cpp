@@ -1,8 +1,9 @@
 // How a scheduler's snapshot is taken: from any thread, reading only the
 // workers' relaxed counters and the fibers under their registry shard's lock.
 // No worker is asked for anything, so a stuck worker cannot stall a dump.
+#include "snapshot.h"
+
 #include <unistd.h>
-#include <weft/snapshot.h>
 
 #include "../io/blocking_pool.h"
 #include "../sched/kernel_call.h"
@@ -13,11 +14,11 @@
 
 namespace weft::detail {
 
-SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
+SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
   SchedulerSnapshot snap;
-  snap.name = config_.name;
-  snap.workers.reserve(workers_.size());
-  for (const auto& worker : workers_) {
+  snap.name = core.config().name;
+  snap.workers.reserve(core.workers().size());
+  for (const auto& worker : core.workers()) {
     if (worker->is_spare() && !worker->spare_started()) continue;
     WorkerSnapshot w;
     w.index = worker->index();
@@ -31,7 +32,7 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.parks = c.parks.load(std::memory_order_relaxed);
     w.preempts = c.preempts.load(std::memory_order_relaxed);
     w.handoffs = c.handoffs.load(std::memory_order_relaxed);
-    const Sysmon::WorkerView seen = sysmon_.view(worker->index());
+    const Sysmon::WorkerView seen = core.sysmon().view(worker->index());
     w.running_ms = seen.running_ms;
     w.stuck = seen.stuck;
     w.stuck_fiber = seen.fiber_id;
@@ -39,12 +40,12 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.spare = worker->is_spare();
     snap.workers.push_back(w);
   }
-  snap.poller = poller_->view();
-  const std::int64_t global = global_size();  // may dip below 0 for a moment (counted after the dequeue)
+  snap.poller = core.poller().view();
+  const std::int64_t global = core.global_size();  // may dip below 0 for a moment (counted after the dequeue)
   snap.global_queue = global > 0 ? static_cast<std::uint64_t>(global) : 0;
-  snap.sched_latency = sched_latency_since_last();
-  snap.blocking.max_threads = blocking_thread_limit(config_);
-  if (const BlockingPool* pool = BlockingPool::find(*this)) {
+  snap.sched_latency = core.sched_latency_since_last();
+  snap.blocking.max_threads = blocking_thread_limit(core.config());
+  if (const BlockingPool* pool = BlockingPool::find(core)) {
     const BlockingPool::Stats stats = pool->stats();
     snap.blocking.threads = stats.threads;
     snap.blocking.busy = stats.busy;
@@ -52,18 +53,18 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     snap.blocking.calls = stats.calls;
   }
   if (!with_fibers) {
-    snap.fiber_count = registry_.size();
+    snap.fiber_count = core.registry().size();
     return snap;
   }
   // A fiber stays in the shard it was registered in for its whole life, so
   // it appears exactly once however it migrates meanwhile.
-  snap.fibers.reserve(registry_.size());
+  snap.fibers.reserve(core.registry().size());
   // Parked fibers' stacks are read in batches (introspect/fiber_stack_walk.h).
   // A batch is walked before its shard's lock is released, while its
   // fibers live, and before `snap.fibers` grows (fibers spawned since the
   // reserve), which would move the stacks it is to fill.
   ParkedStackWalker walker(::getpid());
-  registry_.for_each(
+  core.registry().for_each(
       [&](const FiberControl& fiber) {
         if (snap.fibers.size() == snap.fibers.capacity()) walker.walk();
         FiberSnapshot& f = snap.fibers.emplace_back(take_snapshot(fiber));

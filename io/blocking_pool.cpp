@@ -6,21 +6,22 @@
 #include <cerrno>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <system_error>
 #include <thread>
 
+#include "../sched/current.h"
 #include "../sched/scheduler_core.h"
-#include "../sched/worker.h"
 
 namespace weft::detail {
 
 void run_blocking(void (*call)(void*), void* arg) {
-  Worker* worker = current_worker();
-  if (worker == nullptr || worker->current() == nullptr) {
+  FiberControl* fiber = current_fiber();
+  if (fiber == nullptr) {
     call(arg);  // a plain thread may block itself
     return;
   }
-  BlockingPool::of(worker->core()).run(call, arg);
+  BlockingPool::of(*fiber->scheduler).run(call, arg);
 }
 
 BlockingPool::BlockingPool(std::string name, unsigned max_threads, std::chrono::milliseconds keep_alive)
@@ -35,16 +36,18 @@ BlockingPool::~BlockingPool() {
   running_changed_.wait(guard, [this] { return running_ == 0; });
 }
 
-BlockingPool& BlockingPool::of(SchedulerCore& core) {
-  return static_cast<BlockingPool&>(core.extension(ExtensionKind::blocking_pool, [](SchedulerCore& c) {
-    return std::unique_ptr<Extension>(
-        new BlockingPool(c.config().name, blocking_thread_limit(c.config()), c.config().blocking_keep_alive));
-  }));
+std::unique_ptr<Extension> BlockingPool::make(const Config& config) {
+  return std::make_unique<BlockingPool>(config.name, blocking_thread_limit(config), config.blocking_keep_alive);
 }
 
-BlockingPool* BlockingPool::find(const SchedulerCore& core) noexcept {
-  return static_cast<BlockingPool*>(core.find_extension(ExtensionKind::blocking_pool));
+BlockingPool& BlockingPool::of(SchedulerCore& core) {
+  BlockingPool* pool = core.find_extension<BlockingPool>();
+  if (pool == nullptr)
+    throw std::logic_error("weft::blocking: scheduler \"" + core.config().name + "\" has no blocking pool");
+  return *pool;
 }
+
+BlockingPool* BlockingPool::find(const SchedulerCore& core) noexcept { return core.find_extension<BlockingPool>(); }
 
 std::string BlockingPool::thread_name(const std::string& scheduler, unsigned index) {
   const std::string suffix = "-blocking-" + std::to_string(index);

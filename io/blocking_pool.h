@@ -1,5 +1,6 @@
 // BlockingPool: the helper threads behind weft::blocking (include/weft/blocking.h),
-// one pool per scheduler, made on first use (sched/extension.h).
+// one pool per scheduler, an extension made with it (sched/extension.h) that
+// starts its threads on first use.
 //
 // A call is the caller's own Waiter, linked into `calls_` with a Job as its
 // payload, both in the parked fiber's frame: queueing allocates nothing,
@@ -30,6 +31,7 @@
 // no call is queued) wakes the idle ones and waits until `running_` is 0.
 #pragma once
 
+#include <weft/config.h>
 #include <weft/detail/park.h>
 
 #include <atomic>
@@ -52,9 +54,12 @@ class BlockingPool final : public Extension {
   BlockingPool(std::string name, unsigned max_threads, std::chrono::milliseconds keep_alive);
   ~BlockingPool() override;
 
-  // The calling fiber's scheduler's pool, made on first use.
+  // A scheduler's pool (SchedulerParts::extensions).
+  static std::unique_ptr<Extension> make(const Config& config);
+  // The scheduler's pool; throws std::logic_error for a scheduler built
+  // without one.
   static BlockingPool& of(SchedulerCore& core);
-  // The scheduler's pool if a fiber has used it, else null.
+  // The scheduler's pool, else null.
   static BlockingPool* find(const SchedulerCore& core) noexcept;
 
   // From a fiber: runs call(arg) on a helper and parks until it returns.

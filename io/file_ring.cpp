@@ -29,11 +29,20 @@ constexpr unsigned kIoWorkers = 512;
 
 }  // namespace
 
-FileRing::FileRing() : ring_(std::make_unique<io_uring>()) {
+void FileRing::set_up() {
+  ring_ = std::make_unique<io_uring>();
   io_uring_params params{};
   params.flags = IORING_SETUP_CQSIZE;
   params.cq_entries = kEntries * 4;
-  if (io_uring_queue_init_params(kEntries, ring_.get(), &params) != 0 || (params.features & IORING_FEAT_NODROP) == 0) {
+  // NODROP: no completion is lost when more are in flight than the queue
+  // holds; RW_CUR_POS: offset -1 reads at the file position (read()).
+  constexpr unsigned kNeeded = IORING_FEAT_NODROP | IORING_FEAT_RW_CUR_POS;
+  if (io_uring_queue_init_params(kEntries, ring_.get(), &params) != 0) {
+    ring_.reset();
+    return;
+  }
+  if ((params.features & kNeeded) != kNeeded) {
+    io_uring_queue_exit(ring_.get());
     ring_.reset();
     return;
   }
@@ -54,10 +63,13 @@ FileRing::~FileRing() {
   io_uring_queue_exit(ring_.get());
 }
 
+std::unique_ptr<Extension> FileRing::make(const Config&) { return std::make_unique<FileRing>(); }
+
 FileRing* FileRing::of(SchedulerCore& core) {
-  auto& ring = static_cast<FileRing&>(core.extension(
-      ExtensionKind::file_ring, [](SchedulerCore&) { return std::unique_ptr<Extension>(new FileRing); }));
-  return ring.unavailable() ? nullptr : &ring;
+  FileRing* ring = core.find_extension<FileRing>();
+  if (ring == nullptr) return nullptr;
+  std::call_once(ring->set_up_, [ring] { ring->set_up(); });
+  return ring->ring_ != nullptr ? ring : nullptr;
 }
 
 int FileRing::submit_locked(Op& op) {

@@ -1,5 +1,5 @@
 // FileRing: regular-file I/O that parks the fiber, on io_uring, one ring
-// per scheduler, made on first use (sched/extension.h). The libc hooks
+// per scheduler (sched/extension.h), set up on first use. The libc hooks
 // send a regular file's reads that the page cache cannot serve at once,
 // and fsync, fdatasync and sync_file_range, through it
 // (hooks/hooks_files.cpp; docs/io.md says which calls and why those).
@@ -37,10 +37,12 @@
 
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <weft/config.h>
 #include <weft/detail/park.h>
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "../sched/extension.h"
 
@@ -53,16 +55,17 @@ class SchedulerCore;
 
 class FileRing final : public Extension {
  public:
-  // Sets up the ring; `unavailable()` if io_uring_setup failed (ENOSYS,
-  // EPERM under kernel.io_uring_disabled or a seccomp profile, ENOMEM).
-  FileRing();
+  FileRing() = default;
   ~FileRing() override;
 
-  // The calling fiber's scheduler's ring, made on first use; null when
-  // io_uring is unavailable (the hooks then make the blocking call).
+  // A scheduler's ring (SchedulerParts::extensions); the io_uring itself is
+  // set up on first use, so a scheduler that never reads a file has none.
+  static std::unique_ptr<Extension> make(const Config& config);
+  // The scheduler's ring, set up on first use; null when io_uring is
+  // unavailable (io_uring_setup failed: ENOSYS, EPERM under
+  // kernel.io_uring_disabled or a seccomp profile, ENOMEM), or the
+  // scheduler was built without one. The hooks then make the blocking call.
   static FileRing* of(SchedulerCore& core);
-
-  bool unavailable() const noexcept { return ring_ == nullptr; }
 
   // From a fiber: each makes its call on the ring, parked until it has
   // completed, and returns its result (>= 0, or -errno). `offset` -1
@@ -94,8 +97,11 @@ class FileRing final : public Extension {
   void lead(Op& op);
   // Reaps every completion (the leader, with lock_ held).
   void reap_locked();
+  // io_uring_setup, once; ring_ stays null if it failed.
+  void set_up();
 
-  std::unique_ptr<io_uring> ring_;
+  std::once_flag set_up_;
+  std::unique_ptr<io_uring> ring_;  // null until set up, and if that failed
   int ring_fd_ = -1;
   mutable SpinLock lock_;
   WaitList waiting_;

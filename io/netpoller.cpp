@@ -9,14 +9,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <system_error>
+#include <type_traits>
 
+#include "../runtime/system_calls.h"
+#include "../sched/current.h"
 #include "../sched/scheduler_core.h"
-#include "../sched/worker.h"
 #include "fd_records.h"
-#include "real_calls.h"
 
 namespace weft::detail {
 namespace {
@@ -37,6 +39,26 @@ std::int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+// A fiber's drain note ("Drain notes" in netpoller.h), in its
+// FiberControl::upper_slot. All zero, as a fiber starts: none (poll
+// sequences start at 1).
+struct DrainNote {
+  std::uint64_t sequence = 0;
+  std::uint32_t events = 0;
+  int fd = 0;
+};
+static_assert(sizeof(DrainNote) <= sizeof(FiberControl::upper_slot));
+static_assert(std::is_trivially_copyable_v<DrainNote>);
+
+DrainNote drain_note_of(const FiberControl& fiber) noexcept {
+  DrainNote note;
+  std::memcpy(&note, fiber.upper_slot, sizeof(note));
+  return note;
+}
+void set_drain_note(FiberControl& fiber, const DrainNote& note) noexcept {
+  std::memcpy(fiber.upper_slot, &note, sizeof(note));
+}
+
 [[noreturn]] void throw_fd_error(int error, int fd, const char* what) {
   throw std::system_error(error, std::generic_category(), "weft: fd " + std::to_string(fd) + " " + what);
 }
@@ -48,9 +70,9 @@ bool poll_ready(int fd, FdDirection direction, int timeout_ms) {
   const short ready = static_cast<short>(
       direction == FdDirection::read ? POLLIN | POLLPRI | POLLRDHUP | POLLERR | POLLHUP : POLLOUT | POLLERR | POLLHUP);
   for (;;) {
-    // The real poll, not the hook: a hooked call is a checkpoint
-    // (hooks/hook_support.h), and this one is weft's own, inside a wait.
-    const int n = real::poll()(&entry, 1, timeout_ms);
+    // Not the hook: a hooked call is a checkpoint (hooks/hook_support.h),
+    // and this one is weft's own, inside a wait.
+    const int n = sys::poll(&entry, 1, timeout_ms);
     if (n < 0) {
       if (errno == EINTR && timeout_ms == 0) continue;
       if (errno == EINTR) return false;  // the caller recomputes its timeout
@@ -101,12 +123,12 @@ constinit std::atomic<std::uint64_t> next_poller_id{1};
 // --- Poller ----------------------------------------------------------------
 
 Poller::Poller(SchedulerCore& core) : core_(core), id_(next_poller_id.fetch_add(1, std::memory_order_relaxed)) {
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_fd_ = sys::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) throw std::system_error(errno, std::generic_category(), "weft: epoll_create1");
-  event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  event_fd_ = sys::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) {
     const int error = errno;
-    ::close(epoll_fd_);
+    sys::close(epoll_fd_);
     throw std::system_error(error, std::generic_category(), "weft: eventfd");
   }
   // Level-triggered, unlike the fds: a wake that no blocking poll has
@@ -116,8 +138,8 @@ Poller::Poller(SchedulerCore& core) : core_(core), id_(next_poller_id.fetch_add(
   event.data.u64 = kWakeTag;
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &event) != 0) {
     const int error = errno;
-    ::close(event_fd_);
-    ::close(epoll_fd_);
+    sys::close(event_fd_);
+    sys::close(epoll_fd_);
     throw std::system_error(error, std::generic_category(), "weft: epoll_ctl(eventfd)");
   }
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
@@ -136,8 +158,8 @@ Poller::~Poller() {
       }
     }
   }
-  ::close(event_fd_);
-  ::close(epoll_fd_);
+  sys::close(event_fd_);
+  sys::close(epoll_fd_);
 }
 
 void Poller::add_locked(FdRecord& record, int fd) {
@@ -179,9 +201,9 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
   const std::uint64_t sequence = poll_sequence_.fetch_add(1, std::memory_order_seq_cst) + 1;
   int n;
   if (!blocking) {
-    n = ::epoll_wait(epoll_fd_, events, kEventBatch, 0);
+    n = sys::epoll_wait(epoll_fd_, events, kEventBatch, 0);
   } else if (until == Clock::time_point::max()) {
-    n = ::epoll_wait(epoll_fd_, events, kEventBatch, -1);
+    n = sys::epoll_wait(epoll_fd_, events, kEventBatch, -1);
   } else {
     // To the nanosecond: epoll_wait's milliseconds would make a timer up
     // to 1 ms late. steady_clock is CLOCK_MONOTONIC, the clock of
@@ -189,10 +211,10 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
     const auto left = std::max(until - Clock::now(), Clock::duration::zero());
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     const timespec timeout{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-    n = ::epoll_pwait2(epoll_fd_, events, kEventBatch, &timeout, nullptr);
+    n = sys::epoll_pwait2(epoll_fd_, events, kEventBatch, &timeout);
     if (n < 0 && errno == ENOSYS) {  // before Linux 5.11: whole milliseconds, rounded up
       const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-      n = ::epoll_wait(epoll_fd_, events, kEventBatch, ms > INT_MAX ? INT_MAX : static_cast<int>(ms));
+      n = sys::epoll_wait(epoll_fd_, events, kEventBatch, ms > INT_MAX ? INT_MAX : static_cast<int>(ms));
     }
   }
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
@@ -258,7 +280,7 @@ void Poller::drain_wake() noexcept {
   // clear writes again and the next epoll_wait returns at once. At most
   // one write is in flight.
   std::uint64_t count;
-  while (::read(event_fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
+  while (sys::read(event_fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
   wake_pending_.store(false, std::memory_order_seq_cst);
 }
@@ -294,7 +316,7 @@ void Poller::wake() noexcept {
   const std::uint64_t one = 1;
   // The real write, not the hook, which is a checkpoint: wake() runs
   // wherever a fiber is readied, a waker's SpinLock held (detail/park.h).
-  while (real::write()(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+  while (sys::write(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
   }
 }
 
@@ -319,8 +341,7 @@ std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core) { return std::
 
 FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
   if (fd < 0 || fd >= FdRecords::kLimit) return {};
-  Worker* worker = current_worker();
-  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
+  FiberControl* self = current_fiber();
   if (self == nullptr) return {};
   const FdRecord* record = fd_records().find(fd);
   if (record == nullptr) return {};
@@ -332,20 +353,21 @@ FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
 
 void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept {
   if (!before.valid) return;
-  FiberControl* self = current_worker()->current();  // a valid mark was taken in this fiber
+  FiberControl* self = current_fiber();  // a valid mark was taken in this fiber
   const FdRecord* record = fd_records().find(fd);
   // Acquire: a hang-up harvested before `before` was taken is seen here.
   if (short_read && record->hung_up.load(std::memory_order_acquire)) return;
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
-  self->drain_note = {fd, before.events, poller.poll_sequence()};
+  set_drain_note(*self, {poller.poll_sequence(), before.events, fd});
 }
 
 bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
-  Worker* worker = current_worker();
-  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
-  if (self == nullptr || self->drain_note.fd != fd) return false;
-  mark = {self->drain_note.sequence, self->drain_note.events, true};
-  self->drain_note.fd = -1;
+  FiberControl* self = current_fiber();
+  if (self == nullptr) return false;
+  const DrainNote note = drain_note_of(*self);
+  if (note.sequence == 0 || note.fd != fd) return false;
+  mark = {note.sequence, note.events, true};
+  set_drain_note(*self, {});
   return true;
 }
 
@@ -353,8 +375,7 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
                      std::uint32_t* harvested) {
   if (harvested != nullptr) *harvested = 0;
   if (fd < 0) throw_fd_error(EBADF, fd, "is not a file descriptor");
-  Worker* worker = current_worker();
-  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
+  FiberControl* self = current_fiber();
   if (self == nullptr) return wait_fd_on_thread(fd, direction, deadline);
   if (fd >= FdRecords::kLimit) throw_fd_error(EBADF, fd, "is beyond weft's fd table (2^24 fds)");
 

@@ -49,7 +49,8 @@
 // waiter; and an event harvested by an epoll_wait begun after the read is
 // news (step 5). A short read proves nothing once the fd has hung up
 // (FdRecord::hung_up): the peer's FIN or an error stays readable and
-// raises no new edge. A note is the fiber's own, for one fd at a time.
+// raises no new edge. A note is the fiber's own, for one fd at a time,
+// kept in its control block's upper_slot (runtime/fiber_control.h).
 //
 // Events: the poller locks the record, drops the event if its generation
 // is not the record's (a closed-and-reused fd number), bumps the counters
@@ -100,6 +101,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 
 #include "../sched/idle_poller.h"
 
@@ -152,6 +154,9 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
 void fd_closing(int fd) noexcept;
 
 struct FdRecord;
+
+// The poller of a new scheduler: SchedulerParts::make_poller.
+std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core);
 
 // One scheduler's poller (the SchedulerCore owns it as its IdlePoller).
 class Poller final : public IdlePoller {

@@ -1,6 +1,5 @@
 #include <cxxabi.h>
 #include <pthread.h>
-#include <weft/default_scheduler.h>
 #include <weft/fiber_local.h>
 #include <weft/pool.h>
 #include <weft/scheduler.h>
@@ -43,7 +42,7 @@ PoolOptions checked(PoolOptions options) {
   return options;
 }
 
-Scheduler* scheduler_for(const PoolOptions& options) {
+Scheduler* scheduler_for(const PoolOptions& options, Scheduler& (*default_scheduler)()) {
   if (!runs_on_fibers(options.mode, options.name)) return nullptr;
   return options.scheduler != nullptr ? options.scheduler : &default_scheduler();
 }
@@ -64,7 +63,10 @@ std::string describe(std::exception_ptr error) {
 
 }  // namespace
 
-PoolCore::PoolCore(PoolOptions options) : options_(checked(std::move(options))), scheduler_(scheduler_for(options_)) {}
+PoolCore::PoolCore(PoolOptions options, Scheduler& (*default_scheduler)(), PoolServices* services)
+    : options_(checked(std::move(options))),
+      scheduler_(scheduler_for(options_, default_scheduler)),
+      registration_(*this, options_.name, services) {}
 
 PoolCore::~PoolCore() {
   // The destructor cannot throw: misuse from the pool's own task ends here.
@@ -307,7 +309,6 @@ PoolSnapshot PoolCore::snapshot() const {
 
 namespace weft {
 
-Pool::Pool(PoolOptions options) : core_(std::make_unique<detail::PoolCore>(std::move(options))) {}
 Pool::~Pool() = default;
 
 void Pool::enqueue(detail::Task task) { core_->enqueue(std::move(task)); }

@@ -9,10 +9,13 @@
 namespace weft::detail {
 namespace {
 
+[[gnu::tls_model("initial-exec")]] thread_local const std::atomic<FiberControl*>* tls_running_fiber = nullptr;
+
 // The park timestamp is taken on every park, twice per PingPong round trip:
-// the coarse clock costs ~5 ns here against ~30-40 ns for CLOCK_MONOTONIC,
-// at the price of the kernel tick's resolution (4 ms here) in the dump's
-// "waiting for ... ms". Both ends of that difference use this clock.
+// the coarse clock is several times cheaper than CLOCK_MONOTONIC
+// (docs/benchmarks.md, "Figures behind the comments"), at the price of the
+// kernel tick's resolution in the dump's "waiting for ... ms". Both ends of
+// that difference use this clock.
 std::int64_t monotonic_ns() noexcept {
   timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -35,6 +38,16 @@ void format_default_name(std::uint64_t id, char* out, std::size_t size) noexcept
 }
 
 }  // namespace
+
+// Not inlined, and with a compiler barrier: a fiber can resume on another
+// thread, and the compiler must not reuse a TLS address computed before.
+[[gnu::noinline]] FiberControl* current_fiber() noexcept {
+  asm volatile("" ::: "memory");
+  const std::atomic<FiberControl*>* cell = tls_running_fiber;
+  return cell != nullptr ? cell->load(std::memory_order_relaxed) : nullptr;
+}
+
+void bind_running_fiber_cell(const std::atomic<FiberControl*>* cell) noexcept { tls_running_fiber = cell; }
 
 const char* to_string(FiberState state) noexcept {
   switch (state) {

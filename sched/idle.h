@@ -31,8 +31,9 @@
 //      Looking first is sound: such a publisher read searching_ before the
 //      end_search, so its fiber is visible to the reads after it; one that
 //      reads searching_ after it sees 0 and wakes a sleeper itself. (Go's
-//      resetspinning wakes unconditionally; a wake nobody needs cost an
-//      idle 2-worker scheduler's thread-to-fiber wake 7 -> 30 us.)
+//      resetspinning wakes unconditionally; a wake nobody needs made an
+//      idle scheduler's thread-to-fiber wake several times slower:
+//      docs/benchmarks.md, "Figures behind the comments".)
 //   3. searcher that finds nothing: it ends its search, registers as a
 //      sleeper (prepare_sleep), StoreLoad, re-checks every queue, and only
 //      then waits. If the re-check finds work and it was the last searcher,

@@ -9,12 +9,12 @@
 // fiber's runnable time, which is therefore an estimate. A clock read at
 // every wake and every switch cost two per PingPong hand-off; sampled, the
 // unsampled rest pays an increment and a compare (docs/benchmarks.md).
-// Go samples one in 8 around a schedule() of ~200 ns; a weft switch is a
-// fifth of that and a CLOCK_MONOTONIC read costs about half of it here, so
-// one in 32 keeps the clock to Go's share of the switch. The price: a
-// process that makes few fibers runnable gets few samples (at 1,000 wakes
-// a second, ~31 a second), so its p99 over a short interval is nearly its
-// max.
+// Go samples one in 8 around its schedule(); a weft switch is several
+// times shorter, and a CLOCK_MONOTONIC read a large part of it
+// (docs/benchmarks.md, "Figures behind the comments"), so one in 32 keeps
+// the clock to Go's share of the switch. The price: a process that makes
+// few fibers runnable gets few samples (1 in 32 of its wakes), so its p99
+// over a short interval is nearly its max.
 #pragma once
 
 #include <time.h>

@@ -92,22 +92,25 @@ unsigned current_fork_generation() {
 
 }  // namespace
 
-SchedulerCore::SchedulerCore(Config config)
+SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
     : config_(validated(config)),
       fork_generation_(current_fork_generation()),
       stacks_(config_.stack_size, config_.stack_pool_size, config_.workers + config_.spare_workers),
       registry_(config_.workers + config_.spare_workers + 1),
       idle_(config_.workers, config_.workers + config_.spare_workers),
       live_(std::make_unique<LiveCount[]>(config_.workers + config_.spare_workers + 1)) {
+  if (parts.make_poller == nullptr) throw std::invalid_argument("weft: SchedulerParts::make_poller is null");
   install_overflow_handler();
-  poller_ = make_idle_poller(*this);
+  poller_ = parts.make_poller(*this);
   idle_.set_poller(poller_.get());
+  extensions_.reserve(parts.extensions.size());
+  for (auto make : parts.extensions) extensions_.push_back(make(config_));
   const unsigned all = config_.workers + config_.spare_workers;
   workers_.reserve(all);
   for (unsigned i = 0; i < all; ++i) workers_.push_back(std::make_unique<Worker>(*this, i, i >= config_.workers));
   for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start();
   sysmon_.start();
-  services_.attach(*this);
+  services_.attach(parts.services, *this);
 }
 
 // The services (services_, the last member) let go of it after shutdown():
@@ -431,17 +434,6 @@ bool SchedulerCore::retire_spare_if_surplus() noexcept {
     if (active_spares_.compare_exchange_weak(active, active - 1, std::memory_order_relaxed)) return true;
   }
   return false;
-}
-
-Extension& SchedulerCore::extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&)) {
-  const auto i = static_cast<std::size_t>(kind);
-  if (Extension* made = extensions_[i].load(std::memory_order_acquire)) return *made;
-  std::lock_guard guard(extension_lock_);
-  if (Extension* made = extensions_[i].load(std::memory_order_relaxed)) return *made;
-  owned_extensions_[i] = make(*this);
-  // Release: a reader that finds the pointer finds it fully built.
-  extensions_[i].store(owned_extensions_[i].get(), std::memory_order_release);
-  return *owned_extensions_[i];
 }
 
 SchedulerCore& current_scheduler(const char* what) {

@@ -90,9 +90,26 @@ namespace weft::detail {
 
 class Worker;
 
+// What a core is built from besides its Config: the parts of the layers
+// above sched/, behind interfaces that sched/ owns, so that the arrows point
+// down at link time too. The composition root (compose/scheduler.cpp) fills
+// it in: io/'s netpoller and blocking pool, introspect/'s services.
+struct SchedulerParts {
+  // The netpoller (idle_poller.h): made by the core's constructor once the
+  // config is validated, before the workers start. Required.
+  std::unique_ptr<IdlePoller> (*make_poller)(SchedulerCore& core) = nullptr;
+  // Made by the core's constructor after the poller, kept until the core is
+  // destroyed (extension.h).
+  std::vector<std::unique_ptr<Extension> (*)(const Config& config)> extensions;
+  // Told of the core once it is fully built; null: none.
+  SchedulerServices* services = nullptr;
+};
+
 class SchedulerCore {
  public:
-  explicit SchedulerCore(Config config);
+  // Throws std::invalid_argument for a bad Config, or for parts without a
+  // poller.
+  SchedulerCore(Config config, const SchedulerParts& parts);
   SchedulerCore(const SchedulerCore&) = delete;
   SchedulerCore& operator=(const SchedulerCore&) = delete;
   ~SchedulerCore();
@@ -124,9 +141,6 @@ class SchedulerCore {
   // (docs/usage.md, "fork").
   bool in_forked_child() const noexcept;
 
-  // Every worker and live fiber, from any thread, without the workers'
-  // help (sched/snapshot.cpp). Without `with_fibers`, only their count.
-  SchedulerSnapshot snapshot(bool with_fibers = true);
   // The workers' scheduling latency since the previous call (the first:
   // since the start): their histograms summed, less the sums of the last
   // call. Any thread; calls are serialized.
@@ -147,6 +161,7 @@ class SchedulerCore {
   StackPool& stacks() noexcept { return stacks_; }
   Sysmon& sysmon() noexcept { return sysmon_; }
   IdlePoller& poller() noexcept { return *poller_; }
+  const IdlePoller& poller() const noexcept { return *poller_; }
 
   // --- spare workers (worker.h; decided by sysmon) ----------------------
   // Sysmon: how many spares may run fibers now, one per worker thread
@@ -177,13 +192,13 @@ class SchedulerCore {
   // An exception escaped a detached fiber: the Config's handler, or terminate.
   void report_unhandled(FiberControl* fiber) noexcept;
 
-  // --- services of the layers above (sched/extension.h) -----------------
-  // The extension of that kind, made by `make` on first use (which may
-  // throw; then the next call tries again). Any thread.
-  Extension& extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&));
-  // The extension of that kind if it has been made, else null. Any thread.
-  Extension* find_extension(ExtensionKind kind) const noexcept {
-    return extensions_[static_cast<std::size_t>(kind)].load(std::memory_order_acquire);
+  // --- parts of the layers above (sched/extension.h) --------------------
+  // The extension of type T the core was built with, else null. Any thread.
+  template <class T>
+  T* find_extension() const noexcept {
+    for (const auto& extension : extensions_)
+      if (auto* found = dynamic_cast<T*>(extension.get())) return found;
+    return nullptr;
   }
 
  private:
@@ -217,7 +232,7 @@ class SchedulerCore {
   // A fiber adds 1 where it is spawned and takes 1 off where it finishes,
   // so a slot may go below zero; the sum is the count. A cache line each:
   // one shared counter bounced between the workers on every spawn and
-  // every exit, a fifth of skynet's time on 2 workers (perf).
+  // every exit (docs/benchmarks.md, "Figures behind the comments").
   struct alignas(64) LiveCount {
     std::atomic<std::int64_t> n{0};
   };
@@ -228,11 +243,9 @@ class SchedulerCore {
   std::condition_variable all_exited_;  // fiber exits, and the end of shutdown
   bool shutdown_claimed_ = false;       // a shutdown() caller is its leader
   bool stopped_ = false;
-  // Made on first use; destroyed after services_ (weft-dump may read them)
-  // and before everything above (their threads may still call ready()).
-  std::mutex extension_lock_;
-  std::array<std::atomic<Extension*>, static_cast<std::size_t>(ExtensionKind::count)> extensions_{};
-  std::array<std::unique_ptr<Extension>, static_cast<std::size_t>(ExtensionKind::count)> owned_extensions_;
+  // Destroyed after services_ (weft-dump may read them) and before
+  // everything above (their threads may still call ready()).
+  std::vector<std::unique_ptr<Extension>> extensions_;
   // Last: weft-dump stops seeing this scheduler before any part of it dies.
   ServiceRegistration services_;
 };

@@ -278,7 +278,7 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     // worker that is running fibers one after another; one hand-off per
     // such thread and scan. With every thread blocked the fibers would
     // only go from one blocked worker's queue to the next's, each time one
-    // of them came back for a moment (issue 15; docs/benchmarks.md). They
+    // of them came back for a moment (docs/benchmarks.md, "Sysmon"). They
     // stay, and thieves take them once a thread is free.
     //
     // A CPU-bound worker's queue goes only to an idle worker: a busy peer

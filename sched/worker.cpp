@@ -1,6 +1,5 @@
 #include "worker.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "../runtime/overflow_handler.h"
+#include "../runtime/system_calls.h"
 #include "futex.h"
 #include "idle_poller.h"
 #include "run_latency.h"
@@ -30,10 +30,8 @@ constexpr std::uint32_t kGlobalCheckInterval = 61;
 // spinning M makes four passes over the Ps without pausing). A worker that
 // just ran out of work usually finds none for a while (its fibers wait on
 // fds: the blocker or the next poll readies them), and each futex sleep it
-// avoids by spinning longer costs more CPU than the sleep itself; 16 rounds
-// of 32 pauses were about 50 us of a core on the EPYC VM this was tuned on
-// (a pause there takes ~95 ns), against ~3 us now (docs/benchmarks.md,
-// "The idle path").
+// avoids by spinning longer costs more CPU than the sleep itself
+// (docs/benchmarks.md, "The idle path", and "Figures behind the comments").
 constexpr int kSearchRounds = 4;
 constexpr int kPausesPerRound = 8;
 constexpr std::size_t kGlobalBatch = 32;
@@ -69,6 +67,11 @@ void requeue_and_notify(void* fiber) {
   return tls_worker;
 }
 
+bool preempt_requested_here() noexcept {
+  const Worker* worker = current_worker();
+  return worker != nullptr && worker->preempt_requested();
+}
+
 constinit std::atomic<std::uint32_t> pending_preempt_requests{0};
 
 // Out of line, and with the same barrier as current_worker(): the caller
@@ -78,11 +81,6 @@ void checkpoint_slow() noexcept {
   Worker* worker = tls_worker;
   if (worker == nullptr || !worker->preempt_requested()) return;  // another worker's request, or a plain thread
   worker->preempt_current();
-}
-
-FiberControl* current_fiber() noexcept {
-  Worker* worker = current_worker();
-  return worker != nullptr ? worker->current() : nullptr;
 }
 
 const char* to_string(WorkerState state) noexcept {
@@ -192,13 +190,8 @@ char Worker::thread_state() const noexcept {
   if (tid == 0) return '?';
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return '?';
   char buffer[512];
-  const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
-  ::close(fd);
-  if (n <= 0) return '?';
-  buffer[n] = '\0';
+  if (sys::read_small_file(path, buffer, sizeof(buffer)) < 0) return '?';
   // "tid (name) S ...": the name may hold spaces and parentheses.
   const char* paren = std::strrchr(buffer, ')');
   return paren != nullptr && paren[1] == ' ' && paren[2] != '\0' ? paren[2] : '?';
@@ -229,9 +222,9 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
   // Spawned fibers that have not started stay: idle thieves take them, the
   // newest included while the worker is marked stuck, and run each at once,
   // depth first. Through the FIFO global queue, a busy peer would start
-  // them one after another, breadth first (sched/spawn_deque.h): under ASan,
-  // where a spawn is slow enough for hand-offs, moving one per look made a
-  // 10,000-leaf fork-join keep 2,000 fibers alive instead of ~100.
+  // them one after another, breadth first (sched/spawn_deque.h), and a
+  // fork-join would keep many times more fibers alive (docs/benchmarks.md,
+  // "Figures behind the comments").
   if (moved != 0) bump(counters_.handoffs, moved);
   return moved;
 }
@@ -244,10 +237,10 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
   // ours until it is queued again.
   const auto release = [&](FiberControl* fiber) {
     const std::uint32_t pins = fiber->pin_count.load(std::memory_order_relaxed);
-    if (fiber->hook_pins == 0 || pins != fiber->hook_pins) return false;
+    if (fiber->releasable_pins == 0 || pins != fiber->releasable_pins) return false;
     fiber->pin_count.store(0, std::memory_order_relaxed);
-    fiber->hook_pins = 0;
-    ++fiber->hook_pin_releases;
+    fiber->releasable_pins = 0;
+    ++fiber->pin_releases;
     count_pin(-1);
     core_.push_global(fiber);
     ++released;
@@ -286,6 +279,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
 
 void Worker::run_loop() {
   tls_worker = this;
+  bind_running_fiber_cell(&current_);
   tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
   if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0) cpu_clock_valid_.store(true, std::memory_order_release);
   const std::string thread_name = (core_.config().name + "/" + std::to_string(index_)).substr(0, 15);
@@ -311,6 +305,7 @@ void Worker::run_loop() {
   }
   state_.store(WorkerState::stopped, std::memory_order_relaxed);
   cpu_clock_valid_.store(false, std::memory_order_relaxed);
+  bind_running_fiber_cell(nullptr);
   tls_worker = nullptr;
 }
 
@@ -419,8 +414,8 @@ void Worker::preempt_current() {
   // the oldest of that share now: it has waited since it was made
   // runnable (a timer's sleeper: since its deadline), while what the ring
   // holds under a hog is mostly fibers preempted after a slice of their
-  // own. Behind them, a 1 ms ticker beside 16 never-parking consumers on
-  // 2 workers was 8 slices late (tests/checkpoint_test.cpp).
+  // own, behind which a sleeper would wait for slices
+  // (tests/checkpoint_test.cpp).
   FiberControl* next = nullptr;
   const std::int64_t waiting = core_.global_size();
   if (waiting > 0) {
@@ -481,8 +476,8 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
   if (notify) core_.idle().notify_work();
 }
 
-// Out of line: its 2 KiB of arrays made every push_local save six registers
-// and set up a frame, 16 of a yield's 189 instructions (callgrind).
+// Out of line: its 2 KiB of arrays made every push_local save registers and
+// set up a frame, a noticeable share of a yield's instructions (callgrind).
 [[gnu::noinline, gnu::cold]] void Worker::spill_half_of_ring() {
   // Move the older half to the global queue (pinned fibers to our inbox,
   // since no other worker may run them).

@@ -13,6 +13,7 @@
 #include "../runtime/context.h"
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
+#include "current.h"
 #include "idle.h"
 #include "latency_histogram.h"
 #include "next_slot.h"
@@ -252,8 +253,8 @@ class Worker {
   RunQueue<RingEntry> ring_;  // fibers that have run: woken, yielded, preempted
   // Room for a burst of spawns (a server accepting a thousand connections)
   // before the older half is spilled to the global queue, through which
-  // each costs about 30 ns more: spawning 1000 then joining them took
-  // 190-195 ns a fiber with room for 256, 157-168 ns with 1024. 8 KiB.
+  // each costs more (docs/benchmarks.md, "Figures behind the comments").
+  // 8 KiB.
   SpawnDeque<FiberControl*, 1024> spawned_;
   NextSlot next_;  // sysmon may seize it (hand_off_queued)
   // Set while this worker's idle loop polls: the fibers the poll readies
@@ -281,16 +282,5 @@ class Worker {
   WorkerCounters counters_;
   LatencyHistogram run_latency_;
 };
-
-// The worker whose thread is calling, or null on a plain thread. Never
-// cached across a switch: a fiber may resume on another worker.
-Worker* current_worker() noexcept;
-
-// The running fiber's pin bookkeeping (this_fiber::pin() and the hooks'
-// ParkScope): the first pin binds it to this worker, so that a spare does
-// not retire under it; the last, made on the same worker (a pinned fiber
-// cannot move), unbinds it.
-void pin_current(FiberControl& fiber) noexcept;
-void unpin_current(FiberControl& fiber) noexcept;
 
 }  // namespace weft::detail

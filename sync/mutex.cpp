@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "../runtime/fiber_control.h"
-#include "../sched/worker.h"
+#include "../sched/current.h"
 
 namespace weft {
 namespace {
@@ -21,11 +21,9 @@ constexpr std::uintptr_t kThreadBit = 2;
 
 std::uintptr_t caller_identity() noexcept {
   alignas(8) [[gnu::tls_model("initial-exec")]] thread_local char thread_token;
-  // One (deliberately not inlined) look at the thread's worker: a fiber
-  // may resume on another thread, so its TLS address is never cached.
-  if (detail::Worker* worker = detail::current_worker()) {
-    if (detail::FiberControl* fiber = worker->current()) return reinterpret_cast<std::uintptr_t>(fiber);
-  }
+  // One (deliberately not inlined) look at the thread's running fiber: a
+  // fiber may resume on another thread, so its TLS address is never cached.
+  if (detail::FiberControl* fiber = detail::current_fiber()) return reinterpret_cast<std::uintptr_t>(fiber);
   return reinterpret_cast<std::uintptr_t>(&thread_token) | kThreadBit;
 }
 

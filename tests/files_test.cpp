@@ -25,7 +25,7 @@
 
 #include "io/file_ring.h"
 #include "pool_support.h"
-#include "sched/worker.h"
+#include "sched/current.h"
 #include "test_support.h"
 
 namespace weft {
@@ -139,9 +139,9 @@ std::string syncs(const std::string& path) {
 
 // The requests the calling fiber's scheduler's ring has taken (0 without one).
 std::uint64_t ring_requests() {
-  detail::Worker* worker = detail::current_worker();
-  if (worker == nullptr) return 0;
-  detail::FileRing* ring = detail::FileRing::of(worker->core());
+  detail::FiberControl* fiber = detail::current_fiber();
+  if (fiber == nullptr) return 0;
+  detail::FileRing* ring = detail::FileRing::of(*fiber->scheduler);
   return ring == nullptr ? 0 : ring->stats().submitted;
 }
 

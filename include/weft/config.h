@@ -60,9 +60,9 @@ struct Config {
   std::size_t stack_size = 256 * 1024;
   // Finished fibers' stacks kept for reuse (per scheduler), with the pages
   // they touched. Reuse avoids a page fault per touched page on spawn and an
-  // munmap per finished fiber, whose TLB shootdown stalls every worker:
-  // skynet (1.1M fibers) ran 7x faster with 65536 than with 1024. The cost
-  // is memory kept after a peak: at most this many stacks' touched pages.
+  // munmap per finished fiber, whose TLB shootdown stalls every worker
+  // (docs/benchmarks.md has skynet's figures). The cost is memory kept
+  // after a peak: at most this many stacks' touched pages.
   std::size_t stack_pool_size = 65536;
   // How long shutdown waits for fibers before reporting them.
   std::chrono::milliseconds shutdown_grace{10'000};

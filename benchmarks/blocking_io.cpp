@@ -152,30 +152,6 @@ double pread_ns(int fd, int calls) {
   return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / calls;
 }
 
-void bench_pread() {
-  const std::string path = "/tmp/weft-bench-pread-" + std::to_string(::getpid());
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-  std::vector<char> data(1 << 20, 'y');
-  if (::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) std::abort();
-  const int calls = 200'000;
-  weft::Scheduler sched{two_workers("pread")};
-  std::vector<double> fibers, threads;
-  for (int round = 0; round < 5; ++round) {
-    double f = 0;
-    sched.spawn([&] { f = pread_ns(fd, calls); }).join();
-    double t = 0;
-    std::thread([&] { t = pread_ns(fd, calls); }).join();
-    fibers.push_back(f);
-    threads.push_back(t);
-  }
-  std::sort(fibers.begin(), fibers.end());
-  std::sort(threads.begin(), threads.end());
-  std::printf("%-44s fibers %8.0f ns  threads %8.0f ns  ratio %.2f (medians of 5)\n", "4 KiB cached pread", fibers[2],
-              threads[2], fibers[2] / threads[2]);
-  ::close(fd);
-  ::unlink(path.c_str());
-}
-
 double write_ns(int fd, int calls) {
   char block[4096];
   std::memset(block, 'w', sizeof block);
@@ -188,27 +164,34 @@ double write_ns(int fd, int calls) {
   return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / calls;
 }
 
-void bench_write() {
-  const std::string path = "/tmp/weft-bench-write-" + std::to_string(::getpid());
+// `per_call(fd, calls)` on a 1 MiB file, from a fiber and from a thread in
+// turn, 5 rounds; prints the medians.
+void fiber_vs_thread_ns(const char* what, int calls, double (*per_call)(int, int)) {
+  const std::string path = "/tmp/weft-bench-file-" + std::to_string(::getpid());
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-  const int calls = 50'000;
-  weft::Scheduler sched{two_workers("write")};
+  std::vector<char> data(1 << 20, 'y');
+  if (::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) std::abort();
+  weft::Scheduler sched{two_workers("file")};
   std::vector<double> fibers, threads;
   for (int round = 0; round < 5; ++round) {
     double f = 0;
-    sched.spawn([&] { f = write_ns(fd, calls); }).join();
+    sched.spawn([&] { f = per_call(fd, calls); }).join();
     double t = 0;
-    std::thread([&] { t = write_ns(fd, calls); }).join();
+    std::thread([&] { t = per_call(fd, calls); }).join();
     fibers.push_back(f);
     threads.push_back(t);
   }
   std::sort(fibers.begin(), fibers.end());
   std::sort(threads.begin(), threads.end());
-  std::printf("%-44s fibers %8.0f ns  threads %8.0f ns  ratio %.2f (medians of 5)\n", "4 KiB write (page cache)",
-              fibers[2], threads[2], fibers[2] / threads[2]);
+  std::printf("%-44s fibers %8.0f ns  threads %8.0f ns  ratio %.2f (medians of 5)\n", what, fibers[2], threads[2],
+              fibers[2] / threads[2]);
   ::close(fd);
   ::unlink(path.c_str());
 }
+
+void bench_pread() { fiber_vs_thread_ns("4 KiB cached pread", 200'000, pread_ns); }
+
+void bench_write() { fiber_vs_thread_ns("4 KiB write (page cache)", 50'000, write_ns); }
 
 // A fiber sleeping 1 ms in a loop for --seconds, beside `load` (fibers
 // spawned on the same scheduler, or none); its worst lateness and ticks.

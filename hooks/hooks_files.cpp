@@ -35,6 +35,7 @@
 #include "fd_table.h"
 #include "file_io.h"
 #include "hook_support.h"
+#include "iovecs.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -91,14 +92,7 @@ ssize_t read_file(int fd, const iovec* iov, int count, off_t offset) {
   // The rest, past what the cache gave.
   const ssize_t done = std::max<ssize_t>(cached, 0);
   std::vector<iovec> rest(iov, iov + count);
-  size_t skip = size_t(done);
-  auto first = rest.begin();
-  while (first != rest.end() && skip >= first->iov_len) skip -= (first++)->iov_len;
-  rest.erase(rest.begin(), first);
-  if (!rest.empty()) {
-    rest.front().iov_base = static_cast<char*>(rest.front().iov_base) + skip;
-    rest.front().iov_len -= skip;
-  }
+  drop_front(rest, size_t(done));
   const off_t at = offset < 0 ? offset : offset + done;
   FileRing* ring = current_ring();
   ssize_t more;

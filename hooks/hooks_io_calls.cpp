@@ -30,6 +30,7 @@
 #include "fd_table.h"
 #include "file_io.h"
 #include "hook_support.h"
+#include "iovecs.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -255,14 +256,7 @@ ssize_t sendmsg_all(int fd, FdState& state, const msghdr* msg, int flags) {
       if (done >= total) break;
       // Ancillary data went with the first bytes; the rest is plain.
       rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
-      size_t skip = done;
-      auto it = rest.begin();
-      while (it != rest.end() && skip >= it->iov_len) skip -= (it++)->iov_len;
-      rest.erase(rest.begin(), it);
-      if (!rest.empty()) {
-        rest.front().iov_base = static_cast<char*>(rest.front().iov_base) + skip;
-        rest.front().iov_len -= skip;
-      }
+      drop_front(rest, done);
       current.msg_iov = rest.data();
       current.msg_iovlen = rest.size();
       current.msg_control = nullptr;

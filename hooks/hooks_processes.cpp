@@ -80,28 +80,42 @@ int wait_on_pidfd(pid_t pid, int watched, Ask&& ask) {
 
 bool waits_for_exit_only(int options) { return (options & (WNOHANG | WUNTRACED | WCONTINUED)) == 0; }
 
-}  // namespace
-
-pid_t wait_for_child(pid_t pid, int* status, int options, rusage* usage) {
-  if (!parking_enabled() || pid <= 0 || !waits_for_exit_only(options))
-    return real::wait4()(pid, status, options, usage);
+// A whole wait for one child, in a fiber: `ask(result)` is its WNOHANG
+// form (true when it has an answer, which it stores in `result`),
+// `blocking()` the call itself, for when no pidfd can be had. errno is the
+// caller's unless the wait fails.
+template <class Ask, class Blocking>
+auto wait_for_one(pid_t pid, int watched, Ask&& ask, Blocking&& blocking) -> decltype(blocking()) {
   const ErrnoHome home;
   const int saved = errno_value();
-  pid_t result = -1;
-  const int waited = wait_on_pidfd(pid, -1, [&] {
-    set_errno(saved);  // the caller's, unless the call fails
-    result = real::wait4()(pid, status, options | WNOHANG, usage);
-    return result != 0;
+  decltype(blocking()) result = -1;
+  const int waited = wait_on_pidfd(pid, watched, [&] {
+    set_errno(saved);
+    return ask(result);
   });
   if (waited < 0) {
     set_errno(saved);
-    return real::wait4()(pid, status, options, usage);
+    return blocking();
   }
   if (waited > 0) {
     set_errno(waited);
     return -1;
   }
   return result;
+}
+
+}  // namespace
+
+pid_t wait_for_child(pid_t pid, int* status, int options, rusage* usage) {
+  if (!parking_enabled() || pid <= 0 || !waits_for_exit_only(options))
+    return real::wait4()(pid, status, options, usage);
+  return wait_for_one(
+      pid, -1,
+      [&](pid_t& result) {
+        result = real::wait4()(pid, status, options | WNOHANG, usage);
+        return result != 0;
+      },
+      [&] { return real::wait4()(pid, status, options, usage); });
 }
 
 }  // namespace weft::detail
@@ -197,25 +211,15 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
       (options & (WNOHANG | WSTOPPED | WCONTINUED)) != 0)
     return real::waitid()(type, id, info, options);
   const CheckpointOnReturn at_return;
-  const ErrnoHome home;
-  const int saved = errno_value();
-  int result = -1;
-  const int waited = wait_on_pidfd(static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1, [&] {
-    // With WNOHANG, "nothing yet" is 0 with si_pid 0 (waitid(2)).
-    info->si_pid = 0;
-    set_errno(saved);
-    result = real::waitid()(type, id, info, options | WNOHANG);
-    return result != 0 || info->si_pid != 0;
-  });
-  if (waited < 0) {
-    set_errno(saved);
-    return real::waitid()(type, id, info, options);
-  }
-  if (waited > 0) {
-    set_errno(waited);
-    return -1;
-  }
-  return result;
+  return wait_for_one(
+      static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1,
+      [&](int& result) {
+        // With WNOHANG, "nothing yet" is 0 with si_pid 0 (waitid(2)).
+        info->si_pid = 0;
+        result = real::waitid()(type, id, info, options | WNOHANG);
+        return result != 0 || info->si_pid != 0;
+      },
+      [&] { return real::waitid()(type, id, info, options); });
 }
 
 // One implementation for every caller while the hooks are on, fibers and

@@ -49,7 +49,7 @@ struct GdbLayoutAccess {
   static constexpr std::uint64_t shard_fibers = offsetof(FiberRegistry::Shard, count);
   static std::uint64_t fiber_name() noexcept { return offset_of(&FiberControl::name_); }
   static constexpr std::uint64_t fiber_name_size = sizeof(FiberControl::name_);
-  static std::uint64_t worker_tid() noexcept { return offset_of(&Worker::tid_); }
+  static std::uint64_t worker_tid() noexcept { return offset_of(&Worker::os_thread_) + offset_of(&OsThread::tid_); }
 };
 
 namespace {

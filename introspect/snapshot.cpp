@@ -22,7 +22,7 @@ SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
     if (worker->is_spare() && !worker->spare_started()) continue;
     WorkerSnapshot w;
     w.index = worker->index();
-    w.os_thread_id = worker->os_thread_id();
+    w.os_thread_id = worker->os_thread().id();
     w.state = to_string(worker->state());
     w.queue_length = worker->queue_length();
     const auto& c = worker->counters();

@@ -87,9 +87,9 @@
 // listed), so the blocker never sleeps through a wake.
 //
 // Readiness wakes fibers with the scheduler's ready(): on one of its
-// workers into the next slot and the ring, from sysmon or another
+// workers into the next slot and the run queue, from sysmon or another
 // scheduler into the global queue with a notify. A worker's idle loop
-// defers the ring's wakes while it polls and, once its poll is over and
+// defers the run queue's wakes while it polls and, once its poll is over and
 // (a blocker) it has left the sleepers list, wakes one idle peer for all
 // it cannot run (Worker::run_after_poll): a wake per fiber took the idle
 // lock per fiber, and the blocker, still a listed sleeper, picked itself

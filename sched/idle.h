@@ -26,7 +26,7 @@
 //      (notify_work). A publisher that skipped its wake because this worker
 //      searched may have published more than the one fiber taken here (a
 //      plain thread spawning two fibers in a row, or the rest of a global
-//      batch pushed into this worker's ring); without this wake that work
+//      batch pushed into this worker's run queue); without this wake that work
 //      would wait behind the fiber about to run while its peers sleep.
 //      Looking first is sound: such a publisher read searching_ before the
 //      end_search, so its fiber is visible to the reads after it; one that

@@ -13,9 +13,11 @@
 //               woke. It runs as soon as the waker parks, so a ping-pong
 //               pair stays on one worker and in cache. Capped at 3
 //               consecutive runs, after which it goes to the back of the
-//               ring so that a pair cannot starve the rest. Not stealable.
-//   ring        per worker, 256 fibers, owner push/pop and thieves steal
-//               half (sched/run_queue.h). Yielded and woken fibers go here.
+//               run queue so that a pair cannot starve the rest. Not
+//               stealable.
+//   run queue   per worker, a ring of 256 fibers, owner push/pop and
+//               thieves steal half (sched/run_queue.h). Yielded and woken
+//               fibers go here.
 //   spawned     per worker, a Chase-Lev deque of 1024 (sched/spawn_deque.h):
 //               fibers it spawned, run newest first by the owner (depth
 //               first, as a fork-join wants) and stolen oldest first.
@@ -23,11 +25,12 @@
 //               worker may run them.
 //   global      one moodycamel::ConcurrentQueue per scheduler: spawns from
 //               plain threads, wakes from plain threads and the timers
-//               sysmon runs, and overflow from full rings. Checked every 61 ticks even when
-//               the local queues are busy, and whenever they are empty.
+//               sysmon runs, and overflow from full run queues. Checked
+//               every 61 ticks even when the local queues are busy, and
+//               whenever they are empty.
 //
 // A worker's loop: pick_next (every 61st pick the due timers and the
-// global queue first; then next slot, inbox, ring, spawned, global,
+// global queue first; then next slot, inbox, run queue, spawned, global,
 // steal); if nothing, run due timers, poll the netpoller without blocking
 // if fibers wait on fds, search briefly (at most half the workers at
 // once; a searcher that finds work and was the last wakes another), then
@@ -54,7 +57,7 @@
 //     the woken worker finds nothing to steal and goes back to sleep, and
 //     a ping-pong pair pays a cross-core futex wake per round trip.
 //
-// Memory ordering: the rings publish with release/acquire (run_queue.h);
+// Memory ordering: the run queues publish with release/acquire (run_queue.h);
 // sleeping and waking use a seq_cst fence on both sides (idle.h); park and
 // unpark decide with one CAS on the waiter's state (detail/park.h).
 #pragma once

@@ -12,7 +12,7 @@
 // first one runs, and skynet's million fibers are all alive at once
 // (docs/benchmarks.md, "Figures behind the comments"). Thieves take the
 // oldest, the biggest subtree. Fibers that have run and been woken or
-// yielded keep their FIFO ring (Worker), served before this deque, so
+// yielded keep their FIFO run queue (Worker), served before this deque, so
 // fairness among running fibers is unchanged. A stream of spawns on one
 // busy worker can keep an old spawn waiting until an idle worker steals it
 // (taking the oldest spawn every 61 picks, for fairness, opened a new

@@ -215,7 +215,7 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
         acted = true;
       }
       watch.asked = now;
-      watch.asked_cpu_ns = worker.cpu_time_ns();
+      watch.asked_cpu_ns = worker.os_thread().cpu_time_ns();
     }
     // With one worker and no spares there is nobody to hand off to: the
     // global queue would only feed the same worker, in FIFO order.
@@ -227,7 +227,7 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
       // Blocked in the kernel: asleep there at every look for half the
       // hand-off delay. One look could catch a thread in a moment's wait
       // (a page fault, a sanitizer's internal lock) that needs no spare.
-      if (!in_kernel_sleep(worker.thread_state()))
+      if (!in_kernel_sleep(worker.os_thread().state()))
         watch.kernel_since = {};
       else if (watch.kernel_since == Clock::time_point{})
         watch.kernel_since = now;
@@ -242,10 +242,10 @@ bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) 
         // hook then writes the caller's errno on this thread
         // (hooks/hook_support.h, ErrnoHome), safe only while it stays asleep.
         // A fiber preempted in a hooked call that did not park waits in
-        // the ring, pinned likewise. The queues first: two loads, the
+        // the run queue, pinned likewise. The queues first: two loads, the
         // system call a /proc read.
         if (worker.pinned_may_wait() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
-            kernel_call(worker.os_thread_id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
+            kernel_call(worker.os_thread().id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
           core_.idle().notify_work();
           acted = true;
         }
@@ -282,7 +282,7 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     // stay, and thieves take them once a thread is free.
     //
     // A CPU-bound worker's queue goes only to an idle worker: a busy peer
-    // takes no more from the global queue's back than from the ring, and a
+    // takes no more from the global queue's back than from the run queue, and a
     // timer's sleeper queued behind the moved fibers waited several slices
     // there (tests/checkpoint_test.cpp).
     if (watch.in_kernel && spares_to_start > 0) {
@@ -310,7 +310,7 @@ int Sysmon::count_free_runners() noexcept {
   for (std::size_t i = 0; i < span; ++i) {
     // Switched within the hand-off delay and not asleep in the kernel now
     // (a fiber that blocked at once is not running fibers).
-    if (watches_[i].short_run && !in_kernel_sleep(workers[i]->thread_state())) ++free_runners;
+    if (watches_[i].short_run && !in_kernel_sleep(workers[i]->os_thread().state())) ++free_runners;
   }
   return free_runners;
 }
@@ -330,14 +330,14 @@ bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) n
 }
 
 bool Sysmon::holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
-  const std::int64_t cpu = worker.cpu_time_ns();
+  const std::int64_t cpu = worker.os_thread().cpu_time_ns();
   if (watch.cpu_start_ns < 0) {
     watch.cpu_start_ns = cpu;
     watch.cpu_since = now;
     return false;
   }
   if (2 * (cpu - watch.cpu_start_ns) >= to_ns(now) - to_ns(watch.cpu_since)) return true;
-  return worker.thread_state() != 'R';  // not runnable: asleep in the kernel
+  return worker.os_thread().state() != 'R';  // not runnable: asleep in the kernel
 }
 
 bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_point now) noexcept {
@@ -347,10 +347,10 @@ bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_poi
   // way: neither is stuck. Ignored means its thread ran on a CPU for at
   // least half the time since the request, or sleeps in the kernel (a
   // blocking call: it will not answer at all).
-  const std::int64_t cpu = worker.cpu_time_ns();
+  const std::int64_t cpu = worker.os_thread().cpu_time_ns();
   if (cpu == 0 || watch.asked_cpu_ns == 0) return true;  // no CPU clock: the wall clock decides alone
   if (2 * (cpu - watch.asked_cpu_ns) >= to_ns(now) - to_ns(watch.asked)) return true;
-  return in_kernel_sleep(worker.thread_state());
+  return in_kernel_sleep(worker.os_thread().state());
 }
 
 void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
@@ -375,11 +375,11 @@ void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
   StuckWorker report;
   report.scheduler = config.name;
   report.worker = worker.index();
-  report.os_thread_id = worker.os_thread_id();
+  report.os_thread_id = worker.os_thread().id();
   report.fiber_id = fiber_id;
   report.fiber_name = fiber_name;
   report.running_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - watch.since);
-  const std::string blocked_in = describe_kernel_call(worker.os_thread_id());
+  const std::string blocked_in = describe_kernel_call(worker.os_thread().id());
   report.blocked_in = blocked_in;
   try {
     config.on_stuck_worker(report);

@@ -15,14 +15,14 @@
 //                            checkpoint (Worker::preempt_current). Again
 //                            every further slice while the tick stands.
 //   > kHandOffAfter (1 ms),  hand-off: the worker's next slot and the
-//     burning CPU or asleep  unpinned head of its ring go to the global
-//     in the kernel          queue, and a sleeping worker is woken to run
-//                            them; the worker is marked stuck, so that
-//                            thieves take even its newest spawn. Idle
-//                            workers steal rings and spawns on their own,
-//                            but not the next slot, and a busy peer does
-//                            not steal at all: it only checks the global
-//                            queue.
+//     burning CPU or asleep  unpinned head of its run queue go to the
+//     in the kernel          global queue, and a sleeping worker is woken
+//                            to run them; the worker is marked stuck, so
+//                            that thieves take even its newest spawn. Idle
+//                            workers steal run queues and spawns on their
+//                            own, but not the next slot, and a busy peer
+//                            does not steal at all: it only checks the
+//                            global queue.
 //   > 2 x time_slice, with   stuck: shown by weft-dump, and reported once to
 //     a request ignored for  Config::on_stuck_worker.
 //     a further slice (on a
@@ -177,7 +177,7 @@ class Sysmon {
   const std::chrono::microseconds running_cap_;
   const std::chrono::microseconds pause_after_;  // see kMinPause
   std::unique_ptr<Watch[]> watches_;
-  RunQueue<RingEntry> scratch_;  // hand-off passes through it
+  RunQueue<RunQueueEntry> scratch_;  // hand-off passes through it
   std::atomic<std::uint32_t> wake_word_{0};
   std::atomic<bool> deep_asleep_{false};
   std::atomic<bool> stopping_{false};

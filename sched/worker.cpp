@@ -1,16 +1,11 @@
 #include "worker.h"
 
 #include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
 #include <iterator>
 #include <string>
 
 #include "../runtime/overflow_handler.h"
-#include "../runtime/system_calls.h"
 #include "futex.h"
 #include "idle_poller.h"
 #include "run_latency.h"
@@ -22,7 +17,7 @@ namespace {
 [[gnu::tls_model("initial-exec")]] thread_local Worker* tls_worker = nullptr;
 
 // Tokio caps its LIFO slot at 3: enough to keep a ping-pong pair hot,
-// little enough that the ring behind it still moves.
+// little enough that the run queue behind it still moves.
 constexpr unsigned kNextStreakLimit = 3;
 // Go's schedule(): a prime, so it does not beat with periodic workloads.
 constexpr std::uint32_t kGlobalCheckInterval = 61;
@@ -43,7 +38,7 @@ inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noex
 }
 
 bool not_pinned(FiberControl* fiber) noexcept { return fiber->pin_count.load(std::memory_order_relaxed) == 0; }
-bool stealable(RingEntry entry) noexcept { return !entry.pinned(); }
+bool stealable(RunQueueEntry entry) noexcept { return !entry.pinned(); }
 
 // SwitchActions, run on the worker that switched the fiber out: the one it
 // last ran on, which switch_in recorded.
@@ -155,10 +150,10 @@ bool Worker::leaving() const noexcept {
 }
 
 void Worker::flush_to_global() noexcept {
-  FiberControl* batch[RunQueue<RingEntry>::capacity];
+  FiberControl* batch[RunQueue<RunQueueEntry>::capacity];
   std::size_t n = 0;
   if (FiberControl* next = next_.take()) batch[n++] = next;
-  auto owner = ring_.owner();
+  auto owner = run_queue_.owner();
   while (FiberControl* fiber = owner.pop().fiber()) batch[n++] = fiber;
   core_.push_global_bulk(batch, n);
   // Nothing pinned is here (leaving() and the idle retirement check
@@ -176,30 +171,12 @@ void Worker::flush_to_global() noexcept {
 }
 
 std::uint32_t Worker::queue_length() const noexcept {
-  return ring_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1);
+  return run_queue_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1);
 }
 
-std::int64_t Worker::cpu_time_ns() const noexcept {
-  timespec ts{};
-  if (!cpu_clock_valid_.load(std::memory_order_acquire) || ::clock_gettime(cpu_clock_, &ts) != 0) return 0;
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+bool Worker::has_stealable_work() const noexcept { return run_queue_.size() != 0 || spawned_.stealable(stuck()); }
 
-char Worker::thread_state() const noexcept {
-  const int tid = os_thread_id();
-  if (tid == 0) return '?';
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-  char buffer[512];
-  if (sys::read_small_file(path, buffer, sizeof(buffer)) < 0) return '?';
-  // "tid (name) S ...": the name may hold spaces and parentheses.
-  const char* paren = std::strrchr(buffer, ')');
-  return paren != nullptr && paren[1] == ' ' && paren[2] != '\0' ? paren[2] : '?';
-}
-
-bool Worker::has_stealable_work() const noexcept { return ring_.size() != 0 || spawned_.stealable(stuck()); }
-
-std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
+std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept {
   std::size_t moved = 0;
   // The next slot never holds a pinned fiber (ready() sends those to the
   // inbox, which stays here).
@@ -207,13 +184,13 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
     core_.push_global(next);
     ++moved;
   }
-  // The ring's unpinned prefix, half at a time, as a thief would take it;
+  // The run queue's unpinned prefix, half at a time, as a thief would take it;
   // a pinned fiber ends it (docs/sysmon.md).
   auto owner = scratch.owner();
   for (;;) {
-    const auto result = ring_.thief().steal_into(owner, stealable);
+    const auto result = run_queue_.thief().steal_into(owner, stealable);
     if (result.taken == 0) break;
-    FiberControl* batch[RunQueue<RingEntry>::capacity];
+    FiberControl* batch[RunQueue<RunQueueEntry>::capacity];
     std::size_t n = 0;
     while (FiberControl* fiber = owner.pop().fiber()) batch[n++] = fiber;
     core_.push_global_bulk(batch, n);
@@ -229,11 +206,11 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
   return moved;
 }
 
-std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
+std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexcept {
   std::size_t released = 0;
   // Pinned by hooks alone: the caller's cached &errno is this thread's,
   // and ErrnoHome writes the result there (hooks/hook_support.h). A fiber
-  // taken from the inbox or the ring is not running, so its pin fields are
+  // taken from the inbox or the run queue is not running, so its pin fields are
   // ours until it is queued again.
   const auto release = [&](FiberControl* fiber) {
     const std::uint32_t pins = fiber->pin_count.load(std::memory_order_relaxed);
@@ -254,14 +231,14 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
     stack = fiber->link;
     if (!release(fiber)) push_inbox(fiber);  // pinned by its own code (this_fiber::pin): it stays
   }
-  // The ring: a fiber preempted inside a hooked call that did not park
+  // The run queue: a fiber preempted inside a hooked call that did not park
   // waits there, pinned by the hook (its checkpoint, hooks/hook_support.h).
   // Everything is taken, pinned or not, by the thief's side: the unpinned
   // go to the global queue (as hand_off_queued would move them), the
   // user-pinned to the inbox, which stays here.
   auto owner = scratch.owner();
   for (;;) {
-    const auto result = ring_.thief().steal_into(owner, [](RingEntry) { return true; });
+    const auto result = run_queue_.thief().steal_into(owner, [](RunQueueEntry) { return true; });
     if (result.taken == 0) break;
     while (FiberControl* fiber = owner.pop().fiber()) {
       if (release(fiber)) continue;
@@ -280,8 +257,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
 void Worker::run_loop() {
   tls_worker = this;
   bind_running_fiber_cell(&current_);
-  tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
-  if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0) cpu_clock_valid_.store(true, std::memory_order_release);
+  os_thread_.record_calling_thread();
   const std::string thread_name = (core_.config().name + "/" + std::to_string(index_)).substr(0, 15);
   pthread_setname_np(pthread_self(), thread_name.c_str());
   adopt_thread_context(loop_context_);
@@ -304,7 +280,7 @@ void Worker::run_loop() {
     }
   }
   state_.store(WorkerState::stopped, std::memory_order_relaxed);
-  cpu_clock_valid_.store(false, std::memory_order_relaxed);
+  os_thread_.ended();
   bind_running_fiber_cell(nullptr);
   tls_worker = nullptr;
 }
@@ -379,7 +355,7 @@ void Worker::switch_away(SwitchAction action) {
 void Worker::yield_current() {
   FiberControl* self = current();
   if (leaving()) {
-    // Back to the loop, which retires; the fiber waits in the ring, which
+    // Back to the loop, which retires; the fiber waits in the run queue, which
     // the loop flushes to the global queue.
     self->state.store(FiberState::runnable, std::memory_order_relaxed);
     current_.store(nullptr, std::memory_order_relaxed);
@@ -412,23 +388,23 @@ void Worker::preempt_current() {
   // global queue, of which pick_next takes one batch (and which is not FIFO
   // across producers). So first take this worker's share of it, and run
   // the oldest of that share now: it has waited since it was made
-  // runnable (a timer's sleeper: since its deadline), while what the ring
+  // runnable (a timer's sleeper: since its deadline), while what the run queue
   // holds under a hog is mostly fibers preempted after a slice of their
   // own, behind which a sleeper would wait for slices
   // (tests/checkpoint_test.cpp).
   FiberControl* next = nullptr;
   const std::int64_t waiting = core_.global_size();
   if (waiting > 0) {
-    auto owner = ring_.owner();
+    auto owner = run_queue_.owner();
     std::int64_t share = waiting / static_cast<std::int64_t>(core_.config().workers) + 1;
     FiberControl* batch[kGlobalBatch];
-    while (share > 0 && RunQueue<RingEntry>::capacity - owner.size() >= kGlobalBatch) {
+    while (share > 0 && RunQueue<RunQueueEntry>::capacity - owner.size() >= kGlobalBatch) {
       const std::size_t n = core_.pop_global_bulk(batch, kGlobalBatch);
       for (std::size_t i = 0; i < n; ++i) {
         if (next == nullptr)
           next = batch[i];
         else
-          owner.push(RingEntry(batch[i]));
+          owner.push(RunQueueEntry(batch[i]));
       }
       if (n < kGlobalBatch) break;
       share -= static_cast<std::int64_t>(n);
@@ -443,7 +419,7 @@ void Worker::preempt_current() {
   bump(counters_.preempts);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   switch_in(next);
-  // Back of the ring, and a sleeping peer is woken to share it.
+  // Back of the run queue, and a sleeping peer is woken to share it.
   switch_context(self->context, next->context, SwitchAction{&requeue_and_notify, self});
 }
 
@@ -468,9 +444,9 @@ transfer_t Worker::exit_current(SwitchAction after) {
 }
 
 void Worker::push_local(FiberControl* fiber, bool notify) {
-  if (!ring_.owner().push(RingEntry(fiber))) {
-    spill_half_of_ring();
-    ring_.owner().push(RingEntry(fiber));
+  if (!run_queue_.owner().push(RunQueueEntry(fiber))) {
+    spill_half_of_run_queue();
+    run_queue_.owner().push(RunQueueEntry(fiber));
     notify = true;
   }
   if (notify) core_.idle().notify_work();
@@ -478,12 +454,12 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
 
 // Out of line: its 2 KiB of arrays made every push_local save registers and
 // set up a frame, a noticeable share of a yield's instructions (callgrind).
-[[gnu::noinline, gnu::cold]] void Worker::spill_half_of_ring() {
+[[gnu::noinline, gnu::cold]] void Worker::spill_half_of_run_queue() {
   // Move the older half to the global queue (pinned fibers to our inbox,
   // since no other worker may run them).
-  constexpr std::uint32_t half_capacity = RunQueue<RingEntry>::capacity / 2;
-  RingEntry half[half_capacity];
-  const std::uint32_t n = ring_.owner().take_half(half);
+  constexpr std::uint32_t half_capacity = RunQueue<RunQueueEntry>::capacity / 2;
+  RunQueueEntry half[half_capacity];
+  const std::uint32_t n = run_queue_.owner().take_half(half);
   FiberControl* movable[half_capacity];
   std::size_t movable_count = 0;
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -510,7 +486,7 @@ void Worker::push_spawned(FiberControl* fiber) {
   if (spawned_.size() >= 2) core_.idle().notify_work();
 }
 
-// Out of line for the same reason as spill_half_of_ring().
+// Out of line for the same reason as spill_half_of_run_queue().
 [[gnu::noinline, gnu::cold]] void Worker::spill_half_of_spawns() {
   // The older half goes to the global queue.
   FiberControl* oldest[decltype(spawned_)::capacity / 2];
@@ -532,7 +508,7 @@ void Worker::push_inbox(FiberControl* fiber) noexcept {
 }
 
 bool Worker::has_local_waiting() const noexcept {
-  return ring_.size() != 0 || spawned_.size() != 0 || inbox_fifo_ != nullptr ||
+  return run_queue_.size() != 0 || spawned_.size() != 0 || inbox_fifo_ != nullptr ||
          inbox_.load(std::memory_order_relaxed) != nullptr;
 }
 
@@ -547,9 +523,9 @@ FiberControl* Worker::pick_global() {
   }
   const std::size_t n = core_.pop_global_bulk(batch, want);
   if (n == 0) return nullptr;
-  auto owner = ring_.owner();
+  auto owner = run_queue_.owner();
   for (std::size_t i = 1; i < n; ++i) {
-    if (!owner.push(RingEntry(batch[i]))) push_local(batch[i]);
+    if (!owner.push(RunQueueEntry(batch[i]))) push_local(batch[i]);
   }
   if (n > 1) core_.idle().notify_work();
   return batch[0];
@@ -565,11 +541,11 @@ FiberControl* Worker::steal() {
   random_state_ ^= random_state_ >> 7;
   random_state_ ^= random_state_ << 17;
   const std::size_t start = random_state_ % count;
-  auto owner = ring_.owner();
+  auto owner = run_queue_.owner();
   for (std::size_t i = 0; i < count; ++i) {
     Worker& victim = *workers[(start + i) % count];
     if (&victim == this) continue;
-    const auto result = victim.ring_.thief().steal_into(owner, stealable);
+    const auto result = victim.run_queue_.thief().steal_into(owner, stealable);
     if (result.blocked.fiber() != nullptr) {
       // Charged to the pinned fiber by its own worker (see pick_next): a
       // thief must not touch a fiber it does not own.
@@ -596,7 +572,7 @@ FiberControl* Worker::steal() {
 [[gnu::noinline]] FiberControl* Worker::pick_periodic() {
   until_global_check_ = kGlobalCheckInterval;
   // Due timers (sched/timers.h): their fibers go to the next slot and the
-  // ring, and pick_queued picks them. A relaxed load unless a timer is armed.
+  // run queue, and pick_queued picks them. A relaxed load unless a timer is armed.
   core_.timers().run_due();
   if (core_.global_empty()) return nullptr;
   return pick_global();
@@ -625,7 +601,7 @@ FiberControl* Worker::pick_queued() {
   if (FiberControl* next = next_.take()) {
     // Past the limit, the next slot yields to what waits here, if anything
     // does; with nothing waiting, requeueing would only cost a round trip
-    // through the ring.
+    // through the run queue.
     if (next_streak_ < kNextStreakLimit || !has_local_waiting()) {
       ++next_streak_;
       return next;
@@ -648,7 +624,7 @@ FiberControl* Worker::pick_queued() {
     fiber->link = nullptr;
     return fiber;
   }
-  if (FiberControl* fiber = ring_.owner().pop().fiber()) {
+  if (FiberControl* fiber = run_queue_.owner().pop().fiber()) {
     if (pinned_steal_fails_.load(std::memory_order_relaxed) != 0 && !not_pinned(fiber))
       bump(fiber->counters.steal_fail, pinned_steal_fails_.exchange(0, std::memory_order_relaxed));
     return fiber;
@@ -678,48 +654,25 @@ bool Worker::poll_here(IdlePoller& poller) noexcept {
 FiberControl* Worker::run_after_poll() {
   FiberControl* fiber = pick_next();
   // The fibers the poll readied beyond the one about to run wait in this
-  // worker's ring, their wakes skipped (push_next): one wake for all of
+  // worker's run queue, their wakes skipped (push_next): one wake for all of
   // them, as Go's netpoll hands its list to injectglist, instead of a wake
   // per fiber, each taking the idle lock while peers go to sleep. A peer so
   // woken searches, so rule 2 of sched/idle.h wakes more if more remain.
   // The invariant holds meanwhile: this worker is awake and about to run
   // what it readied, and it wakes a sleeper now for the rest.
-  if (fiber != nullptr && ring_.size() != 0) core_.idle().notify_work();
+  if (fiber != nullptr && run_queue_.size() != 0) core_.idle().notify_work();
   return fiber;
 }
 
 FiberControl* Worker::wait_for_work() {
   IdleWorkers& idle = core_.idle();
   IdlePoller& poller = core_.poller();
-  TimerQueue& timers = core_.timers();
   for (;;) {
-    // Due timers, on entry and after every sleep: the blocker's timeout is
-    // the earliest deadline, and this is where its fibers are readied.
-    if (timers.run_due() != 0) {
-      if (FiberControl* fiber = pick_next()) return fiber;
-    }
-    // Before stealing: fds that became ready (io/netpoller.h). Here, on the
-    // worker's own stack, and never in pick_next, which also runs on a
-    // parking fiber's stack while it holds its fd record's lock.
-    if (poller.has_waiters() && poll_here(poller)) {
-      if (FiberControl* fiber = run_after_poll()) return fiber;
-    }
-    // The rules of sched/idle.h: a searcher that finds work ends its search
-    // before running it and, if it was the last, wakes another (pick_next's
-    // own notify_work, e.g. for the rest of a global batch, is skipped while
-    // this worker still counts as searching).
+    if (FiberControl* fiber = run_due_and_polled(poller)) return fiber;
     bool last_searcher = false;
-    if (idle.begin_search()) {
-      state_.store(WorkerState::searching, std::memory_order_relaxed);
-      for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
-        if (FiberControl* fiber = pick_next()) {
-          if (idle.end_search() && work_visible()) idle.notify_work();
-          return fiber;
-        }
-        for (int i = 0; i < kPausesPerRound; ++i) cpu_relax();
-      }
-      last_searcher = idle.end_search();
-    }
+    if (FiberControl* fiber = search(last_searcher)) return fiber;
+    // Registered as a sleeper, then every queue once more (sched/idle.h,
+    // rule 3), then asleep: in epoll_wait as the blocker, or on the futex.
     state_.store(WorkerState::sleeping, std::memory_order_relaxed);
     idle.prepare_sleep(idle_slot_);
     if (core_.stopping()) {
@@ -737,32 +690,71 @@ FiberControl* Worker::wait_for_work() {
     // are seen without anyone spinning. A timer armed after prepare_sleep's
     // fence is seen here, or its arm() sees this worker asleep and wakes
     // it (sched/timers.h, "Arming").
-    if ((poller.has_waiters() || timers.armed()) && poller.try_begin_block(index_)) {
-      if (idle.begin_poll(idle_slot_)) {
-        // What the poll readies waits in this worker's queues, unannounced,
-        // until the sleep is cancelled below: a wake then would pick this
-        // very slot, still listed, and write the eventfd to itself.
-        polling_here_ = true;
-        poller.block(timers.begin_blocking());
-        polling_here_ = false;
-        // Before end_block: once another worker may become the blocker, its
-        // begin_blocking must not be undone by ours.
-        timers.end_blocking();
-      }
-      poller.end_block();
-      idle.cancel_sleep(idle_slot_);  // whatever ended it; a wake is absorbed
+    if ((poller.has_waiters() || core_.timers().armed()) && poller.try_begin_block(index_)) {
+      if (FiberControl* fiber = sleep_as_blocker(poller)) return fiber;
       if (core_.stopping()) return nullptr;
-      // Straight to what the poll readied (the timers first: the poll's
-      // timeout may have been the earliest deadline), without the
-      // non-blocking poll at the top of the loop, which would find nothing
-      // the blocking one has not just taken.
-      timers.run_due();
-      if (FiberControl* fiber = run_after_poll()) return fiber;
       continue;
     }
     idle.wait(idle_slot_);
     if (core_.stopping()) return nullptr;
   }
+}
+
+FiberControl* Worker::run_due_and_polled(IdlePoller& poller) {
+  // Due timers, on entry and after every sleep: the blocker's timeout is
+  // the earliest deadline, and this is where its fibers are readied.
+  if (core_.timers().run_due() != 0) {
+    if (FiberControl* fiber = pick_next()) return fiber;
+  }
+  // Before stealing: fds that became ready (io/netpoller.h). Here, on the
+  // worker's own stack, and never in pick_next, which also runs on a
+  // parking fiber's stack while it holds its fd record's lock.
+  if (poller.has_waiters() && poll_here(poller)) return run_after_poll();
+  return nullptr;
+}
+
+FiberControl* Worker::search(bool& last_searcher) {
+  // The rules of sched/idle.h: a searcher that finds work ends its search
+  // before running it and, if it was the last, wakes another (pick_next's
+  // own notify_work, e.g. for the rest of a global batch, is skipped while
+  // this worker still counts as searching).
+  IdleWorkers& idle = core_.idle();
+  if (!idle.begin_search()) return nullptr;
+  state_.store(WorkerState::searching, std::memory_order_relaxed);
+  for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
+    if (FiberControl* fiber = pick_next()) {
+      if (idle.end_search() && work_visible()) idle.notify_work();
+      return fiber;
+    }
+    for (int i = 0; i < kPausesPerRound; ++i) cpu_relax();
+  }
+  last_searcher = idle.end_search();
+  return nullptr;
+}
+
+FiberControl* Worker::sleep_as_blocker(IdlePoller& poller) {
+  IdleWorkers& idle = core_.idle();
+  TimerQueue& timers = core_.timers();
+  if (idle.begin_poll(idle_slot_)) {
+    // What the poll readies waits in this worker's queues, unannounced,
+    // until the sleep is cancelled below: a wake then would pick this
+    // very slot, still listed, and write the eventfd to itself.
+    polling_here_ = true;
+    poller.block(timers.begin_blocking());
+    polling_here_ = false;
+    // Before end_block: once another worker may become the blocker, its
+    // begin_blocking must not be undone by ours.
+    timers.end_blocking();
+  }
+  poller.end_block();
+  idle.cancel_sleep(idle_slot_);  // whatever ended it; a wake is absorbed
+  if (core_.stopping()) return nullptr;
+  // Straight to what the poll readied (the timers first: the poll's
+  // timeout may have been the earliest deadline), without the
+  // non-blocking poll at the top of wait_for_work, which would find
+  // nothing the blocking one has not just taken.
+  timers.run_due();
+  return run_after_poll();
 }
 
 }  // namespace weft::detail

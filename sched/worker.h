@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <ctime>
 #include <thread>
 
 #include "../runtime/context.h"
@@ -17,6 +16,7 @@
 #include "idle.h"
 #include "latency_histogram.h"
 #include "next_slot.h"
+#include "os_thread.h"
 #include "run_queue.h"
 #include "spawn_deque.h"
 
@@ -27,10 +27,10 @@ class IdlePoller;
 
 // A run-queue entry: the fiber with its pinned flag in the low bit, so that
 // a thief can pass over a pinned fiber without dereferencing it.
-class RingEntry {
+class RunQueueEntry {
  public:
-  RingEntry() noexcept = default;
-  explicit RingEntry(FiberControl* fiber) noexcept
+  RunQueueEntry() noexcept = default;
+  explicit RunQueueEntry(FiberControl* fiber) noexcept
       : bits_(reinterpret_cast<std::uintptr_t>(fiber) |
               (fiber->pin_count.load(std::memory_order_relaxed) != 0 ? 1u : 0u)) {}
   FiberControl* fiber() const noexcept { return reinterpret_cast<FiberControl*>(bits_ & ~std::uintptr_t{1}); }
@@ -91,7 +91,7 @@ class Worker {
   [[nodiscard]] transfer_t exit_current(SwitchAction after);
 
   // --- on this worker's thread ------------------------------------------
-  // Back of the ring (spills half to global when full); `notify` wakes an
+  // Back of the run queue (spills half to global when full); `notify` wakes an
   // idle worker to steal it.
   void push_local(FiberControl* fiber, bool notify = true);
   void push_next(FiberControl* fiber);  // run next: the fiber just woken
@@ -131,7 +131,7 @@ class Worker {
     if (tick != 0) pending_preempt_requests.fetch_sub(1, std::memory_order_relaxed);
     return tick;
   }
-  // Whether a thief may take a fiber from here now: the ring's, and the
+  // Whether a thief may take a fiber from here now: the run queue's, and the
   // spawns but one held for this worker (all of them while it is stuck).
   // The next slot is not stealable (only sysmon's hand-off seizes it).
   bool has_stealable_work() const noexcept;
@@ -143,22 +143,22 @@ class Worker {
     if (stuck_.load(std::memory_order_relaxed) != stuck) stuck_.store(stuck, std::memory_order_relaxed);
   }
   bool stuck() const noexcept { return stuck_.load(std::memory_order_relaxed); }
-  // Moves the next slot and the ring's unpinned prefix to the global queue,
+  // Moves the next slot and the run queue's unpinned prefix to the global queue,
   // through `scratch` (an empty queue of sysmon's own). Any thread; returns
   // how many fibers moved.
-  std::size_t hand_off_queued(RunQueue<RingEntry>& scratch) noexcept;
+  std::size_t hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept;
   // For a worker whose thread is blocked in the kernel: the fibers in its
-  // inbox and its ring that only a libc hook pins here (parked, or
+  // inbox and its run queue that only a libc hook pins here (parked, or
   // preempted at the hook's checkpoint) go to the global queue, their pins
   // released (a std::mutex held across a hooked read must not deadlock the
-  // workers waiting for it; hooks/hook_support.h); the ring's other fibers go
+  // workers waiting for it; hooks/hook_support.h); the run queue's other fibers go
   // where hand_off_queued would put them (the user-pinned to the inbox),
   // through `scratch`. Returns how many moved.
-  std::size_t release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept;
-  // Whether fibers pinned here may wait in the inbox or the ring (cheap:
+  std::size_t release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexcept;
+  // Whether fibers pinned here may wait in the inbox or the run queue (cheap:
   // two loads).
   bool pinned_may_wait() const noexcept {
-    return inbox_.load(std::memory_order_relaxed) != nullptr || ring_.size() != 0;
+    return inbox_.load(std::memory_order_relaxed) != nullptr || run_queue_.size() != 0;
   }
 
   // --- spares (sysmon's thread) ----------------------------------------
@@ -175,12 +175,8 @@ class Worker {
 
   // --- read by the dump (any thread) ------------------------------------
   WorkerState state() const noexcept { return state_.load(std::memory_order_relaxed); }
-  int os_thread_id() const noexcept { return tid_.load(std::memory_order_relaxed); }
-  // CPU time its thread has used; 0 before it starts or after it ends.
-  std::int64_t cpu_time_ns() const noexcept;
-  // Its thread's state as the kernel reports it (/proc: 'R' running or
-  // runnable, 'S' or 'D' asleep, ...); '?' when unknown.
-  char thread_state() const noexcept;
+  // Its thread as the OS sees it: id, /proc state, CPU time.
+  const OsThread& os_thread() const noexcept { return os_thread_; }
   std::uint32_t queue_length() const noexcept;
   const WorkerCounters& counters() const noexcept { return counters_; }
   WorkerCounters& counters() noexcept { return counters_; }
@@ -200,7 +196,7 @@ class Worker {
   void flush_to_global() noexcept;
   // The spare's thread, between activations.
   void wait_for_activation() noexcept;
-  // Next fiber to run, without blocking: next slot, inbox, ring, spawned,
+  // Next fiber to run, without blocking: next slot, inbox, run queue, spawned,
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
   FiberControl* pick_queued();  // pick_next's search, before the held spawn's release
@@ -213,20 +209,30 @@ class Worker {
   }
   void publish_held_spawn() noexcept;
   // Every kGlobalCheckInterval-th pick: due timers, then a batch of the
-  // global queue so that it is never starved by a busy ring (Go's schedule).
+  // global queue so that it is never starved by a busy run queue (Go's schedule).
   FiberControl* pick_periodic();
   FiberControl* pick_global();
-  // The slow paths of push_local and push_spawned: the ring or deque is full.
-  void spill_half_of_ring();
+  // The slow paths of push_local and push_spawned: the run queue or deque is full.
+  void spill_half_of_run_queue();
   void spill_half_of_spawns();
-  // Whether a fiber waits in this worker's ring, spawn deque or inbox.
+  // Whether a fiber waits in this worker's run queue, spawn deque or inbox.
   bool has_local_waiting() const noexcept;
   FiberControl* steal();
   // Whether a fiber waits in the global queue or in any worker's queues
   // (this one's included): sched/idle.h's rules 2 and 3.
   bool work_visible() const noexcept;
-  // Searches briefly, then sleeps; null when the scheduler stops.
+  // Searches briefly, then sleeps; null when the scheduler stops. Its
+  // steps, in order:
   FiberControl* wait_for_work();
+  // Due timers, then the netpoller without blocking: what they readied.
+  FiberControl* run_due_and_polled(IdlePoller& poller);
+  // A few rounds of pick_next as a searcher (sched/idle.h); sets
+  // `last_searcher` when it found nothing and was the last.
+  FiberControl* search(bool& last_searcher);
+  // A listed sleeper that became the poller's blocker: sleeps in epoll_wait
+  // until an event, a wake or the earliest timer, then returns what it
+  // readied.
+  FiberControl* sleep_as_blocker(IdlePoller& poller);
   // The idle loop's non-blocking poll, its readied fibers' wakes deferred.
   bool poll_here(IdlePoller& poller) noexcept;
   // After the idle loop's poll: the next fiber, and one wake for the rest.
@@ -241,16 +247,14 @@ class Worker {
   const unsigned index_;
   const bool spare_;
   std::thread thread_;
-  std::atomic<int> tid_{0};
-  std::atomic<bool> cpu_clock_valid_{false};
-  clockid_t cpu_clock_{};  // written before cpu_clock_valid_
+  OsThread os_thread_;
   std::atomic<WorkerState> state_{WorkerState::running};
 
   ExecutionContext loop_context_;  // the thread's own stack
   // Written by the worker only; atomic so that sysmon may compare it.
   std::atomic<FiberControl*> current_{nullptr};
 
-  RunQueue<RingEntry> ring_;  // fibers that have run: woken, yielded, preempted
+  RunQueue<RunQueueEntry> run_queue_;  // fibers that have run: woken, yielded, preempted
   // Room for a burst of spawns (a server accepting a thousand connections)
   // before the older half is spilled to the global queue, through which
   // each costs more (docs/benchmarks.md, "Figures behind the comments").

@@ -204,7 +204,7 @@ TEST_P(IoTest, ManyWaitersOnOneFdAllWake) {
 TEST(Io, ABlockerThatReadiesManyFibersDoesNotWakeItself) {
   // One worker: when idle it is the blocker, in epoll_wait, and the only
   // listed sleeper. One event readies every fiber parked on the fd, and the
-  // ring's wake for each fiber beyond the first used to pick that one
+  // run queue's wake for each fiber beyond the first used to pick that one
   // sleeper, the blocker itself, and write the poller's eventfd to its own
   // next epoll_wait (io/netpoller.h). Now the idle loop wakes once, after
   // it has left the sleepers list, and nobody is left to wake.

@@ -82,10 +82,11 @@ ssize_t read_file(int fd, const iovec* iov, int count, off_t offset) {
     const ssize_t wanted = total_length(iov, count);
     if (cached == 0 || cached >= wanted) return cached;
   } else if (errno_value() != EAGAIN) {
-    // EOPNOTSUPP (or EINVAL before Linux 4.14): no RWF_NOWAIT for this
-    // file; anything else (EBADF, EISDIR, EINVAL...) is the read's own.
+    // EOPNOTSUPP (or EINVAL before Linux 4.14, ENOSYS before 4.6): no
+    // RWF_NOWAIT for this file; anything else (EBADF, EISDIR...) is the
+    // read's own. An EINVAL of the read's own comes back from the read.
     const int error = errno_value();
-    if (error != EOPNOTSUPP && error != EINVAL) return -1;
+    if (error != EOPNOTSUPP && error != EINVAL && error != ENOSYS) return -1;
     set_errno(saved);
     return blocking_read(fd, iov, count, offset);
   }

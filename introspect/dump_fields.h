@@ -194,6 +194,13 @@ struct Fields<SchedulerSnapshot> {
       nested("busy", &S::blocking, &B::busy),       nested("queued", &S::blocking, &B::queued),
       nested("calls", &S::blocking, &B::calls),
   };
+  using T = SparesSnapshot;
+  static constexpr auto spares = std::tuple{
+      nested("running", &S::spares, &T::running),
+      nested("threads", &S::spares, &T::threads),
+      nested("max_threads", &S::spares, &T::max_threads),
+      nested("limit_reached", &S::spares, &T::limit_reached),
+  };
   static constexpr auto sched_latency = latency_fields(&S::sched_latency);
   static constexpr auto table = std::tuple{
       field("name", &S::name),
@@ -203,6 +210,7 @@ struct Fields<SchedulerSnapshot> {
       group("sched_latency", sched_latency, &always),  // runnable -> running since the last dump
       group("poller", poller, &always),                // the netpoller (docs/io.md)
       group("blocking_pool", blocking, &always),       // weft::blocking's helpers
+      group("spares", spares, &always),                // spare threads and Config::max_threads
       full_only("workers", &S::workers),
       full_only("fibers", &S::fibers),  // streamed: the big one
   };

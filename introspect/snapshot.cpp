@@ -17,9 +17,11 @@ namespace weft::detail {
 SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
   SchedulerSnapshot snap;
   snap.name = core.config().name;
-  snap.workers.reserve(core.workers().size());
-  for (const auto& worker : core.workers()) {
-    if (worker->is_spare() && !worker->spare_started()) continue;
+  const std::size_t span = core.config().workers + core.spares().created();
+  snap.workers.reserve(span);
+  for (std::size_t i = 0; i < span; ++i) {
+    const Worker* worker = &core.worker(i);
+    if (worker->is_spare() && !worker->spare_thread_alive()) continue;
     WorkerSnapshot w;
     w.index = worker->index();
     w.os_thread_id = worker->os_thread().id();
@@ -45,6 +47,10 @@ SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
   snap.global_queue = global > 0 ? static_cast<std::uint64_t>(global) : 0;
   snap.sched_latency = core.sched_latency_since_last();
   snap.blocking.max_threads = blocking_thread_limit(core.config());
+  snap.spares.running = core.spares().running();
+  snap.spares.threads = core.spares().threads();
+  snap.spares.max_threads = core.config().max_threads;
+  snap.spares.limit_reached = core.spares().limit_reached();
   if (const BlockingPool* pool = BlockingPool::find(core)) {
     const BlockingPool::Stats stats = pool->stats();
     snap.blocking.threads = stats.threads;

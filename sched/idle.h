@@ -81,9 +81,12 @@ class IdlePoller;
 
 class IdleWorkers {
  public:
-  // `sleepers`: how many may sleep at once (the workers, and spares that
-  // hold pinned fibers), so that going to sleep never allocates.
+  // `sleepers`: how many may sleep at once (the workers; reserve_sleepers
+  // adds the spares), so that going to sleep never allocates.
   IdleWorkers(unsigned workers, unsigned sleepers) : workers_(workers) { sleepers_.reserve(sleepers); }
+  // Room for `sleepers` in all, before a new spare may sleep; may throw
+  // std::bad_alloc.
+  void reserve_sleepers(unsigned sleepers);
 
   // After publishing work any worker may run.
   void notify_work() noexcept {

@@ -45,8 +45,9 @@
 // Sysmon (sched/sysmon.h, docs/sysmon.md) watches the workers from a
 // thread of its own: it asks a fiber that has run past Config::time_slice
 // to yield at its next checkpoint, hands the queued fibers of a worker
-// that has not switched for 1 ms to the global queue, and, while a worker's
-// thread is blocked in the kernel, lets a spare worker run them (worker.h).
+// blocked in the kernel (announced, sched/blocking_call.h, or found so) or
+// burning its CPU to the global queue, and, while a worker's thread is
+// blocked, lets a spare worker run them (sched/spares.h).
 //
 // Rejected alternatives
 //   - One shared queue (a thread pool's design): every switch contends on
@@ -82,6 +83,7 @@
 #include "idle_poller.h"
 #include "latency_histogram.h"
 #include "services.h"
+#include "spares.h"
 #include "sysmon.h"
 #include "timers.h"
 
@@ -150,11 +152,14 @@ class SchedulerCore {
   LatencySummary sched_latency_since_last();
 
   // --- parts, for the worker and park -----------------------------------
-  // Config::workers workers, then Config::spare_workers spares (worker.h).
+  // The Config::workers workers (spares are in spares()).
   std::vector<std::unique_ptr<Worker>>& workers() noexcept { return workers_; }
-  // How many of workers() may hold fibers: the workers, and the spares
-  // that have ever been started (they are started lowest index first).
-  std::size_t steal_span() const noexcept { return config_.workers + spares_started_.load(std::memory_order_relaxed); }
+  // How many workers may hold fibers: the workers, and the spares up to
+  // the last running one (sched/spares.h); worker(i) below that.
+  std::size_t steal_span() const noexcept { return config_.workers + spares_.span(); }
+  Worker& worker(std::size_t i) const noexcept {
+    return i < config_.workers ? *workers_[i] : spares_.at(static_cast<unsigned>(i - config_.workers));
+  }
   TimerQueue& timers() noexcept { return timers_; }
   // Arms `node` and wakes whoever must watch it (sched/timers.h, "Arming").
   // On a worker, or any thread.
@@ -163,23 +168,9 @@ class SchedulerCore {
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }
   Sysmon& sysmon() noexcept { return sysmon_; }
+  Spares& spares() noexcept { return spares_; }
   IdlePoller& poller() noexcept { return *poller_; }
   const IdlePoller& poller() const noexcept { return *poller_; }
-
-  // --- spare workers (worker.h; decided by sysmon) ----------------------
-  // Sysmon: how many spares may run fibers now, one per worker thread
-  // blocked in the kernel, at most Config::spare_workers.
-  void set_spare_target(unsigned target) noexcept { spare_target_.store(target, std::memory_order_relaxed); }
-  unsigned spare_target() const noexcept { return spare_target_.load(std::memory_order_relaxed); }
-  unsigned active_spares() const noexcept { return active_spares_.load(std::memory_order_relaxed); }
-  bool spare_surplus() const noexcept { return active_spares() > spare_target(); }
-  // Sysmon: starts or wakes one spare that is not running; false if none
-  // is free or no thread could be started.
-  bool activate_spare() noexcept;
-  // A spare's thread, retiring: when surplus (false if it is not, or another
-  // spare took the retirement), or unconditionally when it has nothing to run.
-  bool retire_spare_if_surplus() noexcept;
-  void retire_spare() noexcept { active_spares_.fetch_sub(1, std::memory_order_relaxed); }
 
   void push_global(FiberControl* fiber) noexcept;
   void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
@@ -210,6 +201,12 @@ class SchedulerCore {
   void fiber_exited() noexcept;
   // The calling thread's worker if it is one of this scheduler's, else null.
   Worker* own_worker() const noexcept;
+  // The per-worker slot of `own` (own_worker()) in the registry and the
+  // live counts: i + 1 for worker i; 0 for plain threads and spares, which
+  // share it (they are few, and come and go).
+  unsigned local_slot(const Worker* own) const noexcept;
+  // `own`'s stack cache (StackPool): a worker's own; none for a spare.
+  unsigned stack_cache(const Worker* own) const noexcept;
   std::atomic<std::int64_t>& live_count(Worker* own) noexcept;  // `own`: own_worker()'s slot
   std::int64_t live_sum() const noexcept;
 
@@ -224,10 +221,8 @@ class SchedulerCore {
   moodycamel::ConcurrentQueue<FiberControl*> global_;
   std::atomic<std::int64_t> global_size_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::atomic<unsigned> spare_target_{0};
-  std::atomic<unsigned> active_spares_{0};  // counted by activate_spare, retire_spare*
-  std::atomic<unsigned> spares_started_{0};
-  Sysmon sysmon_{*this};  // after workers_: it watches them
+  Spares spares_;
+  Sysmon sysmon_{*this};  // after workers_ and spares_: it watches them
   std::mutex sched_latency_lock_;
   LatencyHistogram::Counts sched_latency_seen_{};  // the sums at the last sched_latency_since_last()
 

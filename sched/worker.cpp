@@ -100,7 +100,8 @@ Worker::Worker(SchedulerCore& core, unsigned index, bool spare)
       spare_(spare),
       state_(spare ? WorkerState::spare : WorkerState::running),
       until_global_check_(kGlobalCheckInterval),
-      random_state_(0x9E3779B97F4A7C15ull * (index + 1)) {}
+      random_state_(0x9E3779B97F4A7C15ull * (index + 1)),
+      spare_activations_(spare ? 1u : 0u) {}  // a spare starts without a thread
 
 void Worker::start() {
   thread_ = std::thread([this] { run_loop(); });
@@ -110,43 +111,10 @@ void Worker::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool Worker::activate() noexcept {
-  spare_running_.store(true, std::memory_order_relaxed);
-  // The bump is what the thread waits for (wait_for_activation); release:
-  // it sees the queues sysmon handed off before.
-  activations_.fetch_add(1, std::memory_order_release);
-  if (spare_started_.load(std::memory_order_relaxed)) {
-    futex_wake(activations_);
-    return true;
-  }
-  try {
-    start();
-  } catch (...) {  // std::system_error: no thread to be had; sysmon tries again later
-    spare_running_.store(false, std::memory_order_relaxed);
-    return false;
-  }
-  spare_started_.store(true, std::memory_order_relaxed);
-  return true;
-}
-
-void Worker::wake_spare() noexcept {
-  activations_.fetch_add(1, std::memory_order_release);
-  futex_wake(activations_);
-}
-
-void Worker::wait_for_activation() noexcept {
-  std::uint32_t now = activations_.load(std::memory_order_acquire);
-  while (now == activations_seen_) {
-    futex_wait(activations_, now);
-    now = activations_.load(std::memory_order_acquire);
-  }
-  activations_seen_ = now;
-}
-
 bool Worker::leaving() const noexcept {
   if (!spare_) [[likely]]
     return false;
-  return pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spare_surplus();
+  return pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spares().surplus();
 }
 
 void Worker::flush_to_global() noexcept {
@@ -263,22 +231,10 @@ void Worker::run_loop() {
   adopt_thread_context(loop_context_);
   AltSignalStack alt_stack;
 
-  if (!spare_) {
+  if (!spare_)
     run_fibers();
-  } else {
-    for (;;) {
-      wait_for_activation();
-      if (core_.stopping()) break;
-      state_.store(WorkerState::running, std::memory_order_relaxed);
-      run_fibers();
-      if (core_.stopping()) break;
-      flush_to_global();
-      state_.store(WorkerState::spare, std::memory_order_relaxed);
-      current_.store(nullptr, std::memory_order_relaxed);
-      // Release: a sysmon that activates it again sees the queues flushed.
-      spare_running_.store(false, std::memory_order_release);
-    }
-  }
+  else
+    core_.spares().serve(*this);
   state_.store(WorkerState::stopped, std::memory_order_relaxed);
   os_thread_.ended();
   bind_running_fiber_cell(nullptr);
@@ -287,17 +243,17 @@ void Worker::run_loop() {
 
 void Worker::run_fibers() {
   for (;;) {
-    if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0 && core_.retire_spare_if_surplus()) return;
+    if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spares().retire_if_surplus()) return;
     FiberControl* next = pick_next();
     if (next == nullptr) {
-      // Idle: a spare retires rather than sleep with the workers, whom
-      // notify_work() wakes for any work (Go's stopm for an M without a P).
-      if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0) {
-        core_.retire_spare();
-        return;
-      }
+      // Idle: a spare that is still needed sleeps like a worker (it may be
+      // the netpoller's blocker, the one that runs the timers); a surplus
+      // one comes back here to retire.
       next = wait_for_work();
-      if (next == nullptr) return;
+      if (next == nullptr) {
+        if (core_.stopping()) return;
+        continue;
+      }
       // Back from idle: a sysmon that went to sleep with every worker
       // idle must watch this one again (sched/sysmon.h).
       state_.store(WorkerState::running, std::memory_order_relaxed);
@@ -532,9 +488,8 @@ FiberControl* Worker::pick_global() {
 }
 
 FiberControl* Worker::steal() {
-  auto& workers = core_.workers();
-  // The workers and the spares that have ever run (a retired spare's
-  // queues are empty; a running one's may be stolen from).
+  // The workers and the spares up to the last running one (a retired
+  // spare's queues are empty; a running one's may be stolen from).
   const std::size_t count = core_.steal_span();
   if (count < 2) return nullptr;
   random_state_ ^= random_state_ << 13;
@@ -543,7 +498,7 @@ FiberControl* Worker::steal() {
   const std::size_t start = random_state_ % count;
   auto owner = run_queue_.owner();
   for (std::size_t i = 0; i < count; ++i) {
-    Worker& victim = *workers[(start + i) % count];
+    Worker& victim = core_.worker((start + i) % count);
     if (&victim == this) continue;
     const auto result = victim.run_queue_.thief().steal_into(owner, stealable);
     if (result.blocked.fiber() != nullptr) {
@@ -638,9 +593,8 @@ FiberControl* Worker::pick_queued() {
 
 bool Worker::work_visible() const noexcept {
   if (!core_.global_empty()) return true;
-  const auto& workers = core_.workers();
   for (std::size_t i = 0, count = core_.steal_span(); i < count; ++i)
-    if (workers[i]->has_stealable_work()) return true;
+    if (core_.worker(i).has_stealable_work()) return true;
   return false;
 }
 
@@ -668,6 +622,9 @@ FiberControl* Worker::wait_for_work() {
   IdleWorkers& idle = core_.idle();
   IdlePoller& poller = core_.poller();
   for (;;) {
+    // A spare that has become surplus while idle retires (Spares::tidy
+    // wakes it for that).
+    if (leaving()) return nullptr;
     if (FiberControl* fiber = run_due_and_polled(poller)) return fiber;
     bool last_searcher = false;
     if (FiberControl* fiber = search(last_searcher)) return fiber;

@@ -55,16 +55,8 @@ struct WorkerCounters {
   std::atomic<std::uint64_t> handoffs{0};  // fibers sysmon moved off while it was stuck
 };
 
-// Spare workers (docs/sysmon.md): Config::spare_workers more Workers, with
-// indexes from Config::workers on, whose threads sysmon starts (or wakes)
-// when a worker's thread is blocked in the kernel while fibers wait, Go's
-// handoffp in weft's terms. A spare runs the same loop and queues as any
-// worker, and it retires, flushing its queues to the global queue, at its
-// next switch once it is surplus (more spares active than threads blocked)
-// or as soon as it finds nothing to run. So at most Config::workers threads
-// run fibers, except while a worker is blocked in the kernel, and for the
-// time a surplus spare's fiber runs on until its next switch. A fiber
-// pinned on a spare keeps it from retiring until it unpins.
+// A spare worker (sched/spares.h) is a Worker too: `spare` at construction,
+// its thread started and retired by Spares, the same loop and queues.
 class Worker {
  public:
   Worker(SchedulerCore& core, unsigned index, bool spare = false);
@@ -161,17 +153,30 @@ class Worker {
     return inbox_.load(std::memory_order_relaxed) != nullptr || run_queue_.size() != 0;
   }
 
-  // --- spares (sysmon's thread) ----------------------------------------
+  // --- announced blocking calls (sched/blocking_call.h) -----------------
+  // Odd while the running fiber is in an announced blocking call: bumped at
+  // the call's entry and at its exit, so that sysmon tells one long call
+  // from two short ones by its value. Written by this worker's thread only.
+  std::uint32_t blocking_call() const noexcept { return blocking_call_.load(std::memory_order_relaxed); }
+  // False (and nothing changes) if the worker is marked already: the
+  // announcement is nested in another.
+  bool begin_blocking_call() noexcept {
+    const std::uint32_t calls = blocking_call_.load(std::memory_order_relaxed);
+    if ((calls & 1) != 0) return false;
+    blocking_call_.store(calls + 1, std::memory_order_relaxed);
+    return true;
+  }
+  void end_blocking_call() noexcept {
+    blocking_call_.store(blocking_call_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  // --- spares (sched/spares.h) ------------------------------------------
   bool is_spare() const noexcept { return spare_; }
-  // Running fibers, or about to: set by activate(), cleared by the spare's
-  // thread once it has retired and flushed its queues.
+  // Running fibers, or about to: set by an activation, cleared by the
+  // spare's thread once it has retired and flushed its queues.
   bool spare_running() const noexcept { return spare_running_.load(std::memory_order_acquire); }
-  bool spare_started() const noexcept { return spare_started_.load(std::memory_order_relaxed); }
-  // Starts the spare's thread, or wakes it; false if no thread could be
-  // started.
-  bool activate() noexcept;
-  // Wakes a spare's thread to end (shutdown, once stopping() holds).
-  void wake_spare() noexcept;
+  // Whether the spare has a thread (running, or retired and waiting).
+  bool spare_thread_alive() const noexcept { return (spare_activations_.load(std::memory_order_relaxed) & 1u) == 0; }
 
   // --- read by the dump (any thread) ------------------------------------
   WorkerState state() const noexcept { return state_.load(std::memory_order_relaxed); }
@@ -186,6 +191,7 @@ class Worker {
 
  private:
   friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the thread id
+  friend class Spares;            // a spare's thread, its activations and retirement
   void run_loop();
   // Runs fibers until the scheduler stops, or (a spare) until it retires.
   void run_fibers();
@@ -194,8 +200,6 @@ class Worker {
   bool leaving() const noexcept;
   // A retiring spare's queued fibers go to the global queue.
   void flush_to_global() noexcept;
-  // The spare's thread, between activations.
-  void wait_for_activation() noexcept;
   // Next fiber to run, without blocking: next slot, inbox, run queue, spawned,
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
@@ -269,19 +273,17 @@ class Worker {
   FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 
-  std::uint32_t until_global_check_;            // pick_next calls left before a look at the global queue
-  std::atomic<std::uint64_t> switch_tick_{0};   // written by the worker
-  std::atomic<std::uint64_t> preempt_tick_{0};  // sysmon's request; 0: none
-  std::atomic<bool> stuck_{false};              // written by sysmon
+  std::uint32_t until_global_check_;             // pick_next calls left before a look at the global queue
+  std::atomic<std::uint64_t> switch_tick_{0};    // written by the worker
+  std::atomic<std::uint64_t> preempt_tick_{0};   // sysmon's request; 0: none
+  std::atomic<std::uint32_t> blocking_call_{0};  // odd: in an announced blocking call
+  std::atomic<bool> stuck_{false};               // written by sysmon
   std::uint64_t random_state_;
   std::atomic<int> pinned_here_{0};  // fibers pinned on this worker (count_pin; sysmon's releases)
-  // Spares: activations so far (a futex word the thread waits on, bumped
-  // by activate() and wake_spare(), never reset so no wake is lost), the
-  // last one the thread has seen, and whether it runs fibers.
-  std::atomic<std::uint32_t> activations_{0};
-  std::uint32_t activations_seen_ = 0;
+  // Spares: a futex word bumped by each activation, bit 0 set while the
+  // spare has no thread (sched/spares.cpp); and whether it runs fibers.
+  std::atomic<std::uint32_t> spare_activations_;
   std::atomic<bool> spare_running_{false};
-  std::atomic<bool> spare_started_{false};
   IdleSlot idle_slot_;
   WorkerCounters counters_;
   LatencyHistogram run_latency_;

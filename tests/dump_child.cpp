@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   config.workers = 2;
   // The tests count its workers, and a spare started while the machine is
   // loaded would be one more.
-  config.spare_workers = 0;
+  config.max_threads = config.workers;        // no spares
   auto* sched = new weft::Scheduler(config);  // deleted only on the orderly path
 
   weft::BlockingQueue<int> never_fed;

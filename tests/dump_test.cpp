@@ -986,7 +986,7 @@ TEST(Dump, NamesWithControlBytesAndInvalidUtf8AreEscaped) {
   Config config = test::config_with(1);
   // The header's worker count counts spares too: one started while the
   // machine was loaded made it "2 workers" (a CI run).
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   config.name = "evil\x1b[2J\r\nScheduler \"forged\": 9 workers";
   Scheduler sched{config};
   BlockingQueue<int> never;
@@ -1131,8 +1131,8 @@ TEST(Dump, AThousandPendingConnectionsMakeTheServerBusy) {
 TEST(Dump, FibersInTheGlobalQueueAreCountedThere) {
   Config config = test::config_with(1);
   config.name = "global-queue";
-  config.preemption = false;  // the hog keeps its worker however long it runs
-  config.spare_workers = 0;
+  config.preemption = false;            // the hog keeps its worker however long it runs
+  config.max_threads = config.workers;  // no spares
   Scheduler sched{config};
   std::atomic<bool> started{false}, release{false};
   Fiber hog = sched.spawn({.name = "hog"}, [&] {

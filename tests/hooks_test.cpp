@@ -43,7 +43,7 @@ using Clock = std::chrono::steady_clock;
 // in the kernel (docs/sysmon.md), hiding a hook that failed to park.
 Scheduler one_worker() {
   Config config = test::config_with(1);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   return Scheduler(config);
 }
 
@@ -279,7 +279,7 @@ TEST(HooksSocket, ShortReadsStayShort) {
 // EAGAIN instead of hanging, and fails the count.
 TEST(HooksSocket, PingPongOverBlockingSocketsLosesNoWakeUp) {
   Config config = test::config_with(2);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   Scheduler sched(config);
   // 8,000 parks a side: 0.2 s in release, tens of seconds under TSan on a
   // loaded machine (8 pairs of 2,000 rounds took 30-47 s there).
@@ -522,7 +522,7 @@ TEST(HooksPoll, PollOnSeveralFdsParksUntilOneIsReady) {
 // that returns 0 after its 5 s, never as a hang.
 TEST(HooksPoll, PollOnOneFdPingPongLosesNoWakeUp) {
   Config config = test::config_with(2);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   Scheduler sched(config);
   constexpr int kPairs = 4;
   constexpr int kRounds = 1000;

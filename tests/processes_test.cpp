@@ -45,7 +45,7 @@ pid_t spawn_shell(const char* command) {
 // how many it counted while the body ran.
 int ticks_beside(const std::function<void()>& body) {
   Config config = test::config_with(1);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spare threads
   Scheduler sched{config};
   std::atomic<bool> done{false};
   std::atomic<int> ticks{0};

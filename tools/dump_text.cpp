@@ -410,6 +410,10 @@ std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file) {
       append(out, "  weft::blocking: %llu of %llu helper threads, %llu busy, %llu calls queued, %llu done\n",
              ull(s.blocking.threads), ull(s.blocking.max_threads), ull(s.blocking.busy), ull(s.blocking.queued),
              ull(s.blocking.calls));
+    if (s.spares.threads != 0 || s.spares.limit_reached)
+      append(out, "  spare threads: %llu running, %llu alive, limit %llu threads in all%s\n", ull(s.spares.running),
+             ull(s.spares.threads), ull(s.spares.max_threads),
+             s.spares.limit_reached ? " REACHED: raise Config::max_threads (WEFT_MAX_THREADS)" : "");
     out += '\n';
     for (const WorkerSnapshot& w : s.workers) worker_line(out, w);
     poller_line(out, s.poller);

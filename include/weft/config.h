@@ -92,10 +92,17 @@ struct Config {
   // max_blocking_threads applies; else 1 to 1024, and it replaces it. Set
   // max_blocking_threads instead.
   unsigned blocking_threads = 0;
-  // Spare threads that take over a worker's fibers while its thread is
-  // blocked in the kernel (docs/sysmon.md), at most; started on demand and
-  // retired when idle. 0 turns replacement off. At most 1024.
-  unsigned spare_workers = 16;
+  // The most threads that run this scheduler's fibers: the workers, and the
+  // spare threads that take over their fibers while they are blocked in the
+  // kernel (docs/sysmon.md), started as blocked workers need them (Go's
+  // debug.SetMaxThreads). Reaching it is reported once on stderr; fibers
+  // then wait for a blocked thread to return. `workers` turns spares off;
+  // less than `workers` is rejected. The default scheduler reads
+  // WEFT_MAX_THREADS.
+  unsigned max_threads = 10'000;
+  // How long a retired spare thread waits to be needed again before it
+  // ends (tokio's thread_keep_alive).
+  std::chrono::milliseconds spare_keep_alive{10'000};
 };
 
 namespace detail {

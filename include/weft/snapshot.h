@@ -88,6 +88,17 @@ struct WorkerSnapshot {
   bool spare = false;
 };
 
+// The spare threads (docs/sysmon.md) that run fibers while workers are
+// blocked in the kernel, and their limit.
+struct SparesSnapshot {
+  unsigned running = 0;      // running fibers now, in place of a blocked thread
+  unsigned threads = 0;      // spare threads alive (running, or retired and kept)
+  unsigned max_threads = 0;  // Config::max_threads: workers and spares together
+  // The last call for a spare found max_threads reached (until one is had
+  // again): fibers wait for a blocked thread to return.
+  bool limit_reached = false;
+};
+
 // The helper threads of weft::blocking (include/weft/blocking.h); all zero
 // until a fiber first calls it.
 struct BlockingPoolSnapshot {
@@ -127,6 +138,7 @@ struct SchedulerSnapshot {
   std::vector<FiberSnapshot> fibers;  // live fibers only
   std::uint64_t fiber_count = 0;      // live fibers, also when `fibers` was not taken
   BlockingPoolSnapshot blocking;
+  SparesSnapshot spares;
   // Fibers in the global queue (woken by timers and plain threads, spawned
   // from plain threads, spilled or handed off), which no worker's
   // queue_length counts.

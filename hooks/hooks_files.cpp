@@ -32,6 +32,7 @@
 #include "../io/real_calls.h"
 #include "../sched/current.h"
 #include "../sched/scheduler_core.h"
+#include "announced.h"
 #include "fd_table.h"
 #include "file_io.h"
 #include "hook_support.h"
@@ -58,7 +59,7 @@ long as_libc(int result) {
 
 // The blocking read: at `offset`, or at the file position (-1).
 ssize_t blocking_read(int fd, const iovec* iov, int count, off_t offset) {
-  return offset < 0 ? real::readv()(fd, iov, count) : real::preadv()(fd, iov, count, offset);
+  return announced([&] { return offset < 0 ? real::readv()(fd, iov, count) : real::preadv()(fd, iov, count, offset); });
 }
 
 ssize_t total_length(const iovec* iov, int count) {
@@ -120,7 +121,7 @@ ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
 // fsync and fdatasync on the ring.
 int sync_hooked(int fd, bool data_only) {
   FileRing* ring = parking_enabled() ? current_ring() : nullptr;
-  if (ring == nullptr) return data_only ? real::fdatasync()(fd) : real::fsync()(fd);
+  if (ring == nullptr) return announced([&] { return data_only ? real::fdatasync()(fd) : real::fsync()(fd); });
   const ErrnoHome home;
   const int saved = errno_value();
   const ParkScope park;
@@ -163,7 +164,7 @@ int sync_file_range(int fd, off_t offset, off_t length, unsigned int flags) {
   // The ring's request holds a 32-bit length (0: to the end of the file).
   const bool fits = length >= 0 && length <= off_t(UINT32_MAX);
   FileRing* ring = parking_enabled() && fits ? current_ring() : nullptr;
-  if (ring == nullptr) return real::sync_file_range()(fd, offset, length, flags);
+  if (ring == nullptr) return announced([&] { return real::sync_file_range()(fd, offset, length, flags); });
   const ErrnoHome home;
   const int saved = errno_value();
   const ParkScope park;

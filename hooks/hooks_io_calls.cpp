@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../io/real_calls.h"
+#include "announced.h"
 #include "fd_table.h"
 #include "file_io.h"
 #include "hook_support.h"
@@ -129,7 +130,8 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
 
 // A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
 // blocking call. Another reader may take what made it ready, and then the
-// call blocks this worker as it would block a thread (docs/io.md).
+// call blocks this worker as it would block a thread (docs/io.md): so it
+// is announced.
 template <class Call>
 auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) {
   const ErrnoHome home;
@@ -140,7 +142,7 @@ auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) 
     set_errno(failed);
     return decltype(call())(-1);
   }
-  return call();
+  return announced(call);
 }
 
 // The table said socket, the kernel says otherwise: the number was reused
@@ -327,7 +329,9 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
     const FdState* known = fd_state(fd);
     for (;;) {
       const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
-      result = real::accept4()(fd, addr, addr_len, flags);
+      // A blocking non-socket (an fd that is not what its record said)
+      // sleeps here: announced in a fiber.
+      result = announced([&] { return real::accept4()(fd, addr, addr_len, flags); });
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
@@ -438,7 +442,9 @@ ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::write()(fd, buf, n);
+  // A regular file's write (or one to a user's non-blocking fd, where the
+  // announcement costs a few nanoseconds and never matters).
+  if (state == nullptr) return announced([&] { return real::write()(fd, buf, n); });
   if (state->kind() == FdKind::socket) {
     const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
@@ -451,7 +457,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
   FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::writev()(fd, iov, count);
+  if (state == nullptr) return announced([&] { return real::writev()(fd, iov, count); });
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};

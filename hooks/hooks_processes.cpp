@@ -34,6 +34,7 @@
 #include <mutex>
 
 #include "../io/real_calls.h"
+#include "announced.h"
 #include "child_processes.h"
 #include "fd_table.h"
 #include "hook_support.h"
@@ -108,14 +109,14 @@ auto wait_for_one(pid_t pid, int watched, Ask&& ask, Blocking&& blocking) -> dec
 
 pid_t wait_for_child(pid_t pid, int* status, int options, rusage* usage) {
   if (!parking_enabled() || pid <= 0 || !waits_for_exit_only(options))
-    return real::wait4()(pid, status, options, usage);
+    return announced([&] { return real::wait4()(pid, status, options, usage); });
   return wait_for_one(
       pid, -1,
       [&](pid_t& result) {
         result = real::wait4()(pid, status, options | WNOHANG, usage);
         return result != 0;
       },
-      [&] { return real::wait4()(pid, status, options, usage); });
+      [&] { return announced([&] { return real::wait4()(pid, status, options, usage); }); });
 }
 
 }  // namespace weft::detail
@@ -209,7 +210,7 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   const bool one_process = type == P_PID || type == P_PIDFD;
   if (!parking_enabled() || !one_process || info == nullptr || (options & WEXITED) == 0 ||
       (options & (WNOHANG | WSTOPPED | WCONTINUED)) != 0)
-    return real::waitid()(type, id, info, options);
+    return announced([&] { return real::waitid()(type, id, info, options); });
   const CheckpointOnReturn at_return;
   return wait_for_one(
       static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1,
@@ -219,7 +220,7 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
         result = real::waitid()(type, id, info, options | WNOHANG);
         return result != 0 || info->si_pid != 0;
       },
-      [&] { return real::waitid()(type, id, info, options); });
+      [&] { return announced([&] { return real::waitid()(type, id, info, options); }); });
 }
 
 // One implementation for every caller while the hooks are on, fibers and

@@ -69,7 +69,7 @@ SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
   const std::int64_t global = core.global_size();  // may dip below 0 for a moment (counted after the dequeue)
   snap.global_queue = global > 0 ? static_cast<std::uint64_t>(global) : 0;
   snap.sched_latency = core.sched_latency_since_last();
-  snap.blocking.max_threads = core.config().blocking_threads;
+  snap.blocking.max_threads = blocking_thread_limit(core.config());
   snap.spares.running = core.spares().running();
   snap.spares.threads = core.spares().threads();
   snap.spares.max_threads = core.config().max_threads;

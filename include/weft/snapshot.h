@@ -122,8 +122,8 @@ struct SparesSnapshot {
 // The helper threads of weft::blocking (include/weft/blocking.h); all zero
 // until a fiber first calls it.
 struct BlockingPoolSnapshot {
-  unsigned threads = 0;      // started so far
-  unsigned max_threads = 0;  // Config::blocking_threads
+  unsigned threads = 0;      // alive now (they retire when idle)
+  unsigned max_threads = 0;  // Config::max_blocking_threads
   unsigned busy = 0;         // running a call now
   std::uint64_t queued = 0;  // calls waiting for a free helper
   std::uint64_t calls = 0;   // calls completed

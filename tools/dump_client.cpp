@@ -201,18 +201,18 @@ void exchange(pid_t pid, const std::string& request, std::chrono::milliseconds t
     if (n < 0) throw DumpUnavailable(describe(pid) + " closed the connection: " + std::strerror(errno));
     sent += static_cast<std::size_t>(n);
   }
-  std::size_t received = 0;
   for (;;) {
     if (!wait_for(socket.fd(), POLLIN, deadline)) throw DumpUnavailable(timed_out);
     char* tail = sink.reserve_tail(kChunk);
     const ssize_t n = ::recv(socket.fd(), tail, kChunk, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    // A server that refuses at once (busy) closes with our request unread,
-    // which resets the connection once its answer has been read: the end.
-    if (n < 0 && errno == ECONNRESET && received > 0) break;
+    // A server that refuses at once (busy), or stops as its process shuts
+    // down, closes with our request unread, which resets the connection
+    // once whatever it wrote has been read: the end. read_answer() tells a
+    // refusal from a dump cut short, or from no answer at all.
+    if (n < 0 && errno == ECONNRESET) break;
     if (n < 0) throw DumpUnavailable(describe(pid) + " broke the connection: " + std::strerror(errno));
     if (n == 0) break;
-    received += static_cast<std::size_t>(n);
     sink.commit(static_cast<std::size_t>(n));
   }
 }

@@ -31,3 +31,6 @@
 #include "this_fiber.h"
 #include "thread.h"
 #include "wait_group.h"
+
+// Generated in the build tree (version.h.in), hence not relative.
+#include <weft/version.h>

@@ -1,10 +1,5 @@
 #include "hook_support.h"
 
-#include "../io/real_calls.h"
-#include "../sched/current.h"
-#include "fd_table.h"
-#include "tsan.h"
-
 #include <pthread.h>
 #include <weft/this_fiber.h>
 
@@ -14,13 +9,17 @@
 #include <cstring>
 #include <system_error>
 
+#include "../io/real_calls.h"
+#include "../sched/current.h"
+#include "fd_table.h"
+#include "tsan.h"
+
 namespace weft::detail {
 namespace {
 
 // -1 until read; then 0 or 1. Computed lazily: a hook may run before any
 // constructor.
 std::atomic<int> enabled_state{-1};
-std::atomic<int> lock_hooks_state{-1};
 
 // Whether the environment variable `name` says off: 0, off, false or no.
 bool env_says_off(const char* name) noexcept {
@@ -50,18 +49,17 @@ bool hooks_enabled() noexcept {
   return state == 1;
 }
 
-bool lock_hooks_enabled() noexcept {
-  int state = lock_hooks_state.load(std::memory_order_relaxed);
-  if (__builtin_expect(state < 0, 0)) {
-    state = hooks_enabled() && !env_says_off("WEFT_HOOK_LOCKS") ? 1 : 0;
-    lock_hooks_state.store(state, std::memory_order_relaxed);
-  }
+[[gnu::visibility("hidden")]] constinit std::atomic<int> lock_hooks_state{-1};
+
+bool read_lock_hooks_switch() noexcept {
+  const int state = hooks_enabled() && !env_says_off("WEFT_HOOK_LOCKS") ? 1 : 0;
+  lock_hooks_state.store(state, std::memory_order_relaxed);
   return state == 1;
 }
 
 bool in_forked_child() noexcept { return forked_thread; }
 
-ParkScope::ParkScope() {
+WEFT_TSAN_SWITCHES ParkScope::ParkScope() {
   // this_fiber::pin()'s bookkeeping, with the pins counted as the hooks'.
   FiberControl& fiber = *current_fiber();
   releases_ = fiber.pin_releases;
@@ -80,7 +78,7 @@ ParkScope::ParkScope() {
 #endif
 }
 
-ParkScope::~ParkScope() {
+WEFT_TSAN_SWITCHES ParkScope::~ParkScope() {
 #ifdef WEFT_HOOKS_TSAN
   __tsan_switch_to_fiber(own_tsan_fiber_, 0);
   current_fiber()->context.tsan_fiber = own_tsan_fiber_;

@@ -13,6 +13,7 @@
 #include <weft/detail/park.h>
 #include <weft/this_fiber.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -27,7 +28,13 @@ bool hooks_enabled() noexcept;
 
 // WEFT_HOOK_LOCKS=0 (or off/false/no), or WEFT_HOOKS=0, read once: the
 // pthread mutex, condition variable and rwlock hooks are libc's calls.
-bool lock_hooks_enabled() noexcept;
+// Inline: every std::mutex lock and unlock asks.
+[[gnu::visibility("hidden")]] extern std::atomic<int> lock_hooks_state;  // -1 until read, then 0 or 1
+bool read_lock_hooks_switch() noexcept;
+inline bool lock_hooks_enabled() noexcept {
+  const int state = lock_hooks_state.load(std::memory_order_relaxed);
+  return state > 0 || (state < 0 && read_lock_hooks_switch());
+}
 
 // True on the thread that called fork(), in the child: it may still look
 // like a fiber to weft, but no worker is left to resume it.

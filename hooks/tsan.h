@@ -12,3 +12,17 @@
 #ifdef WEFT_HOOKS_TSAN
 #include <sanitizer/tsan_interface.h>
 #endif
+
+// For a function that switches TSan fibers (a scope's constructor or
+// destructor): TSan records each instrumented function's entry on the
+// TSan fiber current at its entry and its exit on the one current at its
+// exit, so such a function would leave one fiber's shadow stack one frame
+// short, and a second one nested in it (a scope held by another's
+// constructor) would leave it two short, which crashes TSan's next stack
+// trace. Not instrumented, it leaves both as they were: the function that
+// holds the scope enters and leaves on the same TSan fiber.
+#if defined(__clang__)
+#define WEFT_TSAN_SWITCHES [[clang::disable_sanitizer_instrumentation]]
+#else
+#define WEFT_TSAN_SWITCHES [[gnu::no_sanitize_thread]]
+#endif

@@ -23,6 +23,7 @@
 #include <dirent.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/epoll.h>
@@ -175,6 +176,26 @@ WEFT_REAL_CALL(msgrcv, ssize_t(int, void*, size_t, long, int))
 WEFT_REAL_CALL(msgsnd, int(int, const void*, size_t, int))
 WEFT_REAL_CALL(semop, int(int, struct sembuf*, size_t))
 WEFT_REAL_CALL(semtimedop, int(int, struct sembuf*, size_t, const timespec*))
+// The lock hooks' (hooks/locks.h), for the objects they pass through.
+WEFT_REAL_CALL(pthread_mutex_lock, int(pthread_mutex_t*))
+WEFT_REAL_CALL(pthread_mutex_trylock, int(pthread_mutex_t*))
+WEFT_REAL_CALL(pthread_mutex_timedlock, int(pthread_mutex_t*, const timespec*))
+WEFT_REAL_CALL(pthread_mutex_clocklock, int(pthread_mutex_t*, clockid_t, const timespec*))
+WEFT_REAL_CALL(pthread_mutex_unlock, int(pthread_mutex_t*))
+WEFT_REAL_CALL(pthread_cond_wait, int(pthread_cond_t*, pthread_mutex_t*))
+WEFT_REAL_CALL(pthread_cond_timedwait, int(pthread_cond_t*, pthread_mutex_t*, const timespec*))
+WEFT_REAL_CALL(pthread_cond_clockwait, int(pthread_cond_t*, pthread_mutex_t*, clockid_t, const timespec*))
+WEFT_REAL_CALL(pthread_cond_signal, int(pthread_cond_t*))
+WEFT_REAL_CALL(pthread_cond_broadcast, int(pthread_cond_t*))
+WEFT_REAL_CALL(pthread_rwlock_rdlock, int(pthread_rwlock_t*))
+WEFT_REAL_CALL(pthread_rwlock_tryrdlock, int(pthread_rwlock_t*))
+WEFT_REAL_CALL(pthread_rwlock_timedrdlock, int(pthread_rwlock_t*, const timespec*))
+WEFT_REAL_CALL(pthread_rwlock_clockrdlock, int(pthread_rwlock_t*, clockid_t, const timespec*))
+WEFT_REAL_CALL(pthread_rwlock_wrlock, int(pthread_rwlock_t*))
+WEFT_REAL_CALL(pthread_rwlock_trywrlock, int(pthread_rwlock_t*))
+WEFT_REAL_CALL(pthread_rwlock_timedwrlock, int(pthread_rwlock_t*, const timespec*))
+WEFT_REAL_CALL(pthread_rwlock_clockwrlock, int(pthread_rwlock_t*, clockid_t, const timespec*))
+WEFT_REAL_CALL(pthread_rwlock_unlock, int(pthread_rwlock_t*))
 
 #undef WEFT_REAL_CALL
 

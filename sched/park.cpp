@@ -12,6 +12,19 @@ namespace {
 // before it has left its worker, since wakers find it under the lock.
 void unlock_after_switch_out(void* lock) { static_cast<SpinLock*>(lock)->unlock(); }
 
+// park_then()'s: the unlock, then the action. Lives in the parked fiber's
+// frame, which nothing can resume before the unlock: read it first.
+struct UnlockThenAct {
+  ParkAction action;
+  SpinLock* lock;
+};
+
+void unlock_then_act_after_switch_out(void* arg) {
+  const UnlockThenAct request = *static_cast<UnlockThenAct*>(arg);
+  if (request.lock != nullptr) request.lock->unlock();
+  request.action.run(request.action.arg);
+}
+
 // What a fiber parking with a deadline leaves for the SwitchAction that runs
 // once it has been switched out. It lives in the parked fiber's frame: read
 // it before anything can resume that fiber.
@@ -19,16 +32,20 @@ struct TimedParkRequest {
   SpinLock* lock;
   TimerNode* timer;
   SchedulerCore* core;
+  ParkAction action;
 };
 
 void arm_after_switch_out(void* arg) {
   auto* request = static_cast<TimedParkRequest*>(arg);
   SpinLock* lock = request->lock;
+  const ParkAction action = request->action;
   // Arm before unlocking: until the lock is released no waker can find the
   // waiter, so the fiber cannot resume (and pop the frame that holds the
-  // node) before the node is armed. After arm(), the request may be gone.
+  // node) before the node is armed. After arm(), the request may be gone:
+  // the timer itself may resume the fiber.
   request->core->arm_timer(*request->timer);
   if (lock != nullptr) lock->unlock();
+  if (action.run != nullptr) action.run(action.arg);
 }
 
 // Timer callback: the deadline passed; time the waiter out unless a waker
@@ -41,10 +58,12 @@ void time_out(TimerNode& node) {
     fiber->scheduler->ready(fiber);
 }
 
-WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline) {
+WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline,
+                       ParkAction action) {
   waiter.fiber = nullptr;
   const ThreadWaitScope recorded(site.kind, site.object, site.operation, &waiter.state);  // for weft-dump
   if (lock != nullptr) lock->unlock();
+  if (action.run != nullptr) action.run(action.arg);
   for (;;) {
     const std::uint32_t state = waiter.state.load(std::memory_order_acquire);
     if (state != Waiter::waiting) return state == Waiter::notified ? WakeReason::notified : WakeReason::timed_out;
@@ -61,12 +80,12 @@ WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clo
 // park() with a deadline: the timer node lives in this frame, kept out of
 // park() so that the common park without one does not build it.
 [[gnu::noinline]] WakeReason park_timed(Worker* worker, FiberControl* self, Waiter& waiter, SpinLock* lock,
-                                        Clock::time_point deadline) {
+                                        Clock::time_point deadline, ParkAction action) {
   TimerNode timer;
   timer.deadline = deadline;
   timer.fire = &time_out;
   timer.context = &waiter;
-  TimedParkRequest request{lock, &timer, self->scheduler};
+  TimedParkRequest request{lock, &timer, self->scheduler, action};
   worker->park_current(SwitchAction{&arm_after_switch_out, &request});
   // Resumed, perhaps on another worker: `worker` is stale from here on.
   if (waiter.state.load(std::memory_order_acquire) == Waiter::notified) {
@@ -78,26 +97,27 @@ WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clo
   return WakeReason::timed_out;
 }
 
-}  // namespace
-
-ThreadWait& this_thread_wait() noexcept {
-  thread_local ThreadWait wait;
-  return wait;
-}
-
-WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline) {
+// The body of park() and park_then(), inlined into each so that the frame
+// and call site the dump records are theirs.
+[[gnu::always_inline]] inline WakeReason park_here(Waiter& waiter, SpinLock* lock, const WaitSite& site,
+                                                   Clock::time_point deadline, ParkAction action, std::uintptr_t frame,
+                                                   std::uintptr_t call_site) {
   waiter.may_time_out = deadline != no_deadline;
   Worker* worker = current_worker();
   FiberControl* self = worker != nullptr ? worker->current() : nullptr;
-  if (self == nullptr) return park_thread(waiter, lock, site, deadline);
+  if (self == nullptr) return park_thread(waiter, lock, site, deadline, action);
 
   waiter.fiber = self;
   self->record_wait(site);
-  self->park_frame.store(reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)), std::memory_order_relaxed);
-  self->park_call_site.store(reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)), std::memory_order_relaxed);
+  self->park_frame.store(frame, std::memory_order_relaxed);
+  self->park_call_site.store(call_site, std::memory_order_relaxed);
   WakeReason reason = WakeReason::notified;
   if (deadline != no_deadline) {
-    reason = park_timed(worker, self, waiter, lock, deadline);
+    reason = park_timed(worker, self, waiter, lock, deadline, action);
+  } else if (action.run != nullptr) {
+    UnlockThenAct request{action, lock};
+    worker->park_current(SwitchAction{&unlock_then_act_after_switch_out, &request});
+    (void)waiter.state.load(std::memory_order_acquire);  // as below
   } else {
     worker->park_current(lock != nullptr ? SwitchAction{&unlock_after_switch_out, lock} : SwitchAction{});
     // Without a deadline only unpark() wakes us. Its release store of the
@@ -106,6 +126,26 @@ WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::tim
   }
   self->clear_wait();
   return reason;
+}
+
+}  // namespace
+
+ThreadWait& this_thread_wait() noexcept {
+  thread_local ThreadWait wait;
+  return wait;
+}
+
+WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline) {
+  return park_here(waiter, lock, site, deadline, ParkAction{},
+                   reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)),
+                   reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
+}
+
+WakeReason park_then(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline,
+                     ParkAction after_release) {
+  return park_here(waiter, lock, site, deadline, after_release,
+                   reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)),
+                   reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
 }
 
 bool unpark(Waiter& waiter) noexcept {

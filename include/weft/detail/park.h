@@ -46,6 +46,26 @@ constexpr Clock::time_point no_deadline = Clock::time_point::max();
 // null when no waker needs one (a plain sleep).
 WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline = no_deadline);
 
+// What park_then() runs once the caller can no longer run (a fiber: its
+// context saved, on the worker it left; a thread: just before it sleeps),
+// right after it releases the lock: the libc hooks' condition variable
+// releases the user's mutex there (hooks/hooks_condvar.cpp), once its
+// waiter can be found, and without holding two locks. A waker may resume
+// the caller from then on, so the caller must be a plain thread (which runs
+// the action itself) or a fiber pinned to its worker (which runs the action
+// before it can run the fiber again), and the action must copy what it
+// needs from the caller's frame before it wakes anybody. It runs on
+// whatever runs next on that thread: it must not block, nor use the
+// thread's or the running fiber's identity.
+struct ParkAction {
+  void (*run)(void* arg) noexcept = nullptr;
+  void* arg = nullptr;
+};
+
+// park() with an action run once `lock` is released.
+WakeReason park_then(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline,
+                     ParkAction after_release);
+
 // Wakes a parked waiter. False if it had already timed out (or been woken).
 bool unpark(Waiter& waiter) noexcept;
 

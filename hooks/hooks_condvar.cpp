@@ -1,0 +1,221 @@
+// pthread_cond_wait, _timedwait, _clockwait, _signal and _broadcast
+// (hooks/locks.h): the waiters of a condition variable queue in the parking
+// lot under its address, fibers and plain threads alike, in arrival order.
+//
+// The hooks' word (hooks/pthread_layout.h, cond_word) holds one bit,
+// kWaiters: someone may be queued. Invariants:
+// - kWaiters is set and cleared only under the condition variable's bucket
+//   lock, and is set while a waiter is queued (it may outlive the last one,
+//   who timed out; the next signal clears it).
+// - A waiter is queued, and kWaiters set, before the user's mutex is
+//   released: a signal made under that mutex after the release finds it.
+//   The mutex is released once the waiter has left its worker (or just
+//   before its thread sleeps), with the bucket lock already released
+//   (park_then()'s action), so that no two buckets are ever held at once,
+//   and the release cannot race the waiter's own relock: a parked fiber is
+//   pinned to the worker that runs the action.
+// - signal() wakes the longest waiter queued before it, broadcast() every
+//   one; a waiter queued later is behind them and never takes their wake.
+//   A woken waiter never touches the condition variable again (it may be
+//   destroyed right after the wake: glibc allows that), and there are no
+//   spurious wake-ups but timeouts.
+// - A process-shared condition variable is glibc's. With a taken-over
+//   mutex, its wait goes through a bridge: the waiter holds a glibc mutex
+//   of a small table (keyed by the condition variable's address) from
+//   before it releases the user's mutex until glibc's wait has registered
+//   it, and the hooks' signal and broadcast take the same bridge, so a
+//   signal made after that release still finds the waiter, while glibc
+//   never touches the user's mutex.
+#include <pthread.h>
+
+#include <cerrno>
+#include <mutex>
+
+#include "../io/real_calls.h"
+#include "locks.h"
+#include "pthread_layout.h"
+
+namespace weft::detail::locks {
+namespace {
+
+using namespace pthread_layout;
+
+constexpr unsigned kWaiters = 1;
+
+void clear_waiters_if_none(pthread_cond_t* cond, const LotBucket& bucket) noexcept {
+  if (!bucket.has(cond)) cond_word(cond).fetch_and(~kWaiters, std::memory_order_relaxed);
+}
+
+// What the parked waiter's action releases: a copy, taken before anything
+// can wake the waiter.
+struct MutexRelease {
+  pthread_mutex_t* mutex;
+  Caller owner;
+};
+
+void release_mutex(void* arg) noexcept {
+  const MutexRelease release = *static_cast<const MutexRelease*>(arg);
+  mutex_unlock(release.mutex, release.owner);
+}
+
+// The wait of a condition variable the hooks take over.
+int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline, const void* return_address) {
+  const WaitingCall call(how_call_waits(return_address));
+  const Caller me = current_caller();
+  const bool mutex_is_ours = mutex_taken_over(mutex);
+  if (mutex_is_ours) {
+    if (const int error = mutex_unlock_error(mutex, me); error != 0) return error;
+  }
+  LotBucket& bucket = lot_bucket(cond);
+  LotWaiter waiter;
+  waiter.key = cond;
+  MutexRelease release{mutex, me};
+  ParkAction release_after{};
+  bucket.lock.lock();
+  bucket.push(waiter);
+  cond_word(cond).fetch_or(kWaiters, std::memory_order_relaxed);
+  if (mutex_is_ours) {
+    release_after = ParkAction{&release_mutex, &release};
+  } else if (const int error = real::pthread_mutex_unlock()(mutex); error != 0) {
+    // glibc's own mutex (robust, priority, process-shared) touches no
+    // bucket: released here, under the bucket lock, and its error (not
+    // the owner) ends the wait as glibc's would.
+    bucket.remove(waiter);
+    clear_waiters_if_none(cond, bucket);
+    bucket.lock.unlock();
+    return error;
+  }
+  const bool notified =
+      wait_in_lot(bucket, waiter, {"std::condition_variable", cond, "wait"}, deadline, call.parks(), release_after);
+  if (!notified) {
+    std::lock_guard guard(bucket.lock);
+    bucket.remove(waiter);
+    clear_waiters_if_none(cond, bucket);
+  }
+  const int relocked =
+      mutex_is_ours ? mutex_lock(mutex, me, call.parks(), Deadline::never()) : real::pthread_mutex_lock()(mutex);
+  if (relocked != 0) return relocked;  // EOWNERDEAD and the like, from glibc's own mutexes
+  return notified ? 0 : ETIMEDOUT;
+}
+
+// --- process-shared condition variables with a taken-over mutex -----------
+
+constexpr std::size_t kBridges = 64;
+pthread_mutex_t bridges[kBridges];  // zeros: PTHREAD_MUTEX_INITIALIZER; glibc's, through real::
+
+pthread_mutex_t* bridge_of(const pthread_cond_t* cond) noexcept {
+  return &bridges[(reinterpret_cast<std::uintptr_t>(cond) >> 6) % kBridges];
+}
+
+template <class Wait>
+int bridged_wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const void* return_address, Wait glibc_wait) {
+  if (!mutex_taken_over(mutex)) return glibc_wait(mutex);
+  const WaitingCall call(how_call_waits(return_address));
+  const Caller me = current_caller();
+  pthread_mutex_t* bridge = bridge_of(cond);
+  real::pthread_mutex_lock()(bridge);
+  if (const int error = mutex_unlock(mutex, me); error != 0) {
+    real::pthread_mutex_unlock()(bridge);
+    return error;
+  }
+  const int result = glibc_wait(bridge);
+  real::pthread_mutex_unlock()(bridge);
+  const int relocked = mutex_lock(mutex, me, call.parks(), Deadline::never());
+  return relocked != 0 ? relocked : result;
+}
+
+template <class Wake>
+int bridged_wake(pthread_cond_t* cond, Wake glibc_wake) {
+  pthread_mutex_t* bridge = bridge_of(cond);
+  real::pthread_mutex_lock()(bridge);
+  const int result = glibc_wake();
+  real::pthread_mutex_unlock()(bridge);
+  return result;
+}
+
+bool is_shared(const pthread_cond_t* cond) noexcept { return (cond_flags(cond) & kCondPshared) != 0; }
+
+bool valid_nanoseconds(const timespec* abstime) noexcept {
+  return abstime->tv_nsec >= 0 && abstime->tv_nsec < 1'000'000'000;
+}
+
+}  // namespace
+}  // namespace weft::detail::locks
+
+using namespace weft::detail;
+using namespace weft::detail::locks;
+
+// Versioned GLIBC_2.3.2 (but clockwait) by hooks/locks.map: see hooks/locks.h, 5.
+extern "C" {
+
+[[gnu::noinline]] int pthread_cond_wait(pthread_cond_t* cond, pthread_mutex_t* mutex) {
+  const void* return_address = __builtin_return_address(0);
+  return wait_call(mutex, return_address, [&] {
+    if (!lock_hooks_enabled()) return real::pthread_cond_wait()(cond, mutex);
+    if (is_shared(cond))
+      return bridged_wait(cond, mutex, return_address,
+                          [cond](pthread_mutex_t* held) { return real::pthread_cond_wait()(cond, held); });
+    return wait(cond, mutex, Deadline::never(), return_address);
+  });
+}
+
+[[gnu::noinline]] int pthread_cond_timedwait(pthread_cond_t* cond, pthread_mutex_t* mutex, const timespec* abstime) {
+  const void* return_address = __builtin_return_address(0);
+  return wait_call(mutex, return_address, [&] {
+    if (!lock_hooks_enabled()) return real::pthread_cond_timedwait()(cond, mutex, abstime);
+    if (is_shared(cond))
+      return bridged_wait(cond, mutex, return_address, [cond, abstime](pthread_mutex_t* held) {
+        return real::pthread_cond_timedwait()(cond, held, abstime);
+      });
+    if (!valid_nanoseconds(abstime)) return EINVAL;
+    const clockid_t clock = (pthread_layout::cond_flags(cond) & pthread_layout::kCondClockMonotonic) != 0
+                                ? CLOCK_MONOTONIC
+                                : CLOCK_REALTIME;
+    return wait(cond, mutex, Deadline::at_time(clock, *abstime), return_address);
+  });
+}
+
+[[gnu::noinline]] int pthread_cond_clockwait(pthread_cond_t* cond, pthread_mutex_t* mutex, clockid_t clock,
+                                             const timespec* abstime) {
+  const void* return_address = __builtin_return_address(0);
+  return wait_call(mutex, return_address, [&] {
+    if (!lock_hooks_enabled()) return real::pthread_cond_clockwait()(cond, mutex, clock, abstime);
+    if (is_shared(cond))
+      return bridged_wait(cond, mutex, return_address, [cond, clock, abstime](pthread_mutex_t* held) {
+        return real::pthread_cond_clockwait()(cond, held, clock, abstime);
+      });
+    if (!valid_nanoseconds(abstime)) return EINVAL;
+    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;
+    return wait(cond, mutex, Deadline::at_time(clock, *abstime), return_address);
+  });
+}
+
+[[gnu::noinline]] int pthread_cond_signal(pthread_cond_t* cond) {
+  if (!lock_hooks_enabled()) return real::pthread_cond_signal()(cond);
+  if (is_shared(cond)) return bridged_wake(cond, [cond] { return real::pthread_cond_signal()(cond); });
+  if ((pthread_layout::cond_word(cond).load(std::memory_order_relaxed) & kWaiters) == 0) return 0;
+  LotBucket& bucket = lot_bucket(cond);
+  std::lock_guard guard(bucket.lock);
+  while (LotWaiter* waiter = bucket.first(cond)) {
+    bucket.remove(*waiter);
+    if (unpark(*waiter)) break;  // else it timed out: the next one
+  }
+  clear_waiters_if_none(cond, bucket);
+  return 0;
+}
+
+[[gnu::noinline]] int pthread_cond_broadcast(pthread_cond_t* cond) {
+  if (!lock_hooks_enabled()) return real::pthread_cond_broadcast()(cond);
+  if (is_shared(cond)) return bridged_wake(cond, [cond] { return real::pthread_cond_broadcast()(cond); });
+  if ((pthread_layout::cond_word(cond).load(std::memory_order_relaxed) & kWaiters) == 0) return 0;
+  LotBucket& bucket = lot_bucket(cond);
+  std::lock_guard guard(bucket.lock);
+  while (LotWaiter* waiter = bucket.first(cond)) {
+    bucket.remove(*waiter);
+    unpark(*waiter);
+  }
+  pthread_layout::cond_word(cond).fetch_and(~kWaiters, std::memory_order_relaxed);
+  return 0;
+}
+
+}  // extern "C"

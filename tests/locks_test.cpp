@@ -1,0 +1,1025 @@
+// The lock hooks (hooks/locks.h, docs/locks.md): std::mutex,
+// std::recursive_mutex, std::timed_mutex, std::condition_variable and
+// std::shared_mutex (pthread mutexes, condition variables and rwlocks) park
+// a fiber that must wait, keep glibc's semantics for fibers and plain
+// threads alike, and work across both kinds at once.
+//
+// Tests that a fiber parked instead of blocking its thread run on ONE worker
+// with no spare workers: a blocked thread would keep the fiber that holds
+// the lock from ever running, and completes_within() ends the test with a
+// message instead of a hang.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sync_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Caller;
+using test::completes_within;
+using test::scaled;
+
+// ThreadSanitizer reports a misuse (an unlock of a mutex the caller does not
+// hold, a relock by its owner) in its own interceptor, before the call
+// reaches the hooks: under it, the calls that misuse on purpose to see the
+// error glibc gives are left out (the other builds make them).
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kMisuseIsReported = true;
+#else
+constexpr bool kMisuseIsReported = false;
+#endif
+
+Config one_worker_config() {
+  Config config = test::config_with(1);
+  config.max_threads = config.workers;  // no spare threads
+  return config;
+}
+
+pid_t thread_id() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+
+int os_threads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// The most OS threads the process had while it lived (sampled every ms),
+// its own sampling thread not counted.
+class ThreadWatch {
+ public:
+  ThreadWatch()
+      : start_(os_threads()), sampler_([this] {
+          while (!done_.load()) {
+            const int now = os_threads() - 1;
+            if (now > most_.load()) most_ = now;
+            std::this_thread::sleep_for(1ms);
+          }
+        }) {}
+  ~ThreadWatch() { stop(); }
+  int most() {
+    stop();
+    return most_.load();
+  }
+  std::string describe() const {
+    return "threads at the start: " + std::to_string(start_) + ", at most: " + std::to_string(most_.load());
+  }
+
+ private:
+  void stop() {
+    done_ = true;
+    if (sampler_.joinable()) sampler_.join();
+  }
+  const int start_;
+  std::atomic<bool> done_{false};
+  std::atomic<int> most_{0};
+  std::thread sampler_;
+};
+
+// pthread_mutex_init() with attributes, as `set` sets them on an attr.
+template <class Set>
+int init_mutex(pthread_mutex_t* mutex, Set set) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  set(&attr);
+  const int result = pthread_mutex_init(mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+  return result;
+}
+
+int init_mutex_of_type(pthread_mutex_t* mutex, int type) {
+  return init_mutex(mutex, [type](pthread_mutexattr_t* attr) { pthread_mutexattr_settype(attr, type); });
+}
+
+// Runs `body` once as a fiber of `sched` or as a plain thread, and waits.
+void run_as(Scheduler& sched, Caller caller, const std::function<void()>& body) {
+  if (caller == Caller::fiber)
+    sched.spawn(body).join();
+  else
+    std::thread(body).join();
+}
+
+std::string caller_name(const ::testing::TestParamInfo<Caller>& info) {
+  return info.param == Caller::fiber ? "fiber" : "thread";
+}
+
+timespec realtime_after(std::chrono::nanoseconds delta) {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const auto total = std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec) + delta;
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(total);
+  return {static_cast<time_t>(seconds.count()), static_cast<long>((total - seconds).count())};
+}
+
+timespec monotonic_after(std::chrono::nanoseconds delta) {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const auto total = std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec) + delta;
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(total);
+  return {static_cast<time_t>(seconds.count()), static_cast<long>((total - seconds).count())};
+}
+
+// Moves the calling fiber to another worker of `sched` (which has two or
+// more): it sleeps in weft (which, unlike a hooked call, does not pin it)
+// while a fiber it spawned spins on its worker without a checkpoint, so that
+// sysmon runs the overdue timer and an idle worker the fiber. Returns the
+// thread it ended on.
+pid_t move_to_another_worker(Scheduler& sched) {
+  const pid_t start = thread_id();
+  for (int attempt = 0; attempt < 20 && thread_id() == start; ++attempt) {
+    auto woke = std::make_shared<std::atomic<bool>>(false);
+    // Detached, not joined: a join would park and might bring us back.
+    sched
+        .spawn([woke] {
+          const auto end = std::chrono::steady_clock::now() + 500ms;
+          while (!woke->load() && std::chrono::steady_clock::now() < end) {
+          }
+        })
+        .detach();
+    this_fiber::sleep_for(1ms);
+    woke->store(true);
+  }
+  return thread_id();
+}
+
+// --- a contended lock parks the fiber --------------------------------------
+
+TEST(LockHooks, AContendedStdMutexParksTheFiberNotTheWorker) {
+  completes_within(
+      60s,
+      [] {
+        Scheduler sched(one_worker_config());
+        std::mutex mu;
+        std::atomic<int> stage{0};
+        bool other_ran_while_parked = false;
+        Fiber holder = sched.spawn([&] {
+          std::lock_guard guard(mu);
+          stage = 1;
+          this_fiber::sleep_for(50ms);  // the waiter parks meanwhile
+        });
+        Fiber waiter = sched.spawn([&] {
+          while (stage.load() == 0) this_fiber::yield();
+          std::lock_guard guard(mu);  // parks until the holder's sleep ends
+          stage = 2;
+        });
+        Fiber other = sched.spawn([&] {
+          while (stage.load() == 0) this_fiber::yield();
+          this_fiber::sleep_for(10ms);
+          other_ran_while_parked = stage.load() == 1;
+        });
+        holder.join();
+        waiter.join();
+        other.join();
+        EXPECT_EQ(stage.load(), 2);
+        EXPECT_TRUE(other_ran_while_parked);
+      },
+      "a contended std::mutex on one worker");
+}
+
+TEST(LockHooks, TheDumpShowsWhatAParkedFiberWaitsOn) {
+  Scheduler sched(test::config_with(2));
+  std::mutex mu;
+  std::unique_lock held(mu);
+  Fiber waiter = sched.spawn([&] { std::lock_guard guard(mu); });
+  ASSERT_TRUE(test::wait_until_parked_on(sched, "std::mutex"));
+  bool found = false;
+  for (const FiberSnapshot& f : sched.snapshot().fibers) {
+    if (f.wait_kind != "std::mutex") continue;
+    found = true;
+    EXPECT_EQ(f.wait_object, static_cast<const void*>(mu.native_handle()));
+    EXPECT_EQ(f.wait_operation, "lock");
+    EXPECT_EQ(f.held_by_thread, thread_id());  // held by this plain thread
+    EXPECT_EQ(f.held_by_fiber, 0u);
+  }
+  EXPECT_TRUE(found);
+  held.unlock();
+  waiter.join();
+
+  // Held by a fiber, which parks holding it: the waiter's holder is that fiber.
+  std::recursive_mutex recursive;
+  std::atomic<bool> release{false};
+  std::atomic<std::uint64_t> holder_id{0};
+  Fiber holder = sched.spawn([&] {
+    std::lock_guard guard(recursive);
+    holder_id = this_fiber::id();
+    while (!release.load()) this_fiber::sleep_for(1ms);
+  });
+  while (holder_id.load() == 0) std::this_thread::sleep_for(1ms);
+  Fiber second = sched.spawn([&] { std::lock_guard guard(recursive); });
+  EXPECT_TRUE(test::wait_until_parked_on(sched, "std::recursive_mutex"));
+  for (const FiberSnapshot& f : sched.snapshot().fibers) {
+    if (f.wait_kind != "std::recursive_mutex") continue;
+    EXPECT_EQ(f.held_by_fiber, holder_id.load());
+    EXPECT_EQ(f.held_by_thread, 0);
+  }
+  release = true;
+  holder.join();
+  second.join();
+
+  std::condition_variable cv;
+  bool ready = false;
+  Fiber third = sched.spawn([&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return ready; });
+  });
+  EXPECT_TRUE(test::wait_until_parked_on(sched, "std::condition_variable"));
+  {
+    std::lock_guard guard(mu);
+    ready = true;
+  }
+  cv.notify_one();
+  third.join();
+
+  std::shared_mutex shared;
+  std::unique_lock writer(shared);
+  Fiber reader = sched.spawn([&] { std::shared_lock lock(shared); });
+  EXPECT_TRUE(test::wait_until_parked_on(sched, "std::shared_mutex"));
+  for (const FiberSnapshot& f : sched.snapshot().fibers)
+    if (f.wait_kind == "std::shared_mutex") {
+      EXPECT_EQ(f.held_by_thread, thread_id());
+    }
+  writer.unlock();
+  reader.join();
+}
+
+// A fiber that pinned itself behaves as a thread: it blocks its worker.
+TEST(LockHooks, APinnedFiberBlocksItsThreadInsteadOfParking) {
+  Scheduler sched(test::config_with(2));
+  std::mutex mu;
+  std::unique_lock held(mu);
+  std::atomic<bool> started{false};
+  Fiber pinned = sched.spawn([&] {
+    const auto pin = this_fiber::pin();
+    started = true;
+    std::lock_guard guard(mu);
+  });
+  while (!started.load()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms);
+  for (const FiberSnapshot& f : sched.snapshot().fibers) EXPECT_NE(f.wait_kind, "std::mutex");
+  held.unlock();
+  pinned.join();
+}
+
+// --- fibers and threads on the same objects ---------------------------------
+
+class MixedLocks : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(MixedLocks, AStdMutexContendedByThreadsAndFibersAtOnceCountsExactly) {
+  Scheduler sched(test::config_with(GetParam()));
+  std::mutex mu;
+  long counter = 0;
+  const int per_caller = static_cast<int>(scaled(20'000));
+  constexpr int kThreads = 3;
+  constexpr int kFibers = 8;
+  std::vector<std::thread> threads;
+  std::vector<Fiber> fibers;
+  auto body = [&] {
+    for (int i = 0; i < per_caller; ++i) {
+      std::lock_guard guard(mu);
+      ++counter;
+      if (i % 1000 == 0) std::this_thread::yield();  // sched_yield: not hooked, holds the lock a while
+    }
+  };
+  for (int i = 0; i < kThreads; ++i) threads.emplace_back(body);
+  for (int i = 0; i < kFibers; ++i) fibers.push_back(sched.spawn(body));
+  for (auto& t : threads) t.join();
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(counter, static_cast<long>(per_caller) * (kThreads + kFibers));
+}
+
+TEST_P(MixedLocks, ACondvarWaitedOnByFibersIsSignalledByAThreadAndTheReverse) {
+  Scheduler sched(test::config_with(GetParam()));
+  std::mutex mu;
+  std::condition_variable cv;
+  int tickets = 0;
+  int served = 0;
+  constexpr int kFiberWaiters = 20;
+  constexpr int kThreadWaiters = 4;
+  auto waiter = [&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return tickets > 0; });
+    --tickets;
+    ++served;
+  };
+  std::vector<Fiber> fibers;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kFiberWaiters; ++i) fibers.push_back(sched.spawn(waiter));
+  for (int i = 0; i < kThreadWaiters; ++i) threads.emplace_back(waiter);
+  // One ticket at a time, with notify_one: half from a plain thread, half
+  // from a fiber.
+  auto give = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      {
+        std::lock_guard guard(mu);
+        ++tickets;
+      }
+      cv.notify_one();
+      std::this_thread::sleep_for(100us);
+    }
+  };
+  std::thread giver([&] { give((kFiberWaiters + kThreadWaiters) / 2); });
+  sched.spawn([&] { give((kFiberWaiters + kThreadWaiters) / 2); }).join();
+  giver.join();
+  for (auto& f : fibers) f.join();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(served, kFiberWaiters + kThreadWaiters);
+  EXPECT_EQ(tickets, 0);
+}
+
+TEST_P(MixedLocks, NotifyAllWakesEveryWaiterOfBothKinds) {
+  Scheduler sched(test::config_with(GetParam()));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  std::atomic<int> waiting{0};
+  std::atomic<int> woken{0};
+  auto waiter = [&] {
+    std::unique_lock lock(mu);
+    ++waiting;
+    cv.wait(lock, [&] { return go; });
+    ++woken;
+  };
+  std::vector<Fiber> fibers;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 50; ++i) fibers.push_back(sched.spawn(waiter));
+  for (int i = 0; i < 3; ++i) threads.emplace_back(waiter);
+  while (waiting.load() < 53) std::this_thread::sleep_for(1ms);
+  {
+    std::lock_guard guard(mu);
+    go = true;
+  }
+  cv.notify_all();
+  for (auto& f : fibers) f.join();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(woken.load(), 53);
+}
+
+// std::shared_mutex, readers and writers, fibers and threads: a writer is
+// never beside anyone.
+TEST_P(MixedLocks, SharedMutexNeverHasAWriterBesideAnyone) {
+  Scheduler sched(test::config_with(GetParam()));
+  std::shared_mutex shared;
+  std::atomic<int> readers{0};
+  std::atomic<int> writers{0};
+  std::atomic<long> violations{0};
+  std::atomic<long> reads{0};
+  std::atomic<long> writes{0};
+  const long per_caller = static_cast<long>(scaled(100'000) / 16);
+  auto body = [&](int seed) {
+    for (long i = 0; i < per_caller; ++i) {
+      if ((i + seed) % 5 == 0) {
+        std::unique_lock lock(shared);
+        if (writers.fetch_add(1) != 0 || readers.load() != 0) ++violations;
+        ++writes;
+        if (i % 64 == 0) this_fiber::yield();  // a plain thread: nothing
+        writers.fetch_sub(1);
+      } else {
+        std::shared_lock lock(shared);
+        readers.fetch_add(1);
+        if (writers.load() != 0) ++violations;
+        ++reads;
+        if (i % 64 == 0) this_fiber::yield();
+        readers.fetch_sub(1);
+      }
+    }
+  };
+  std::vector<Fiber> fibers;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 12; ++i) fibers.push_back(sched.spawn([&, i] { body(i); }));
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { body(100 + i); });
+  for (auto& f : fibers) f.join();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(reads.load() + writes.load(), per_caller * 16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, MixedLocks, ::testing::Values(1u, 2u, 4u), test::worker_count_name);
+
+// --- ownership belongs to the fiber -----------------------------------------
+
+TEST(LockOwnership, AMutexLockedInAFiberUnlocksOnAnotherWorker) {
+  Scheduler sched(test::config_with(2));
+  pthread_mutex_t mu;
+  ASSERT_EQ(init_mutex_of_type(&mu, PTHREAD_MUTEX_ERRORCHECK), 0);
+  std::mutex plain;
+  pid_t before = 0;
+  pid_t after = 0;
+  int unlocked = -1;
+  sched
+      .spawn([&] {
+        plain.lock();
+        ASSERT_EQ(pthread_mutex_lock(&mu), 0);
+        before = thread_id();
+        after = move_to_another_worker(sched);
+        unlocked = pthread_mutex_unlock(&mu);
+        plain.unlock();
+      })
+      .join();
+  EXPECT_NE(before, after) << "the fiber never moved";
+  EXPECT_EQ(unlocked, 0);
+  EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
+  EXPECT_TRUE(plain.try_lock());
+  plain.unlock();
+}
+
+TEST(LockOwnership, ARecursiveMutexLockedTwiceAcrossAMigrationUnlocksTwice) {
+  Scheduler sched(test::config_with(2));
+  std::recursive_mutex mu;
+  pid_t before = 0;
+  pid_t after = 0;
+  int first = -1;
+  int second = -1;
+  sched
+      .spawn([&] {
+        mu.lock();
+        before = thread_id();
+        mu.lock();
+        after = move_to_another_worker(sched);
+        first = pthread_mutex_unlock(mu.native_handle());
+        second = pthread_mutex_unlock(mu.native_handle());
+      })
+      .join();
+  EXPECT_NE(before, after) << "the fiber never moved";
+  EXPECT_EQ(first, 0);
+  EXPECT_EQ(second, 0);
+  if (!kMisuseIsReported) {
+    EXPECT_EQ(pthread_mutex_unlock(mu.native_handle()), EPERM);  // held by nobody now
+  }
+  EXPECT_TRUE(mu.try_lock());  // and free
+  mu.unlock();
+}
+
+// Two fibers on one thread are two owners, where glibc sees one tid.
+TEST(LockOwnership, TwoFibersOnOneThreadAreTwoOwners) {
+  Scheduler sched(one_worker_config());
+  pthread_mutex_t checked;
+  ASSERT_EQ(init_mutex_of_type(&checked, PTHREAD_MUTEX_ERRORCHECK), 0);
+  pthread_mutex_t recursive;
+  ASSERT_EQ(init_mutex_of_type(&recursive, PTHREAD_MUTEX_RECURSIVE), 0);
+  std::atomic<int> stage{0};
+  int foreign_unlock = -1;
+  int foreign_trylock = -1;
+  int own_relock = -1;
+  Fiber owner = sched.spawn([&] {
+    EXPECT_EQ(pthread_mutex_lock(&checked), 0);
+    EXPECT_EQ(pthread_mutex_lock(&recursive), 0);
+    own_relock = kMisuseIsReported ? EDEADLK : pthread_mutex_lock(&checked);
+    stage = 1;
+    while (stage.load() != 2) this_fiber::yield();
+    EXPECT_EQ(pthread_mutex_unlock(&recursive), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&checked), 0);
+  });
+  Fiber other = sched.spawn([&] {
+    while (stage.load() != 1) this_fiber::yield();
+    foreign_unlock = kMisuseIsReported ? EPERM : pthread_mutex_unlock(&checked);
+    foreign_trylock = pthread_mutex_trylock(&recursive);
+    stage = 2;
+  });
+  owner.join();
+  other.join();
+  EXPECT_EQ(own_relock, EDEADLK);
+  EXPECT_EQ(foreign_unlock, EPERM);
+  EXPECT_EQ(foreign_trylock, EBUSY);
+  pthread_mutex_destroy(&checked);
+  pthread_mutex_destroy(&recursive);
+}
+
+// --- glibc's semantics, fiber and plain thread ------------------------------
+
+class LockSemantics : public ::testing::TestWithParam<Caller> {
+ protected:
+  Scheduler sched_{test::config_with(2)};
+  void run(const std::function<void()>& body) { run_as(sched_, GetParam(), body); }
+};
+
+TEST_P(LockSemantics, EveryInitializerAndAttributeIsHonoured) {
+  run([] {
+    pthread_mutex_t normal = PTHREAD_MUTEX_INITIALIZER;
+    EXPECT_EQ(pthread_mutex_lock(&normal), 0);
+    EXPECT_EQ(pthread_mutex_trylock(&normal), EBUSY);
+    EXPECT_EQ(pthread_mutex_destroy(&normal), EBUSY);  // glibc's own destroy sees the user count
+    EXPECT_EQ(pthread_mutex_unlock(&normal), 0);
+    EXPECT_EQ(pthread_mutex_destroy(&normal), 0);
+
+    pthread_mutex_t recursive = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    EXPECT_EQ(pthread_mutex_lock(&recursive), 0);
+    EXPECT_EQ(pthread_mutex_lock(&recursive), 0);
+    EXPECT_EQ(pthread_mutex_trylock(&recursive), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&recursive), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&recursive), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&recursive), 0);
+    if (!kMisuseIsReported) {
+      EXPECT_EQ(pthread_mutex_unlock(&recursive), EPERM);
+    }
+
+    pthread_mutex_t checked = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+    if (!kMisuseIsReported) {
+      EXPECT_EQ(pthread_mutex_unlock(&checked), EPERM);
+    }
+    EXPECT_EQ(pthread_mutex_lock(&checked), 0);
+    if (!kMisuseIsReported) {
+      EXPECT_EQ(pthread_mutex_lock(&checked), EDEADLK);
+    }
+    EXPECT_EQ(pthread_mutex_trylock(&checked), EBUSY);
+    EXPECT_EQ(pthread_mutex_unlock(&checked), 0);
+
+    pthread_mutex_t adaptive = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+    EXPECT_EQ(pthread_mutex_lock(&adaptive), 0);
+    EXPECT_EQ(pthread_mutex_trylock(&adaptive), EBUSY);
+    EXPECT_EQ(pthread_mutex_unlock(&adaptive), 0);
+
+    pthread_mutex_t initialized;
+    EXPECT_EQ(init_mutex_of_type(&initialized, PTHREAD_MUTEX_RECURSIVE), 0);
+    EXPECT_EQ(pthread_mutex_lock(&initialized), 0);
+    EXPECT_EQ(pthread_mutex_lock(&initialized), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&initialized), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&initialized), 0);
+    EXPECT_EQ(pthread_mutex_destroy(&initialized), 0);
+  });
+}
+
+TEST_P(LockSemantics, ATimedLockTimesOutOnItsClockAndChecksItsTimeOnlyWhenItWaits) {
+  std::timed_mutex mu;
+  std::thread holder;
+  std::atomic<bool> held{false};
+  std::atomic<bool> release{false};
+  holder = std::thread([&] {
+    std::lock_guard guard(mu);
+    held = true;
+    while (!release.load()) std::this_thread::sleep_for(1ms);
+  });
+  while (!held.load()) std::this_thread::sleep_for(1ms);
+  run([&] {
+    pthread_mutex_t* m = mu.native_handle();
+    const auto start = std::chrono::steady_clock::now();
+    timespec at = realtime_after(30ms);
+    EXPECT_EQ(pthread_mutex_timedlock(m, &at), ETIMEDOUT);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 29ms);
+    at = monotonic_after(20ms);
+    EXPECT_EQ(pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &at), ETIMEDOUT);
+    EXPECT_EQ(pthread_mutex_clocklock(m, CLOCK_PROCESS_CPUTIME_ID, &at), EINVAL);
+    timespec bad{0, 2'000'000'000};
+    EXPECT_EQ(pthread_mutex_timedlock(m, &bad), EINVAL);  // it would wait: the time is looked at
+    timespec negative{-1, 0};
+    EXPECT_EQ(pthread_mutex_timedlock(m, &negative), ETIMEDOUT);
+    EXPECT_FALSE(mu.try_lock_for(10ms));  // std::timed_mutex: pthread_mutex_clocklock on steady_clock
+  });
+  release = true;
+  holder.join();
+  run([&] {
+    timespec bad{0, -5};
+    EXPECT_EQ(pthread_mutex_timedlock(mu.native_handle(), &bad), 0);  // free: not looked at, as glibc
+    mu.unlock();
+    EXPECT_TRUE(mu.try_lock_for(10ms));
+    mu.unlock();
+  });
+}
+
+TEST_P(LockSemantics, ACondvarWaitTimesOutOnItsClockWithTheMutexHeld) {
+  run([] {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t realtime = PTHREAD_COND_INITIALIZER;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_t monotonic;
+    pthread_cond_init(&monotonic, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_lock(&mu);
+    const auto start = std::chrono::steady_clock::now();
+    timespec at = realtime_after(20ms);
+    EXPECT_EQ(pthread_cond_timedwait(&realtime, &mu, &at), ETIMEDOUT);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 19ms);
+    EXPECT_EQ(pthread_mutex_trylock(&mu), EBUSY);  // held again
+    at = monotonic_after(20ms);
+    EXPECT_EQ(pthread_cond_timedwait(&monotonic, &mu, &at), ETIMEDOUT);
+    at = monotonic_after(10ms);
+    EXPECT_EQ(pthread_cond_clockwait(&realtime, &mu, CLOCK_MONOTONIC, &at), ETIMEDOUT);
+    EXPECT_EQ(pthread_cond_clockwait(&realtime, &mu, CLOCK_THREAD_CPUTIME_ID, &at), EINVAL);
+    timespec bad{0, 1'000'000'000};
+    EXPECT_EQ(pthread_cond_timedwait(&realtime, &mu, &bad), EINVAL);
+    pthread_mutex_unlock(&mu);
+    pthread_cond_destroy(&monotonic);
+  });
+  // std::condition_variable's timed waits: pthread_cond_clockwait.
+  run([] {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::unique_lock lock(mu);
+    EXPECT_EQ(cv.wait_for(lock, 10ms), std::cv_status::timeout);
+    EXPECT_FALSE(cv.wait_until(lock, std::chrono::system_clock::now() + 10ms, [] { return false; }));
+    EXPECT_TRUE(lock.owns_lock());
+  });
+}
+
+TEST_P(LockSemantics, ACondvarWaitWithAMutexNotOwnedIsEPERM) {
+  if (kMisuseIsReported) GTEST_SKIP() << "ThreadSanitizer reports the misuse itself";
+  run([] {
+    pthread_mutex_t checked = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    EXPECT_EQ(pthread_cond_wait(&cond, &checked), EPERM);
+    timespec at = realtime_after(1s);
+    EXPECT_EQ(pthread_cond_timedwait(&cond, &checked, &at), EPERM);
+    EXPECT_EQ(pthread_cond_signal(&cond), 0);
+    EXPECT_EQ(pthread_cond_broadcast(&cond), 0);
+  });
+}
+
+TEST_P(LockSemantics, RwlockErrorsAreGlibcs) {
+  run([] {
+    pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+    EXPECT_EQ(pthread_rwlock_wrlock(&lock), 0);
+    if (!kMisuseIsReported) {
+      EXPECT_EQ(pthread_rwlock_wrlock(&lock), EDEADLK);
+      EXPECT_EQ(pthread_rwlock_rdlock(&lock), EDEADLK);
+    }
+    EXPECT_EQ(pthread_rwlock_trywrlock(&lock), EBUSY);
+    EXPECT_EQ(pthread_rwlock_tryrdlock(&lock), EBUSY);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_rdlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_rdlock(&lock), 0);  // recursive read locks: fine by default
+    EXPECT_EQ(pthread_rwlock_trywrlock(&lock), EBUSY);
+    timespec at = realtime_after(10ms);
+    EXPECT_EQ(pthread_rwlock_timedwrlock(&lock, &at), ETIMEDOUT);
+    at = monotonic_after(10ms);
+    EXPECT_EQ(pthread_rwlock_clockwrlock(&lock, CLOCK_MONOTONIC, &at), ETIMEDOUT);
+    EXPECT_EQ(pthread_rwlock_clockwrlock(&lock, CLOCK_BOOTTIME, &at), EINVAL);
+    timespec bad{0, -1};
+    EXPECT_EQ(pthread_rwlock_timedrdlock(&lock, &bad), EINVAL);  // checked always, as glibc
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_trywrlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_destroy(&lock), 0);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Callers, LockSemantics, ::testing::Values(Caller::fiber, Caller::thread), caller_name);
+
+// PREFER_WRITER_NONRECURSIVE: a reader waits behind a waiting writer.
+TEST(RwlockPreference, AWriterPreferringRwlockQueuesReadersBehindAWaitingWriter) {
+  Scheduler sched(test::config_with(2));
+  pthread_rwlockattr_t attr;
+  pthread_rwlockattr_init(&attr);
+  pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  pthread_rwlock_t lock;
+  pthread_rwlock_init(&lock, &attr);
+  pthread_rwlockattr_destroy(&attr);
+  ASSERT_EQ(pthread_rwlock_rdlock(&lock), 0);
+  std::atomic<int> order{0};
+  int writer_at = 0;
+  int reader_at = 0;
+  Fiber writer = sched.spawn([&] {
+    EXPECT_EQ(pthread_rwlock_wrlock(&lock), 0);
+    writer_at = ++order;
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  });
+  ASSERT_TRUE(test::wait_until_parked_on(sched, "std::shared_mutex"));
+  EXPECT_EQ(pthread_rwlock_tryrdlock(&lock), EBUSY);
+  Fiber reader = sched.spawn([&] {
+    EXPECT_EQ(pthread_rwlock_rdlock(&lock), 0);
+    reader_at = ++order;
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  });
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(order.load(), 0);
+  EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  writer.join();
+  reader.join();
+  EXPECT_EQ(writer_at, 1);
+  EXPECT_EQ(reader_at, 2);
+  pthread_rwlock_destroy(&lock);
+}
+
+// --- what passes through to glibc ------------------------------------------
+
+TEST(LockPassThrough, RobustPriorityAndSharedMutexesAreGlibcs) {
+  Scheduler sched(test::config_with(2));
+  pthread_mutex_t robust;
+  ASSERT_EQ(
+      init_mutex(&robust, [](pthread_mutexattr_t* attr) { pthread_mutexattr_setrobust(attr, PTHREAD_MUTEX_ROBUST); }),
+      0);
+  // A thread that ends holding it: the next locker learns it, from glibc.
+  std::thread([&] { EXPECT_EQ(pthread_mutex_lock(&robust), 0); }).join();
+  sched
+      .spawn([&] {
+        EXPECT_EQ(pthread_mutex_lock(&robust), EOWNERDEAD);
+        EXPECT_EQ(pthread_mutex_consistent(&robust), 0);
+        EXPECT_EQ(pthread_mutex_unlock(&robust), 0);
+      })
+      .join();
+  pthread_mutex_destroy(&robust);
+
+  pthread_mutex_t inheriting;
+  ASSERT_EQ(init_mutex(&inheriting,
+                       [](pthread_mutexattr_t* attr) { pthread_mutexattr_setprotocol(attr, PTHREAD_PRIO_INHERIT); }),
+            0);
+  pthread_mutex_t shared;
+  ASSERT_EQ(init_mutex(&shared,
+                       [](pthread_mutexattr_t* attr) { pthread_mutexattr_setpshared(attr, PTHREAD_PROCESS_SHARED); }),
+            0);
+  long counter = 0;
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < 4; ++i)
+    fibers.push_back(sched.spawn([&] {
+      for (int j = 0; j < 200; ++j) {
+        ASSERT_EQ(pthread_mutex_lock(&inheriting), 0);
+        ASSERT_EQ(pthread_mutex_lock(&shared), 0);
+        ++counter;
+        ASSERT_EQ(pthread_mutex_unlock(&shared), 0);
+        ASSERT_EQ(pthread_mutex_unlock(&inheriting), 0);
+      }
+    }));
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(counter, 800);
+  pthread_mutex_destroy(&inheriting);
+  pthread_mutex_destroy(&shared);
+}
+
+// A process-shared condition variable is glibc's; with a process-private
+// mutex the hooks take over, its wait is bridged so that glibc never
+// releases that mutex itself, and a signal still finds the waiter.
+TEST(LockPassThrough, ASharedCondvarWithATakenOverMutexStillWakesItsWaiter) {
+  Scheduler sched(test::config_with(2));
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_cond_t cond;
+  ASSERT_EQ(pthread_cond_init(&cond, &attr), 0);
+  pthread_condattr_destroy(&attr);
+  std::mutex mu;  // taken over
+  int rounds_seen = 0;
+  bool ready = false;
+  constexpr int kRounds = 200;
+  // A fiber and a thread contend for the mutex while one waits.
+  Fiber contender = sched.spawn([&] {
+    for (int i = 0; i < 2000; ++i) {
+      std::lock_guard guard(mu);
+    }
+  });
+  std::thread waiter([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      std::unique_lock lock(mu);
+      while (!ready) EXPECT_EQ(pthread_cond_wait(&cond, mu.native_handle()), 0);
+      ready = false;
+      ++rounds_seen;
+    }
+  });
+  sched
+      .spawn([&] {
+        for (int i = 0; i < kRounds; ++i) {
+          for (;;) {
+            {
+              std::lock_guard guard(mu);
+              if (!ready) break;
+            }
+            this_fiber::yield();
+          }
+          {
+            std::lock_guard guard(mu);
+            ready = true;
+            EXPECT_EQ(pthread_cond_signal(&cond), 0);
+          }
+        }
+      })
+      .join();
+  waiter.join();
+  contender.join();
+  EXPECT_EQ(rounds_seen, kRounds);
+  pthread_cond_destroy(&cond);
+}
+
+// libweft's condition variable calls carry glibc's version, or TSan (which
+// looks them up by version) would call glibc's instead of them.
+TEST(LockSymbols, TheVersionedCondvarCallsAreLibwefts) {
+  Dl_info weft_info{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&this_fiber::yield), &weft_info), 0);
+  void* weft = dlopen(weft_info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  ASSERT_NE(weft, nullptr) << weft_info.dli_fname;
+  for (const char* name :
+       {"pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_signal", "pthread_cond_broadcast"}) {
+    // Looked up from libweft's handle: libweft first, then libc.
+    void* found = dlvsym(weft, name, "GLIBC_2.3.2");
+    ASSERT_NE(found, nullptr) << name;
+    Dl_info found_info{};
+    ASSERT_NE(dladdr(found, &found_info), 0);
+    EXPECT_STREQ(found_info.dli_fname, weft_info.dli_fname) << name;
+  }
+  dlclose(weft);
+}
+
+// --- after fork ---------------------------------------------------------------
+
+TEST(LockFork, AChildLocksWhatItsParentsFibersWereParkedOn) {
+  Scheduler sched(test::config_with(2));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unique_lock held(mu);
+  Fiber waiter = sched.spawn([&] { std::lock_guard guard(mu); });
+  ASSERT_TRUE(test::wait_until_parked_on(sched, "std::mutex"));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The parent's waiter did not come along; the lock is still ours.
+    held.unlock();
+    const bool relocked = mu.try_lock();
+    if (relocked) mu.unlock();
+    std::mutex other;
+    std::unique_lock lock(other);
+    cv.notify_all();
+    const bool timed_out = cv.wait_for(lock, 5ms) == std::cv_status::timeout;
+    _exit(relocked && timed_out ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  held.unlock();
+  waiter.join();
+}
+
+// A condition variable may be destroyed as soon as its waiters are woken:
+// a woken waiter never touches it again (ASan sees any access).
+TEST(LockLifetime, ACondvarDestroyedRightAfterNotifyAllIsNotTouchedAgain) {
+  Scheduler sched(test::config_with(2));
+  for (int round = 0; round < 20; ++round) {
+    std::mutex mu;
+    auto* cv = new std::condition_variable;
+    bool go = false;
+    std::atomic<int> waiting{0};
+    std::vector<Fiber> fibers;
+    for (int i = 0; i < 8; ++i)
+      fibers.push_back(sched.spawn([&, cv] {
+        std::unique_lock lock(mu);
+        ++waiting;
+        while (!go) cv->wait(lock);
+      }));
+    while (waiting.load() < 8) std::this_thread::sleep_for(100us);
+    {
+      std::lock_guard guard(mu);
+      go = true;
+      cv->notify_all();
+      delete cv;
+    }
+    for (auto& f : fibers) f.join();
+  }
+}
+
+// --- the targets, as tests (the benchmarks measure time) -----------
+
+// 1,000 fibers on 2 workers hold one std::mutex each across a 1 ms park,
+// then wait on a std::condition_variable that a plain thread signals: all
+// finish, and the process never has more than workers + 8 OS threads.
+TEST(LockTargets, AThousandFibersHoldAMutexAcrossAParkThenWaitOnACondvar) {
+  Config config = test::config_with(2);
+  Scheduler sched(config);
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  int released = 0;
+  int consumed = 0;
+  constexpr int kFibers = 1000;
+  ThreadWatch watch;
+  std::vector<Fiber> fibers;
+  fibers.reserve(kFibers);
+  for (int i = 0; i < kFibers; ++i)
+    fibers.push_back(sched.spawn([&] {
+      std::unique_lock lock(mu);
+      std::this_thread::sleep_for(1ms);  // nanosleep: the hook parks the fiber, the mutex held
+      ++arrived;
+      cv.wait(lock, [&] { return released > consumed; });
+      ++consumed;
+    }));
+  std::thread signaller([&] {
+    for (;;) {
+      {
+        std::lock_guard guard(mu);
+        if (arrived == kFibers) break;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    for (int i = 0; i < kFibers; ++i) {
+      {
+        std::lock_guard guard(mu);
+        ++released;
+      }
+      cv.notify_one();
+    }
+  });
+  signaller.join();
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(consumed, kFibers);
+  EXPECT_LE(watch.most(), static_cast<int>(config.workers) + 8) << watch.describe();
+}
+
+// A std::mutex + std::condition_variable bounded queue between 4 plain-thread
+// producers and 100 fiber consumers: every item exactly once, with at most
+// workers + 8 OS threads.
+TEST(LockTargets, ABoundedQueueFeedsAHundredFiberConsumersFromFourThreads) {
+  Config config = test::config_with(2);
+  Scheduler sched(config);
+  std::mutex mu;
+  std::condition_variable not_empty;
+  std::condition_variable not_full;
+  std::deque<int> queue;
+  constexpr std::size_t kCapacity = 64;
+  const int items = static_cast<int>(scaled(200'000));
+  constexpr int kProducers = 4;
+  constexpr int kConsumers = 100;
+  bool closed = false;
+  std::vector<std::atomic<int>> seen(static_cast<std::size_t>(items));
+  ThreadWatch watch;
+  std::vector<Fiber> consumers;
+  for (int i = 0; i < kConsumers; ++i)
+    consumers.push_back(sched.spawn([&] {
+      for (;;) {
+        std::unique_lock lock(mu);
+        not_empty.wait(lock, [&] { return !queue.empty() || closed; });
+        if (queue.empty()) return;
+        const int item = queue.front();
+        queue.pop_front();
+        lock.unlock();
+        not_full.notify_one();
+        seen[static_cast<std::size_t>(item)].fetch_add(1);
+      }
+    }));
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p)
+    producers.emplace_back([&, p] {
+      for (int item = p; item < items; item += kProducers) {
+        std::unique_lock lock(mu);
+        not_full.wait(lock, [&] { return queue.size() < kCapacity; });
+        queue.push_back(item);
+        lock.unlock();
+        not_empty.notify_one();
+      }
+    });
+  for (auto& t : producers) t.join();
+  {
+    std::lock_guard guard(mu);
+    closed = true;
+  }
+  not_empty.notify_all();
+  for (auto& f : consumers) f.join();
+  int wrong = 0;
+  for (const auto& count : seen) wrong += count.load() != 1;
+  EXPECT_EQ(wrong, 0);
+  EXPECT_LE(watch.most(), static_cast<int>(config.workers) + 8) << watch.describe();
+}
+
+// --- WEFT_HOOK_LOCKS=0 --------------------------------------------------------
+
+// With WEFT_HOOK_LOCKS=0 a contended std::mutex blocks the fiber's thread,
+// as glibc's; read once, so the test re-runs this binary with it set.
+TEST(LockHooksOff, WeftHookLocks0MakesEveryLockCallGlibcs) {
+  const char* value = std::getenv("WEFT_HOOK_LOCKS");
+  if (value != nullptr && std::strcmp(value, "0") == 0) {
+    Scheduler sched(test::config_with(1));
+    std::mutex mu;
+    std::unique_lock held(mu);
+    std::atomic<bool> started{false};
+    Fiber waiter = sched.spawn([&] {
+      started = true;
+      std::lock_guard guard(mu);
+    });
+    while (!started.load()) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(20ms);
+    for (const FiberSnapshot& f : sched.snapshot().fibers) EXPECT_NE(f.wait_kind, "std::mutex");
+    held.unlock();
+    waiter.join();
+    return;
+  }
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv("WEFT_HOOK_LOCKS", "0", 1);
+    execl("/proc/self/exe", "locks_test", "--gtest_filter=LockHooksOff.*", nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace weft

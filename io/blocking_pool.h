@@ -36,13 +36,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "../sched/extension.h"
+#include "../sched/raw_lock.h"
 
 namespace weft::detail {
 
@@ -114,8 +114,8 @@ class BlockingPool final : public Extension {
 
   // The helper threads that exist, for the destructor to wait for: a
   // helper's last act is to count itself out under running_lock_.
-  std::mutex running_lock_;
-  std::condition_variable running_changed_;
+  RawMutex running_lock_;
+  RawCondition running_changed_;
   unsigned running_ = 0;
 };
 

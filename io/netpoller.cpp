@@ -19,6 +19,7 @@
 
 #include "../runtime/system_calls.h"
 #include "../sched/current.h"
+#include "../sched/raw_lock.h"
 #include "../sched/scheduler_core.h"
 #include "../sched/trace.h"
 #include "fd_records.h"
@@ -145,7 +146,7 @@ FdWaitResult wait_fd_on_thread(int fd, FdDirection direction, Clock::time_point 
 // Every live poller, for fd_closing() to delete an fd from. Constant-
 // initialized and trivially destructible, for the same reasons as the fd
 // records; a poller leaves the list before it closes its epoll fd.
-constinit std::mutex pollers_lock;
+constinit RawMutex pollers_lock;
 constinit Poller* pollers_head = nullptr;
 constinit std::atomic<std::uint64_t> next_poller_id{1};
 
@@ -157,7 +158,7 @@ constinit std::atomic<std::uint64_t> next_poller_id{1};
 // (FdRecord::reset_in_forked_child); its own schedulers make pollers of
 // their own. Registered at load, before any thread can fork.
 void forget_the_parents_pollers() noexcept {
-  new (&pollers_lock) std::mutex;
+  new (&pollers_lock) RawMutex;
   pollers_head = nullptr;
   fd_records().for_each([](int, FdRecord& record) { record.reset_in_forked_child(); });
 }

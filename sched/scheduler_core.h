@@ -68,7 +68,6 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -82,6 +81,7 @@
 #include "idle.h"
 #include "idle_poller.h"
 #include "latency_histogram.h"
+#include "raw_lock.h"
 #include "services.h"
 #include "spares.h"
 #include "sysmon.h"
@@ -223,7 +223,7 @@ class SchedulerCore {
   std::vector<std::unique_ptr<Worker>> workers_;
   Spares spares_;
   Sysmon sysmon_{*this};  // after workers_ and spares_: it watches them
-  std::mutex sched_latency_lock_;
+  RawMutex sched_latency_lock_;
   LatencyHistogram::Counts sched_latency_seen_{};  // the sums at the last sched_latency_since_last()
 
   // Live fibers, counted in slots: 0 for plain threads, i + 1 for worker i.
@@ -237,9 +237,9 @@ class SchedulerCore {
   std::unique_ptr<LiveCount[]> live_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> stopping_{false};
-  std::mutex shutdown_lock_;
-  std::condition_variable all_exited_;  // fiber exits, and the end of shutdown
-  bool shutdown_claimed_ = false;       // a shutdown() caller is its leader
+  RawMutex shutdown_lock_;
+  RawCondition all_exited_;        // fiber exits, and the end of shutdown
+  bool shutdown_claimed_ = false;  // a shutdown() caller is its leader
   bool stopped_ = false;
   // Destroyed after services_ (weft-dump may read them) and before
   // everything above (their threads may still call ready()).

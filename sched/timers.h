@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "futex.h"
+#include "raw_lock.h"
 
 namespace weft::detail {
 
@@ -112,7 +113,7 @@ class TimerQueue {
   void sift_down(std::size_t index, Entry moving) noexcept;
   void remove_at(std::size_t index) noexcept;
 
-  mutable std::mutex lock_;
+  mutable RawMutex lock_;
   std::vector<Entry> heap_;  // min-heap on deadline; heap_[i].node->heap_index == i
   std::atomic<Clock::rep> earliest_{kNone};
   // Guarded by lock_: whether a blocker sleeps (or is about to), and until.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../runtime/fiber_control.h"
+#include "raw_lock.h"
 
 namespace weft::detail {
 
@@ -31,7 +32,7 @@ struct Buffer {
 };
 
 struct Buffers {
-  std::mutex lock;
+  RawMutex lock;
   std::vector<Buffer*> all;
 };
 Buffers& buffers() {

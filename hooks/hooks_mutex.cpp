@@ -41,7 +41,6 @@
 #include <mutex>
 
 #include "../sched/current.h"
-#include "../sched/wait_owner.h"
 #include "locks.h"
 #include "pthread_layout.h"
 #include "tsan.h"
@@ -329,10 +328,7 @@ int clock_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime,
 WaitOwner mutex_owner(const void* object) noexcept {
   pthread_mutex_t copy;
   if (!read_quietly(object, &copy, sizeof(copy))) return {};
-  const int tag = copy.__data.__owner;
-  if (tag == 0) return {};
-  if (!names_fiber(tag)) return {0, tag};
-  return {fiber_id_at(reinterpret_cast<const FiberControl*>(copy.__data.__list.__prev)), 0};
+  return wait_owner_of(copy.__data.__owner, copy.__data.__list.__prev);
 }
 
 [[maybe_unused]] const bool owners_registered =

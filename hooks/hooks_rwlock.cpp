@@ -32,7 +32,6 @@
 #include <mutex>
 
 #include "../io/real_calls.h"
-#include "../sched/wait_owner.h"
 #include "locks.h"
 #include "pthread_layout.h"
 
@@ -72,10 +71,8 @@ Ownership<unsigned long> writer_of(pthread_rwlock_t* lock) noexcept {
 WaitOwner writer_owner(const void* object) noexcept {
   pthread_rwlock_t copy;
   if (!read_quietly(object, &copy, sizeof(copy))) return {};
-  const int tag = copy.__data.__cur_writer;
-  if (tag == 0 || (copy.__data.__readers & kWriter) == 0) return {};
-  if (!names_fiber(tag)) return {0, tag};
-  return {fiber_id_at(reinterpret_cast<const FiberControl*>(copy.__data.__pad2)), 0};
+  if ((copy.__data.__readers & kWriter) == 0) return {};
+  return wait_owner_of(copy.__data.__cur_writer, reinterpret_cast<const void*>(copy.__data.__pad2));
 }
 
 [[maybe_unused]] const bool owners_registered = register_wait_owner("std::shared_mutex", &writer_owner);

@@ -114,6 +114,7 @@
 #include "../io/real_calls.h"
 #include "../runtime/fiber_control.h"
 #include "../sched/current.h"
+#include "../sched/wait_owner.h"
 #include "../sync/parking_lot.h"
 #include "hook_support.h"
 #include "tsan.h"
@@ -174,6 +175,14 @@ struct Ownership {
             fiber.load(std::memory_order_relaxed) == reinterpret_cast<FiberSlot>(caller.fiber));
   }
 };
+
+// weft-dump's answer (sched/wait_owner.h) for an owner tag read from an
+// object (0: nobody) and the owning fiber's control block, if a fiber.
+inline WaitOwner wait_owner_of(int tag, const void* fiber) noexcept {
+  if (tag == 0) return {};
+  if (!names_fiber(tag)) return {0, tag};
+  return {fiber_id_at(static_cast<const FiberControl*>(fiber)), 0};
+}
 
 // --- libweft's own calls ------------------------------------------------------
 

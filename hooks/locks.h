@@ -87,7 +87,9 @@
 //    parking lot, the user's mutex released only once the waiter is
 //    queued and has left its worker), hooks/hooks_rwlock.cpp.
 //
-// 5. Under the sanitizers. ASan and TSan intercept these calls themselves
+// 5. Under the sanitizers. Under TSan the hooks are off
+//    (read_lock_hooks_switch(), hooks/hook_support.cpp; docs/locks.md); what
+//    follows keeps what TSan would need. ASan and TSan intercept these calls themselves
 //    and call the next definition, libweft's. TSan resolves
 //    pthread_cond_{wait,timedwait,signal,broadcast} by version
 //    (GLIBC_2.3.2), which an unversioned definition does not satisfy, so

@@ -50,6 +50,24 @@ constexpr bool kMisuseIsReported = true;
 constexpr bool kMisuseIsReported = false;
 #endif
 
+// Under ThreadSanitizer the lock hooks are off (docs/locks.md, "Under the
+// sanitizers"): every lock call is glibc's, and the cases that need the
+// hooks (a fiber that parks, ownership by the fiber, the hooks' own
+// semantics) are skipped; the ones that hold for glibc's locks still run.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kLockHooksBuilt = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kLockHooksBuilt = false;
+#else
+constexpr bool kLockHooksBuilt = true;
+#endif
+#else
+constexpr bool kLockHooksBuilt = true;
+#endif
+#define SKIP_WITHOUT_LOCK_HOOKS() \
+  if (!kLockHooksBuilt) GTEST_SKIP() << "the lock hooks are off under ThreadSanitizer (docs/locks.md)"
+
 Config one_worker_config() {
   Config config = test::config_with(1);
   config.max_threads = config.workers;  // no spare threads
@@ -190,6 +208,7 @@ void expect_lock_blocks_the_thread(Scheduler& sched, Prepare prepare) {
 // --- a contended lock parks the fiber --------------------------------------
 
 TEST(LockHooks, AContendedStdMutexParksTheFiberNotTheWorker) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   completes_within(
       60s,
       [] {
@@ -222,6 +241,7 @@ TEST(LockHooks, AContendedStdMutexParksTheFiberNotTheWorker) {
 }
 
 TEST(LockHooks, TheDumpShowsWhatAParkedFiberWaitsOn) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(2));
   std::mutex mu;
   std::unique_lock held(mu);
@@ -289,6 +309,7 @@ TEST(LockHooks, TheDumpShowsWhatAParkedFiberWaitsOn) {
 
 // A fiber that pinned itself behaves as a thread: it blocks its worker.
 TEST(LockHooks, APinnedFiberBlocksItsThreadInsteadOfParking) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(2));
   expect_lock_blocks_the_thread(sched, [] { return this_fiber::pin(); });
 }
@@ -298,6 +319,7 @@ TEST(LockHooks, APinnedFiberBlocksItsThreadInsteadOfParking) {
 class MixedLocks : public ::testing::TestWithParam<unsigned> {};
 
 TEST_P(MixedLocks, AStdMutexContendedByThreadsAndFibersAtOnceCountsExactly) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(GetParam()));
   std::mutex mu;
   long counter = 0;
@@ -321,6 +343,7 @@ TEST_P(MixedLocks, AStdMutexContendedByThreadsAndFibersAtOnceCountsExactly) {
 }
 
 TEST_P(MixedLocks, ACondvarWaitedOnByFibersIsSignalledByAThreadAndTheReverse) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(GetParam()));
   std::mutex mu;
   std::condition_variable cv;
@@ -360,6 +383,7 @@ TEST_P(MixedLocks, ACondvarWaitedOnByFibersIsSignalledByAThreadAndTheReverse) {
 }
 
 TEST_P(MixedLocks, NotifyAllWakesEveryWaiterOfBothKinds) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(GetParam()));
   std::mutex mu;
   std::condition_variable cv;
@@ -390,6 +414,7 @@ TEST_P(MixedLocks, NotifyAllWakesEveryWaiterOfBothKinds) {
 // std::shared_mutex, readers and writers, fibers and threads: a writer is
 // never beside anyone.
 TEST_P(MixedLocks, SharedMutexNeverHasAWriterBesideAnyone) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(GetParam()));
   std::shared_mutex shared;
   std::atomic<int> readers{0};
@@ -431,6 +456,7 @@ INSTANTIATE_TEST_SUITE_P(Workers, MixedLocks, ::testing::Values(1u, 2u, 4u), tes
 // --- ownership belongs to the fiber -----------------------------------------
 
 TEST(LockOwnership, AMutexLockedInAFiberUnlocksOnAnotherWorker) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(2));
   pthread_mutex_t mu;
   ASSERT_EQ(init_mutex_of_type(&mu, PTHREAD_MUTEX_ERRORCHECK), 0);
@@ -456,6 +482,7 @@ TEST(LockOwnership, AMutexLockedInAFiberUnlocksOnAnotherWorker) {
 }
 
 TEST(LockOwnership, ARecursiveMutexLockedTwiceAcrossAMigrationUnlocksTwice) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(2));
   std::recursive_mutex mu;
   pid_t before = 0;
@@ -484,6 +511,7 @@ TEST(LockOwnership, ARecursiveMutexLockedTwiceAcrossAMigrationUnlocksTwice) {
 
 // Two fibers on one thread are two owners, where glibc sees one tid.
 TEST(LockOwnership, TwoFibersOnOneThreadAreTwoOwners) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(one_worker_config());
   pthread_mutex_t checked;
   ASSERT_EQ(init_mutex_of_type(&checked, PTHREAD_MUTEX_ERRORCHECK), 0);
@@ -526,6 +554,7 @@ class LockSemantics : public ::testing::TestWithParam<Caller> {
 };
 
 TEST_P(LockSemantics, EveryInitializerAndAttributeIsHonoured) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   run([] {
     pthread_mutex_t normal = PTHREAD_MUTEX_INITIALIZER;
     EXPECT_EQ(pthread_mutex_lock(&normal), 0);
@@ -572,6 +601,7 @@ TEST_P(LockSemantics, EveryInitializerAndAttributeIsHonoured) {
 }
 
 TEST_P(LockSemantics, ATimedLockTimesOutOnItsClockAndChecksItsTimeOnlyWhenItWaits) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   std::timed_mutex mu;
   std::thread holder;
   std::atomic<bool> held{false};
@@ -609,6 +639,7 @@ TEST_P(LockSemantics, ATimedLockTimesOutOnItsClockAndChecksItsTimeOnlyWhenItWait
 }
 
 TEST_P(LockSemantics, ACondvarWaitTimesOutOnItsClockWithTheMutexHeld) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   run([] {
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t realtime = PTHREAD_COND_INITIALIZER;
@@ -646,6 +677,7 @@ TEST_P(LockSemantics, ACondvarWaitTimesOutOnItsClockWithTheMutexHeld) {
 }
 
 TEST_P(LockSemantics, ACondvarWaitWithAMutexNotOwnedIsEPERM) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   if (kMisuseIsReported) GTEST_SKIP() << "ThreadSanitizer reports the misuse itself";
   run([] {
     pthread_mutex_t checked = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
@@ -659,6 +691,7 @@ TEST_P(LockSemantics, ACondvarWaitWithAMutexNotOwnedIsEPERM) {
 }
 
 TEST_P(LockSemantics, RwlockErrorsAreGlibcs) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   run([] {
     pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
     EXPECT_EQ(pthread_rwlock_wrlock(&lock), 0);
@@ -691,6 +724,7 @@ INSTANTIATE_TEST_SUITE_P(Callers, LockSemantics, ::testing::Values(Caller::fiber
 
 // PREFER_WRITER_NONRECURSIVE: a reader waits behind a waiting writer.
 TEST(RwlockPreference, AWriterPreferringRwlockQueuesReadersBehindAWaitingWriter) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(2));
   pthread_rwlockattr_t attr;
   pthread_rwlockattr_init(&attr);
@@ -844,6 +878,7 @@ TEST(LockSymbols, TheVersionedCondvarCallsAreLibwefts) {
 // --- after fork ---------------------------------------------------------------
 
 TEST(LockFork, AChildLocksWhatItsParentsFibersWereParkedOn) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(2));
   std::mutex mu;
   std::condition_variable cv;
@@ -873,6 +908,7 @@ TEST(LockFork, AChildLocksWhatItsParentsFibersWereParkedOn) {
 // A condition variable may be destroyed as soon as its waiters are woken:
 // a woken waiter never touches it again (ASan sees any access).
 TEST(LockLifetime, ACondvarDestroyedRightAfterNotifyAllIsNotTouchedAgain) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   Scheduler sched(test::config_with(2));
   for (int round = 0; round < 20; ++round) {
     std::mutex mu;
@@ -903,6 +939,7 @@ TEST(LockLifetime, ACondvarDestroyedRightAfterNotifyAllIsNotTouchedAgain) {
 // then wait on a std::condition_variable that a plain thread signals: all
 // finish, and the process never has more than workers + 8 OS threads.
 TEST(LockTargets, AThousandFibersHoldAMutexAcrossAParkThenWaitOnACondvar) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   ThreadWatch watch;  // before the scheduler: its threads are the test's
   Config config = test::config_with(2);
   Scheduler sched(config);
@@ -948,6 +985,7 @@ TEST(LockTargets, AThousandFibersHoldAMutexAcrossAParkThenWaitOnACondvar) {
 // producers and 100 fiber consumers: every item exactly once, with at most
 // workers + 8 OS threads.
 TEST(LockTargets, ABoundedQueueFeedsAHundredFiberConsumersFromFourThreads) {
+  SKIP_WITHOUT_LOCK_HOOKS();
   ThreadWatch watch;  // before the scheduler: its threads are the test's
   Config config = test::config_with(2);
   Scheduler sched(config);

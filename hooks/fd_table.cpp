@@ -9,6 +9,7 @@
 
 #include "../io/netpoller.h"
 #include "../io/real_calls.h"
+#include "signal_handlers.h"
 
 namespace weft::detail {
 namespace {
@@ -29,6 +30,7 @@ constinit std::atomic<std::uint32_t> timeout_changes{1};
 FdRecord* classified_fd_state(int fd) noexcept {
   FdRecord* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::unknown) return state;
+  fd_renew_if_changed(*state);
   const int saved = errno;
   struct stat st {};
   FdKind kind = FdKind::unpollable;
@@ -56,7 +58,12 @@ FdRecord* classified_fd_state(int fd) noexcept {
   return state;
 }
 
+void fd_changed_in_handler(int fd) noexcept {
+  if (FdRecord* state = fd_state(fd)) state->flags.store(FdRecord::changed_in_handler_bit, std::memory_order_relaxed);
+}
+
 void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream) noexcept {
+  if (in_signal_handler()) return fd_changed_in_handler(fd);
   FdRecord* state = fd_state(fd);
   if (state == nullptr) return;
   // The number's previous fd may have closed where no hook saw it (inside
@@ -71,6 +78,7 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream) noexcept {
 }
 
 void fd_duplicated(int from, int to) noexcept {
+  if (in_signal_handler()) return fd_changed_in_handler(to);
   FdRecord* source = fd_state(from);
   FdRecord* target = fd_state(to);
   if (target == nullptr) return;
@@ -87,9 +95,7 @@ void fd_duplicated(int from, int to) noexcept {
 
 void fd_description_reset(FdRecord& record) noexcept {
   record.flags.store(0, std::memory_order_relaxed);
-  record.lock.lock();
-  record.timeouts_read_at = 0;
-  record.lock.unlock();
+  record.forget_timeouts();
 }
 
 std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) noexcept {
@@ -118,6 +124,7 @@ std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) 
 void timeouts_changed() noexcept { timeout_changes.fetch_add(1, std::memory_order_release); }
 
 void fd_forgotten(int fd) noexcept {
+  if (in_signal_handler()) return fd_changed_in_handler(fd);
   FdRecord* state = fd_records().find(fd);
   if (state == nullptr) return;
   fd_renewed(fd);

@@ -47,6 +47,13 @@ void fd_duplicated(int from, int to) noexcept;
 // old one close: its record goes back to unknown, with a new generation.
 void fd_forgotten(int fd) noexcept;
 
+// In a signal handler, where no lock may be taken (the code it interrupted
+// may hold the record's): `fd` was closed, or a new fd took its number. The
+// record is marked (FdRecord::changed_in_handler), and renewed at its next
+// use outside a handler (fd_renew_if_changed). fd_created, fd_duplicated
+// and fd_forgotten call it themselves in a handler.
+void fd_changed_in_handler(int fd) noexcept;
+
 // The user's view only, back to unknown (what fd_forgotten does besides
 // renewing the netpoller's state).
 void fd_description_reset(FdRecord& record) noexcept;

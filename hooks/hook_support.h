@@ -17,6 +17,7 @@
 
 #include "../io/netpoller.h"
 #include "../runtime/fiber_control.h"
+#include "signal_handlers.h"
 
 namespace weft::detail {
 
@@ -27,8 +28,11 @@ bool hooks_enabled() noexcept;
 // like a fiber to weft, but no worker is left to resume it.
 bool in_forked_child() noexcept;
 
-// True when a blocking call should park the calling fiber.
-inline bool parking_enabled() noexcept { return current_fiber() != nullptr && hooks_enabled() && !in_forked_child(); }
+// True when a blocking call should park the calling fiber: not in a signal
+// handler (hooks/signal_handlers.h), where every hook is libc's call.
+inline bool parking_enabled() noexcept {
+  return !in_signal_handler() && current_fiber() != nullptr && hooks_enabled() && !in_forked_child();
+}
 
 // Held by a hook around every park (wait_for_fd, sleep_parked, the
 // resolver's offload). Two jobs:

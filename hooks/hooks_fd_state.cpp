@@ -27,6 +27,7 @@
 #include "../io/real_calls.h"
 #include "fd_table.h"
 #include "hook_support.h"
+#include "signal_handlers.h"
 
 namespace weft::detail {
 namespace {
@@ -36,6 +37,7 @@ bool is_stream(int type) noexcept { return (type & ~(SOCK_NONBLOCK | SOCK_CLOEXE
 
 void before_close(int fd) noexcept {
   if (fd < 0) return;
+  if (in_signal_handler()) return fd_changed_in_handler(fd);
   // In a forked child too: the child forgot its parent's pollers at the
   // fork (io/netpoller.cpp), so this deletes from its own only.
   fd_closing(fd);
@@ -62,22 +64,30 @@ bool is_timeout_option(int option) {
   return false;
 }
 
+// The user's F_SETFL or FIONBIO: `set()` makes it, and if it succeeds the
+// record takes `nonblock`. Under the flip lock, so that a connect or accept
+// flip in flight, which restores the flags it read, cannot overwrite them;
+// but not in a signal handler, which must take no lock the code it
+// interrupted may hold (a flip that code then ends puts back the flags it
+// read, as any F_SETFL of its own would).
+template <class Set>
+int set_user_nonblock(FdRecord* state, bool nonblock, Set&& set) {
+  if (state == nullptr) return set();
+  const bool locking = !in_signal_handler();
+  if (locking) state->flip_lock.lock();
+  const int result = set();
+  if (result == 0) state->set_bit(FdRecord::user_nonblock_bit, nonblock);
+  if (locking) state->flip_lock.unlock();
+  return result;
+}
+
 // fcntl and fcntl64 share everything but the real function.
 template <class Real>
 int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
   switch (cmd) {
-    case F_SETFL: {
-      FdRecord* state = fd_state(fd);
-      if (state == nullptr) return real_fcntl(fd, cmd, arg);
-      // Under the flip lock: a connect/accept in flight restores the
-      // flags it read, and must not overwrite these.
-      state->flip_lock.lock();
-      const int result = real_fcntl(fd, cmd, arg);
-      if (result == 0)
-        state->set_bit(FdRecord::user_nonblock_bit, int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK);
-      state->flip_lock.unlock();
-      return result;
-    }
+    case F_SETFL:
+      return set_user_nonblock(fd_state(fd), int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK,
+                               [&] { return real_fcntl(fd, cmd, arg); });
     case F_GETFL: {
       const int result = real_fcntl(fd, cmd, arg);
       const FdRecord* state = fd_state(fd);
@@ -180,14 +190,9 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
   va_start(args, request);
   void* arg = va_arg(args, void*);
   va_end(args);
-  if (request != FIONBIO) return real::ioctl()(fd, request, arg);
-  FdRecord* state = fd_state(fd);
-  if (state == nullptr) return real::ioctl()(fd, request, arg);
-  state->flip_lock.lock();
-  const int result = real::ioctl()(fd, request, arg);
-  if (result == 0 && arg != nullptr) state->set_bit(FdRecord::user_nonblock_bit, *static_cast<const int*>(arg) != 0);
-  state->flip_lock.unlock();
-  return result;
+  if (request != FIONBIO || arg == nullptr) return real::ioctl()(fd, request, arg);
+  return set_user_nonblock(fd_state(fd), *static_cast<const int*>(arg) != 0,
+                           [&] { return real::ioctl()(fd, request, arg); });
 }
 
 int setsockopt(int fd, int level, int option, const void* value, socklen_t len) noexcept {

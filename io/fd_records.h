@@ -68,6 +68,12 @@ struct alignas(64) FdRecord {
   static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
   static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket: a short read drained it
   static constexpr std::uint32_t no_nowait_bit = 32;     // refuses RWF_NOWAIT: waited for, then called
+  // The fd was closed, or a new fd took its number, in a signal handler,
+  // where the record's lock could not be taken (the code the handler
+  // interrupted may hold it): the rest of the record is stale until
+  // fd_renew_if_changed (io/netpoller.h). Stored alone, so the kind reads
+  // unknown meanwhile.
+  static constexpr std::uint32_t changed_in_handler_bit = 64;
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
@@ -89,6 +95,7 @@ struct alignas(64) FdRecord {
   bool user_nonblock() const noexcept { return flags.load(std::memory_order_relaxed) & user_nonblock_bit; }
   bool flipped() const noexcept { return flags.load(std::memory_order_relaxed) & flipped_bit; }
   bool stream() const noexcept { return flags.load(std::memory_order_relaxed) & stream_bit; }
+  bool changed_in_handler() const noexcept { return flags.load(std::memory_order_relaxed) & changed_in_handler_bit; }
   void set_bit(std::uint32_t bit, bool on) noexcept {
     if (on)
       flags.fetch_or(bit, std::memory_order_relaxed);
@@ -112,6 +119,12 @@ struct alignas(64) FdRecord {
     poller_id = 0;
     in_other_pollers = false;
     set_bit(flipped_bit, false);
+  }
+  // The cached timeouts are read again at the next wait.
+  void forget_timeouts() noexcept {
+    lock.lock();
+    timeouts_read_at = 0;
+    lock.unlock();
   }
   void set_kind(FdKind kind) noexcept {
     std::uint32_t old = flags.load(std::memory_order_relaxed);

@@ -128,6 +128,13 @@ WEFT_REAL_CALL(timerfd_create, int(int, int))
 WEFT_REAL_CALL(signalfd, int(int, const sigset_t*, int))
 WEFT_REAL_CALL(inotify_init, int())
 WEFT_REAL_CALL(inotify_init1, int(int))
+WEFT_REAL_CALL(sigaction, int(int, const struct sigaction*, struct sigaction*))
+WEFT_REAL_CALL(signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(bsd_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(ssignal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(sysv_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(__sysv_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(sigset, sighandler_t(int, sighandler_t))
 
 #undef WEFT_REAL_CALL
 

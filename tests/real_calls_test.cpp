@@ -148,7 +148,8 @@ TEST(RealCallsFallback, OpenTakesItsModeOnlyWithOCreat) {
 }
 
 TEST(RealCallsFallback, EveryCallWithASystemCallBeneathHasOne) {
-  // Every WEFT_REAL_CALL in io/real_calls.h but the sleeps and the resolver.
+  // Every WEFT_REAL_CALL in io/real_calls.h but the sleeps, the resolver and
+  // the signal calls.
   for (const char* name :
        {"read",     "readv",        "write",        "writev",       "recv",          "recvfrom",
         "recvmsg",  "recvmmsg",     "send",         "sendto",       "sendmsg",       "sendmmsg",
@@ -163,7 +164,10 @@ TEST(RealCallsFallback, EveryCallWithASystemCallBeneathHasOne) {
 }
 
 TEST(RealCallsFallback, NoneForCallsWithNoSystemCallBeneath) {
-  for (const char* name : {"getaddrinfo", "getnameinfo", "gethostbyname", "sleep", "usleep", "no_such_call"})
+  // sigaction has rt_sigaction beneath, which needs libc's return
+  // trampoline (sa_restorer).
+  for (const char* name :
+       {"getaddrinfo", "getnameinfo", "gethostbyname", "sleep", "usleep", "sigaction", "signal", "no_such_call"})
     EXPECT_EQ(raw_syscall_fallback(name), nullptr) << name;
 }
 

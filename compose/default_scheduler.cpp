@@ -29,6 +29,8 @@ unsigned count_from_environment(const char* name, unsigned fallback, unsigned mi
 Scheduler* start_default() {
   Config config;
   config.workers = count_from_environment("WEFT_WORKERS", config.workers, 1, 1024, "a worker count");
+  config.max_blocking_threads = count_from_environment("WEFT_MAX_BLOCKING_THREADS", config.max_blocking_threads, 1,
+                                                       65536, "a limit of blocking helper threads");
   // At least the workers: equal turns spare threads off (docs/sysmon.md).
   config.max_threads = count_from_environment("WEFT_MAX_THREADS", std::max(config.max_threads, config.workers),
                                               config.workers, 1'000'000, "a thread limit");

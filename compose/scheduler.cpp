@@ -9,6 +9,7 @@
 #include "../introspect/services.h"
 #include "../introspect/snapshot.h"
 #include "../io/blocking_pool.h"
+#include "../io/file_ring.h"
 #include "../io/netpoller.h"
 #include "../sched/scheduler_core.h"
 
@@ -18,7 +19,7 @@ namespace {
 detail::SchedulerParts full_runtime() {
   detail::SchedulerParts parts;
   parts.make_poller = &detail::make_idle_poller;
-  parts.extensions = {&detail::BlockingPool::make};
+  parts.extensions = {&detail::BlockingPool::make, &detail::FileRing::make};
   parts.services = &detail::scheduler_services();
   return parts;
 }

@@ -4,8 +4,9 @@
 //
 // The rule every hook keeps: when parking_enabled() is false it calls the
 // real function and nothing else (apart from recording fd state), so a
-// plain thread, code before any scheduler, a forked child's thread and
-// WEFT_HOOKS=0 get exactly libc's behaviour.
+// plain thread, code before any scheduler, a forked child's thread, a call
+// from an excluded library (WEFT_HOOKS_EXCLUDE) and WEFT_HOOKS=0 get
+// exactly libc's behaviour.
 #pragma once
 
 #include <weft/detail/checkpoint.h>
@@ -17,6 +18,7 @@
 
 #include "../io/netpoller.h"
 #include "../runtime/fiber_control.h"
+#include "excluded_callers.h"
 #include "signal_handlers.h"
 
 namespace weft::detail {
@@ -28,10 +30,20 @@ bool hooks_enabled() noexcept;
 // like a fiber to weft, but no worker is left to resume it.
 bool in_forked_child() noexcept;
 
-// True when a blocking call should park the calling fiber: not in a signal
-// handler (hooks/signal_handlers.h), where every hook is libc's call.
-inline bool parking_enabled() noexcept {
-  return !in_signal_handler() && current_fiber() != nullptr && hooks_enabled() && !in_forked_child();
+// True when a blocking call should park the calling fiber: a fiber made
+// it, not in a signal handler (hooks/signal_handlers.h), where every hook
+// is libc's call, and not from an excluded library (excluded_callers.h).
+// `caller` and `frame` say where the call was made: their defaults are
+// evaluated in the function that calls parking_enabled(), as its own
+// return address and frame, so that a hook's gate, `if
+// (!parking_enabled()) return real::read()(...)`, asks about the hook's
+// caller, and a gate in one of weft's helpers is followed out to it. The
+// caller's check comes last: it is the only one that may do more than a
+// load (dladdr, once per call site).
+inline bool parking_enabled(const void* caller = __builtin_return_address(0),
+                            const void* frame = __builtin_frame_address(0)) noexcept {
+  return !in_signal_handler() && current_fiber() != nullptr && hooks_enabled() && !in_forked_child() &&
+         !caller_excluded(caller, frame);
 }
 
 // Held by a hook around every park (wait_for_fd, sleep_parked, the

@@ -25,6 +25,7 @@
 #include <cstdio>
 
 #include "../io/real_calls.h"
+#include "announced.h"
 #include "fd_table.h"
 #include "hook_support.h"
 #include "signal_handlers.h"
@@ -102,6 +103,10 @@ int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
       if (result >= 0) fd_duplicated(fd, result);
       return result;
     }
+    case F_SETLKW:
+    case F_OFD_SETLKW:
+      // Waits for another process's lock: announced in a fiber.
+      return announced([&] { return real_fcntl(fd, cmd, arg); });
     default:
       return real_fcntl(fd, cmd, arg);
   }
@@ -265,7 +270,7 @@ int open(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(real::open()(path, flags, mode));
+  return forget_new(announced([&] { return real::open()(path, flags, mode); }));
 }
 
 int open64(const char* path, int flags, ...) {
@@ -273,7 +278,7 @@ int open64(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(real::open64()(path, flags, mode));
+  return forget_new(announced([&] { return real::open64()(path, flags, mode); }));
 }
 
 int openat(int dir, const char* path, int flags, ...) {
@@ -281,7 +286,7 @@ int openat(int dir, const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(real::openat()(dir, path, flags, mode));
+  return forget_new(announced([&] { return real::openat()(dir, path, flags, mode); }));
 }
 
 int openat64(int dir, const char* path, int flags, ...) {
@@ -289,7 +294,7 @@ int openat64(int dir, const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(real::openat64()(dir, path, flags, mode));
+  return forget_new(announced([&] { return real::openat64()(dir, path, flags, mode); }));
 }
 
 int creat(const char* path, mode_t mode) { return forget_new(real::creat()(path, mode)); }

@@ -29,8 +29,11 @@
 #include <vector>
 
 #include "../io/real_calls.h"
+#include "announced.h"
 #include "fd_table.h"
+#include "file_io.h"
 #include "hook_support.h"
+#include "iovecs.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -128,7 +131,8 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
 
 // A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
 // blocking call. Another reader may take what made it ready, and then the
-// call blocks this worker as it would block a thread (docs/io.md).
+// call blocks this worker as it would block a thread (docs/io.md): so it
+// is announced.
 template <class Call>
 auto wait_then_call(int fd, FdRecord& state, FdDirection direction, Call&& call) {
   const ErrnoHome home;
@@ -139,7 +143,7 @@ auto wait_then_call(int fd, FdRecord& state, FdDirection direction, Call&& call)
     set_errno(failed);
     return decltype(call())(-1);
   }
-  return call();
+  return announced(call);
 }
 
 // The table said socket, the kernel says otherwise: the number was reused
@@ -222,18 +226,6 @@ size_t iov_total(const iovec* iov, int count) {
   return total;
 }
 
-// The iovecs of `iov` after their first `done` bytes, into `rest`.
-void iovecs_after(const iovec* iov, std::size_t count, std::size_t done, std::vector<iovec>& rest) {
-  rest.assign(iov, iov + count);
-  auto it = rest.begin();
-  while (it != rest.end() && done >= it->iov_len) done -= (it++)->iov_len;
-  rest.erase(rest.begin(), it);
-  if (!rest.empty()) {
-    rest.front().iov_base = static_cast<char*>(rest.front().iov_base) + done;
-    rest.front().iov_len -= done;
-  }
-}
-
 // sendmsg that sends everything: after a partial write the remaining
 // iovecs are copied and advanced (the caller's array is const); the
 // ancillary data went with the first bytes, and the rest is plain.
@@ -242,7 +234,8 @@ ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
   return transfer_all(fd, state, FdDirection::write, iov_total(msg->msg_iov, int(msg->msg_iovlen)),
                       [&](std::size_t done) {
                         if (done == 0) return real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
-                        iovecs_after(msg->msg_iov, msg->msg_iovlen, done, rest);
+                        rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
+                        drop_front(rest, done);
                         msghdr current = *msg;
                         current.msg_iov = rest.data();
                         current.msg_iovlen = rest.size();
@@ -291,7 +284,8 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
     std::vector<iovec> rest;
     const ssize_t result = transfer_all(fd, state, FdDirection::write, iov_total(iov, count), [&](std::size_t done) {
       if (done == 0) return ::pwritev2(fd, iov, count, -1, RWF_NOWAIT);
-      iovecs_after(iov, std::size_t(count), done, rest);
+      rest.assign(iov, iov + count);
+      drop_front(rest, done);
       return ::pwritev2(fd, rest.data(), int(rest.size()), -1, RWF_NOWAIT);
     });
     if (result >= 0 || !refused_nowait(state, saved)) return result;
@@ -344,7 +338,9 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
     const FdRecord* known = fd_state(fd);
     for (;;) {
       const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
-      result = real::accept4()(fd, addr, addr_len, flags);
+      // A blocking non-socket (an fd that is not what its record said)
+      // sleeps here: announced in a fiber.
+      result = announced([&] { return real::accept4()(fd, addr, addr_len, flags); });
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
@@ -441,7 +437,13 @@ ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
   FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
+  if (state == nullptr) {
+    if (is_unpollable_file(fd)) {
+      const iovec iov{buf, n};
+      return read_file(fd, &iov, 1, -1);
+    }
+    return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
+  }
   if (state->kind() == FdKind::socket) {
     const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
@@ -455,7 +457,10 @@ ssize_t readv(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::readv()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
   FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::readv()(fd, iov, count);
+  if (state == nullptr) {
+    if (count > 0 && is_unpollable_file(fd)) return read_file(fd, iov, count, -1);
+    return real::readv()(fd, iov, count);
+  }
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};
@@ -475,7 +480,9 @@ ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
   FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::write()(fd, buf, n);
+  // A regular file's write (or one to a user's non-blocking fd, where the
+  // announcement costs a few nanoseconds and never matters).
+  if (state == nullptr) return announced([&] { return real::write()(fd, buf, n); });
   if (state->kind() == FdKind::socket) {
     const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
@@ -489,7 +496,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
   FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::writev()(fd, iov, count);
+  if (state == nullptr) return announced([&] { return real::writev()(fd, iov, count); });
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};

@@ -1,6 +1,7 @@
 #include "services.h"
 
 #include "../sched/scheduler_core.h"
+#include "blocking_tracer.h"
 #include "dump_server.h"
 #include "gdb_layout.h"
 
@@ -14,9 +15,11 @@ class ProcessSchedulerServices final : public SchedulerServices {
   bool attach(SchedulerCore& core) override {
     list_for_gdb(core);
     if (core.config().dump && dump_enabled_by_environment()) attach_to_dump_server(core);
+    trace_blocking_of(core);
     return true;
   }
   void detach(SchedulerCore& core) noexcept override {
+    stop_tracing_blocking_of(core);
     detach_from_dump_server(core);
     unlist_for_gdb(core);
   }

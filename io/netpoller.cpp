@@ -20,6 +20,7 @@
 #include "../runtime/system_calls.h"
 #include "../sched/current.h"
 #include "../sched/scheduler_core.h"
+#include "../sched/trace.h"
 #include "fd_records.h"
 
 namespace weft::detail {
@@ -265,6 +266,8 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
   }
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
   polls_.fetch_add(1, std::memory_order_relaxed);
+  if (n > 0 && tracing()) [[unlikely]]
+    trace_poll(n);
   // With many connections the records are cold: ask for all of them
   // before the first is locked, so that their misses overlap.
   FdRecord* records[kEventBatch];

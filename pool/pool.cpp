@@ -13,6 +13,7 @@
 #include <typeinfo>
 
 #include "pool_core.h"
+#include "thread_registry.h"
 
 namespace weft::detail {
 
@@ -103,7 +104,8 @@ void PoolCore::start_runner_locked() {
       run_tasks();
     }));
   } else {
-    threads_.emplace_back([this] {
+    threads_.emplace_back([this, name] {
+      const ThreadListing listed(name, options_.name, "pool");  // for weft-dump
       thread_runner_of = this;
       run_tasks();
     });
@@ -143,6 +145,8 @@ void PoolCore::run_tasks() noexcept {
 }
 
 void PoolCore::run_one(Queued& item) noexcept {
+  ThreadListing* const listed = ThreadListing::current();  // a runner in thread mode
+  if (listed != nullptr) listed->task_started();
   const auto started = Clock::now();
   wait_times_.record(started - item.submitted);
   try {
@@ -155,6 +159,7 @@ void PoolCore::run_one(Queued& item) noexcept {
   // promises they are gone.
   item.task = Task();
   run_times_.record(Clock::now() - started);
+  if (listed != nullptr) listed->task_finished();
 }
 
 bool PoolCore::settled_locked() const noexcept {

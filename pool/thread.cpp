@@ -7,6 +7,8 @@
 #include <system_error>
 #include <thread>
 
+#include "thread_registry.h"
+
 namespace weft {
 
 namespace detail {
@@ -15,6 +17,12 @@ void name_this_thread(std::string_view name) noexcept {
   // The kernel keeps 15 bytes and a terminator.
   const std::string shown(name.substr(0, 15));
   pthread_setname_np(pthread_self(), shown.c_str());
+}
+
+void run_listed_thread(std::string_view name, void (*body)(void*), void* context) noexcept {
+  name_this_thread(name);
+  const ThreadListing listed(std::string(name), "", "thread");
+  body(context);
 }
 
 }  // namespace detail

@@ -78,11 +78,18 @@ struct FiberControl {
   std::uint32_t pin_releases = 0;
   std::atomic<FiberState> state{FiberState::runnable};
   FiberCounters counters;
-  // Scheduling-latency sampling (sched/run_latency.h). Plain fields: they
-  // are written by whoever makes the fiber runnable and read by the worker
-  // that then runs it, and the run queue between them orders the two.
-  std::uint32_t runnable_seq = 0;      // times made runnable
-  std::int64_t runnable_since_ns = 0;  // CLOCK_MONOTONIC; 0: this time is not sampled
+  // When it was last made runnable (runtime/fast_clock.h), written by
+  // whoever makes it so (sched/run_latency.h) and read by the worker that
+  // then runs it (the run queue between them orders the two) and by the
+  // dump (relaxed: a time, not a fence).
+  std::atomic<std::int64_t> runnable_since_ns{0};
+  // Scheduling-latency sampling: times made runnable, and whether this time
+  // is sampled. Plain fields, ordered as above.
+  std::uint32_t runnable_seq = 0;
+  bool runnable_sampled = false;
+  // While a trace is recorded (sched/trace.h): the wake that made it
+  // runnable, for the flow arrow to its run; ordered as above.
+  std::uint64_t trace_flow = 0;
 
   // --- identity ---------------------------------------------------------
   const std::uint64_t id;
@@ -95,7 +102,7 @@ struct FiberControl {
   std::atomic<const char*> wait_kind{nullptr};
   std::atomic<const void*> wait_object{nullptr};
   std::atomic<const char*> wait_operation{nullptr};
-  std::atomic<std::int64_t> parked_since_ns{0};  // CLOCK_MONOTONIC_COARSE, 0: not parked
+  std::atomic<std::int64_t> parked_since_ns{0};  // runtime/fast_clock.h's CLOCK_MONOTONIC; 0: not parked
   void record_wait(const WaitSite& site) noexcept;
   void clear_wait() noexcept;
   // Where it parked: park()'s frame (it stays live while the fiber is

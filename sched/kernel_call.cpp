@@ -86,6 +86,11 @@ const char* syscall_name(long number) noexcept {
   return call != nullptr ? call->name : nullptr;
 }
 
+bool syscall_takes_fd(long number) noexcept {
+  const KnownCall* call = find_call(number);
+  return call != nullptr && call->first_argument_is_fd;
+}
+
 long kernel_call(int os_thread_id, unsigned long* first_argument) {
   if (os_thread_id <= 0) return -1;
   char path[64];

@@ -21,22 +21,19 @@
 
 #include <cstdint>
 
+#include "../runtime/fast_clock.h"
 #include "../runtime/fiber_control.h"
 
 namespace weft::detail {
 
 inline constexpr std::uint32_t kRunLatencyPeriod = 32;
 
-inline std::int64_t run_latency_clock_ns() noexcept {
-  timespec now;
-  ::clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-}
-
-// Call where `fiber` becomes runnable, before it is published to a queue.
+// Call where `fiber` becomes runnable, before it is published to a queue:
+// the time it did, for weft-dump's `runnable=` (every time, on the fast
+// clock), and whether this wait is sampled.
 inline void mark_runnable(FiberControl& fiber) noexcept {
-  if (++fiber.runnable_seq % kRunLatencyPeriod == 0) [[unlikely]]
-    fiber.runnable_since_ns = run_latency_clock_ns();
+  fiber.runnable_since_ns.store(fast_now_ns(), std::memory_order_relaxed);
+  fiber.runnable_sampled = ++fiber.runnable_seq % kRunLatencyPeriod == 0;
 }
 
 }  // namespace weft::detail

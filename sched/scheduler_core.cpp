@@ -13,6 +13,7 @@
 
 #include "../runtime/overflow_handler.h"
 #include "run_latency.h"
+#include "trace.h"
 #include "worker.h"
 
 namespace weft::detail {
@@ -38,9 +39,16 @@ const Config& validated(const Config& config) {
   if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
   if (config.time_slice.count() <= 0) throw std::invalid_argument("weft::Config::time_slice must be positive");
   check_stack_size(config.stack_size, "weft::Config::stack_size");
-  if (config.blocking_threads == 0 || config.blocking_threads > 1024)
-    throw std::invalid_argument("weft::Config::blocking_threads must be 1 to 1024, got " +
-                                std::to_string(config.blocking_threads));
+  if (config.max_blocking_threads == 0 || config.max_blocking_threads > 65536)
+    throw std::invalid_argument("weft::Config::max_blocking_threads must be 1 to 65536, got " +
+                                std::to_string(config.max_blocking_threads));
+  if (config.blocking_threads > 1024)
+    throw std::invalid_argument(
+        "weft::Config::blocking_threads (deprecated: set max_blocking_threads) must be 0 "
+        "(unset) or 1 to 1024, got " +
+        std::to_string(config.blocking_threads));
+  if (config.blocking_keep_alive.count() <= 0)
+    throw std::invalid_argument("weft::Config::blocking_keep_alive must be positive");
   if (config.max_threads < config.workers)
     throw std::invalid_argument("weft::Config::max_threads (" + std::to_string(config.max_threads) +
                                 ") must be at least Config::workers (" + std::to_string(config.workers) +
@@ -183,6 +191,8 @@ void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexc
 void SchedulerCore::ready(FiberControl* fiber) noexcept {
   fiber->state.store(FiberState::runnable, std::memory_order_relaxed);
   mark_runnable(*fiber);
+  if (tracing()) [[unlikely]]
+    trace_wake(*fiber);
   if (fiber->pin_count.load(std::memory_order_relaxed) != 0) {
     fiber->worker.load(std::memory_order_relaxed)->push_inbox(fiber);
     return;

@@ -10,6 +10,7 @@
 #include "idle_poller.h"
 #include "run_latency.h"
 #include "scheduler_core.h"
+#include "trace.h"
 
 namespace weft::detail {
 namespace {
@@ -139,7 +140,17 @@ void Worker::flush_to_global() noexcept {
 }
 
 std::uint32_t Worker::queue_length() const noexcept {
-  return run_queue_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1);
+  return run_queue_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1) + inbox_length();
+}
+
+std::uint32_t Worker::inbox_length() const noexcept {
+  const std::int32_t n = inbox_count_.load(std::memory_order_relaxed);  // may dip below 0 for a moment
+  return n > 0 ? static_cast<std::uint32_t>(n) : 0;
+}
+
+std::uint32_t Worker::pinned_count() const noexcept {
+  const int n = pinned_here_.load(std::memory_order_relaxed);
+  return n > 0 ? static_cast<std::uint32_t>(n) : 0;
 }
 
 bool Worker::has_stealable_work() const noexcept { return run_queue_.size() != 0 || spawned_.stealable(stuck()); }
@@ -171,6 +182,8 @@ std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept {
   // fork-join would keep many times more fibers alive (docs/benchmarks.md,
   // "Figures behind the comments").
   if (moved != 0) bump(counters_.handoffs, moved);
+  if (moved != 0 && tracing()) [[unlikely]]
+    trace_handoff(index_, moved);
   return moved;
 }
 
@@ -197,6 +210,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexce
   while (stack != nullptr) {
     FiberControl* fiber = stack;
     stack = fiber->link;
+    inbox_count_.fetch_sub(1, std::memory_order_relaxed);
     if (!release(fiber)) push_inbox(fiber);  // pinned by its own code (this_fiber::pin): it stays
   }
   // The run queue: a fiber preempted inside a hooked call that did not park
@@ -219,6 +233,8 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexce
     }
   }
   if (released != 0) bump(counters_.handoffs, released);
+  if (released != 0 && tracing()) [[unlikely]]
+    trace_handoff(index_, released);
   return released;
 }
 
@@ -265,8 +281,25 @@ void Worker::run_fibers() {
   }
 }
 
+// Out of the switch path: only while a trace is recorded (sched/trace.h).
+[[gnu::noinline, gnu::cold]] void Worker::trace_switch_to(FiberControl* next) noexcept {
+  FiberControl* left = current_.load(std::memory_order_relaxed);
+  TraceLeft why = TraceLeft::none;
+  if (left != nullptr) {
+    const FiberState state = left->state.load(std::memory_order_relaxed);
+    why = state == FiberState::parked ? TraceLeft::parked
+          : state == FiberState::done ? TraceLeft::exited
+          : preempting_               ? TraceLeft::preempted
+                                      : TraceLeft::yielded;
+  }
+  preempting_ = false;
+  trace_switch(left, why, next);
+}
+
 // Inlined into its four callers: a call and a return fewer per switch.
 [[gnu::always_inline]] inline void Worker::switch_in(FiberControl* next) noexcept {
+  if (tracing()) [[unlikely]]
+    trace_switch_to(next);
   current_.store(next, std::memory_order_relaxed);
   // A request for the fiber that leaves is void now; dropping it here ends
   // the slow path of every checkpoint in the process (detail/checkpoint.h).
@@ -282,13 +315,13 @@ void Worker::run_fibers() {
   bump(next->counters.active);
   bump(counters_.fibers_run);
   next->state.store(FiberState::running, std::memory_order_relaxed);
-  if (next->runnable_since_ns != 0) [[unlikely]]
+  if (next->runnable_sampled) [[unlikely]]
     record_run_latency(*next);
 }
 
 [[gnu::noinline, gnu::cold]] void Worker::record_run_latency(FiberControl& next) noexcept {
-  const std::int64_t waited = run_latency_clock_ns() - next.runnable_since_ns;
-  next.runnable_since_ns = 0;
+  const std::int64_t waited = fast_now_ns() - next.runnable_since_ns.load(std::memory_order_relaxed);
+  next.runnable_sampled = false;
   const std::uint64_t ns = waited < 0 ? 0 : static_cast<std::uint64_t>(waited);
   run_latency_.record_single_writer(ns);
   bump(next.counters.runnable_ns, ns * kRunLatencyPeriod);
@@ -301,6 +334,8 @@ void Worker::switch_away(SwitchAction action) {
     switch_in(next);
     switch_context(self->context, next->context, action);
   } else {
+    if (tracing()) [[unlikely]]
+      trace_switch_to(nullptr);
     current_.store(nullptr, std::memory_order_relaxed);
     take_preempt_request();  // void, as at a switch: nobody runs now
     switch_context(self->context, loop_context_, action);
@@ -314,6 +349,8 @@ void Worker::yield_current() {
     // Back to the loop, which retires; the fiber waits in the run queue, which
     // the loop flushes to the global queue.
     self->state.store(FiberState::runnable, std::memory_order_relaxed);
+    if (tracing()) [[unlikely]]
+      trace_switch_to(nullptr);
     current_.store(nullptr, std::memory_order_relaxed);
     switch_context(self->context, loop_context_, SwitchAction{&requeue, self});
     return;
@@ -374,6 +411,7 @@ void Worker::preempt_current() {
   bump(self->counters.preempt);
   bump(counters_.preempts);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
+  preempting_ = true;  // for a trace's record of why it left
   switch_in(next);
   // Back of the run queue, and a sleeping peer is woken to share it.
   switch_context(self->context, next->context, SwitchAction{&requeue_and_notify, self});
@@ -394,6 +432,8 @@ transfer_t Worker::exit_current(SwitchAction after) {
     switch_in(next);
     return exit_context(self->context, next->context, after);
   }
+  if (tracing()) [[unlikely]]
+    trace_switch_to(nullptr);
   current_.store(nullptr, std::memory_order_relaxed);
   take_preempt_request();  // void, as at a switch: nobody runs now
   return exit_context(self->context, loop_context_, after);
@@ -456,6 +496,7 @@ void Worker::push_spawned(FiberControl* fiber) {
 }
 
 void Worker::push_inbox(FiberControl* fiber) noexcept {
+  inbox_count_.fetch_add(1, std::memory_order_relaxed);
   FiberControl* head = inbox_.load(std::memory_order_relaxed);
   do {
     fiber->link = head;
@@ -509,12 +550,17 @@ FiberControl* Worker::steal() {
     }
     if (result.taken > 0) {
       bump(counters_.steals, result.taken);
-      return owner.pop().fiber();
+      FiberControl* fiber = owner.pop().fiber();
+      if (tracing()) [[unlikely]]
+        trace_steal(fiber->id, victim.index());
+      return fiber;
     }
     // A held spawn is left to its worker (its spawner still runs there),
     // unless that one is stuck.
     if (FiberControl* fiber = victim.spawned_.steal(victim.stuck())) {
       bump(counters_.steals);
+      if (tracing()) [[unlikely]]
+        trace_steal(fiber->id, victim.index());
       return fiber;
     }
   }
@@ -577,6 +623,7 @@ FiberControl* Worker::pick_queued() {
   if (FiberControl* fiber = inbox_fifo_) {
     inbox_fifo_ = fiber->link;
     fiber->link = nullptr;
+    inbox_count_.fetch_sub(1, std::memory_order_relaxed);
     return fiber;
   }
   if (FiberControl* fiber = run_queue_.owner().pop().fiber()) {

@@ -182,7 +182,12 @@ class Worker {
   WorkerState state() const noexcept { return state_.load(std::memory_order_relaxed); }
   // Its thread as the OS sees it: id, /proc state, CPU time.
   const OsThread& os_thread() const noexcept { return os_thread_; }
+  // Fibers waiting to run here: ring, next slot, spawns and inbox.
   std::uint32_t queue_length() const noexcept;
+  // Of those, the pinned fibers in the inbox, which only this worker may run.
+  std::uint32_t inbox_length() const noexcept;
+  // Fibers pinned to this worker, in any state (this_fiber::pin, the hooks).
+  std::uint32_t pinned_count() const noexcept;
   const WorkerCounters& counters() const noexcept { return counters_; }
   WorkerCounters& counters() noexcept { return counters_; }
   // Sampled scheduling latency of the fibers it switched in
@@ -243,6 +248,9 @@ class Worker {
   FiberControl* run_after_poll();
   // Bookkeeping for `next`, which is about to run here.
   void switch_in(FiberControl* next) noexcept;
+  // A trace's record of the switch from the current fiber to `next`
+  // (null: to the loop).
+  void trace_switch_to(FiberControl* next) noexcept;
   // The sampled half of switch_in (sched/run_latency.h).
   void record_run_latency(FiberControl& next) noexcept;
   void switch_away(SwitchAction action);
@@ -270,6 +278,8 @@ class Worker {
   bool polling_here_ = false;
   unsigned next_streak_ = 0;                          // consecutive runs from next_
   std::atomic<FiberControl*> inbox_{nullptr};         // pinned fibers (LIFO stack)
+  std::atomic<std::int32_t> inbox_count_{0};          // in inbox_ and inbox_fifo_, for the dump
+  bool preempting_ = false;                           // preempt_current's switch, for a trace
   FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 

@@ -80,9 +80,18 @@ struct Config {
   std::chrono::microseconds time_slice{10'000};
   // Off by default; see StuckWorker.
   StuckWorkerHandler on_stuck_worker;
-  // Helper threads of weft::blocking (include/weft/blocking.h), at most;
-  // started one at a time as calls find every helper busy. 1 to 1024.
-  unsigned blocking_threads = 16;
+  // Helper threads of weft::blocking (include/weft/blocking.h) and of the
+  // hooked resolver calls, at most: one is started whenever a call finds
+  // none idle, and each retires after blocking_keep_alive idle (tokio's
+  // max_blocking_threads and thread_keep_alive). 1 to 65536. The default
+  // scheduler reads WEFT_MAX_BLOCKING_THREADS.
+  unsigned max_blocking_threads = 512;
+  std::chrono::milliseconds blocking_keep_alive{10'000};
+  // Deprecated: the fixed cap of earlier releases, kept so that code that
+  // sets it still builds and keeps its cap. 0 (the default): unset, and
+  // max_blocking_threads applies; else 1 to 1024, and it replaces it. Set
+  // max_blocking_threads instead.
+  unsigned blocking_threads = 0;
   // The most threads that run this scheduler's fibers: the workers, and the
   // spare threads that take over their fibers while they are blocked in the
   // kernel (docs/sysmon.md), started as blocked workers need them (Go's
@@ -95,5 +104,15 @@ struct Config {
   // ends (tokio's thread_keep_alive).
   std::chrono::milliseconds spare_keep_alive{10'000};
 };
+
+namespace detail {
+
+// The blocking pool's limit: the deprecated Config::blocking_threads if
+// set, else Config::max_blocking_threads.
+inline unsigned blocking_thread_limit(const Config& config) noexcept {
+  return config.blocking_threads != 0 ? config.blocking_threads : config.max_blocking_threads;
+}
+
+}  // namespace detail
 
 }  // namespace weft

@@ -30,6 +30,10 @@
 
 namespace weft {
 
+namespace detail {
+struct MutexInspection;  // sync/mutex.cpp: who holds it, for weft-dump
+}
+
 class Mutex {
  public:
   Mutex() = default;
@@ -53,6 +57,7 @@ class Mutex {
 
  private:
   friend class ConditionVariable;
+  friend struct detail::MutexInspection;
   // unlock() without its checkpoint, for a caller that holds a SpinLock
   // (ConditionVariable::wait registers before it releases the mutex).
   void unlock_holding_spin_lock();

@@ -42,6 +42,9 @@ namespace detail {
 // std::thread. Throws std::invalid_argument for an empty name.
 Scheduler* thread_scheduler(const ThreadOptions& options);
 void name_this_thread(std::string_view name) noexcept;
+// Runs `body` on the calling (new) thread, named `name` and listed for
+// weft-dump while it runs (pool/thread_registry.h).
+void run_listed_thread(std::string_view name, void (*body)(void*), void* context) noexcept;
 }  // namespace detail
 
 class Thread {
@@ -65,8 +68,8 @@ class Thread {
       fiber_ = scheduler->spawn(SpawnOptions{.name = options.name, .stack_size = options.stack_size}, std::move(body));
     } else {
       thread_ = std::thread([name = name_, body = std::move(body)]() mutable noexcept {
-        detail::name_this_thread(name);
-        body();
+        detail::run_listed_thread(
+            name, [](void* f) { (*static_cast<decltype(body)*>(f))(); }, &body);
       });
     }
   }

@@ -9,6 +9,7 @@
 
 #include "../io/netpoller.h"
 #include "../io/real_calls.h"
+#include "description_sharing.h"
 #include "signal_handlers.h"
 
 namespace weft::detail {
@@ -62,7 +63,7 @@ void fd_changed_in_handler(int fd) noexcept {
   if (FdRecord* state = fd_state(fd)) state->flags.store(FdRecord::changed_in_handler_bit, std::memory_order_relaxed);
 }
 
-void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream) noexcept {
+void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth& birth, bool stream) noexcept {
   if (in_signal_handler()) return fd_changed_in_handler(fd);
   FdRecord* state = fd_state(fd);
   if (state == nullptr) return;
@@ -75,6 +76,7 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream) noexcept {
   state->flags.store(
       std::uint32_t(kind) | (user_nonblock ? FdRecord::user_nonblock_bit : 0) | (stream ? FdRecord::stream_bit : 0),
       std::memory_order_relaxed);
+  description_made_here(*state, birth);
 }
 
 void fd_duplicated(int from, int to) noexcept {
@@ -91,6 +93,10 @@ void fd_duplicated(int from, int to) noexcept {
   // The flip is the source's moment, not the copy's.
   target->flags.store(source->flags.load(std::memory_order_relaxed) & ~FdRecord::flipped_bit,
                       std::memory_order_relaxed);
+  // Another fd now names the description: a flip through one of them is
+  // not seen by the other's record.
+  description_passed(source);
+  description_passed(target);
 }
 
 void fd_description_reset(FdRecord& record) noexcept {

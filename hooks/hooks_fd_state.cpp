@@ -14,6 +14,7 @@
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 
 #include "../io/real_calls.h"
 #include "announced.h"
+#include "description_sharing.h"
 #include "fd_table.h"
 #include "hook_support.h"
 #include "signal_handlers.h"
@@ -97,6 +99,11 @@ int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
         return state->user_nonblock() ? (result | O_NONBLOCK) : (result & ~O_NONBLOCK);
       return result;
     }
+    case F_SETFD: {
+      const int result = real_fcntl(fd, cmd, arg);
+      if (result == 0) cloexec_changed(fd_state(fd), int(reinterpret_cast<std::intptr_t>(arg)) & FD_CLOEXEC);
+      return result;
+    }
     case F_DUPFD:
     case F_DUPFD_CLOEXEC: {
       const int result = real_fcntl(fd, cmd, arg);
@@ -120,34 +127,38 @@ using namespace weft::detail;
 extern "C" {
 
 int socket(int domain, int type, int protocol) noexcept {
+  const DescriptionBirth birth = description_birth(type & SOCK_CLOEXEC);
   const int fd = real::socket()(domain, type, protocol);
-  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
+  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
   return fd;
 }
 
 int socketpair(int domain, int type, int protocol, int fds[2]) noexcept {
+  const DescriptionBirth birth = description_birth(type & SOCK_CLOEXEC);
   const int result = real::socketpair()(domain, type, protocol, fds);
   if (result == 0) {
-    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
-    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
+    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
+    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
   }
   return result;
 }
 
 int pipe(int fds[2]) noexcept {
+  const DescriptionBirth birth = description_birth(false);
   const int result = real::pipe()(fds);
   if (result == 0) {
-    fd_created(fds[0], FdKind::pollable, false);
-    fd_created(fds[1], FdKind::pollable, false);
+    fd_created(fds[0], FdKind::pollable, false, birth);
+    fd_created(fds[1], FdKind::pollable, false, birth);
   }
   return result;
 }
 
 int pipe2(int fds[2], int flags) noexcept {
+  const DescriptionBirth birth = description_birth(flags & O_CLOEXEC);
   const int result = real::pipe2()(fds, flags);
   if (result == 0) {
-    fd_created(fds[0], FdKind::pollable, flags & O_NONBLOCK);
-    fd_created(fds[1], FdKind::pollable, flags & O_NONBLOCK);
+    fd_created(fds[0], FdKind::pollable, flags & O_NONBLOCK, birth);
+    fd_created(fds[1], FdKind::pollable, flags & O_NONBLOCK, birth);
   }
   return result;
 }
@@ -195,9 +206,34 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
   va_start(args, request);
   void* arg = va_arg(args, void*);
   va_end(args);
+  if (request == FIOCLEX || request == FIONCLEX) {
+    const int result = real::ioctl()(fd, request, arg);
+    if (result == 0) cloexec_changed(fd_state(fd), request == FIOCLEX);
+    return result;
+  }
   if (request != FIONBIO || arg == nullptr) return real::ioctl()(fd, request, arg);
   return set_user_nonblock(fd_state(fd), *static_cast<const int*>(arg) != 0,
                            [&] { return real::ioctl()(fd, request, arg); });
+}
+
+// A spawned child holds every description that is not close-on-exec, and
+// the one a dup2 action names (hooks/description_sharing.h).
+int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
+                const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
+  child_spawning();
+  return real::posix_spawn()(pid, path, actions, attributes, argv, envp);
+}
+
+int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
+                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
+  child_spawning();
+  return real::posix_spawnp()(pid, file, actions, attributes, argv, envp);
+}
+
+int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t* actions, int fd, int target) noexcept {
+  const int result = real::posix_spawn_file_actions_adddup2()(actions, fd, target);
+  if (result == 0) description_passed(fd_state(fd));
+  return result;
 }
 
 int setsockopt(int fd, int level, int option, const void* value, socklen_t len) noexcept {

@@ -74,6 +74,11 @@ struct alignas(64) FdRecord {
   // fd_renew_if_changed (io/netpoller.h). Stored alone, so the kind reads
   // unknown meanwhile.
   static constexpr std::uint32_t changed_in_handler_bit = 64;
+  // Whether this process alone may hold the open file description
+  // (hooks/description_sharing.h): made here and never passed on since;
+  // with FD_CLOEXEC since before any posix_spawn after that.
+  static constexpr std::uint32_t made_here_bit = 128;
+  static constexpr std::uint32_t cloexec_bit = 256;
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
@@ -90,6 +95,13 @@ struct alignas(64) FdRecord {
   // Serialises weft's O_NONBLOCK flips (connect, accept) with each other
   // and with the user's F_SETFL, so a flip never restores stale flags.
   SpinLock flip_lock;
+  // The process's forks and posix_spawns when the description was made
+  // here (made_here_bit).
+  std::atomic<std::uint32_t> made_at_forks{0};
+  std::atomic<std::uint32_t> made_at_spawns{0};
+  // A fiber of this process is in the blocking accept of a listener that
+  // may be shared (hooks_io_calls.cpp, accept_shared): the others wait.
+  std::atomic<bool> accepting{false};
 
   FdKind kind() const noexcept { return FdKind(flags.load(std::memory_order_relaxed) & kind_mask); }
   bool user_nonblock() const noexcept { return flags.load(std::memory_order_relaxed) & user_nonblock_bit; }
@@ -119,6 +131,7 @@ struct alignas(64) FdRecord {
     poller_id = 0;
     in_other_pollers = false;
     set_bit(flipped_bit, false);
+    accepting.store(false, std::memory_order_relaxed);
   }
   // The cached timeouts are read again at the next wait.
   void forget_timeouts() noexcept {

@@ -24,6 +24,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -182,6 +183,11 @@ WEFT_REAL_CALL(msgrcv, ssize_t(int, void*, size_t, long, int))
 WEFT_REAL_CALL(msgsnd, int(int, const void*, size_t, int))
 WEFT_REAL_CALL(semop, int(int, struct sembuf*, size_t))
 WEFT_REAL_CALL(semtimedop, int(int, struct sembuf*, size_t, const timespec*))
+WEFT_REAL_CALL(posix_spawn, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                                char* const*, char* const*))
+WEFT_REAL_CALL(posix_spawnp, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                                 char* const*, char* const*))
+WEFT_REAL_CALL(posix_spawn_file_actions_adddup2, int(posix_spawn_file_actions_t*, int, int))
 
 #undef WEFT_REAL_CALL
 

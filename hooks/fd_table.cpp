@@ -8,8 +8,8 @@
 #include <cerrno>
 
 #include "../io/netpoller.h"
-#include "../io/real_calls.h"
 #include "description_sharing.h"
+#include "real_calls.h"
 #include "signal_handlers.h"
 
 namespace weft::detail {

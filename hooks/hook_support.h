@@ -135,7 +135,7 @@ class [[nodiscard]] ErrnoHome {
 //
 // Rule for weft's own code: a call that must not yield (made with a lock
 // held, from the netpoller, from a signal handler) goes to the real
-// function (real::read() and so on, io/real_calls.h), not to the hook.
+// function (real::read() and so on, hooks/real_calls.h), not to the hook.
 //
 // The calls that take any fd (read, readv, write, writev) name it: they are
 // checkpoints only on the fds the hooks can park on (sockets, pipes, other

@@ -25,11 +25,11 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "../io/real_calls.h"
 #include "announced.h"
 #include "description_sharing.h"
 #include "fd_table.h"
 #include "hook_support.h"
+#include "real_calls.h"
 #include "signal_handlers.h"
 
 namespace weft::detail {

@@ -31,13 +31,13 @@
 #include <cstring>
 #include <vector>
 
-#include "../io/real_calls.h"
 #include "announced.h"
 #include "description_sharing.h"
 #include "fd_table.h"
 #include "file_io.h"
 #include "hook_support.h"
 #include "iovecs.h"
+#include "real_calls.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 

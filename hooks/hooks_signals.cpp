@@ -37,8 +37,8 @@
 #include <atomic>
 #include <csignal>
 
-#include "../io/real_calls.h"
 #include "hook_support.h"
+#include "real_calls.h"
 #include "signal_handlers.h"
 
 // glibc's cleanup buffers, which its longjmp runs for the frames it

@@ -210,21 +210,27 @@ TEST(HooksSignal, AHandlerTakesNoLockTheInterruptedCodeMayHold) {
     const Handler handler(SIGUSR1, c.handler);
     held->lock.lock();
     held->flip_lock.lock();
+    // Released once, by whichever comes first: the handler's return, or
+    // the watchdog. Before the watchdog is joined: its thread's exit may
+    // make an fd (UBSan's vptr check probes memory with a pipe), which
+    // takes the number the handler's close freed, and its record's lock.
+    std::atomic<bool> released{false};
+    const auto release = [&] {
+      if (released.exchange(true)) return false;
+      held->flip_lock.unlock();
+      held->lock.unlock();
+      return true;
+    };
     std::atomic<bool> returned{false};
     std::atomic<bool> let_go{false};
     std::thread watchdog([&] {
       if (test::wait_until([&] { return returned.load(); }, 5s)) return;
-      let_go.store(true);
-      held->flip_lock.unlock();
-      held->lock.unlock();
+      let_go.store(release());
     });
     raise(SIGUSR1);
     returned.store(true);
+    release();
     watchdog.join();
-    if (!let_go.load()) {
-      held->flip_lock.unlock();
-      held->lock.unlock();
-    }
     EXPECT_FALSE(let_go.load()) << c.call << " in a handler waited for a lock the interrupted code held";
     EXPECT_EQ(handler_result.load(), c.handler == &dup2_in_handler ? pair[1] : 0) << c.call;
     if (c.handler != &close_in_handler) close(pair[0]);

@@ -80,7 +80,10 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth&
 }
 
 void fd_duplicated(int from, int to) noexcept {
-  if (in_signal_handler()) return fd_changed_in_handler(to);
+  if (in_signal_handler()) {
+    description_passed(fd_records().find(from));  // one atomic bit: no lock
+    return fd_changed_in_handler(to);
+  }
   FdRecord* source = fd_state(from);
   FdRecord* target = fd_state(to);
   if (target == nullptr) return;

@@ -101,7 +101,7 @@ int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
     }
     case F_SETFD: {
       const int result = real_fcntl(fd, cmd, arg);
-      if (result == 0) cloexec_changed(fd_state(fd), int(reinterpret_cast<std::intptr_t>(arg)) & FD_CLOEXEC);
+      if (result == 0) cloexec_changed(fd_records().find(fd), int(reinterpret_cast<std::intptr_t>(arg)) & FD_CLOEXEC);
       return result;
     }
     case F_DUPFD:
@@ -208,7 +208,7 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
   va_end(args);
   if (request == FIOCLEX || request == FIONCLEX) {
     const int result = real::ioctl()(fd, request, arg);
-    if (result == 0) cloexec_changed(fd_state(fd), request == FIOCLEX);
+    if (result == 0) cloexec_changed(fd_records().find(fd), request == FIOCLEX);
     return result;
   }
   if (request != FIONBIO || arg == nullptr) return real::ioctl()(fd, request, arg);
@@ -232,7 +232,7 @@ int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t*
 
 int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t* actions, int fd, int target) noexcept {
   const int result = real::posix_spawn_file_actions_adddup2()(actions, fd, target);
-  if (result == 0) description_passed(fd_state(fd));
+  if (result == 0) description_passed(fd_records().find(fd));
   return result;
 }
 

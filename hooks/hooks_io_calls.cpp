@@ -493,7 +493,7 @@ void fds_received(const msghdr* msg) noexcept {
 
 // Fds sent with SCM_RIGHTS: their descriptions are the receiver's too.
 void fds_sent(const msghdr* msg) noexcept {
-  for_each_fd_carried(msg, [](int fd) { description_passed(fd_state(fd)); });
+  for_each_fd_carried(msg, [](int fd) { description_passed(fd_records().find(fd)); });
 }
 
 }  // namespace

@@ -57,6 +57,18 @@ void read_banner_parked(Scheduler& sched, const int fds[2]) {
   EXPECT_EQ(banner, "220 weft\r\n");
 }
 
+// A fiber of `sched` that reads one byte of `fd`, its result in `got` and
+// its errno in `error`, once it is parked on `fd`.
+Fiber parked_read(Scheduler& sched, int fd, ssize_t& got, int& error) {
+  Fiber reader = sched.spawn([fd, &got, &error] {
+    char c;
+    got = read(fd, &c, 1);
+    error = errno;
+  });
+  EXPECT_TRUE(io_waiters_reach(sched, 1));
+  return reader;
+}
+
 // A way of closing that does not go through close(2)'s hook. `place`
 // moves the fd where the closer can close it alone, and returns its number.
 struct Closer {
@@ -106,12 +118,7 @@ TEST(HooksFdLifetime, EveryWayOfClosingWakesAParkedReaderWithEbadf) {
     set_receive_timeout(pair[0], 10s);
     ssize_t got = -2;
     int error = 0;
-    Fiber reader = sched.spawn([&] {
-      char c;
-      got = read(pair[0], &c, 1);
-      error = errno;
-    });
-    ASSERT_TRUE(io_waiters_reach(sched, 1));
+    Fiber reader = parked_read(sched, pair[0], got, error);
     sched.spawn([&] { closer.close_fd(pair[0]); }).join();
     reader.join();
     EXPECT_EQ(got, -1) << closer.name;
@@ -145,12 +152,7 @@ TEST(HooksFdLifetime, ANewFdWithTheNumberOfOneClosedBehindCloseIsWoken) {
       GTEST_SKIP() << "the new socket did not get fd " << number;
     }
     set_receive_timeout(second[0], 10s);
-    Fiber reader = sched.spawn([&] {
-      char c;
-      got = read(second[0], &c, 1);
-      error = errno;
-    });
-    ASSERT_TRUE(io_waiters_reach(sched, 1));
+    Fiber reader = parked_read(sched, second[0], got, error);
     ASSERT_EQ(write(second[1], "2", 1), 1);
     reader.join();
     EXPECT_EQ(got, 1) << closer.name << ": " << std::strerror(error);
@@ -227,12 +229,7 @@ TEST(HooksFdLifetime, AChildClosingItsCopyLeavesTheParentsWaitAlone) {
     set_receive_timeout(pair[0], 10s);
     ssize_t got = -2;
     int error = 0;
-    Fiber reader = sched.spawn([&] {
-      char c;
-      got = read(pair[0], &c, 1);
-      error = errno;
-    });
-    ASSERT_TRUE(io_waiters_reach(sched, 1));
+    Fiber reader = parked_read(sched, pair[0], got, error);
     pid_t child = -1;
     if (way.by_fork) {
       child = fork();

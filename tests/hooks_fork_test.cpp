@@ -25,27 +25,12 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT_UNDER_TSAN 1
-#endif
-#endif
-
 // AddressSanitizer's allocator is not fork-safe before LLVM 18
 // (llvm/llvm-project#75290 added its pthread_atfork handler; GCC's
 // libasan up to 14 predates it): a child that allocates hangs for ever
 // when another thread of the parent was inside ASan's allocator at the
 // fork, holding one of its size-class locks. These children must
 // allocate (they make a scheduler).
-#if defined(__SANITIZE_ADDRESS__)
-#define WEFT_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WEFT_UNDER_ASAN 1
-#endif
-#endif
 #if defined(WEFT_UNDER_ASAN) && ((defined(__clang__) && __clang_major__ < 18) || (!defined(__clang__) && __GNUC__ < 15))
 #define WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE 1
 #endif

@@ -30,14 +30,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT_UNDER_TSAN 1
-#endif
-#endif
-
 // One worker, no spares, and a short time slice, so that sysmon asks a
 // fiber that never yields to do so within milliseconds.
 Scheduler one_worker_preempting() {

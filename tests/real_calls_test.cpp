@@ -173,8 +173,9 @@ TEST(RealCallsFallback, EveryCallWithASystemCallBeneathHasOne) {
 TEST(RealCallsFallback, NoneForCallsWithNoSystemCallBeneath) {
   // sigaction has rt_sigaction beneath, which needs libc's return
   // trampoline (sa_restorer).
-  for (const char* name : {"getaddrinfo", "getnameinfo", "gethostbyname", "sleep", "usleep", "system", "popen",
-                           "pclose", "sigaction", "signal", "no_such_call"})
+  for (const char* name :
+       {"getaddrinfo", "getnameinfo", "gethostbyname", "sleep", "usleep", "system", "popen", "pclose", "sigaction",
+        "signal", "posix_spawn", "posix_spawnp", "posix_spawn_file_actions_adddup2", "no_such_call"})
     EXPECT_EQ(raw_syscall_fallback(name), nullptr) << name;
 }
 

@@ -206,6 +206,42 @@ TEST(HooksSharedFd, AnotherProcessNeverSeesOnoblockOnSharedSockets) {
   close(listener);
 }
 
+// On a listener another holder shares (here a dup: the copy's record does
+// not see a flip), accept still parks instead of blocking the worker: on
+// one worker without spares, the fiber that connects runs while the
+// acceptor waits. A blocking accept would hold the thread until the
+// listener's SO_RCVTIMEO (10 s), and then fail with EAGAIN.
+TEST(HooksSharedFd, AnAcceptOnASharedListenerStillParks) {
+  sockaddr_in address;
+  const int listener = listen_on_loopback(address);
+  const int copy = dup(listener);
+  ASSERT_FALSE(detail::description_private(*detail::fd_state(listener)));
+  timeval timeout{10, 0};
+  ASSERT_EQ(setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  Scheduler sched = test::one_worker();
+  int accepted = -1;
+  int error = 0;
+  Fiber acceptor = sched.spawn([&] {
+    accepted = accept(listener, nullptr, nullptr);
+    error = errno;
+  });
+  ASSERT_TRUE(test::io_waiters_reach(sched, 1));
+  int connected = -1;
+  sched
+      .spawn([&] {
+        const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        connected = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+        close(fd);
+      })
+      .join();
+  acceptor.join();
+  EXPECT_EQ(connected, 0);
+  EXPECT_GE(accepted, 0) << std::strerror(error);
+  if (accepted >= 0) close(accepted);
+  close(copy);
+  close(listener);
+}
+
 // What proves a description private (hooks/description_sharing.h), and
 // what takes the proof away.
 TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {

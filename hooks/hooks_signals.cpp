@@ -41,6 +41,9 @@
 #include "real_calls.h"
 #include "signal_handlers.h"
 
+// libc's sigaction under its other name: the one the hooks do not define.
+extern "C" int __sigaction(int signo, const struct sigaction* action, struct sigaction* old) noexcept;
+
 // glibc's cleanup buffers, which its longjmp runs for the frames it
 // unwinds; declared by <pthread.h> only for C without exceptions.
 extern "C" void _pthread_cleanup_push(_pthread_cleanup_buffer* buffer, void (*routine)(void*), void* arg) noexcept;
@@ -232,7 +235,28 @@ void wrap_installed_signal_handlers() noexcept {
 }
 
 namespace {
-[[gnu::constructor]] void wrap_at_load() { wrap_installed_signal_handlers(); }
+
+// Set by libweft's constructor, before it wraps what is installed. Until
+// then sigaction is libc's, and runs no instrumented code: a sanitizer's
+// runtime installs its own handlers during its initialisation, before any
+// constructor, through the next sigaction in the search order, which is
+// this one, and ThreadSanitizer's function-entry hook crashes there (its
+// thread state is not made yet). Those handlers are then wrapped with the
+// rest. A plain int read with __atomic builtins: std::atomic's load is an
+// instrumented function.
+constinit int wrapping = 0;
+
+[[gnu::constructor]] void wrap_at_load() {
+  __atomic_store_n(&wrapping, 1, __ATOMIC_RELEASE);
+  wrap_installed_signal_handlers();
+}
+
+int sigaction_hooked(int signo, const struct sigaction* action, struct sigaction* old) noexcept {
+  if (!hooks_enabled()) return real::sigaction()(signo, action, old);
+  const Installing installing;
+  return install(signo, action, old);
+}
+
 }  // namespace
 
 }  // namespace weft::detail
@@ -241,10 +265,15 @@ using namespace weft::detail;
 
 extern "C" {
 
+// Not instrumented by a sanitizer, not even at its entry (above, `wrapping`).
+#if defined(__clang__)
+[[clang::disable_sanitizer_instrumentation]]
+#else
+[[gnu::no_sanitize("thread")]]
+#endif
 int sigaction(int signo, const struct sigaction* action, struct sigaction* old) noexcept {
-  if (!hooks_enabled()) return real::sigaction()(signo, action, old);
-  const Installing installing;
-  return install(signo, action, old);
+  if (__atomic_load_n(&wrapping, __ATOMIC_ACQUIRE) == 0) return __sigaction(signo, action, old);
+  return sigaction_hooked(signo, action, old);
 }
 
 sighandler_t signal(int signo, sighandler_t handler) noexcept {

@@ -84,6 +84,10 @@ void write_to_self_pipe(int) {
 // (issue 27, item 3: 419 switches in 5 s; with a spin lock held across
 // such a loop, a hang).
 TEST(HooksSignal, AHandlersWriteNeverSwitchesFibers) {
+#ifdef WEFT_UNDER_TSAN
+  GTEST_SKIP() << "ThreadSanitizer defers a signal from another thread to its next interceptor and calls the "
+                  "handler itself there, outside weft's trampoline: weft cannot see that handler";
+#endif
   int pipe_fds[2];
   ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
   ASSERT_EQ(fcntl(pipe_fds[1], F_SETFL, O_NONBLOCK), 0);  // as the self-pipe trick has it

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench_support.h"
-#include "io/real_calls.h"
+#include "hooks/real_calls.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <system_error>
 
-#include "../io/real_calls.h"
 #include "../sched/current.h"
 #include "fd_table.h"
+#include "real_calls.h"
 #include "tsan.h"
 
 namespace weft::detail {

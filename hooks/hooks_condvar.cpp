@@ -31,9 +31,9 @@
 #include <cerrno>
 #include <mutex>
 
-#include "../io/real_calls.h"
 #include "locks.h"
 #include "pthread_layout.h"
+#include "real_calls.h"
 
 namespace weft::detail::locks {
 namespace {

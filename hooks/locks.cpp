@@ -93,6 +93,10 @@ int fetch_tid() noexcept {
 
 Waits how_call_waits(const void* return_address) noexcept {
   if (called_from_weft(return_address)) return Waits::block_weft;
+  // A signal handler's call is libc's (docs/io.md, "Signal handlers"): it
+  // blocks its thread, and touches none of the fiber's state (its pins),
+  // which the interrupted code may be changing.
+  if (in_signal_handler()) return Waits::block_thread;
   FiberControl* fiber = current_fiber();
   if (fiber == nullptr) return Waits::block_thread;
   if (in_forked_child()) return Waits::block_thread;  // its worker did not come along

@@ -113,12 +113,12 @@
 #include <cstdint>
 #include <optional>
 
-#include "../io/real_calls.h"
 #include "../runtime/fiber_control.h"
 #include "../sched/current.h"
 #include "../sched/wait_owner.h"
 #include "../sync/parking_lot.h"
 #include "hook_support.h"
+#include "real_calls.h"
 #include "tsan.h"
 
 namespace weft::detail::locks {

@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -132,6 +133,13 @@ WEFT_REAL_CALL(timerfd_create, int(int, int))
 WEFT_REAL_CALL(signalfd, int(int, const sigset_t*, int))
 WEFT_REAL_CALL(inotify_init, int())
 WEFT_REAL_CALL(inotify_init1, int(int))
+WEFT_REAL_CALL(sigaction, int(int, const struct sigaction*, struct sigaction*))
+WEFT_REAL_CALL(signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(bsd_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(ssignal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(sysv_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(__sysv_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(sigset, sighandler_t(int, sighandler_t))
 // Child processes (hooks/hooks_processes.cpp, hooks/hooks_popen.cpp).
 WEFT_REAL_CALL(waitpid, pid_t(pid_t, int*, int))
 WEFT_REAL_CALL(wait4, pid_t(pid_t, int*, int, struct rusage*))
@@ -176,6 +184,11 @@ WEFT_REAL_CALL(msgrcv, ssize_t(int, void*, size_t, long, int))
 WEFT_REAL_CALL(msgsnd, int(int, const void*, size_t, int))
 WEFT_REAL_CALL(semop, int(int, struct sembuf*, size_t))
 WEFT_REAL_CALL(semtimedop, int(int, struct sembuf*, size_t, const timespec*))
+WEFT_REAL_CALL(posix_spawn, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                                char* const*, char* const*))
+WEFT_REAL_CALL(posix_spawnp, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                                 char* const*, char* const*))
+WEFT_REAL_CALL(posix_spawn_file_actions_adddup2, int(posix_spawn_file_actions_t*, int, int))
 // The lock hooks' (hooks/locks.h), for the objects they pass through.
 WEFT_REAL_CALL(pthread_mutex_lock, int(pthread_mutex_t*))
 WEFT_REAL_CALL(pthread_mutex_trylock, int(pthread_mutex_t*))

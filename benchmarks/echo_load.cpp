@@ -9,9 +9,9 @@
 //
 // Every connection first completes one round trip, then the rest of
 // --warmup passes, then the measured interval of --seconds starts: only
-// echoes completed inside it count. Prints messages/s, the round trip's p50
-// and p99, and with --server-pid the server's CPU time per message over the
-// same interval (the sum over its threads of /proc/PID/task/*/schedstat, in
+// echoes completed inside it count. Prints messages/s, the round trip's
+// p50, p99, p99.9 and max, and with --server-pid the server's CPU time per
+// message over the same interval (the sum over its threads of /proc/PID/task/*/schedstat, in
 // ns; /proc/PID/stat's utime+stime in clock ticks as a cross-check).
 //
 // Exits 1 if an echo differs from what was sent, a connection fails or
@@ -94,12 +94,15 @@ class Histogram {
   void add(std::uint64_t value) {
     ++counts_[index(value)];
     ++total_;
+    max_ = std::max(max_, value);
   }
   void merge(const Histogram& other) {
     for (std::size_t i = 0; i < kBuckets; ++i) counts_[i] += other.counts_[i];
     total_ += other.total_;
+    max_ = std::max(max_, other.max_);
   }
   std::uint64_t total() const { return total_; }
+  std::uint64_t max() const { return max_; }  // exact
   // The middle of the bucket holding the sample of rank ceil(q * total).
   double quantile(double q) const {
     if (total_ == 0) return 0;
@@ -128,6 +131,7 @@ class Histogram {
 
   std::uint64_t counts_[kBuckets] = {};
   std::uint64_t total_ = 0;
+  std::uint64_t max_ = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -545,6 +549,8 @@ int main(int argc, char** argv) {
   const double rate = static_cast<double>(messages) / seconds;
   const double p50_us = all.quantile(0.50) / 1e3;
   const double p99_us = all.quantile(0.99) / 1e3;
+  const double p999_us = all.quantile(0.999) / 1e3;
+  const double max_us = static_cast<double>(all.max()) / 1e3;
   const double load_cpu_us =
       static_cast<double>(load_cpu_after - load_cpu_before) / 1e3 / static_cast<double>(messages);
 
@@ -577,12 +583,13 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"port\": %u, \"connections\": %zu, \"threads\": %u, \"message_bytes\": %zu, \"seconds\": %.3f, "
         "\"messages\": %" PRIu64
-        ", \"messages_per_s\": %.1f, \"p50_us\": %.2f, \"p99_us\": %.2f, "
-        "\"server_cpu_us_per_msg\": %s, \"server_cpu_source\": %s, \"server_tasks\": %zu, "
+        ", \"messages_per_s\": %.1f, \"p50_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, "
+        "\"max_us\": %.2f, \"server_cpu_us_per_msg\": %s, \"server_cpu_source\": %s, \"server_tasks\": %zu, "
         "\"server_tasks_ended\": %zu, \"server_stat_cpu_us_per_msg\": %s, \"load_cpu_us_per_msg\": %.4f}\n",
         static_cast<unsigned>(options.port), options.connections, options.threads, options.message_bytes, seconds,
-        messages, rate, p50_us, p99_us, number_or_null(server_cpu_us).c_str(), server_cpu_us ? "\"schedstat\"" : "null",
-        server_tasks, server_tasks_ended, number_or_null(server_stat_cpu_us).c_str(), load_cpu_us);
+        messages, rate, p50_us, p99_us, p999_us, max_us, number_or_null(server_cpu_us).c_str(),
+        server_cpu_us ? "\"schedstat\"" : "null", server_tasks, server_tasks_ended,
+        number_or_null(server_stat_cpu_us).c_str(), load_cpu_us);
   } else {
     std::printf("echo_load: 127.0.0.1:%u, %zu connections, %zu-byte messages, %u thread%s, %.2f s measured\n",
                 static_cast<unsigned>(options.port), options.connections, options.message_bytes, options.threads,
@@ -591,6 +598,8 @@ int main(int argc, char** argv) {
     std::printf("  messages/s      %.0f\n", rate);
     std::printf("  round trip p50  %.1f us\n", p50_us);
     std::printf("  round trip p99  %.1f us\n", p99_us);
+    std::printf("  round trip p99.9 %.1f us\n", p999_us);
+    std::printf("  round trip max  %.1f us\n", max_us);
     if (server_cpu_us) {
       std::printf("  server CPU      %.3f us/message (schedstat, %zu threads", *server_cpu_us, server_tasks);
       if (server_tasks_ended > 0) std::printf(", %zu ended uncounted", server_tasks_ended);

@@ -388,7 +388,7 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     if (found == nullptr) continue;
     Watch& watch = *found;
     Worker& worker = core_.worker(i);
-    if (!watch.holding_up || !worker.has_work_to_hand_off()) continue;
+    if (!watch.holding_up || !worker.has_work_to_hand_off(watch.in_kernel)) continue;
     if (watch.in_kernel) held_up_work = true;
     // The global queue is a hand-off only if some thread will take from
     // it: an idle worker (woken below), a spare about to start, or a
@@ -411,7 +411,7 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
       if (takers == 0) continue;
       --takers;
     }
-    if (worker.hand_off_queued(scratch_) != 0) acted = true;
+    if (worker.hand_off_queued(scratch_, watch.in_kernel) != 0) acted = true;
     // For what moved, and for what thieves may now take (its spawns, which
     // stay): at every look while they wait, since a thief that searched
     // before the worker was marked stuck went back to sleep without them.

@@ -161,7 +161,7 @@ std::uint32_t Worker::pinned_count() const noexcept {
 
 bool Worker::has_stealable_work() const noexcept { return run_queue_.size() != 0 || spawned_.stealable(stuck()); }
 
-std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept {
+std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch, bool blocked) noexcept {
   std::size_t moved = 0;
   // The next slot never holds a pinned fiber (ready() sends those to the
   // inbox, which stays here).
@@ -182,8 +182,9 @@ std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept {
     moved += n;
   }
   // Fibers a peer placed in the inbox have not started either, so they may
-  // run anywhere: they go too. The inbox's pinned fibers stay.
-  if (placed_in_inbox_.load(std::memory_order_relaxed) > 0) {
+  // run anywhere: off a blocked thread they go too. The inbox's pinned
+  // fibers stay.
+  if (blocked && placed_in_inbox_.load(std::memory_order_relaxed) > 0) {
     FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);  // as release_hook_pinned
     while (stack != nullptr) {
       FiberControl* fiber = stack;
@@ -680,17 +681,18 @@ FiberControl* Worker::pick_queued() {
 // fibers than the lightest peer that can take one by more than the slack,
 // places the fiber in that peer's inbox and wakes it. "Holds" counts the
 // fibers pinned to a worker and those in its inbox (home_load), so that a
-// burst is split evenly however late the peer wakes; a peer that is stuck
-// or in an announced blocking call is passed over, and if it becomes stuck
-// afterwards, sysmon hands its placed fibers off (hand_off_queued). Spares
-// neither place nor receive: they retire.
+// burst is split evenly however late the peer wakes. A peer in an
+// announced blocking call is passed over; one blocked in the kernel
+// otherwise has its placed fibers handed off by sysmon (hand_off_queued).
+// One that runs a long fiber is not passed over: it runs them at its next
+// switch, while passing it over gave a long-running acceptor's spawns all
+// to its idle peer. Spares neither place nor receive: they retire.
 bool Worker::place_on_lighter_peer(FiberControl* fresh, std::uint32_t mine) noexcept {
   Worker* lightest = nullptr;
   std::uint32_t least = mine;
   for (unsigned i = 0, workers = core_.config().workers; i < workers; ++i) {
     Worker& peer = core_.worker(i);
-    if (&peer == this || peer.stuck() || (peer.blocking_call() & 1) != 0 || peer.state() == WorkerState::stopped)
-      continue;
+    if (&peer == this || (peer.blocking_call() & 1) != 0 || peer.state() == WorkerState::stopped) continue;
     const std::uint32_t load = peer.home_load();
     if (load < least) {
       least = load;

@@ -131,9 +131,10 @@ class Worker {
   // spawns but one held for this worker (all of them while it is stuck).
   // The next slot is not stealable (only sysmon's hand-off seizes it).
   bool has_stealable_work() const noexcept;
-  // What sysmon's hand-off would move, or let thieves take.
-  bool has_work_to_hand_off() const noexcept {
-    return !next_.empty() || has_stealable_work() || placed_in_inbox_.load(std::memory_order_relaxed) > 0;
+  // What sysmon's hand-off would move, or let thieves take; `blocked`: the
+  // worker's thread is blocked in the kernel (see hand_off_queued).
+  bool has_work_to_hand_off(bool blocked) const noexcept {
+    return !next_.empty() || has_stealable_work() || (blocked && placed_in_inbox_.load(std::memory_order_relaxed) > 0);
   }
   // Set while one fiber has run longer than the hand-off delay: thieves
   // then take even the newest spawned fiber.
@@ -141,10 +142,13 @@ class Worker {
     if (stuck_.load(std::memory_order_relaxed) != stuck) stuck_.store(stuck, std::memory_order_relaxed);
   }
   bool stuck() const noexcept { return stuck_.load(std::memory_order_relaxed); }
-  // Moves the next slot, the run queue's unpinned prefix and the fibers
-  // placed in the inbox to the global queue, through `scratch` (an empty
-  // queue of sysmon's own). Any thread; returns how many fibers moved.
-  std::size_t hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept;
+  // Moves the next slot and the run queue's unpinned prefix to the global
+  // queue, through `scratch` (an empty queue of sysmon's own), and, if
+  // `blocked` (its thread is blocked in the kernel), the fibers placed in
+  // its inbox. A worker that burns CPU in one fiber keeps those: it runs
+  // them at its next switch, a time slice away at most when that fiber
+  // reaches a checkpoint. Any thread; returns how many fibers moved.
+  std::size_t hand_off_queued(RunQueue<RunQueueEntry>& scratch, bool blocked) noexcept;
   // For a worker whose thread is blocked in the kernel: the fibers in its
   // inbox and its run queue that only a libc hook pins here (parked, or
   // preempted at the hook's checkpoint) go to the global queue, their pins

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../io/real_calls.h"
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
+#include "real_calls.h"
 
 namespace weft::detail {
 

@@ -24,8 +24,8 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include "../io/real_calls.h"
 #include "announced.h"
+#include "real_calls.h"
 
 using namespace weft::detail;
 

@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "../io/file_ring.h"
-#include "../io/real_calls.h"
 #include "../sched/current.h"
 #include "../sched/scheduler_core.h"
 #include "announced.h"
@@ -37,6 +36,7 @@
 #include "file_io.h"
 #include "hook_support.h"
 #include "iovecs.h"
+#include "real_calls.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 

@@ -29,9 +29,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../io/real_calls.h"
 #include "fd_table.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 

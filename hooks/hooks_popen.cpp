@@ -34,9 +34,9 @@
 #include <cstdio>
 #include <mutex>
 
-#include "../io/real_calls.h"
 #include "child_processes.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 extern char** environ;
 

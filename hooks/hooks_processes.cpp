@@ -33,11 +33,11 @@
 #include <cerrno>
 #include <mutex>
 
-#include "../io/real_calls.h"
 #include "announced.h"
 #include "child_processes.h"
 #include "fd_table.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 extern char** environ;
 

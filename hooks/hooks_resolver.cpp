@@ -22,8 +22,8 @@
 #include <cerrno>
 #include <type_traits>
 
-#include "../io/real_calls.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 namespace weft::detail {
 namespace {

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <chrono>
 
-#include "../io/real_calls.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 namespace weft::detail {
 namespace {

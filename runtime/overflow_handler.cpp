@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "fiber_control.h"
+#include "system_calls.h"
 
 namespace weft::detail {
 namespace {
@@ -61,7 +62,7 @@ void forward(int signal, siginfo_t* info, void* context) noexcept {
   struct sigaction fallback {};
   fallback.sa_handler = SIG_DFL;
   sigemptyset(&fallback.sa_mask);
-  ::sigaction(signal, &fallback, nullptr);
+  sys::sigaction(signal, &fallback, nullptr);
 }
 
 // The interrupted stack pointer; null where it is not known.
@@ -116,8 +117,8 @@ void install_overflow_handler() {
     action.sa_sigaction = &on_fault;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
-    ::sigaction(SIGSEGV, &action, &previous_segv);
-    ::sigaction(SIGBUS, &action, &previous_bus);
+    sys::sigaction(SIGSEGV, &action, &previous_segv);
+    sys::sigaction(SIGBUS, &action, &previous_bus);
   });
 }
 

@@ -38,7 +38,7 @@
 #include <tuple>
 #include <vector>
 
-#include "io/real_calls.h"
+#include "hooks/real_calls.h"
 #include "test_support.h"
 #include "ticker.h"
 
@@ -78,7 +78,7 @@ std::pair<int, int> socket_pair(Fds& owner, int flags = 0) {
 }
 
 // The set-up and upkeep of a loop (filling what a read takes, draining what
-// a write leaves) go to libc's functions behind the hooks (io/real_calls.h):
+// a write leaves) go to libc's functions behind the hooks (hooks/real_calls.h):
 // only the call under test may be a checkpoint.
 
 // Refills `fd` with a block of 'x' whenever the reader has taken it all:

@@ -30,8 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "hooks/real_calls.h"
 #include "hooks_test_support.h"
-#include "io/real_calls.h"
 #include "socket_pair.h"
 
 namespace weft {

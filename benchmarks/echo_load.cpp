@@ -103,16 +103,18 @@ class Histogram {
   }
   std::uint64_t total() const { return total_; }
   std::uint64_t max() const { return max_; }  // exact
-  // The middle of the bucket holding the sample of rank ceil(q * total).
+  // The middle of the bucket holding the sample of rank ceil(q * total),
+  // and never above the largest sample.
   double quantile(double q) const {
     if (total_ == 0) return 0;
     const std::uint64_t rank = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(q * total_)));
     std::uint64_t seen = 0;
-    for (std::size_t i = 0; i < kBuckets; ++i) {
+    std::size_t i = 0;
+    for (; i + 1 < kBuckets; ++i) {
       seen += counts_[i];
-      if (seen >= rank) return middle(i);
+      if (seen >= rank) break;
     }
-    return middle(kBuckets - 1);
+    return std::min(middle(i), static_cast<double>(max_));
   }
 
  private:

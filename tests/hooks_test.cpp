@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/real_calls.h"
+#include "libc.h"
 #include "socket_pair.h"
 #include "test_support.h"
 
@@ -586,7 +586,7 @@ TEST(HooksPoll, AWokenPollReportsTheKernelsRevents) {
       ASSERT_EQ(write(pair.b(), "x", 1), 1);
     poller.join();
     pollfd kernel[2] = {fds[0], fds[1]};
-    ASSERT_EQ(detail::real::poll()(kernel, 2, 0), 1);
+    ASSERT_EQ(test::libc_function<decltype(::poll)>("poll")(kernel, 2, 0), 1);
     EXPECT_EQ(ready, 1) << "hang_up " << hang_up;
     EXPECT_EQ(one[0].revents, kernel[0].revents) << "hang_up " << hang_up;
     EXPECT_EQ(one[1].revents, 0);

@@ -19,12 +19,13 @@
 #pragma once
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 #include "scheduler.h"
 
 namespace weft {
 
 // Starts it on the first call (thread-safe). Throws std::invalid_argument
 // if WEFT_WORKERS is set but is not a whole number from 1 to 1024.
-Scheduler& default_scheduler();
+WEFT_API Scheduler& default_scheduler();
 
 }  // namespace weft

@@ -21,10 +21,11 @@
 #include <vector>
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
-class FiberList {
+class WEFT_API FiberList {
  public:
   // The empty list: nothing runs on fibers.
   FiberList() = default;
@@ -50,7 +51,7 @@ class FiberList {
 
 // `*` matches any run of characters (also none), `?` exactly one; every
 // other character only itself.
-bool glob_match(std::string_view glob, std::string_view text) noexcept;
+WEFT_API bool glob_match(std::string_view glob, std::string_view text) noexcept;
 
 // How a weft::Pool or weft::Thread picks between fibers and plain threads.
 enum class RunMode {
@@ -61,6 +62,6 @@ enum class RunMode {
 
 // The decision for `name`: `mode` itself unless it is by_name, else
 // FiberList::from_environment().lists(name).
-bool runs_on_fibers(RunMode mode, std::string_view name);
+WEFT_API bool runs_on_fibers(RunMode mode, std::string_view name);
 
 }  // namespace weft

@@ -27,10 +27,11 @@
 #include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
-class Mutex {
+class WEFT_API Mutex {
  public:
   Mutex() = default;
   Mutex(const Mutex&) = delete;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../pool/pool_registry.h"
+#include "../runtime/log.h"
 #include "../sched/scheduler_core.h"
 #include "dump_format.h"
 #include "dump_protocol.h"
@@ -169,7 +170,7 @@ class DumpServer {
     if (running_) return true;
     const std::string error = start();
     if (error.empty()) return true;
-    std::fprintf(stderr, "weft: weft-dump is off for %s: %s\n", who.c_str(), error.c_str());
+    log_message(LogLevel::warning, "weft: weft-dump is off for %s: %s", who.c_str(), error.c_str());
     return false;
   }
 
@@ -242,8 +243,8 @@ class DumpServer {
       std::string name = fallback_dump_socket_template();
       if (::mkdtemp(name.data()) == nullptr)
         return "not using " + directory + " (" + why + "), and cannot create " + name + ": " + std::strerror(errno);
-      std::fprintf(stderr, "weft: weft-dump: not using %s (%s); serving from %s\n", directory.c_str(), why.c_str(),
-                   name.c_str());
+      log_message(LogLevel::warning, "weft: weft-dump: not using %s (%s); serving from %s", directory.c_str(),
+                  why.c_str(), name.c_str());
       directory = own_directory_ = name;
     }
     socket_path_ = dump_socket_path(directory, ::getpid());
@@ -343,7 +344,7 @@ class DumpServer {
       pollfd fds[3] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {snapshot_fd_, POLLIN, 0}};
       if (::poll(fds, 3, -1) < 0) {
         if (errno == EINTR) continue;
-        std::fprintf(stderr, "weft: weft-dump server stopped: poll: %s\n", std::strerror(errno));
+        log_message(LogLevel::error, "weft: weft-dump server stopped: poll: %s", std::strerror(errno));
         return;
       }
       if (fds[1].revents != 0) return;

@@ -19,10 +19,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "cli.h"
 
 namespace {
 
@@ -93,18 +94,10 @@ Result run(unsigned spares, int block_ms) {
 
 int main(int argc, char** argv) {
   int block_ms = 500;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--block-ms") == 0 && i + 1 < argc) {
-      block_ms = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: blocked_workers [--block-ms N]\nunknown argument: %s\n", argv[i]);
-      return 2;
-    }
-  }
-  if (block_ms <= 0 || block_ms > 60'000) {
-    std::fprintf(stderr, "blocked_workers: --block-ms must be 1 to 60000, got %d\n", block_ms);
-    return 2;
-  }
+  CLI::App app{"blocked_workers: fibers beside two workers blocked in the kernel, with and without spares",
+               "blocked_workers"};
+  weft::bench::add_count(app, "--block-ms", block_ms, 1, 60'000, "how long each worker stays blocked");
+  weft::bench::parse(app, argc, argv);
   std::printf("2 workers, both blocked %d ms in a raw nanosleep; 100 fibers sleep 1 ms in a loop\n", block_ms);
   std::printf("%-12s %14s %10s %10s %10s %8s %9s\n", "", "first run ms", "p50 ms", "p99 ms", "max ms", "wakes",
               "handoffs");

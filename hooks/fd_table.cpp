@@ -1,36 +1,17 @@
 #include "fd_table.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
-#include <new>
 
+#include "../io/netpoller.h"
 #include "../io/real_calls.h"
 
 namespace weft::detail {
 namespace {
-
-constexpr int chunk_bits = 10;
-constexpr int chunk_size = 1 << chunk_bits;
-constexpr int chunk_count = 1 << 15;  // 2^25 fds: above fs/nr_open's default of 2^20
-
-// Zero-initialised, so usable before any constructor runs; 256 KiB of
-// address space, touched only where fds exist.
-std::atomic<FdState*> chunks[chunk_count];
-
-FdState* allocate_chunk() noexcept {
-  // mmap, not new: the hooks may run inside malloc's callers, before main
-  // and in a forked child.
-  void* memory =
-      mmap(nullptr, sizeof(FdState) * chunk_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return nullptr;
-  auto* records = static_cast<FdState*>(memory);
-  for (int i = 0; i < chunk_size; ++i) new (&records[i]) FdState;
-  return records;
-}
 
 std::int64_t timeout_ns(int fd, int option) noexcept {
   timeval tv{};
@@ -39,34 +20,14 @@ std::int64_t timeout_ns(int fd, int option) noexcept {
   return std::int64_t(tv.tv_sec) * 1'000'000'000 + std::int64_t(tv.tv_usec) * 1'000;
 }
 
+// Counts the timeouts set in this process, from 1 (a record's 0: never
+// read).
+constinit std::atomic<std::uint32_t> timeout_changes{1};
+
 }  // namespace
 
-void FdState::set_kind(FdKind kind) noexcept {
-  std::uint32_t old = flags.load(std::memory_order_relaxed);
-  while (!flags.compare_exchange_weak(old, (old & ~kind_mask) | std::uint32_t(kind), std::memory_order_relaxed)) {
-  }
-}
-
-FdState* fd_state(int fd) noexcept {
-  if (fd < 0) return nullptr;
-  const unsigned index = unsigned(fd) >> chunk_bits;
-  if (index >= unsigned(chunk_count)) return nullptr;
-  FdState* chunk = chunks[index].load(std::memory_order_acquire);
-  if (chunk == nullptr) {
-    FdState* fresh = allocate_chunk();
-    if (fresh == nullptr) return nullptr;
-    // acq_rel: the winner publishes constructed records; a loser sees them.
-    if (chunks[index].compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
-      chunk = fresh;
-    } else {
-      munmap(fresh, sizeof(FdState) * chunk_size);
-    }
-  }
-  return &chunk[unsigned(fd) & (chunk_size - 1)];
-}
-
-FdState* classified_fd_state(int fd) noexcept {
-  FdState* state = fd_state(fd);
+FdRecord* classified_fd_state(int fd) noexcept {
+  FdRecord* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::unknown) return state;
   const int saved = errno;
   struct stat st {};
@@ -80,14 +41,12 @@ FdState* classified_fd_state(int fd) noexcept {
       kind = FdKind::pollable;  // FIFOs, terminals, anonymous inodes (eventfd, epoll, timerfd)
     }
     const int fl = real::fcntl()(fd, F_GETFL);
-    if (fl >= 0) state->set_bit(FdState::user_nonblock_bit, fl & O_NONBLOCK);
+    if (fl >= 0) state->set_bit(FdRecord::user_nonblock_bit, fl & O_NONBLOCK);
     if (kind == FdKind::socket) {
-      state->recv_timeout_ns.store(timeout_ns(fd, SO_RCVTIMEO), std::memory_order_relaxed);
-      state->send_timeout_ns.store(timeout_ns(fd, SO_SNDTIMEO), std::memory_order_relaxed);
       int type = 0;
       socklen_t len = sizeof(type);
       if (real::getsockopt()(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0)
-        state->set_bit(FdState::stream_bit, type == SOCK_STREAM);
+        state->set_bit(FdRecord::stream_bit, type == SOCK_STREAM);
     }
     state->set_kind(kind);
   }
@@ -97,38 +56,72 @@ FdState* classified_fd_state(int fd) noexcept {
   return state;
 }
 
-void fd_created(int fd, FdKind kind, bool user_nonblock, std::int64_t recv_timeout_ns, std::int64_t send_timeout_ns,
-                bool stream) noexcept {
-  FdState* state = fd_state(fd);
+void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream) noexcept {
+  FdRecord* state = fd_state(fd);
   if (state == nullptr) return;
-  state->recv_timeout_ns.store(recv_timeout_ns, std::memory_order_relaxed);
-  state->send_timeout_ns.store(send_timeout_ns, std::memory_order_relaxed);
+  // The number's previous fd may have closed where no hook saw it (inside
+  // libc, a raw system call): nothing of its netpoller state may reach this
+  // one, its registration least of all (the kernel dropped it with the old
+  // file, and a record still marked registered would never add the new).
+  fd_renewed(fd);
+  fd_description_reset(*state);
   state->flags.store(
-      std::uint32_t(kind) | (user_nonblock ? FdState::user_nonblock_bit : 0) | (stream ? FdState::stream_bit : 0),
+      std::uint32_t(kind) | (user_nonblock ? FdRecord::user_nonblock_bit : 0) | (stream ? FdRecord::stream_bit : 0),
       std::memory_order_relaxed);
 }
 
 void fd_duplicated(int from, int to) noexcept {
-  FdState* source = fd_state(from);
-  FdState* target = fd_state(to);
+  FdRecord* source = fd_state(from);
+  FdRecord* target = fd_state(to);
   if (target == nullptr) return;
+  fd_renewed(to);  // a new fd, as in fd_created
   if (source == nullptr) {
-    fd_forgotten(to);
+    fd_description_reset(*target);
     return;
   }
-  target->recv_timeout_ns.store(source->recv_timeout_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  target->send_timeout_ns.store(source->send_timeout_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  fd_description_reset(*target);
   // The flip is the source's moment, not the copy's.
-  target->flags.store(source->flags.load(std::memory_order_relaxed) & ~FdState::flipped_bit, std::memory_order_relaxed);
+  target->flags.store(source->flags.load(std::memory_order_relaxed) & ~FdRecord::flipped_bit,
+                      std::memory_order_relaxed);
 }
 
+void fd_description_reset(FdRecord& record) noexcept {
+  record.flags.store(0, std::memory_order_relaxed);
+  record.lock.lock();
+  record.timeouts_read_at = 0;
+  record.lock.unlock();
+}
+
+std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) noexcept {
+  if (record.kind() != FdKind::socket) return 0;
+  // Read before getsockopt: a timeout set after that read bumps the count
+  // after its setsockopt, so the values cached here are never taken for
+  // newer than they are.
+  const std::uint32_t now = timeout_changes.load(std::memory_order_acquire);
+  record.lock.lock();
+  if (record.timeouts_read_at != now) {
+    record.lock.unlock();
+    const int saved = errno;
+    const std::int64_t recv = timeout_ns(fd, SO_RCVTIMEO);
+    const std::int64_t send = timeout_ns(fd, SO_SNDTIMEO);
+    errno = saved;
+    record.lock.lock();
+    record.recv_timeout_ns = recv;
+    record.send_timeout_ns = send;
+    record.timeouts_read_at = now;
+  }
+  const std::int64_t timeout = direction == FdDirection::read ? record.recv_timeout_ns : record.send_timeout_ns;
+  record.lock.unlock();
+  return timeout;
+}
+
+void timeouts_changed() noexcept { timeout_changes.fetch_add(1, std::memory_order_release); }
+
 void fd_forgotten(int fd) noexcept {
-  FdState* state = fd_state(fd);
+  FdRecord* state = fd_records().find(fd);
   if (state == nullptr) return;
-  state->generation.fetch_add(1, std::memory_order_relaxed);
-  state->flags.store(0, std::memory_order_relaxed);
-  state->recv_timeout_ns.store(0, std::memory_order_relaxed);
-  state->send_timeout_ns.store(0, std::memory_order_relaxed);
+  fd_renewed(fd);
+  fd_description_reset(*state);
 }
 
 }  // namespace weft::detail

@@ -1,7 +1,7 @@
 #include "hook_support.h"
 
 #include "../io/real_calls.h"
-#include "../sched/worker.h"
+#include "../sched/current.h"
 #include "fd_table.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -60,8 +60,8 @@ bool in_forked_child() noexcept { return forked_thread; }
 ParkScope::ParkScope() {
   // this_fiber::pin()'s bookkeeping, with the pins counted as the hooks'.
   FiberControl& fiber = *current_fiber();
-  releases_ = fiber.hook_pin_releases;
-  ++fiber.hook_pins;
+  releases_ = fiber.pin_releases;
+  ++fiber.releasable_pins;
   pin_current(fiber);
 #ifdef WEFT_HOOKS_TSAN
   // The fiber's context resumes as whichever TSan fiber it names: the
@@ -82,26 +82,25 @@ ParkScope::~ParkScope() {
   current_fiber()->context.tsan_fiber = own_tsan_fiber_;
 #endif
   FiberControl& fiber = *current_fiber();
-  if (fiber.hook_pin_releases != releases_) return;  // released by sysmon: nothing of ours is left to undo
-  --fiber.hook_pins;
+  if (fiber.pin_releases != releases_) return;  // released by sysmon: nothing of ours is left to undo
+  --fiber.releasable_pins;
   unpin_current(fiber);
 }
 
 [[gnu::noinline]] ErrnoHome::ErrnoHome() noexcept
-    : fiber_(current_fiber()), home_(&errno), releases_(fiber_->hook_pin_releases) {}
+    : fiber_(current_fiber()), home_(&errno), releases_(fiber_->pin_releases) {}
 
 [[gnu::noinline]] ErrnoHome::~ErrnoHome() {
-  if (fiber_->hook_pin_releases != releases_ && &errno != home_) *home_ = errno;
+  if (fiber_->pin_releases != releases_ && &errno != home_) *home_ = errno;
 }
 
 void CheckpointOnReturn::hook_checkpoint_slow(int fd) noexcept {
   // Only a fiber whose worker was asked (the count is process-wide), and
   // not where the hooks pass everything through.
   if (!parking_enabled()) return;
-  const Worker* worker = current_worker();
-  if (worker == nullptr || !worker->preempt_requested()) return;
+  if (!preempt_requested_here()) return;
   if (fd >= 0) {
-    const FdState* state = classified_fd_state(fd);
+    const FdRecord* state = classified_fd_state(fd);
     if (state == nullptr || (state->kind() != FdKind::socket && state->kind() != FdKind::pollable)) return;
   }
   // The hooks' pin, not this_fiber::pin()'s: if the worker's thread blocks
@@ -118,10 +117,12 @@ void CheckpointOnReturn::hook_checkpoint_slow(int fd) noexcept {
 }
 
 int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark,
-                std::uint32_t* harvested) noexcept {
+                std::uint32_t* harvested, FdRecord* record) noexcept {
   try {
     const ParkScope park;
-    switch (wait_fd(fd, direction, deadline, mark, harvested)) {
+    const FdWaitResult result = record != nullptr ? wait_fd(fd, *record, direction, deadline, mark, harvested)
+                                                  : wait_fd(fd, direction, deadline, mark, harvested);
+    switch (result) {
       case FdWaitResult::ready:
         return 0;
       case FdWaitResult::timed_out:

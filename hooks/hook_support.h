@@ -4,8 +4,9 @@
 //
 // The rule every hook keeps: when parking_enabled() is false it calls the
 // real function and nothing else (apart from recording fd state), so a
-// plain thread, code before any scheduler, a forked child's thread and
-// WEFT_HOOKS=0 get exactly libc's behaviour.
+// plain thread, code before any scheduler, a forked child's thread, a call
+// from an excluded library (WEFT_HOOKS_EXCLUDE) and WEFT_HOOKS=0 get
+// exactly libc's behaviour.
 #pragma once
 
 #include <weft/detail/checkpoint.h>
@@ -17,6 +18,7 @@
 
 #include "../io/netpoller.h"
 #include "../runtime/fiber_control.h"
+#include "excluded_callers.h"
 
 namespace weft::detail {
 
@@ -27,8 +29,19 @@ bool hooks_enabled() noexcept;
 // like a fiber to weft, but no worker is left to resume it.
 bool in_forked_child() noexcept;
 
-// True when a blocking call should park the calling fiber.
-inline bool parking_enabled() noexcept { return current_fiber() != nullptr && hooks_enabled() && !in_forked_child(); }
+// True when a blocking call should park the calling fiber: a fiber made
+// it, and not from an excluded library (excluded_callers.h). `caller` and
+// `frame` say where the call was made: their defaults are evaluated in the
+// function that calls parking_enabled(), as its own return address and
+// frame, so that a hook's gate, `if (!parking_enabled()) return
+// real::read()(...)`, asks about the hook's caller, and a gate in one of
+// weft's helpers is followed out to it. The caller's check comes last: it
+// is the only one that may do more than a load (dladdr, once per call
+// site).
+inline bool parking_enabled(const void* caller = __builtin_return_address(0),
+                            const void* frame = __builtin_frame_address(0)) noexcept {
+  return current_fiber() != nullptr && hooks_enabled() && !in_forked_child() && !caller_excluded(caller, frame);
+}
 
 // Held by a hook around every park (wait_for_fd, sleep_parked, the
 // resolver's offload). Two jobs:
@@ -70,7 +83,7 @@ class [[nodiscard]] ParkScope {
   ParkScope& operator=(const ParkScope&) = delete;
 
  private:
-  std::uint32_t releases_;  // the fiber's hook_pin_releases when pinned: another means sysmon released it
+  std::uint32_t releases_;  // the fiber's pin_releases when pinned: another means sysmon released it
   [[maybe_unused]] void* own_tsan_fiber_ = nullptr;  // under TSan only
   [[maybe_unused]] void* park_tsan_fiber_ = nullptr;
 };
@@ -161,9 +174,9 @@ inline Clock::time_point deadline_after_ns(std::int64_t ns) {
 // EAGAIN at the deadline (a socket timeout), EBADF when the fd was closed
 // meanwhile, or what wait_fd threw (EPERM for an fd epoll cannot watch).
 // `mark`: fd_wait_mark() from before the call that would have blocked;
-// `harvested`: as for wait_fd.
+// `harvested`: as for wait_fd; `record`: the fd's, if the caller has it.
 int wait_for_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr,
-                std::uint32_t* harvested = nullptr) noexcept;
+                std::uint32_t* harvested = nullptr, FdRecord* record = nullptr) noexcept;
 
 // Parks the calling fiber until `deadline`.
 void sleep_parked(Clock::time_point deadline) noexcept;

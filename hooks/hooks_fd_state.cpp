@@ -13,15 +13,19 @@
 // (both are hooked, and on 64-bit systems they are the same function).
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 
 #include "../io/real_calls.h"
+#include "announced.h"
 #include "fd_table.h"
 #include "hook_support.h"
 
@@ -33,18 +37,22 @@ bool is_stream(int type) noexcept { return (type & ~(SOCK_NONBLOCK | SOCK_CLOEXE
 
 void before_close(int fd) noexcept {
   if (fd < 0) return;
-  // A forked child shares its parent's epoll instances: removing the fd
-  // there would remove the parent's registration (docs/io.md, fork).
-  if (!in_forked_child()) fd_closing(fd);
-  fd_forgotten(fd);
+  // In a forked child too: the child forgot its parent's pollers at the
+  // fork (io/netpoller.cpp), so this deletes from its own only.
+  fd_closing(fd);
+  if (FdRecord* record = fd_records().find(fd)) fd_description_reset(*record);
 }
 
-std::int64_t timeval_ns(const void* value, socklen_t len) {
-  if (value == nullptr || len < socklen_t(sizeof(timeval))) return 0;
-  const auto* tv = static_cast<const timeval*>(value);
-  // A negative timeout is taken by the kernel as "do not wait".
-  if (tv->tv_sec < 0) return 1;
-  return std::int64_t(tv->tv_sec) * 1'000'000'000 + std::int64_t(tv->tv_usec) * 1'000;
+// before_close for every fd in [first, last] that has a record.
+void before_close_range(unsigned int first, unsigned int last) noexcept {
+  const unsigned int end = std::min(last, unsigned(FdRecords::kLimit - 1));
+  for (unsigned int fd = first; fd <= end; ++fd) {
+    if (fd_records().find(int(fd)) == nullptr) {
+      fd |= (1u << FdRecords::kChunkBits) - 1;  // a whole chunk without records: skip it
+      continue;
+    }
+    before_close(int(fd));
+  }
 }
 
 bool is_timeout_option(int option) {
@@ -55,32 +63,25 @@ bool is_timeout_option(int option) {
   return false;
 }
 
-bool is_recv_timeout(int option) {
-#if defined(SO_RCVTIMEO_NEW)
-  if (option == SO_RCVTIMEO_NEW) return true;
-#endif
-  return option == SO_RCVTIMEO;
-}
-
 // fcntl and fcntl64 share everything but the real function.
 template <class Real>
 int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
   switch (cmd) {
     case F_SETFL: {
-      FdState* state = fd_state(fd);
+      FdRecord* state = fd_state(fd);
       if (state == nullptr) return real_fcntl(fd, cmd, arg);
       // Under the flip lock: a connect/accept in flight restores the
       // flags it read, and must not overwrite these.
       state->flip_lock.lock();
       const int result = real_fcntl(fd, cmd, arg);
       if (result == 0)
-        state->set_bit(FdState::user_nonblock_bit, int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK);
+        state->set_bit(FdRecord::user_nonblock_bit, int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK);
       state->flip_lock.unlock();
       return result;
     }
     case F_GETFL: {
       const int result = real_fcntl(fd, cmd, arg);
-      const FdState* state = fd_state(fd);
+      const FdRecord* state = fd_state(fd);
       // During a flip the kernel's flag is weft's; report the user's.
       if (result >= 0 && state != nullptr && state->flipped())
         return state->user_nonblock() ? (result | O_NONBLOCK) : (result & ~O_NONBLOCK);
@@ -92,6 +93,10 @@ int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
       if (result >= 0) fd_duplicated(fd, result);
       return result;
     }
+    case F_SETLKW:
+    case F_OFD_SETLKW:
+      // Waits for another process's lock: announced in a fiber.
+      return announced([&] { return real_fcntl(fd, cmd, arg); });
     default:
       return real_fcntl(fd, cmd, arg);
   }
@@ -109,15 +114,15 @@ extern "C" {
 
 int socket(int domain, int type, int protocol) noexcept {
   const int fd = real::socket()(domain, type, protocol);
-  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
+  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
   return fd;
 }
 
 int socketpair(int domain, int type, int protocol, int fds[2]) noexcept {
   const int result = real::socketpair()(domain, type, protocol, fds);
   if (result == 0) {
-    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
-    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, 0, 0, is_stream(type));
+    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
+    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
   }
   return result;
 }
@@ -184,29 +189,42 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
   void* arg = va_arg(args, void*);
   va_end(args);
   if (request != FIONBIO) return real::ioctl()(fd, request, arg);
-  FdState* state = fd_state(fd);
+  FdRecord* state = fd_state(fd);
   if (state == nullptr) return real::ioctl()(fd, request, arg);
   state->flip_lock.lock();
   const int result = real::ioctl()(fd, request, arg);
-  if (result == 0 && arg != nullptr) state->set_bit(FdState::user_nonblock_bit, *static_cast<const int*>(arg) != 0);
+  if (result == 0 && arg != nullptr) state->set_bit(FdRecord::user_nonblock_bit, *static_cast<const int*>(arg) != 0);
   state->flip_lock.unlock();
   return result;
 }
 
 int setsockopt(int fd, int level, int option, const void* value, socklen_t len) noexcept {
   const int result = real::setsockopt()(fd, level, option, value, len);
-  if (result == 0 && level == SOL_SOCKET && is_timeout_option(option)) {
-    if (FdState* state = classified_fd_state(fd)) {
-      auto& slot = is_recv_timeout(option) ? state->recv_timeout_ns : state->send_timeout_ns;
-      slot.store(timeval_ns(value, len), std::memory_order_relaxed);
-    }
-  }
+  if (result == 0 && level == SOL_SOCKET && is_timeout_option(option)) timeouts_changed();
   return result;
 }
 
 int close(int fd) {
   before_close(fd);
   return real::close()(fd);
+}
+
+// stdio closes its fd with libc's internal close, which no hook sees.
+int fclose(FILE* stream) {
+  if (stream != nullptr) before_close(fileno(stream));  // -1 for a stream with no fd
+  return real::fclose()(stream);
+}
+
+// With CLOSE_RANGE_CLOEXEC nothing closes now; with CLOSE_RANGE_UNSHARE
+// the caller's private copy of the fd table is closed, not the process's.
+int close_range(unsigned int first, unsigned int last, int flags) noexcept {
+  if ((flags & (CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)) == 0) before_close_range(first, last);
+  return real::close_range()(first, last, flags);
+}
+
+void closefrom(int first) noexcept {
+  if (first >= 0) before_close_range(unsigned(first), ~0u);
+  real::closefrom()(first);
 }
 
 int shutdown(int fd, int how) noexcept {
@@ -254,7 +272,7 @@ int open(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(real::open()(path, flags, mode));
+  return forget_new(announced([&] { return real::open()(path, flags, mode); }));
 }
 
 int open64(const char* path, int flags, ...) {
@@ -262,7 +280,7 @@ int open64(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(real::open64()(path, flags, mode));
+  return forget_new(announced([&] { return real::open64()(path, flags, mode); }));
 }
 
 int openat(int dir, const char* path, int flags, ...) {
@@ -270,7 +288,7 @@ int openat(int dir, const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(real::openat()(dir, path, flags, mode));
+  return forget_new(announced([&] { return real::openat()(dir, path, flags, mode); }));
 }
 
 int openat64(int dir, const char* path, int flags, ...) {
@@ -278,7 +296,7 @@ int openat64(int dir, const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(real::openat64()(dir, path, flags, mode));
+  return forget_new(announced([&] { return real::openat64()(dir, path, flags, mode); }));
 }
 
 int creat(const char* path, mode_t mode) { return forget_new(real::creat()(path, mode)); }

@@ -6,8 +6,9 @@
 // socket, see recv(2)) and parks on EAGAIN until the fd is ready or its
 // SO_RCVTIMEO/SO_SNDTIMEO passes; the fd's O_NONBLOCK is never touched for
 // that. Writes loop until everything is written, as a blocking write does;
-// MSG_WAITALL receives loop likewise. A pipe or other pollable fd is
-// waited for first and then called (it has no per-call non-blocking flag).
+// MSG_WAITALL receives loop likewise (transfer_all). A pipe or other
+// pollable fd is attempted with RWF_NOWAIT, its per-call non-blocking
+// flag, likewise; one that refuses it is waited for first and then called.
 // connect and accept have no such flag either: they set O_NONBLOCK for the
 // duration of the one non-blocking call, under the fd's flip lock, and put
 // the user's flags back before parking.
@@ -24,11 +25,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "../io/real_calls.h"
+#include "announced.h"
 #include "fd_table.h"
+#include "file_io.h"
 #include "hook_support.h"
+#include "iovecs.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -39,10 +44,10 @@ bool would_block(int error) { return error == EAGAIN || error == EWOULDBLOCK; }
 
 // wait_for_fd, and EBADF if the fd was closed through weft while the fiber
 // was parked (its number may already belong to another fd).
-int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_point deadline,
+int park_on(int fd, FdRecord& state, FdDirection direction, Clock::time_point deadline,
             const FdWaitMark* mark = nullptr) {
   const std::uint32_t generation = state.generation.load(std::memory_order_relaxed);
-  const int failed = wait_for_fd(fd, direction, deadline, mark);
+  const int failed = wait_for_fd(fd, direction, deadline, mark, nullptr, &state);
   if (state.generation.load(std::memory_order_relaxed) != generation) return EBADF;
   return failed;
 }
@@ -50,9 +55,9 @@ int park_on(int fd, const FdState& state, FdDirection direction, Clock::time_poi
 // The record of an fd a fiber should park on for this call, or null when
 // the call must go straight to libc. `in_fiber`: parking_enabled() holds
 // (the hooks that return libc's call first when it does not ask once).
-FdState* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
+FdRecord* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
   if ((!in_fiber && !parking_enabled()) || (flags & MSG_DONTWAIT)) return nullptr;
-  FdState* state = classified_fd_state(fd);
+  FdRecord* state = classified_fd_state(fd);
   if (state == nullptr || state->user_nonblock()) return nullptr;
   const FdKind kind = state->kind();
   if (kind != FdKind::socket && kind != FdKind::pollable) return nullptr;
@@ -72,8 +77,7 @@ FdState* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
 // instead of reading into EAGAIN. A park that times out is followed by the
 // skipped attempt, so the timeout never hides bytes already there.
 template <class Attempt>
-auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::int64_t timeout_ns, std::size_t wanted,
-                     Attempt&& attempt) {
+auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, std::size_t wanted, Attempt&& attempt) {
   using Result = decltype(attempt());
   const ErrnoHome home;
   const int saved = errno_value();
@@ -84,17 +88,17 @@ auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::i
   bool timed_out = false;
   for (;;) {
     if (!park_first) {
-      mark = fd_wait_mark(fd, direction);
+      mark = fd_wait_mark(&state, direction);
       const Result result = attempt();
       if (result >= 0) {
-        if (result > 0 && std::size_t(result) < wanted) fd_note_drained(fd, mark, true);
+        if (result > 0 && std::size_t(result) < wanted) fd_note_drained(fd, state, mark, true);
         set_errno(saved);
         return result;
       }
       if (!would_block(errno_value()) || timed_out) return result;
     }
     if (!have_deadline) {
-      deadline = deadline_after_ns(timeout_ns);
+      deadline = deadline_after_ns(socket_timeout_ns(fd, state, direction));
       have_deadline = true;
     }
     const int failed = park_on(fd, state, direction, deadline, &mark);
@@ -115,21 +119,22 @@ auto attempt_or_park(int fd, const FdState& state, FdDirection direction, std::i
 // `wanted` as for attempt_or_park.
 template <class Call>
 auto read_through(int fd, std::size_t wanted, Call&& call) {
-  const FdState* state = fd_state(fd);
+  const FdRecord* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::socket) return call();
-  const FdWaitMark mark = fd_wait_mark(fd, FdDirection::read);
+  const FdWaitMark mark = fd_wait_mark(state, FdDirection::read);
   if (!mark.valid) return call();
   const auto result = call();
   if (result < 0 ? would_block(errno_value()) : result > 0 && state->stream() && std::size_t(result) < wanted)
-    fd_note_drained(fd, mark, result > 0);
+    fd_note_drained(fd, *state, mark, result > 0);
   return result;
 }
 
 // A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
 // blocking call. Another reader may take what made it ready, and then the
-// call blocks this worker as it would block a thread (docs/io.md).
+// call blocks this worker as it would block a thread (docs/io.md): so it
+// is announced.
 template <class Call>
-auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) {
+auto wait_then_call(int fd, FdRecord& state, FdDirection direction, Call&& call) {
   const ErrnoHome home;
   const int failed = park_on(fd, state, direction, no_deadline);
   if (failed == EPERM) {
@@ -138,7 +143,7 @@ auto wait_then_call(int fd, FdState& state, FdDirection direction, Call&& call) 
     set_errno(failed);
     return decltype(call())(-1);
   }
-  return call();
+  return announced(call);
 }
 
 // The table said socket, the kernel says otherwise: the number was reused
@@ -152,75 +157,41 @@ bool not_a_socket_after_all(int fd) {
 
 // attempt_or_park's `wanted` for a receive of `n` bytes with `flags`: a
 // peek consumes nothing, so its short result proves nothing.
-std::size_t stream_wanted(const FdState& state, std::size_t n, int flags) {
+std::size_t stream_wanted(const FdRecord& state, std::size_t n, int flags) {
   return state.stream() && !(flags & MSG_PEEK) ? n : 0;
 }
 
-std::int64_t recv_timeout(const FdState& state) { return state.recv_timeout_ns.load(std::memory_order_relaxed); }
-std::int64_t send_timeout(const FdState& state) { return state.send_timeout_ns.load(std::memory_order_relaxed); }
-
-ssize_t receive(int fd, FdState& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
-  if (!(flags & MSG_WAITALL) || n == 0) {
-    return attempt_or_park(fd, state, FdDirection::read, recv_timeout(state), stream_wanted(state, n, flags),
-                           [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
-  }
-  // MSG_WAITALL: blocks until all n bytes, EOF, an error or the timeout;
-  // what arrived before the last two is returned.
-  const ErrnoHome home;
-  const int saved = errno_value();
-  const Clock::time_point deadline = deadline_after_ns(recv_timeout(state));
-  size_t done = 0;
-  const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
-  while (done < n) {
-    const ssize_t r = real::recvfrom()(fd, static_cast<char*>(buf) + done, n - done, once, addr, addr_len);
-    if (r > 0) {
-      done += size_t(r);
-      continue;
-    }
-    if (r == 0) break;
-    const int error = errno_value();
-    if (would_block(error)) {
-      if (const int failed = park_on(fd, state, FdDirection::read, deadline)) {
-        if (done > 0) break;
-        set_errno(failed);
-        return -1;
-      }
-      continue;
-    }
-    if (done > 0) break;
-    return -1;
-  }
-  set_errno(saved);
-  return ssize_t(done);
-}
-
-// Sends everything, as a blocking send does: on a partial write the rest
-// follows; an error or the timeout after a partial write returns the count.
-ssize_t send_all(int fd, FdState& state, const void* buf, size_t n, int flags, const sockaddr* addr,
-                 socklen_t addr_len) {
+// The loop of a call that moves all it was asked to, as a blocking one
+// does: a send, or a receive with MSG_WAITALL. `step(done)` makes one
+// MSG_DONTWAIT call for what remains after the first `done` bytes of
+// `total`; on EAGAIN the fiber parks until `fd` is ready in `direction` or
+// the socket's timeout passes. A receive ends at EOF (a step that returns
+// 0). An error or the timeout after some bytes returns their count, with
+// the caller's errno; before any, -1 with the error.
+template <class Step>
+ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, std::size_t total, Step&& step) {
   const ErrnoHome home;
   const int saved = errno_value();
   bool have_deadline = false;
   Clock::time_point deadline{};
-  size_t done = 0;
+  std::size_t done = 0;
   for (;;) {
-    const ssize_t r =
-        real::sendto()(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT, addr, addr_len);
+    const ssize_t r = step(done);
     if (r >= 0) {
-      done += size_t(r);
-      if (done >= n) break;
+      done += std::size_t(r);
+      // A send of 0 bytes is one call (a datagram may be empty).
+      if (done >= total || (r == 0 && direction == FdDirection::read)) break;
       continue;
     }
-    const int error = errno_value();
-    if (!would_block(error)) {
+    if (!would_block(errno_value())) {
       if (done > 0) break;
       return -1;
     }
     if (!have_deadline) {
-      deadline = deadline_after_ns(send_timeout(state));
+      deadline = deadline_after_ns(socket_timeout_ns(fd, state, direction));
       have_deadline = true;
     }
-    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
+    if (const int failed = park_on(fd, state, direction, deadline)) {
       if (done > 0) break;
       set_errno(failed);
       return -1;
@@ -228,6 +199,25 @@ ssize_t send_all(int fd, FdState& state, const void* buf, size_t n, int flags, c
   }
   set_errno(saved);
   return ssize_t(done);
+}
+
+ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
+  if (!(flags & MSG_WAITALL) || n == 0) {
+    return attempt_or_park(fd, state, FdDirection::read, stream_wanted(state, n, flags),
+                           [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
+  }
+  // MSG_WAITALL: until all n bytes, EOF, an error or the timeout.
+  const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
+  return transfer_all(fd, state, FdDirection::read, n, [&](std::size_t done) {
+    return real::recvfrom()(fd, static_cast<char*>(buf) + done, n - done, once, addr, addr_len);
+  });
+}
+
+ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, const sockaddr* addr,
+                 socklen_t addr_len) {
+  return transfer_all(fd, state, FdDirection::write, n, [&](std::size_t done) {
+    return real::sendto()(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT, addr, addr_len);
+  });
 }
 
 size_t iov_total(const iovec* iov, int count) {
@@ -237,60 +227,76 @@ size_t iov_total(const iovec* iov, int count) {
 }
 
 // sendmsg that sends everything: after a partial write the remaining
-// iovecs are copied and advanced (the caller's array is const).
-ssize_t sendmsg_all(int fd, FdState& state, const msghdr* msg, int flags) {
-  const ErrnoHome home;
-  const int saved = errno_value();
-  const size_t total = iov_total(msg->msg_iov, int(msg->msg_iovlen));
-  bool have_deadline = false;
-  Clock::time_point deadline{};
-  size_t done = 0;
-  msghdr current = *msg;
+// iovecs are copied and advanced (the caller's array is const); the
+// ancillary data went with the first bytes, and the rest is plain.
+ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
   std::vector<iovec> rest;
-  for (;;) {
-    const ssize_t r = real::sendmsg()(fd, &current, flags | MSG_DONTWAIT);
-    if (r >= 0) {
-      done += size_t(r);
-      if (done >= total) break;
-      // Ancillary data went with the first bytes; the rest is plain.
-      rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
-      size_t skip = done;
-      auto it = rest.begin();
-      while (it != rest.end() && skip >= it->iov_len) skip -= (it++)->iov_len;
-      rest.erase(rest.begin(), it);
-      if (!rest.empty()) {
-        rest.front().iov_base = static_cast<char*>(rest.front().iov_base) + skip;
-        rest.front().iov_len -= skip;
-      }
-      current.msg_iov = rest.data();
-      current.msg_iovlen = rest.size();
-      current.msg_control = nullptr;
-      current.msg_controllen = 0;
-      continue;
-    }
-    const int error = errno_value();
-    if (!would_block(error)) {
-      if (done > 0) break;
-      return -1;
-    }
-    if (!have_deadline) {
-      deadline = deadline_after_ns(send_timeout(state));
-      have_deadline = true;
-    }
-    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
-      if (done > 0) break;
-      set_errno(failed);
-      return -1;
-    }
-  }
+  return transfer_all(fd, state, FdDirection::write, iov_total(msg->msg_iov, int(msg->msg_iovlen)),
+                      [&](std::size_t done) {
+                        if (done == 0) return real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
+                        rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
+                        drop_front(rest, done);
+                        msghdr current = *msg;
+                        current.msg_iov = rest.data();
+                        current.msg_iovlen = rest.size();
+                        current.msg_control = nullptr;
+                        current.msg_controllen = 0;
+                        return real::sendmsg()(fd, &current, flags | MSG_DONTWAIT);
+                      });
+}
+
+// A pipe, FIFO or other pollable fd that is not a socket has no
+// MSG_DONTWAIT, but takes RWF_NOWAIT (preadv2/pwritev2; pipes since Linux
+// 5.x): attempted with it and parked on EAGAIN, as a socket is. So a read
+// that another reader beat to the data parks instead of blocking the
+// worker, and a write larger than the pipe's room parks after the part
+// that fit, where a blocking write held the worker until the reader
+// (perhaps a fiber of the same worker) had taken it all. An fd that
+// refuses the flag (a terminal, an older kernel: EOPNOTSUPP) is waited
+// for, then called, from then on (wait_then_call).
+bool refuses_nowait(const FdRecord& state) {
+  return state.flags.load(std::memory_order_relaxed) & FdRecord::no_nowait_bit;
+}
+
+// After an attempt with RWF_NOWAIT: whether the fd refused it, and if so,
+// marks it and puts back the caller's errno for the fallback.
+bool refused_nowait(FdRecord& state, int saved) {
+  const int error = errno_value();
+  if (error != EOPNOTSUPP && error != EINVAL) return false;
+  state.set_bit(FdRecord::no_nowait_bit, true);
   set_errno(saved);
-  return ssize_t(done);
+  return true;
+}
+
+ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
+  const int saved = errno_value();
+  if (!refuses_nowait(state)) {
+    const ssize_t result =
+        attempt_or_park(fd, state, FdDirection::read, 0, [&] { return ::preadv2(fd, iov, count, -1, RWF_NOWAIT); });
+    if (result >= 0 || !refused_nowait(state, saved)) return result;
+  }
+  return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
+}
+
+ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
+  const int saved = errno_value();
+  if (!refuses_nowait(state)) {
+    std::vector<iovec> rest;
+    const ssize_t result = transfer_all(fd, state, FdDirection::write, iov_total(iov, count), [&](std::size_t done) {
+      if (done == 0) return ::pwritev2(fd, iov, count, -1, RWF_NOWAIT);
+      rest.assign(iov, iov + count);
+      drop_front(rest, done);
+      return ::pwritev2(fd, rest.data(), int(rest.size()), -1, RWF_NOWAIT);
+    });
+    if (result >= 0 || !refused_nowait(state, saved)) return result;
+  }
+  return wait_then_call(fd, state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
 }
 
 // Runs `call` with O_NONBLOCK set on the open file description, and the
 // user's flags back afterwards. Only for calls that never block then.
 template <class Call>
-auto with_nonblock(int fd, FdState& state, Call&& call) {
+auto with_nonblock(int fd, FdRecord& state, Call&& call) {
   state.flip_lock.lock();
   const int flags = real::fcntl()(fd, F_GETFL);
   if (flags < 0) {
@@ -298,12 +304,12 @@ auto with_nonblock(int fd, FdState& state, Call&& call) {
     return decltype(call())(-1);
   }
   state.flips.fetch_add(1, std::memory_order_relaxed);
-  state.set_bit(FdState::flipped_bit, true);
+  state.set_bit(FdRecord::flipped_bit, true);
   real::fcntl()(fd, F_SETFL, flags | O_NONBLOCK);
   auto result = call();
   const int error = errno_value();
   real::fcntl()(fd, F_SETFL, flags);
-  state.set_bit(FdState::flipped_bit, false);
+  state.set_bit(FdRecord::flipped_bit, false);
   state.flip_lock.unlock();
   set_errno(error);
   return result;
@@ -311,11 +317,11 @@ auto with_nonblock(int fd, FdState& state, Call&& call) {
 
 // A plain thread whose blocking accept met a moment when a fiber had the
 // listener flipped to O_NONBLOCK: wait as the kernel would have, then
-// retry. `flips_before` is FdState::flips read before the call; no flip
+// retry. `flips_before` is FdRecord::flips read before the call; no flip
 // since means the EAGAIN was the kernel's own (SO_RCVTIMEO).
 bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
   if (!would_block(errno_value())) return false;
-  const FdState* state = fd_state(fd);
+  const FdRecord* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::socket || state->user_nonblock()) return false;
   if (!state->flipped() && state->flips.load(std::memory_order_relaxed) == flips_before) return false;
   const int saved = errno_value();
@@ -326,37 +332,38 @@ bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
 }
 
 int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
-  FdState* listener = parkable(fd);
+  FdRecord* listener = parkable(fd);
   int result;
   if (listener == nullptr || listener->kind() != FdKind::socket) {
-    const FdState* known = fd_state(fd);
+    const FdRecord* known = fd_state(fd);
     for (;;) {
       const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
-      result = real::accept4()(fd, addr, addr_len, flags);
+      // A blocking non-socket (an fd that is not what its record said)
+      // sleeps here: announced in a fiber.
+      result = announced([&] { return real::accept4()(fd, addr, addr_len, flags); });
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
-    result = attempt_or_park(fd, *listener, FdDirection::read, recv_timeout(*listener), 0, [&] {
+    result = attempt_or_park(fd, *listener, FdDirection::read, 0, [&] {
       return with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
     });
   }
   if (result >= 0) {
     // The accepted socket inherits the listener's timeouts (the kernel
-    // clones the socket), not its file status flags.
-    const FdState* from = fd_state(fd);
-    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK,
-               from ? from->recv_timeout_ns.load(std::memory_order_relaxed) : 0,
-               from ? from->send_timeout_ns.load(std::memory_order_relaxed) : 0, from && from->stream());
+    // clones the socket; socket_timeout_ns reads them), not its file
+    // status flags.
+    const FdRecord* from = fd_state(fd);
+    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK, from && from->stream());
   }
   return result;
 }
 
 int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
-  FdState* state = parkable(fd);
+  FdRecord* state = parkable(fd);
   if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
   const ErrnoHome home;
   const int saved = errno_value();
-  const Clock::time_point deadline = deadline_after_ns(send_timeout(*state));
+  const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, *state, FdDirection::write));
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     const int r = with_nonblock(fd, *state, [&] { return real::connect()(fd, addr, addr_len); });
@@ -391,6 +398,34 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   return 0;
 }
 
+// recvmsg, hooked as recv is; recvmsg() below adds what it must do on
+// every thread.
+ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
+  if (!parking_enabled()) return real::recvmsg()(fd, msg, flags);
+  const CheckpointOnReturn at_return;
+  FdRecord* state = parkable(fd, flags, true);
+  if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
+  // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
+  return attempt_or_park(fd, *state, FdDirection::read, 0,
+                         [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
+}
+
+// Fds passed with SCM_RIGHTS are new fds the kernel made: their numbers
+// may have closed where no hook saw it, as for fd_created.
+void fds_received(const msghdr* msg) noexcept {
+  if (msg == nullptr || msg->msg_controllen == 0) return;
+  for (const cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(msg), const_cast<cmsghdr*>(c))) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fd_forgotten(fd);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft::detail
 
@@ -404,53 +439,67 @@ extern "C" {
 ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
-  FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
+  FdRecord* state = parkable(fd, 0, true);
+  if (state == nullptr) {
+    if (is_unpollable_file(fd)) {
+      const iovec iov{buf, n};
+      return read_file(fd, &iov, 1, -1);
+    }
+    return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
+  }
   if (state->kind() == FdKind::socket) {
     const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::read()(fd, buf, n);
   }
-  return wait_then_call(fd, *state, FdDirection::read, [&] { return real::read()(fd, buf, n); });
+  iovec one{buf, n};
+  return pollable_read(fd, *state, &one, 1);
 }
 
 ssize_t readv(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::readv()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
-  FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::readv()(fd, iov, count);
+  FdRecord* state = parkable(fd, 0, true);
+  if (state == nullptr) {
+    if (count > 0 && is_unpollable_file(fd)) return read_file(fd, iov, count, -1);
+    return real::readv()(fd, iov, count);
+  }
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
-    const ssize_t result = attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state),
-                                           stream_wanted(*state, iov_total(iov, count), 0),
-                                           [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+    const ssize_t result =
+        attempt_or_park(fd, *state, FdDirection::read, stream_wanted(*state, iov_total(iov, count), 0),
+                        [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
-  return wait_then_call(fd, *state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
+  if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
+  return pollable_read(fd, *state, iov, count);
 }
 
 ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
-  FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::write()(fd, buf, n);
+  FdRecord* state = parkable(fd, 0, true);
+  // A regular file's write (or one to a user's non-blocking fd, where the
+  // announcement costs a few nanoseconds and never matters).
+  if (state == nullptr) return announced([&] { return real::write()(fd, buf, n); });
   if (state->kind() == FdKind::socket) {
     const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::write()(fd, buf, n);
   }
-  return wait_then_call(fd, *state, FdDirection::write, [&] { return real::write()(fd, buf, n); });
+  iovec one{const_cast<void*>(buf), n};
+  return pollable_write(fd, *state, &one, 1);
 }
 
 ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
-  FdState* state = parkable(fd, 0, true);
-  if (state == nullptr) return real::writev()(fd, iov, count);
+  FdRecord* state = parkable(fd, 0, true);
+  if (state == nullptr) return announced([&] { return real::writev()(fd, iov, count); });
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};
@@ -460,13 +509,14 @@ ssize_t writev(int fd, const iovec* iov, int count) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::writev()(fd, iov, count);
   }
-  return wait_then_call(fd, *state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
+  if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
+  return pollable_write(fd, *state, iov, count);
 }
 
 ssize_t recv(int fd, void* buf, size_t n, int flags) {
   if (!parking_enabled()) return real::recv()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket)
     return read_through(fd, flags & MSG_PEEK ? 0 : n, [&] { return real::recv()(fd, buf, n, flags); });
   return receive(fd, *state, buf, n, flags, nullptr, nullptr);
@@ -475,7 +525,7 @@ ssize_t recv(int fd, void* buf, size_t n, int flags) {
 ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   if (!parking_enabled()) return real::recvfrom()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket)
     return read_through(fd, flags & MSG_PEEK ? 0 : n,
                         [&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); });
@@ -483,30 +533,26 @@ ssize_t recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* addr, socklen
 }
 
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
-  if (!parking_enabled()) return real::recvmsg()(fd, msg, flags);
-  const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
-  // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
-  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
-                         [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
+  const ssize_t result = recvmsg_hooked(fd, msg, flags);
+  if (result >= 0) fds_received(msg);
+  return result;
 }
 
 int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
   if (!parking_enabled()) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   // Parks for the first message; then returns what has arrived (as with
   // MSG_WAITFORONE; docs/io.md).
-  return attempt_or_park(fd, *state, FdDirection::read, recv_timeout(*state), 0,
+  return attempt_or_park(fd, *state, FdDirection::read, 0,
                          [&] { return real::recvmmsg()(fd, msgs, count, flags | MSG_DONTWAIT, nullptr); });
 }
 
 ssize_t send(int fd, const void* buf, size_t n, int flags) {
   if (!parking_enabled()) return real::send()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::send()(fd, buf, n, flags);
   return send_all(fd, *state, buf, n, flags, nullptr, 0);
 }
@@ -514,7 +560,7 @@ ssize_t send(int fd, const void* buf, size_t n, int flags) {
 ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* addr, socklen_t addr_len) {
   if (!parking_enabled()) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   return send_all(fd, *state, buf, n, flags, addr, addr_len);
 }
@@ -522,7 +568,7 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* add
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   if (!parking_enabled()) return real::sendmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket || msg == nullptr) return real::sendmsg()(fd, msg, flags);
   return sendmsg_all(fd, *state, msg, flags);
 }
@@ -530,9 +576,9 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
   if (!parking_enabled()) return real::sendmmsg()(fd, msgs, count, flags);
   const CheckpointOnReturn at_return;
-  FdState* state = parkable(fd, flags, true);
+  FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
-  return attempt_or_park(fd, *state, FdDirection::write, send_timeout(*state), 0,
+  return attempt_or_park(fd, *state, FdDirection::write, 0,
                          [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });
 }
 

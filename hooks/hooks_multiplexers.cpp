@@ -5,10 +5,11 @@
 // and the caller would wait, the fiber parks instead:
 //   - on one fd waited for in one direction (hiredis, libpq, libcurl's
 //     usual case): on that fd, through the netpoller;
-//   - on several fds, or on several events of one: on a private epoll fd
-//     that holds them all (level-triggered), which is itself readable when
-//     any of them is ready: one registration in the netpoller however many
-//     fds are watched;
+//   - on several fds, or on several events of one: on all of their records
+//     at once (wait_fd_set, io/netpoller.h), each fd added to the
+//     scheduler's poller once and kept, as a single wait's is: no fd is
+//     made per wait (a process out of fds still polls), and no epoll_ctl
+//     runs once the fds are known;
 //   - on a user's epoll fd: on that epoll fd itself.
 // After the wake the zero-timeout call runs again, so the result (revents,
 // the fd sets, the events array) is exactly the kernel's. A wake that finds
@@ -19,11 +20,13 @@
 #undef _FORTIFY_SOURCE
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <vector>
 
 #include "../io/real_calls.h"
@@ -31,7 +34,6 @@
 #include "hook_support.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
-extern "C" int close(int);
 
 namespace weft::detail {
 namespace {
@@ -71,92 +73,97 @@ Watched watched_in(const pollfd* fds, nfds_t count) noexcept {
   return watched;
 }
 
-// Parks until one of `fds` may be ready, or the deadline. 0 when woken,
-// else an errno (EAGAIN: the deadline passed). `mark`: for one fd in one
-// direction, its fd_wait_mark() from before the probe that found nothing.
-// `harvested`: for one fd in one direction, the epoll events that woke it
-// (wait_fd), else 0.
-int wait_for_any(const pollfd* fds, nfds_t count, Clock::time_point deadline, const FdWaitMark& mark,
-                 std::uint32_t& harvested) {
-  harvested = 0;
-  // All of it in one ParkScope, the private epoll fd's close() included:
-  // that close tells the netpoller (fd_closing takes the fd's record lock),
-  // and under ThreadSanitizer this code runs inside its poll/select/
-  // epoll_wait interceptor, which hides the caller's synchronisation. Left
-  // outside, the record's lock was invisible to TSan: it reported a race
-  // with the next close() of that fd number on another thread (sysmon's
-  // /proc reads), and then hung symbolizing the report, whose own close()
-  // came back through this hook into fd_closing (hooks/hook_support.h).
-  const ParkScope park;
-  const Watched watched = watched_in(fds, count);
-  if (watched.entries == 0) {
-    sleep_parked(deadline);
-    return EAGAIN;
-  }
-  if (watched.one_direction()) return wait_for_fd(watched.only->fd, watched.direction(), deadline, &mark, &harvested);
-  const int saved = errno_value();
-  const int epfd = epoll_create1(EPOLL_CLOEXEC);
-  if (epfd < 0) return errno_value();
-  for (nfds_t i = 0; i < count; ++i) {
-    if (fds[i].fd < 0) continue;
-    epoll_event event{};
-    // poll's and epoll's event bits are the same numbers.
-    event.events = std::uint32_t(fds[i].events) &
-                   (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | EPOLLWRBAND | EPOLLRDHUP);
-    event.data.fd = fds[i].fd;
-    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fds[i].fd, &event) != 0 && errno_value() == EEXIST) {
-      // The same fd twice: watch the union of its events.
-      epoll_event both{};
-      for (nfds_t j = 0; j < count; ++j)
-        if (fds[j].fd == fds[i].fd) both.events |= std::uint32_t(fds[j].events) & event.events;
-      both.events |= event.events;
-      both.data.fd = fds[i].fd;
-      epoll_ctl(epfd, EPOLL_CTL_MOD, fds[i].fd, &both);
+// What a wait on `fds` marks before each probe and waits with: for one fd
+// in one direction its fd_wait_mark (the wait may then skip its own level
+// check) and its harvested events; for several, an FdSetWait per watched
+// fd, marked before each probe (a wait on them has no level check of its
+// own: the probe is it).
+class PollWait {
+ public:
+  PollWait(const pollfd* fds, nfds_t count) : watched_(watched_in(fds, count)) {
+    if (watched_.entries == 0 || watched_.one_direction()) return;
+    for (nfds_t i = 0; i < count; ++i) {
+      if (fds[i].fd < 0) continue;
+      FdSetWait entry;
+      entry.fd = fds[i].fd;
+      // Errors and hang-ups are reported whatever was asked: they move the
+      // read counter, which a wait for nothing in particular watches.
+      entry.write = (fds[i].events & out_events) != 0;
+      entry.read = (fds[i].events & in_events) != 0 || !entry.write;
+      set_.push_back(entry);
     }
-    // Other failures (an fd epoll cannot watch is always ready for poll,
-    // and the zero-timeout call already said nothing was) leave it out.
   }
-  const int result = wait_for_fd(epfd, FdDirection::read, deadline);
-  close(epfd);  // the hook: the netpoller forgets it first
-  set_errno(saved);
-  return result;
-}
+
+  // Before each probe.
+  void mark() noexcept {
+    if (watched_.one_direction())
+      mark_ = fd_wait_mark(watched_.only->fd, watched_.direction());
+    else if (!set_.empty())
+      fd_set_mark(set_.data(), set_.size());
+  }
+  // A probe made before this wait's first mark (select's) leaves the first
+  // wait on one fd without a mark: it checks the level itself. A wait on
+  // several needs its marks from before a probe: the caller probes again.
+  bool needs_probe_after_mark() const noexcept { return !set_.empty(); }
+  void forget_mark() noexcept { mark_ = {}; }
+
+  // Parks until one of the fds may be ready, or the deadline: 0 when woken,
+  // else an errno (EAGAIN: the deadline passed). `harvested`: for one fd
+  // in one direction, the epoll events that woke it (wait_fd), else 0.
+  int wait(Clock::time_point deadline, std::uint32_t& harvested) {
+    harvested = 0;
+    const ParkScope park;
+    if (watched_.entries == 0) {
+      sleep_parked(deadline);
+      return EAGAIN;
+    }
+    if (watched_.one_direction())
+      return wait_for_fd(watched_.only->fd, watched_.direction(), deadline, &mark_, &harvested);
+    try {
+      return wait_fd_set(set_.data(), set_.size(), deadline) == FdWaitResult::ready ? 0 : EAGAIN;
+    } catch (...) {
+      return ENOMEM;  // a record or the nodes could not be allocated
+    }
+  }
+
+ private:
+  Watched watched_;
+  FdWaitMark mark_;
+  std::vector<FdSetWait> set_;
+};
 
 // The common loop: `probe()` is the zero-timeout kernel call, made first
 // unless the caller's own probe found nothing already (`probed`), and
 // after every wake but one that `fill(harvested)` can answer: given the
 // epoll events that woke a wait on one fd, it writes the result as the
 // kernel would have at the moment the poller harvested them (after the
-// wait began) and returns the count, or returns 0 if it cannot say. For one fd in one direction the mark taken before a
-// probe spares the wait after it its own poll(fd, 0), as attempt_or_park's
-// does (hooks/hooks_io_calls.cpp): a wait that parks costs one zero-timeout
-// call before it and one after, not three. A mark is only good if taken
-// before the probe (an edge between the two would be lost), so the wait
-// after a caller's probe has none.
+// wait began) and returns the count, or returns 0 if it cannot say. The
+// marks taken before a probe (PollWait) let the wait after it park without
+// a level check of its own: the probe was it. A multi-fd wait parks on
+// every fd's record at once through the scheduler's poller: no fd is made
+// per wait, and the fds stay registered for the next.
 template <class Probe, class Fill>
 int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, bool probed, Probe&& probe, Fill&& fill) {
   const ErrnoHome home;
   const int saved = errno_value();
-  const Watched watched = watched_in(fds, count);
-  const auto mark_now = [&] {
-    return watched.one_direction() ? fd_wait_mark(watched.only->fd, watched.direction()) : FdWaitMark{};
-  };
-  FdWaitMark mark{};
-  if (!probed) {
-    mark = mark_now();
+  PollWait waiting(fds, count);
+  waiting.mark();
+  if (!probed || waiting.needs_probe_after_mark()) {
     const int ready = probe();
     if (ready != 0) return ready;
+  } else {
+    waiting.forget_mark();
   }
   for (;;) {
     std::uint32_t harvested;
-    const int failed = wait_for_any(fds, count, deadline, mark, harvested);
+    const int failed = waiting.wait(deadline, harvested);
     if (failed == 0 && harvested != 0) {
       if (const int ready = fill(harvested)) {
         set_errno(saved);
         return ready;
       }
     }
-    mark = mark_now();
+    waiting.mark();
     const int ready = probe();
     if (ready != 0) return ready;
     if (failed == EAGAIN && Clock::now() >= deadline) {
@@ -190,7 +197,7 @@ int fill_from_harvest(pollfd* fds, nfds_t count, std::uint32_t harvested) {
   for (nfds_t i = 0; i < count; ++i) {
     if (fds[i].fd < 0) continue;
     if ((fds[i].events & ~watched) != 0) return 0;
-    const FdState* state = fd_state(fds[i].fd);
+    const FdRecord* state = fd_state(fds[i].fd);
     if (state == nullptr || state->kind() != FdKind::socket) return 0;
   }
   int ready = 0;
@@ -210,14 +217,54 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
   return poll_parked(fds, count, deadline, /*probed=*/count == 0, probe, fill);  // no fds: a sleep, nothing to probe
 }
 
-// select's fd sets as pollfds, for wait_for_any.
-std::vector<pollfd> as_pollfds(int nfds, const fd_set* r, const fd_set* w, const fd_set* e) {
+// select's fd sets hold nfds bits in as many longs as that takes: a
+// program may allocate them larger than fd_set (FD_SETSIZE, 1,024 bits),
+// and Linux reads all nfds bits (select(2), "BUGS"). Never beyond the
+// highest fd the process may open, which is all the kernel reads.
+int select_bits(int nfds) noexcept {
+  if (nfds <= FD_SETSIZE) return nfds;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < rlim_t(nfds)) return int(limit.rlim_cur);
+  return nfds;
+}
+
+bool in_set(const fd_set* set, int fd) noexcept {
+  const auto* words = reinterpret_cast<const __fd_mask*>(set);
+  return (words[fd / NFDBITS] & (__fd_mask(1) << (fd % NFDBITS))) != 0;
+}
+
+// A copy of one of select's fd sets, of the caller's size: on the stack
+// up to FD_SETSIZE bits, else on the heap.
+class FdSetCopy {
+ public:
+  FdSetCopy(const fd_set* set, int bits)
+      : bytes_(set != nullptr ? std::size_t((bits + NFDBITS - 1) / NFDBITS) * sizeof(__fd_mask) : 0) {
+    if (bytes_ > sizeof(small_)) large_.resize(bytes_ / sizeof(__fd_mask));
+    if (bytes_ != 0) std::memcpy(data(), set, bytes_);
+  }
+  // Puts the copy back into `set` (select overwrites its sets).
+  void restore(fd_set* set) const noexcept {
+    if (bytes_ != 0) std::memcpy(set, data(), bytes_);
+  }
+  const fd_set* get() const noexcept { return bytes_ != 0 ? static_cast<const fd_set*>(data()) : nullptr; }
+
+ private:
+  const void* data() const noexcept { return large_.empty() ? static_cast<const void*>(&small_) : large_.data(); }
+  void* data() noexcept { return large_.empty() ? static_cast<void*>(&small_) : large_.data(); }
+
+  std::size_t bytes_;
+  fd_set small_;
+  std::vector<__fd_mask> large_;
+};
+
+// select's fd sets as pollfds, for poll_parked.
+std::vector<pollfd> as_pollfds(int bits, const fd_set* r, const fd_set* w, const fd_set* e) {
   std::vector<pollfd> fds;
-  for (int fd = 0; fd < nfds && fd < FD_SETSIZE; ++fd) {
+  for (int fd = 0; fd < bits; ++fd) {
     short events = 0;
-    if (r && FD_ISSET(fd, r)) events |= POLLIN;
-    if (w && FD_ISSET(fd, w)) events |= POLLOUT;
-    if (e && FD_ISSET(fd, e)) events |= POLLPRI;
+    if (r && in_set(r, fd)) events |= POLLIN;
+    if (w && in_set(w, fd)) events |= POLLOUT;
+    if (e && in_set(e, fd)) events |= POLLPRI;
     if (events != 0) fds.push_back({fd, events, 0});
   }
   return fds;
@@ -225,14 +272,12 @@ std::vector<pollfd> as_pollfds(int nfds, const fd_set* r, const fd_set* w, const
 
 int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point deadline, const sigset_t* mask,
                   bool with_mask) {
-  fd_set r0, w0, e0;
-  if (r) r0 = *r;
-  if (w) w0 = *w;
-  if (e) e0 = *e;
+  const int bits = select_bits(nfds);
+  const FdSetCopy r0(r, bits), w0(w, bits), e0(e, bits);
   auto probe = [&] {
-    if (r) *r = r0;
-    if (w) *w = w0;
-    if (e) *e = e0;
+    r0.restore(r);
+    w0.restore(w);
+    e0.restore(e);
     timespec zero{0, 0};
     timeval zero_tv{0, 0};
     return with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
@@ -241,7 +286,7 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   // nothing.
   const int ready = probe();
   if (ready != 0) return ready;
-  const std::vector<pollfd> fds = as_pollfds(nfds, r ? &r0 : nullptr, w ? &w0 : nullptr, e ? &e0 : nullptr);
+  const std::vector<pollfd> fds = as_pollfds(bits, r0.get(), w0.get(), e0.get());
   return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, probe, cannot_fill);
 }
 

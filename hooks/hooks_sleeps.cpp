@@ -79,17 +79,23 @@ int clock_nanosleep(clockid_t clock, int flags, const timespec* request, timespe
   return 0;
 }
 
+// Both keep errno, as nanosleep does and as libc's do when they succeed:
+// the park runs other fibers on this thread, whose calls set its errno.
 unsigned int sleep(unsigned int seconds) {
   if (!parking_enabled()) return real::sleep()(seconds);
   const CheckpointOnReturn at_return;
+  const int saved = errno_value();
   if (seconds > 0) sleep_parked(deadline_after(std::chrono::seconds(seconds)));
+  set_errno(saved);
   return 0;
 }
 
 int usleep(useconds_t microseconds) {
   if (!parking_enabled()) return real::usleep()(microseconds);
   const CheckpointOnReturn at_return;
+  const int saved = errno_value();
   if (microseconds > 0) sleep_parked(deadline_after(std::chrono::microseconds(microseconds)));
+  set_errno(saved);
   return 0;
 }
 

@@ -37,6 +37,7 @@ namespace weft::detail::dump {
 struct Plain {};    // as JSON has it: number, bool, string
 struct Hex {};      // an address, "0x7f22...": JSON numbers are doubles to most readers
 struct HexList {};  // a stack: ["0x...", ...]
+struct IdList {};   // fiber ids: [5, 6]
 struct OrNull {};   // a string or line number that symbolization may not find: empty (0) is null
 
 template <class S, class M, class Codec>
@@ -87,15 +88,17 @@ constexpr Derived<S, R> derived(std::string_view name, R (*value)(const S&)) {
   return {name, value};
 }
 
-// Only in a full dump ("dump"), not in a summary ("summary").
+// Only in a full dump ("dump"), not in a summary ("summary"); in the
+// metrics' document ("metrics") if `in_metrics`.
 template <class S, class M>
 struct FullOnly {
   std::string_view name;
   M S::*member;
+  bool in_metrics;
 };
 template <class S, class M>
-constexpr FullOnly<S, M> full_only(std::string_view name, M S::*member) {
-  return {name, member};
+constexpr FullOnly<S, M> full_only(std::string_view name, M S::*member, bool in_metrics = false) {
+  return {name, member, in_metrics};
 }
 
 // A LatencySummary member of S, as a nested object's fields.
@@ -103,7 +106,8 @@ template <class S>
 constexpr auto latency_fields(LatencySummary S::*summary) {
   using L = LatencySummary;
   return std::tuple{nested("count", summary, &L::count), nested("p50_us", summary, &L::p50_us),
-                    nested("p99_us", summary, &L::p99_us), nested("max_us", summary, &L::max_us)};
+                    nested("p99_us", summary, &L::p99_us), nested("max_us", summary, &L::max_us),
+                    nested("sum_us", summary, &L::sum_us)};
 }
 
 // The tables, one per struct: Fields<T>::table.
@@ -118,6 +122,8 @@ struct Fields<WorkerSnapshot> {
       field("os_thread_id", &W::os_thread_id),
       field("state", &W::state),
       field("queue_length", &W::queue_length),
+      field("inbox_length", &W::inbox_length),    // of queue_length: pinned, in its inbox
+      field("pinned_fibers", &W::pinned_fibers),  // pinned to it, any state
       field("fibers_run", &W::fibers_run),
       field("steals", &W::steals),
       field("failed_steals", &W::failed_steals),
@@ -129,6 +135,8 @@ struct Fields<WorkerSnapshot> {
       field("stuck_fiber", &W::stuck_fiber),
       field("blocked_in", &W::blocked_in),  // what a stuck thread does in the kernel
       field("spare", &W::spare),            // a spare worker (docs/sysmon.md)
+      field("syscall", &W::syscall),        // the system call its thread sleeps in, decoded
+      field("syscall_ms", &W::syscall_ms),
   };
 };
 
@@ -145,6 +153,8 @@ struct Fields<FiberSnapshot> {
       field("ms", &F::waiting_ms),
       field("fd", &F::wait_fd),  // parked on an fd (docs/io.md); -1 otherwise
       field("fd_info", &F::wait_fd_info),
+      field("held_by_fiber", &F::held_by_fiber),    // its owner's fiber id; 0: none or unknown
+      field("held_by_thread", &F::held_by_thread),  // its owner's thread id; 0: none or unknown
   };
   static constexpr auto table = std::tuple{
       field("id", &F::id),
@@ -158,7 +168,8 @@ struct Fields<FiberSnapshot> {
       nested("steal_fail", &F::counts, &C::steal_fail),
       nested("preempt", &F::counts, &C::preempt),
       nested("park", &F::counts, &C::park),
-      field("runnable_ms", &F::runnable_ms),  // time spent runnable, sampled (sched/run_latency.h)
+      field("runnable_ms", &F::runnable_ms),              // while runnable: since it became so
+      field("runnable_total_ms", &F::runnable_total_ms),  // over its life, sampled (sched/run_latency.h)
       field("park_state", &F::park_state),
       group("wait", wait, &fiber_waits),
       field("stack", &F::stack, HexList{}),
@@ -171,6 +182,30 @@ struct Fields<FrameSymbol> {
   static constexpr auto table = std::tuple{
       field("function", &Y::function, OrNull{}), field("file", &Y::file, OrNull{}),  field("line", &Y::line, OrNull{}),
       field("module", &Y::module, OrNull{}),     field("offset", &Y::offset, Hex{}),
+  };
+};
+
+template <>
+struct Fields<DeadlockSnapshot> {
+  using D = DeadlockSnapshot;
+  static constexpr auto table = std::tuple{
+      field("fibers", &D::fibers, IdList{}),  // in wait order: each waits on what the next holds
+  };
+};
+
+template <>
+struct Fields<ThreadSnapshot> {
+  using T = ThreadSnapshot;
+  static constexpr auto table = std::tuple{
+      field("name", &T::name),
+      field("os_thread_id", &T::os_thread_id),
+      field("kind", &T::kind),
+      field("pool", &T::pool),
+      field("state", &T::state),
+      field("task_ms", &T::task_ms),
+      field("syscall", &T::syscall),
+      field("syscall_ms", &T::syscall_ms),
+      field("stack", &T::stack, HexList{}),
   };
 };
 
@@ -194,16 +229,31 @@ struct Fields<SchedulerSnapshot> {
       nested("busy", &S::blocking, &B::busy),       nested("queued", &S::blocking, &B::queued),
       nested("calls", &S::blocking, &B::calls),
   };
+  using T = SparesSnapshot;
+  static constexpr auto spares = std::tuple{
+      nested("running", &S::spares, &T::running),
+      nested("threads", &S::spares, &T::threads),
+      nested("max_threads", &S::spares, &T::max_threads),
+      nested("limit_reached", &S::spares, &T::limit_reached),
+  };
   static constexpr auto sched_latency = latency_fields(&S::sched_latency);
+  using FS = FiberStateCounts;
+  static constexpr auto fiber_states = std::tuple{
+      nested("runnable", &S::fiber_states, &FS::runnable),
+      nested("running", &S::fiber_states, &FS::running),
+      nested("parked", &S::fiber_states, &FS::parked),
+  };
   static constexpr auto table = std::tuple{
       field("name", &S::name),
       derived("worker_count", &worker_count),
       field("fiber_count", &S::fiber_count),
+      group("fiber_states", fiber_states, &always),    // fiber_count by state
       field("global_queue", &S::global_queue),         // fibers in the global queue
       group("sched_latency", sched_latency, &always),  // runnable -> running since the last dump
       group("poller", poller, &always),                // the netpoller (docs/io.md)
       group("blocking_pool", blocking, &always),       // weft::blocking's helpers
-      full_only("workers", &S::workers),
+      group("spares", spares, &always),                // spare threads and Config::max_threads
+      full_only("workers", &S::workers, /*in_metrics=*/true),
       full_only("fibers", &S::fibers),  // streamed: the big one
   };
 };
@@ -249,9 +299,11 @@ struct Fields<ProcessSnapshot> {
   static constexpr std::string_view version = "weft_dump";
   static constexpr std::string_view process_key = "process";
   static constexpr std::string_view schedulers = "schedulers";
-  static constexpr std::string_view pools = "pools";      // in both details: --list shows them too
-  static constexpr std::string_view symbols = "symbols";  // full only
-  static constexpr std::string_view error = "error";      // a refusal: {"weft_dump": N, "error": "..."}
+  static constexpr std::string_view pools = "pools";          // in both details: --list shows them too
+  static constexpr std::string_view threads = "threads";      // full only
+  static constexpr std::string_view symbols = "symbols";      // full only
+  static constexpr std::string_view deadlocks = "deadlocks";  // full only
+  static constexpr std::string_view error = "error";          // a refusal: {"weft_dump": N, "error": "..."}
 };
 
 // A document that does not follow these tables, worded for the operator.

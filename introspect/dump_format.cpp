@@ -146,6 +146,11 @@ inline void write_value(Writer& w, const std::vector<std::uintptr_t>& values, du
   for (const std::uintptr_t value : values) w.address(value);
   w.end_array();
 }
+inline void write_value(Writer& w, const std::vector<std::uint64_t>& values, dump::IdList) {
+  w.begin_array();
+  for (const std::uint64_t value : values) w.integer(value);
+  w.end_array();
+}
 template <class M>
 void write_value(Writer& w, const M& value, dump::OrNull) {
   if (value == M{})
@@ -182,7 +187,7 @@ void write_entry(Writer& w, const S& s, const dump::Derived<S, R>& d, DumpDetail
 }
 template <class S, class E>
 void write_entry(Writer& w, const S& s, const dump::FullOnly<S, std::vector<E>>& list, DumpDetail detail) {
-  if (detail != DumpDetail::full) return;
+  if (detail == DumpDetail::summary || (detail == DumpDetail::metrics && !list.in_metrics)) return;
   w.key(list.name);
   w.begin_array();
   for (const E& element : s.*list.member) {
@@ -199,6 +204,15 @@ void write_object(Writer& w, const S& s, const Table& table, DumpDetail detail) 
   w.end_object();
 }
 
+// `"key": [...]`, each element written by its struct's table.
+template <class E>
+void write_list(Writer& w, std::string_view key, const std::vector<E>& list, DumpDetail detail) {
+  w.key(key);
+  w.begin_array();
+  for (const E& element : list) write_object(w, element, Fields<E>::table, detail);
+  w.end_array();
+}
+
 void write_document(Writer& w, const ProcessSnapshot& snapshot, DumpDetail detail) {
   using P = Fields<ProcessSnapshot>;
   w.begin_object();
@@ -206,15 +220,11 @@ void write_document(Writer& w, const ProcessSnapshot& snapshot, DumpDetail detai
   w.integer(kDumpFormatVersion);
   w.key(P::process_key);
   write_object(w, snapshot, P::process, detail);
-  w.key(P::schedulers);
-  w.begin_array();
-  for (const SchedulerSnapshot& s : snapshot.schedulers) write_object(w, s, Fields<SchedulerSnapshot>::table, detail);
-  w.end_array();
-  w.key(P::pools);
-  w.begin_array();
-  for (const PoolSnapshot& p : snapshot.pools) write_object(w, p, Fields<PoolSnapshot>::table, detail);
-  w.end_array();
+  write_list(w, P::schedulers, snapshot.schedulers, detail);
+  write_list(w, P::pools, snapshot.pools, detail);
   if (detail == DumpDetail::full) {
+    write_list(w, P::threads, snapshot.threads, detail);
+    write_list(w, P::deadlocks, snapshot.deadlocks, detail);
     w.key(P::symbols);
     w.begin_object();
     for (const auto& [address, symbol] : snapshot.symbols) {

@@ -18,6 +18,7 @@ namespace weft::detail {
 enum class DumpDetail {
   full,     // workers and every fiber
   summary,  // per scheduler only its fiber count (for `weft-dump --list`)
+  metrics,  // the counts and the workers, no fibers (for `weft-dump --metrics`)
 };
 
 std::string to_json(const ProcessSnapshot& snapshot, DumpDetail detail);

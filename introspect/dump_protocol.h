@@ -29,11 +29,14 @@ namespace weft::detail {
 
 // Bump when a field of the JSON (introspect/dump_fields.h) changes meaning,
 // goes away or is added: both ends read exactly their own version.
-constexpr int kDumpFormatVersion = 3;  // 3: global_queue, sched_latency, runnable_ms
+constexpr int kDumpFormatVersion = 5;  // 5: deadlocks, fiber_states, sum_us
 
 // The request lines a client may send (one, ended by '\n').
 constexpr std::string_view kDumpRequestFull = "dump";        // workers and every fiber
 constexpr std::string_view kDumpRequestSummary = "summary";  // per scheduler only its counts
+constexpr std::string_view kDumpRequestMetrics = "metrics";  // the counts and the workers, no fibers
+constexpr std::string_view kDumpRequestTrace = "trace";      // "trace <ms>": a timeline (trace_recorder.h)
+constexpr long kMaxTraceMs = 60'000;
 constexpr std::size_t kMaxDumpRequestBytes = 256;
 
 constexpr std::string_view kDumpSocketSuffix = ".sock";

@@ -6,33 +6,35 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
-#include <list>
 #include <mutex>
 #include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "../pool/pool_registry.h"
 #include "../runtime/log.h"
 #include "../sched/scheduler_core.h"
+#include "deadlocks.h"
+#include "dump_clients.h"
 #include "dump_format.h"
 #include "dump_protocol.h"
+#include "dump_socket.h"
+#include "snapshot.h"
+#include "snapshot_queue.h"
 #include "symbolizer.h"
+#include "threads.h"
+#include "trace_recorder.h"
 
 namespace weft::detail {
 namespace {
@@ -44,26 +46,10 @@ using Clock = std::chrono::steady_clock;
 // a byte every few seconds cannot hold a client's thread for longer.
 constexpr auto kRequestDeadline = std::chrono::seconds(2);
 constexpr auto kAnswerDeadline = std::chrono::seconds(60);
-// Clients served at once; a client beyond them is told the server is busy
-// (and why) at once, so that idle connections cannot queue others behind
-// them until the CLI's timeout.
-constexpr int kMaxClients = 16;
-
-// What the atexit handler removes: a plain array, the pid that made it and
-// a flag, readable at exit without taking a lock that a dying thread may
-// hold. The pid keeps a forked child's exit() from removing its parent's
-// socket (the child's own atfork handler clears the flag too).
-char exit_socket_path[sizeof(sockaddr_un::sun_path)];
-char exit_socket_directory[sizeof(sockaddr_un::sun_path)];  // "" unless the server made it for itself
-std::atomic<pid_t> exit_socket_owner{0};
-std::atomic<bool> exit_socket_bound{false};
-
-void remove_socket_at_exit() {
-  if (exit_socket_owner.load() != ::getpid()) return;
-  if (!exit_socket_bound.exchange(false)) return;
-  ::unlink(exit_socket_path);
-  if (exit_socket_directory[0] != '\0') ::rmdir(exit_socket_directory);
-}
+// How long the server leaves the listening socket alone when the process
+// is out of file descriptors and it has no spare one to answer with: the
+// socket stays readable, and polling it at once again would spin.
+constexpr int kOutOfFilesPauseMs = 100;
 
 bool send_all(int fd, std::string_view data, Clock::time_point deadline) {
   std::size_t sent = 0;
@@ -103,30 +89,56 @@ std::string process_name() {
   return name;
 }
 
-// Makes `directory` (0700) if it is missing and checks that it is this
-// user's alone; "" or why not.
-std::string prepare_directory(const std::string& directory) {
-  if (::mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST)
-    return "cannot create " + directory + ": " + std::strerror(errno);
-  return check_private_directory(directory, ::geteuid());
-}
+// A descriptor kept in reserve for the moment the process runs out: closed,
+// it lets the server accept one connection to say so (libev's and
+// libuv's answer to a listening socket that EMFILE leaves readable).
+class ReserveFd {
+ public:
+  ~ReserveFd() { release(); }
+  void take() noexcept {
+    if (fd_ < 0) fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+  bool release() noexcept {
+    if (fd_ < 0) return false;
+    ::close(fd_);
+    fd_ = -1;
+    return true;
+  }
 
+ private:
+  int fd_ = -1;
+};
+
+// The one instance, never destroyed (the_server()): a scheduler that is a
+// static object may detach during static destruction, after any ordinary
+// global would be gone; and a thread still running at exit must not meet a
+// destroyed std::thread (that calls std::terminate).
 class DumpServer {
  public:
-  // The one instance, never destroyed: a scheduler that is a static object
-  // may detach during static destruction, after any ordinary global would
-  // be gone; and a thread still running at exit must not meet a destroyed
-  // std::thread (that calls std::terminate).
   static DumpServer& the_server() {
     static DumpServer* const server = new DumpServer;
     return *server;
   }
+
+  // --- who keeps the server up ------------------------------------------
 
   void attach(SchedulerCore& core) {
     std::lock_guard lifecycle(lifecycle_lock_);
     if (!start_if_needed("scheduler \"" + core.config().name + "\"")) return;
     std::lock_guard guard(schedulers_lock_);
     schedulers_.push_back(&core);
+  }
+
+  // Returns once no dump reads `core` any more.
+  void detach(SchedulerCore& core) {
+    std::lock_guard lifecycle(lifecycle_lock_);
+    {
+      std::lock_guard guard(schedulers_lock_);
+      const auto gone = std::remove(schedulers_.begin(), schedulers_.end(), &core);
+      if (gone == schedulers_.end()) return;  // never attached (dumps off for it)
+      schedulers_.erase(gone, schedulers_.end());
+    }
+    stop_if_unused();
   }
 
   // Pools (pool/pool_registry.h) keep the server up too, so that a process
@@ -142,30 +154,54 @@ class DumpServer {
   void detach_pool() {
     std::lock_guard lifecycle(lifecycle_lock_);
     if (pools_ > 0) --pools_;
-    bool last;
-    {
-      std::lock_guard guard(schedulers_lock_);
-      last = schedulers_.empty() && pools_ == 0;
-    }
-    if (last && running_) stop();
+    stop_if_unused();
   }
 
-  // Returns once no dump reads `core` any more.
-  void detach(SchedulerCore& core) {
-    std::lock_guard lifecycle(lifecycle_lock_);
-    bool last;
-    {
-      std::lock_guard guard(schedulers_lock_);
-      const auto gone = std::remove(schedulers_.begin(), schedulers_.end(), &core);
-      if (gone == schedulers_.end()) return;  // never attached (dumps off for it)
-      schedulers_.erase(gone, schedulers_.end());
-      last = schedulers_.empty() && pools_ == 0;
+  // --- fork() -----------------------------------------------------------
+  // The child gets a copy of this object but none of its threads. The
+  // locks are held across the fork, so that the child's copies are in a
+  // known state; the child then forgets the parent's server: its thread
+  // handles name threads it does not have, and the socket and its file
+  // stay the parent's. A scheduler the child makes starts a server of its
+  // own.
+
+  void before_fork() {
+    lifecycle_lock_.lock();
+    schedulers_lock_.lock();
+    clients_.lock();
+    snapshots_.lock();
+  }
+  void after_fork_in_parent() {
+    snapshots_.unlock();
+    clients_.unlock();
+    schedulers_lock_.unlock();
+    lifecycle_lock_.unlock();
+  }
+  void after_fork_in_child() {
+    socket_.forget();
+    reserve_.release();  // the child's copy
+    if (running_) {
+      new (&thread_) std::thread();  // the parent's handle, dropped without a call on it
+      if (stop_fd_ >= 0) ::close(stop_fd_);
+      stop_fd_ = -1;
+      running_ = false;
     }
-    if (last && running_) stop();
+    clients_.forget_in_child();
+    snapshots_.forget_in_child();
+    snapshots_.unlock();
+    schedulers_.clear();  // the parent's schedulers: not this process's to show (docs/usage.md)
+    pools_ = 0;           // the parent's pools' threads did not come along
+    clients_.unlock();
+    schedulers_lock_.unlock();
+    lifecycle_lock_.unlock();
   }
 
  private:
-  // With lifecycle_lock_ held: true once the server runs for this process.
+  DumpServer() : clients_([this](int fd, Clock::time_point accepted) { serve(fd, accepted); }) {}
+
+  // --- starting and stopping (lifecycle_lock_ held) ---------------------
+
+  // True once the server runs for this process.
   bool start_if_needed(const std::string& who) {
     if (running_) return true;
     const std::string error = start();
@@ -174,110 +210,25 @@ class DumpServer {
     return false;
   }
 
- public:
-  // fork(): the child gets a copy of this object but none of its threads.
-  // The locks are held across the fork, so that the child's copies are in
-  // a known state; the child then forgets the parent's server: its thread
-  // handle names a thread it does not have (joining or detaching it is
-  // undefined), and the socket and its file stay the parent's. A scheduler
-  // the child makes starts a server of its own.
-  void before_fork() {
-    lifecycle_lock_.lock();
-    schedulers_lock_.lock();
-    clients_lock_.lock();
-    snapshot_lock_.lock();
-  }
-  void after_fork_in_parent() {
-    snapshot_lock_.unlock();
-    clients_lock_.unlock();
-    schedulers_lock_.unlock();
-    lifecycle_lock_.unlock();
-  }
-  void after_fork_in_child() {
-    exit_socket_bound.store(false);
-    if (running_) {
-      // The parent's handles, dropped without a call on them.
-      new (&thread_) std::thread();
-      for (Client& client : clients_) {
-        new (&client.thread) std::thread();
-        if (client.fd >= 0) ::close(client.fd);
-      }
-      close_fds();
-      running_ = false;
+  void stop_if_unused() {
+    bool unused;
+    {
+      std::lock_guard guard(schedulers_lock_);
+      unused = schedulers_.empty() && pools_ == 0;
     }
-    clients_.clear();
-    active_clients_ = 0;
-    snapshot_queue_.clear();                          // the parent's clients' requests
-    new (&snapshot_done_) std::condition_variable();  // and their waits
-    snapshot_lock_.unlock();
-    schedulers_.clear();  // the parent's schedulers: not this process's to show (docs/usage.md)
-    pools_ = 0;           // the parent's pools' threads did not come along
-    clients_lock_.unlock();
-    schedulers_lock_.unlock();
-    lifecycle_lock_.unlock();
+    if (unused && running_) stop();
   }
-
- private:
-  // A connection being served on a thread of its own. The thread is
-  // joined by run() once it is done (reap), or by stop().
-  struct Client {
-    std::thread thread;
-    int fd;     // -1 once closed
-    bool done;  // its thread has left serve()
-  };
 
   // Binds the socket and starts the thread; "" or why it could not.
   std::string start() {
-    if (!atfork_registered_) {
-      atfork_registered_ =
-          ::pthread_atfork([] { the_server().before_fork(); }, [] { the_server().after_fork_in_parent(); },
-                           [] { the_server().after_fork_in_child(); }) == 0;
-      if (!atfork_registered_) return "pthread_atfork failed";
-    }
-    std::string directory = preferred_dump_socket_directory();
-    own_directory_.clear();
-    if (const std::string why = prepare_directory(directory); !why.empty()) {
-      // Someone else's directory, or one open to others: a socket in it
-      // could be replaced. A fresh one of our own instead; the CLI finds
-      // it through /proc (introspect/dump_protocol.h).
-      std::string name = fallback_dump_socket_template();
-      if (::mkdtemp(name.data()) == nullptr)
-        return "not using " + directory + " (" + why + "), and cannot create " + name + ": " + std::strerror(errno);
-      log_message(LogLevel::warning, "weft: weft-dump: not using %s (%s); serving from %s", directory.c_str(),
-                  why.c_str(), name.c_str());
-      directory = own_directory_ = name;
-    }
-    socket_path_ = dump_socket_path(directory, ::getpid());
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    if (socket_path_.size() >= sizeof(address.sun_path)) return abandon("socket path too long: " + socket_path_);
-    std::memcpy(address.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
-
-    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0) return abandon(std::string("socket: ") + std::strerror(errno));
-    // A socket left by an earlier process that had our pid and died
-    // without cleaning up: the pid is ours now, and so is the name.
-    ::unlink(socket_path_.c_str());
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        ::chmod(socket_path_.c_str(), 0600) != 0 || ::listen(listen_fd_, 64) != 0) {
-      const std::string error = "cannot listen on " + socket_path_ + ": " + std::strerror(errno);
-      ::unlink(socket_path_.c_str());
-      return abandon(error);
-    }
+    static const bool atfork =
+        ::pthread_atfork([] { the_server().before_fork(); }, [] { the_server().after_fork_in_parent(); },
+                         [] { the_server().after_fork_in_child(); }) == 0;
+    if (!atfork) return "pthread_atfork failed";
+    if (std::string why = socket_.open(); !why.empty()) return why;
+    reserve_.take();  // now, while the process has descriptors to spare
     stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
-    snapshot_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    stopping_ = false;
-    if (stop_fd_ < 0 || snapshot_fd_ < 0) {
-      ::unlink(socket_path_.c_str());
-      return abandon(std::string("eventfd: ") + std::strerror(errno));
-    }
-
-    std::memcpy(exit_socket_path, socket_path_.c_str(), socket_path_.size() + 1);
-    std::memcpy(exit_socket_directory, own_directory_.c_str(), own_directory_.size() + 1);
-    exit_socket_owner.store(::getpid());
-    exit_socket_bound.store(true);
-    if (!atexit_registered_) atexit_registered_ = std::atexit(&remove_socket_at_exit) == 0;
-
+    if (stop_fd_ < 0 || !snapshots_.open()) return abandon(std::string("eventfd: ") + std::strerror(errno));
     // Signals sent to the process are for the application's threads, not
     // this one (nor its clients' threads): start it with all of them
     // blocked (threads inherit masks).
@@ -288,7 +239,6 @@ class DumpServer {
       thread_ = std::thread([this] { run(); });
     } catch (const std::system_error& e) {
       pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-      remove_socket_at_exit();
       return abandon(std::string("cannot start its thread: ") + e.what());
     }
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
@@ -296,11 +246,13 @@ class DumpServer {
     return {};
   }
 
-  // Undoes a start() that failed after making its directory; returns `error`.
+  // Undoes a start() that got as far as the socket; returns `error`.
   std::string abandon(std::string error) {
-    close_fds();
-    if (!own_directory_.empty()) ::rmdir(own_directory_.c_str());
-    own_directory_.clear();
+    socket_.close();
+    reserve_.release();
+    snapshots_.close_fd();
+    if (stop_fd_ >= 0) ::close(stop_fd_);
+    stop_fd_ = -1;
     return error;
   }
 
@@ -308,104 +260,75 @@ class DumpServer {
     const std::uint64_t one = 1;
     while (::write(stop_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
     }
-    thread_.join();  // no more clients, reaping or snapshots from here on
-    {
-      std::lock_guard guard(snapshot_lock_);
-      stopping_ = true;  // clients waiting for a snapshot give up
-    }
-    snapshot_done_.notify_all();
+    thread_.join();     // no more clients, reaping or snapshots from here on
+    snapshots_.stop();  // clients waiting for a snapshot give up
     // Clients still being served are cut off, and joined: they may be
     // reading a scheduler that is going away, and no thread of the server
-    // outlives it (a fork right after sees none).
-    std::list<Client> clients;
-    {
-      std::lock_guard guard(clients_lock_);
-      for (const Client& client : clients_)
-        if (client.fd >= 0) ::shutdown(client.fd, SHUT_RDWR);
-      clients.splice(clients.end(), clients_);
-    }
-    for (Client& client : clients) client.thread.join();
-    remove_socket_at_exit();
-    close_fds();
-    own_directory_.clear();
+    // outlives it (a fork right after sees none). A client cut off in the
+    // middle of its answer gets a document cut short, which weft-dump
+    // reports as a process that exited or shut down during the dump.
+    clients_.cut_off();
+    abandon({});
     running_ = false;
   }
 
-  void close_fds() {
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    if (stop_fd_ >= 0) ::close(stop_fd_);
-    if (snapshot_fd_ >= 0) ::close(snapshot_fd_);
-    listen_fd_ = stop_fd_ = snapshot_fd_ = -1;
-  }
+  // --- the server's thread ----------------------------------------------
 
   void run() {
     pthread_setname_np(pthread_self(), "weft-dump");
+    remove_stale_fallback_directories();
+    bool pause_listening = false;
     for (;;) {
-      pollfd fds[3] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {snapshot_fd_, POLLIN, 0}};
-      if (::poll(fds, 3, -1) < 0) {
+      pollfd fds[3] = {{stop_fd_, POLLIN, 0}, {snapshots_.fd(), POLLIN, 0}, {socket_.fd(), POLLIN, 0}};
+      const nfds_t watched = pause_listening ? 2 : 3;
+      const int ready = ::poll(fds, watched, pause_listening ? kOutOfFilesPauseMs : -1);
+      if (ready < 0) {
         if (errno == EINTR) continue;
         log_message(LogLevel::error, "weft: weft-dump server stopped: poll: %s", std::strerror(errno));
         return;
       }
-      if (fds[1].revents != 0) return;
-      if (fds[2].revents != 0) take_snapshots();
-      if (fds[0].revents == 0) continue;
-      reap();
-      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (client < 0) continue;  // the peer gave up already, or a transient error
-      const auto accepted = Clock::now();
-      if (!admit(client, accepted)) {
-        // Short enough for the socket's buffer: sent without waiting.
-        send_all(client,
-                 error_json("the dump server is busy: " + std::to_string(kMaxClients) +
-                            " clients are being served; try again"),
-                 accepted);
-        ::close(client);
-        continue;
-      }
+      pause_listening = false;
+      if (fds[0].revents != 0) return;
+      if (fds[1].revents != 0) snapshots_.serve([this](DumpDetail detail) { return snapshot(detail); });
+      if (watched == 3 && fds[2].revents != 0) pause_listening = !accept_one();
+      reserve_.take();  // again, once a descriptor is free
     }
   }
 
-  // A thread for `client`, unless kMaxClients are being served.
-  bool admit(int client, Clock::time_point accepted) {
-    std::lock_guard guard(clients_lock_);
-    if (active_clients_ >= kMaxClients) return false;
-    const auto it = clients_.insert(clients_.end(), Client{{}, client, false});
-    try {
-      it->thread = std::thread([this, it, accepted] {
-        serve(it->fd, accepted);
-        leave(*it);
-      });
-    } catch (const std::system_error&) {
-      clients_.erase(it);
-      return false;
+  // Accepts a connection and hands it to a thread of its own, or answers
+  // it at once that the server is busy, or that the process is out of
+  // file descriptors. False when it could not even do that: the listening
+  // socket is then left alone for a moment.
+  bool accept_one() {
+    clients_.reap();
+    int client = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const auto accepted = Clock::now();
+    if (client < 0 && (errno == EMFILE || errno == ENFILE)) {
+      const int why = errno;
+      if (!reserve_.release()) return false;
+      client = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (client < 0) return false;
+      // Short enough for the socket's buffer: sent without waiting.
+      send_all(client,
+               error_json(std::string("the process is out of file descriptors (") +
+                          (why == EMFILE ? "EMFILE: its RLIMIT_NOFILE" : "ENFILE: the system's") +
+                          " limit is reached), so it cannot take a dump now"),
+               accepted);
+      ::close(client);
+      return true;
     }
-    ++active_clients_;
+    if (client < 0) return true;  // the peer gave up already, or a transient error
+    if (!clients_.admit(client, accepted)) {
+      send_all(client,
+               error_json("the dump server is busy: " + std::to_string(kMaxDumpClients) +
+                          " clients are being served; try again"),
+               accepted);
+      ::close(client);
+    }
     return true;
   }
 
-  // The last thing a client's thread does.
-  void leave(Client& client) {
-    std::lock_guard guard(clients_lock_);
-    ::close(client.fd);
-    client.fd = -1;
-    client.done = true;
-    --active_clients_;
-  }
-
-  // Joins the threads of clients that are done.
-  void reap() {
-    std::list<Client> done;
-    {
-      std::lock_guard guard(clients_lock_);
-      for (auto it = clients_.begin(); it != clients_.end();) {
-        const auto next = std::next(it);
-        if (it->done) done.splice(done.end(), clients_, it);
-        it = next;
-      }
-    }
-    for (Client& client : done) client.thread.join();
-  }
+  // --- a client's thread ------------------------------------------------
 
   void serve(int client, Clock::time_point accepted) {
     const auto answer_deadline = accepted + kAnswerDeadline;
@@ -419,80 +342,73 @@ class DumpServer {
       return;
     }
     const std::string request = read_request(client, accepted + kRequestDeadline);
-    if (request != kDumpRequestFull && request != kDumpRequestSummary) {
-      send_all(client, error_json("unknown request \"" + request + "\" (expected \"dump\" or \"summary\")"),
+    if (request.rfind(std::string(kDumpRequestTrace) + " ", 0) == 0) {
+      serve_trace(client, request.substr(kDumpRequestTrace.size() + 1), accepted);
+      return;
+    }
+    SnapshotRequest wanted;
+    if (request == kDumpRequestFull) {
+      wanted.detail = DumpDetail::full;
+    } else if (request == kDumpRequestSummary) {
+      wanted.detail = DumpDetail::summary;
+    } else if (request == kDumpRequestMetrics) {
+      wanted.detail = DumpDetail::metrics;
+    } else {
+      send_all(client,
+               error_json("unknown request \"" + request +
+                          "\" (expected \"dump\", \"summary\", \"metrics\" or \"trace <ms>\")"),
                answer_deadline);
       return;
     }
-    const DumpDetail detail = request == kDumpRequestFull ? DumpDetail::full : DumpDetail::summary;
-    SnapshotRequest wanted;
-    wanted.detail = detail;
-    if (!request_snapshot(wanted)) return;  // the server is stopping
+    if (!snapshots_.request(wanted)) return;  // the server is stopping: no answer, which weft-dump explains
     if (!wanted.error.empty()) {
       send_all(client, error_json("snapshot failed: " + wanted.error), answer_deadline);
       return;
     }
-    const ProcessSnapshot& process = wanted.process;
     // Streamed: once a piece is sent there is no taking it back, so a
     // failure from here on (out of memory) just ends the answer early,
-    // which the client reports as a malformed dump.
+    // which the client reports as a dump cut short.
     try {
-      write_json(process, detail, [&](std::string_view piece) { return send_all(client, piece, answer_deadline); });
+      write_json(wanted.process, wanted.detail,
+                 [&](std::string_view piece) { return send_all(client, piece, answer_deadline); });
     } catch (const std::exception&) {
     }
   }
 
-  // Snapshots are taken on the server's own thread, one at a time, for
-  // every client: Boost.Stacktrace keeps its symbol tables (libbacktrace's
-  // state: every loaded object's debug information) per thread, so on a
-  // thread per client each dump would read them afresh, and leak them.
-  struct SnapshotRequest {
-    DumpDetail detail = DumpDetail::full;
-    ProcessSnapshot process;
-    std::string error;  // why it could not be taken
-    bool done = false;
-  };
-
-  // Hands `wanted` to the server's thread and waits for it; false if the
-  // server stopped first.
-  bool request_snapshot(SnapshotRequest& wanted) {
-    std::unique_lock guard(snapshot_lock_);
-    if (stopping_) return false;
-    snapshot_queue_.push_back(&wanted);
-    const std::uint64_t one = 1;
-    while (::write(snapshot_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+  // "trace <ms>": records on this client's thread, which is what the
+  // recording costs the server; a client that goes away, or a server that
+  // stops (it shuts the connection down), cuts it short.
+  void serve_trace(int client, const std::string& ms_text, Clock::time_point accepted) {
+    char* end = nullptr;
+    const long ms = std::strtol(ms_text.c_str(), &end, 10);
+    if (ms_text.empty() || *end != '\0' || ms < 1 || ms > kMaxTraceMs) {
+      send_all(client, error_json("bad trace length \"" + ms_text + "\" (1 to " + std::to_string(kMaxTraceMs) + " ms)"),
+               accepted + kAnswerDeadline);
+      return;
     }
-    snapshot_done_.wait(guard, [&] { return wanted.done || stopping_; });
-    if (!wanted.done)
-      snapshot_queue_.erase(std::remove(snapshot_queue_.begin(), snapshot_queue_.end(), &wanted),
-                            snapshot_queue_.end());
-    return wanted.done;
+    const auto answer_deadline = accepted + std::chrono::milliseconds(ms) + kAnswerDeadline;
+    const auto gone = [client] {
+      pollfd p{client, POLLRDHUP, 0};
+      return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    };
+    const auto names = [this] {
+      FiberNames names;
+      std::lock_guard guard(schedulers_lock_);
+      for (SchedulerCore* core : schedulers_)
+        core->registry().for_each([&](const FiberControl& fiber) { names.emplace(fiber.id, fiber.name()); });
+      return names;
+    };
+    std::string trace;
+    try {
+      trace = record_trace(std::chrono::milliseconds(ms), gone, names);
+    } catch (const std::exception& e) {
+      send_all(client, error_json(std::string("no trace: ") + e.what()), answer_deadline);
+      return;
+    }
+    send_all(client, trace, answer_deadline);
   }
 
-  // On the server's thread: every snapshot asked for so far.
-  void take_snapshots() {
-    std::uint64_t count;
-    [[maybe_unused]] const ssize_t n = ::read(snapshot_fd_, &count, sizeof(count));
-    for (;;) {
-      SnapshotRequest* wanted;
-      {
-        std::lock_guard guard(snapshot_lock_);
-        if (snapshot_queue_.empty()) return;
-        wanted = snapshot_queue_.front();
-        snapshot_queue_.erase(snapshot_queue_.begin());
-      }
-      try {
-        wanted->process = snapshot(wanted->detail);
-      } catch (const std::exception& e) {
-        wanted->error = e.what();
-      }
-      {
-        std::lock_guard guard(snapshot_lock_);
-        wanted->done = true;
-      }
-      snapshot_done_.notify_all();
-    }
-  }
+  // --- the snapshot (on the server's thread) ----------------------------
 
   ProcessSnapshot snapshot(DumpDetail detail) {
     ProcessSnapshot process;
@@ -504,9 +420,12 @@ class DumpServer {
     {
       std::lock_guard guard(schedulers_lock_);
       process.schedulers.reserve(schedulers_.size());
-      for (SchedulerCore* core : schedulers_) process.schedulers.push_back(core->snapshot(detail == DumpDetail::full));
+      for (SchedulerCore* core : schedulers_)
+        process.schedulers.push_back(snapshot_scheduler(*core, detail == DumpDetail::full));
     }
     process.pools = snapshot_pools();
+    if (detail == DumpDetail::full) process.threads = snapshot_threads();
+    if (detail == DumpDetail::full) process.deadlocks = find_deadlocks(process);
     symbolize_stacks(process);  // the addresses stay valid: code is not unloaded under a live scheduler
     return process;
   }
@@ -516,23 +435,12 @@ class DumpServer {
   std::vector<SchedulerCore*> schedulers_;
   unsigned pools_ = 0;  // under lifecycle_lock_ (read under both)
   bool running_ = false;
-  bool atexit_registered_ = false;
-  bool atfork_registered_ = false;
   std::thread thread_;
-  int listen_fd_ = -1;
   int stop_fd_ = -1;  // an eventfd: written once to stop the thread
-  std::string socket_path_;
-  std::string own_directory_;  // the directory start() made for itself, if it did
-
-  std::mutex snapshot_lock_;  // the queue, each request's done, stopping_
-  std::condition_variable snapshot_done_;
-  std::vector<SnapshotRequest*> snapshot_queue_;  // clients' requests, for the server's thread
-  int snapshot_fd_ = -1;                          // an eventfd: a request is queued
-  bool stopping_ = false;
-
-  std::mutex clients_lock_;  // clients_, and each one's fd and done
-  std::list<Client> clients_;
-  int active_clients_ = 0;  // of clients_, those not done
+  DumpSocket socket_;
+  ReserveFd reserve_;  // taken by start(), released by abandon(); the server's thread spends and retakes it
+  SnapshotQueue snapshots_;
+  DumpClients clients_;
 };
 
 DumpServer& the_dump_server() { return DumpServer::the_server(); }

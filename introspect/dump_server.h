@@ -28,6 +28,8 @@
 // environment variable WEFT_DUMP=0.
 #pragma once
 
+#include <string>
+
 namespace weft::detail {
 
 class SchedulerCore;
@@ -39,6 +41,12 @@ void attach_to_dump_server(SchedulerCore& core);
 // Takes `core` off the list, waiting for a dump that is reading it; stops
 // the server with the last. A core that was never attached is ignored.
 void detach_from_dump_server(SchedulerCore& core) noexcept;
+
+// Keeps the server running while a pool lives, also in a process with no
+// scheduler (thread pools only). False if the server is off (WEFT_DUMP=0)
+// or could not start; else detach_pool_services() follows.
+bool attach_pool_services(const std::string& pool_name);
+void detach_pool_services() noexcept;
 
 // False when the environment variable WEFT_DUMP is "0", "false", "off" or "no".
 bool dump_enabled_by_environment() noexcept;

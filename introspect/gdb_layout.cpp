@@ -2,6 +2,7 @@
 // why: gdb_layout.h.
 #include "gdb_layout.h"
 
+#include <pthread.h>
 #include <weft/detail/spin_lock.h>
 
 #include <bit>
@@ -49,7 +50,7 @@ struct GdbLayoutAccess {
   static constexpr std::uint64_t shard_fibers = offsetof(FiberRegistry::Shard, count);
   static std::uint64_t fiber_name() noexcept { return offset_of(&FiberControl::name_); }
   static constexpr std::uint64_t fiber_name_size = sizeof(FiberControl::name_);
-  static std::uint64_t worker_tid() noexcept { return offset_of(&Worker::tid_); }
+  static std::uint64_t worker_tid() noexcept { return offset_of(&Worker::os_thread_) + offset_of(&OsThread::tid_); }
 };
 
 namespace {
@@ -65,6 +66,12 @@ constexpr std::uint64_t state(FiberState s) noexcept { return static_cast<std::u
 // trivially destroyed, so a scheduler that is itself a static object may
 // still take it during static destruction.
 SpinLock list_lock;
+
+// fork(): held across it, so that the child's copy is consistent and free
+// (a scheduler the child makes registers here).
+[[gnu::constructor]] void register_fork_handlers() {
+  pthread_atfork([] { list_lock.lock(); }, [] { list_lock.unlock(); }, [] { list_lock.unlock(); });
+}
 
 }  // namespace
 

@@ -1,29 +1,46 @@
 // How a scheduler's snapshot is taken: from any thread, reading only the
 // workers' relaxed counters and the fibers under their registry shard's lock.
 // No worker is asked for anything, so a stuck worker cannot stall a dump.
+#include "snapshot.h"
+
 #include <unistd.h>
-#include <weft/snapshot.h>
 
 #include "../io/blocking_pool.h"
 #include "../sched/kernel_call.h"
 #include "../sched/scheduler_core.h"
+#include "../sched/wait_owner.h"
 #include "../sched/worker.h"
 #include "fd_info.h"
 #include "fiber_stack_walk.h"
+#include "kernel_wait.h"
+#include "thread_stack.h"
 
 namespace weft::detail {
 
-SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
+SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
   SchedulerSnapshot snap;
-  snap.name = config_.name;
-  snap.workers.reserve(workers_.size());
-  for (const auto& worker : workers_) {
-    if (worker->is_spare() && !worker->spare_started()) continue;
+  snap.name = core.config().name;
+  // Workers whose thread sleeps in a system call while it runs a fiber:
+  // the call, and the switch count then, to walk that fiber's stack below
+  // (and drop the walk if the worker switched meanwhile).
+  struct InKernel {
+    const Worker* worker;
+    std::uint64_t tick;
+    KernelWait call;
+  };
+  std::vector<InKernel> in_kernel;
+  const std::size_t span = core.config().workers + core.spares().created();
+  snap.workers.reserve(span);
+  for (std::size_t i = 0; i < span; ++i) {
+    const Worker* worker = &core.worker(i);
+    if (worker->is_spare() && !worker->spare_thread_alive()) continue;
     WorkerSnapshot w;
     w.index = worker->index();
-    w.os_thread_id = worker->os_thread_id();
+    w.os_thread_id = worker->os_thread().id();
     w.state = to_string(worker->state());
     w.queue_length = worker->queue_length();
+    w.inbox_length = worker->inbox_length();
+    w.pinned_fibers = worker->pinned_count();
     const auto& c = worker->counters();
     w.fibers_run = c.fibers_run.load(std::memory_order_relaxed);
     w.steals = c.steals.load(std::memory_order_relaxed);
@@ -31,20 +48,33 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     w.parks = c.parks.load(std::memory_order_relaxed);
     w.preempts = c.preempts.load(std::memory_order_relaxed);
     w.handoffs = c.handoffs.load(std::memory_order_relaxed);
-    const Sysmon::WorkerView seen = sysmon_.view(worker->index());
+    const Sysmon::WorkerView seen = core.sysmon().view(worker->index());
     w.running_ms = seen.running_ms;
     w.stuck = seen.stuck;
     w.stuck_fiber = seen.fiber_id;
     if (w.stuck) w.blocked_in = describe_kernel_call(w.os_thread_id);
     w.spare = worker->is_spare();
+    if (worker->current() != nullptr) {
+      const std::uint64_t tick = worker->switch_tick();
+      const KernelWait call = read_kernel_wait(w.os_thread_id);
+      if (call.number >= 0) {
+        w.syscall = describe_kernel_wait(call);
+        w.syscall_ms = off_cpu_ms(w.os_thread_id);
+        in_kernel.push_back({worker, tick, call});
+      }
+    }
     snap.workers.push_back(w);
   }
-  snap.poller = poller_->view();
-  const std::int64_t global = global_size();  // may dip below 0 for a moment (counted after the dequeue)
+  snap.poller = core.poller().view();
+  const std::int64_t global = core.global_size();  // may dip below 0 for a moment (counted after the dequeue)
   snap.global_queue = global > 0 ? static_cast<std::uint64_t>(global) : 0;
-  snap.sched_latency = sched_latency_since_last();
-  snap.blocking.max_threads = config_.blocking_threads;
-  if (const BlockingPool* pool = BlockingPool::find(*this)) {
+  snap.sched_latency = core.sched_latency_since_last();
+  snap.blocking.max_threads = blocking_thread_limit(core.config());
+  snap.spares.running = core.spares().running();
+  snap.spares.threads = core.spares().threads();
+  snap.spares.max_threads = core.config().max_threads;
+  snap.spares.limit_reached = core.spares().limit_reached();
+  if (const BlockingPool* pool = BlockingPool::find(core)) {
     const BlockingPool::Stats stats = pool->stats();
     snap.blocking.threads = stats.threads;
     snap.blocking.busy = stats.busy;
@@ -52,18 +82,24 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
     snap.blocking.calls = stats.calls;
   }
   if (!with_fibers) {
-    snap.fiber_count = registry_.size();
+    snap.fiber_count = core.registry().size();
+    core.registry().for_each([&](const FiberControl& fiber) {
+      const FiberState state = fiber.state.load(std::memory_order_relaxed);
+      if (state == FiberState::runnable) ++snap.fiber_states.runnable;
+      if (state == FiberState::running) ++snap.fiber_states.running;
+      if (state == FiberState::parked) ++snap.fiber_states.parked;
+    });
     return snap;
   }
   // A fiber stays in the shard it was registered in for its whole life, so
   // it appears exactly once however it migrates meanwhile.
-  snap.fibers.reserve(registry_.size());
+  snap.fibers.reserve(core.registry().size());
   // Parked fibers' stacks are read in batches (introspect/fiber_stack_walk.h).
   // A batch is walked before its shard's lock is released, while its
   // fibers live, and before `snap.fibers` grows (fibers spawned since the
   // reserve), which would move the stacks it is to fill.
   ParkedStackWalker walker(::getpid());
-  registry_.for_each(
+  core.registry().for_each(
       [&](const FiberControl& fiber) {
         if (snap.fibers.size() == snap.fibers.capacity()) walker.walk();
         FiberSnapshot& f = snap.fibers.emplace_back(take_snapshot(fiber));
@@ -75,13 +111,28 @@ SchedulerSnapshot SchedulerCore::snapshot(bool with_fibers) {
           f.wait_fd = static_cast<int>(reinterpret_cast<std::uintptr_t>(f.wait_object));
           f.wait_fd_info = describe_fd(f.wait_fd);
         }
+        for (const InKernel& k : in_kernel) {
+          if (k.worker->current() != &fiber) continue;
+          // Its stack bounds were written before it was registered.
+          const auto low = reinterpret_cast<std::uintptr_t>(fiber.context.stack_bottom);
+          f.stack = walk_blocked_stack(k.call.sp, k.call.pc, low, low + fiber.context.stack_size);
+          if (k.worker->switch_tick() != k.tick) f.stack.clear();
+        }
         if (f.park_state == -1) {
+          const WaitOwner owner = find_wait_owner(fiber.wait_kind.load(std::memory_order_relaxed), f.wait_object);
+          f.held_by_fiber = owner.fiber;
+          f.held_by_thread = owner.thread;
           walker.add(fiber, f.stack);
           if (walker.full()) walker.walk();
         }
       },
       [&] { walker.walk(); });
   snap.fiber_count = snap.fibers.size();
+  for (const FiberSnapshot& f : snap.fibers) {
+    if (f.state == "runnable") ++snap.fiber_states.runnable;
+    if (f.state == "running") ++snap.fiber_states.running;
+    if (f.state == "parked") ++snap.fiber_states.parked;
+  }
   return snap;
 }
 

@@ -23,23 +23,24 @@ bool symbolize(std::uintptr_t return_address, FrameSymbol& symbol) {
 
 void symbolize_stacks(ProcessSnapshot& snapshot) {
   std::unordered_map<std::uintptr_t, bool> known;  // address -> in a loaded object
-  for (SchedulerSnapshot& scheduler : snapshot.schedulers) {
-    for (FiberSnapshot& fiber : scheduler.fibers) {
-      for (std::size_t i = 0; i < fiber.stack.size(); ++i) {
-        const std::uintptr_t address = fiber.stack[i];
-        auto [it, inserted] = known.try_emplace(address, false);
-        if (inserted) {
-          FrameSymbol symbol;
-          it->second = symbolize(address, symbol);
-          if (it->second) snapshot.symbols.emplace(address, std::move(symbol));
-        }
-        if (!it->second) {
-          fiber.stack.resize(i);
-          break;
-        }
+  const auto symbolize_stack = [&](std::vector<std::uintptr_t>& stack) {
+    for (std::size_t i = 0; i < stack.size(); ++i) {
+      const std::uintptr_t address = stack[i];
+      auto [it, inserted] = known.try_emplace(address, false);
+      if (inserted) {
+        FrameSymbol symbol;
+        it->second = symbolize(address, symbol);
+        if (it->second) snapshot.symbols.emplace(address, std::move(symbol));
+      }
+      if (!it->second) {
+        stack.resize(i);
+        break;
       }
     }
-  }
+  };
+  for (SchedulerSnapshot& scheduler : snapshot.schedulers)
+    for (FiberSnapshot& fiber : scheduler.fibers) symbolize_stack(fiber.stack);
+  for (ThreadSnapshot& thread : snapshot.threads) symbolize_stack(thread.stack);
 }
 
 }  // namespace weft::detail

@@ -6,45 +6,49 @@
 #include <cerrno>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <system_error>
+#include <thread>
 
 #include "../runtime/log.h"
+#include "../sched/current.h"
 #include "../sched/scheduler_core.h"
-#include "../sched/worker.h"
 
 namespace weft::detail {
 
 void run_blocking(void (*call)(void*), void* arg) {
-  Worker* worker = current_worker();
-  if (worker == nullptr || worker->current() == nullptr) {
+  FiberControl* fiber = current_fiber();
+  if (fiber == nullptr) {
     call(arg);  // a plain thread may block itself
     return;
   }
-  BlockingPool::of(worker->core()).run(call, arg);
+  BlockingPool::of(*fiber->scheduler).run(call, arg);
 }
 
-BlockingPool::BlockingPool(std::string name, unsigned max_threads) : name_(std::move(name)), max_threads_(max_threads) {
-  threads_.reserve(max_threads_);
-}
+BlockingPool::BlockingPool(std::string name, unsigned max_threads, std::chrono::milliseconds keep_alive)
+    : name_(std::move(name)), max_threads_(max_threads), keep_alive_(keep_alive) {}
 
 BlockingPool::~BlockingPool() {
   lock_.lock();
   stopping_ = true;
   wake_all(idle_);
   lock_.unlock();
-  std::lock_guard guard(threads_lock_);
-  for (auto& thread : threads_) thread.join();
+  std::unique_lock guard(running_lock_);
+  running_changed_.wait(guard, [this] { return running_ == 0; });
+}
+
+std::unique_ptr<Extension> BlockingPool::make(const Config& config) {
+  return std::make_unique<BlockingPool>(config.name, blocking_thread_limit(config), config.blocking_keep_alive);
 }
 
 BlockingPool& BlockingPool::of(SchedulerCore& core) {
-  return static_cast<BlockingPool&>(core.extension(ExtensionKind::blocking_pool, [](SchedulerCore& c) {
-    return std::unique_ptr<Extension>(new BlockingPool(c.config().name, c.config().blocking_threads));
-  }));
+  BlockingPool* pool = core.find_extension<BlockingPool>();
+  if (pool == nullptr)
+    throw std::logic_error("weft::blocking: scheduler \"" + core.config().name + "\" has no blocking pool");
+  return *pool;
 }
 
-BlockingPool* BlockingPool::find(const SchedulerCore& core) noexcept {
-  return static_cast<BlockingPool*>(core.find_extension(ExtensionKind::blocking_pool));
-}
+BlockingPool* BlockingPool::find(const SchedulerCore& core) noexcept { return core.find_extension<BlockingPool>(); }
 
 std::string BlockingPool::thread_name(const std::string& scheduler, unsigned index) {
   const std::string suffix = "-blocking-" + std::to_string(index);
@@ -58,56 +62,79 @@ void BlockingPool::run(void (*call)(void*), void* arg) {
   Waiter waiter;
   waiter.payload = &job;
   lock_.lock();
-  // Reserve a helper for this call if none is idle: started outside the
-  // lock, since creating a thread takes tens of microseconds.
-  bool start = false;
-  if (idle_.empty() && started_.load(std::memory_order_relaxed) < max_threads_) {
-    started_.store(started_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    start = true;
-  }
-  lock_.unlock();
-  if (start && !start_helper()) {
-    lock_.lock();
-    const unsigned started = started_.load(std::memory_order_relaxed) - 1;
-    started_.store(started, std::memory_order_relaxed);
-    lock_.unlock();
-    // With no helper at all the call would wait forever: say so instead.
-    if (started == 0) throw std::system_error(errno, std::generic_category(), "weft::blocking: no helper thread");
-  }
-  lock_.lock();
   calls_.push_back(waiter);
   queued_.fetch_add(1, std::memory_order_relaxed);
-  wake_first(idle_);
+  const unsigned threads = threads_.load(std::memory_order_relaxed);
+  // A helper for this call: an idle one, else a new one. Started with the
+  // lock held (tens of microseconds, and only while the pool grows), so
+  // that it cannot look for work before this call is queued and parked:
+  // started outside it, a new helper could go idle first and be claimed
+  // by another caller, leaving this call waiting for a busy one.
+  if (!wake_first(idle_) && threads < max_threads_) {
+    threads_.store(threads + 1, std::memory_order_relaxed);
+    if (!start_helper(next_index_++)) {
+      threads_.store(threads, std::memory_order_relaxed);
+      // With no helper at all the call would wait forever: say so instead.
+      if (threads == 0) {
+        const int error = errno;
+        calls_.remove(waiter);
+        queued_.fetch_sub(1, std::memory_order_relaxed);
+        lock_.unlock();
+        throw std::system_error(error, std::generic_category(), "weft::blocking: no helper thread");
+      }
+    }
+  }
   park(waiter, &lock_, {"weft::blocking", this, "call"});
 }
 
-bool BlockingPool::start_helper() {
-  std::lock_guard guard(threads_lock_);
-  const auto index = static_cast<unsigned>(threads_.size());
+bool BlockingPool::start_helper(unsigned index) {
+  {
+    const std::lock_guard guard(running_lock_);
+    ++running_;
+  }
   try {
-    threads_.emplace_back([this, index] { helper_main(index); });
+    std::thread([this, index] { helper_main(index); }).detach();
   } catch (const std::system_error& e) {
+    helper_exited();
     errno = e.code().value();
     return false;
   }
   return true;
 }
 
+void BlockingPool::helper_exited() noexcept {
+  // Notified under the lock: once it is released the destructor may free
+  // the pool, and this thread touches nothing of it after that.
+  const std::lock_guard guard(running_lock_);
+  --running_;
+  running_changed_.notify_all();
+}
+
+bool BlockingPool::wait_for_call() {
+  while (calls_.empty()) {
+    if (stopping_) return false;
+    Waiter self;
+    idle_.push_back(self);
+    const WakeReason woke = park(self, &lock_, {"weft::BlockingPool", this, "idle"}, Clock::now() + keep_alive_);
+    lock_.lock();
+    if (woke == WakeReason::timed_out) {
+      idle_.remove(self);
+      // A call queued meanwhile skipped this helper (it had timed out):
+      // run it rather than strand it.
+      if (calls_.empty() && !stopping_) {
+        retired_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 void BlockingPool::helper_main(unsigned index) {
   pthread_setname_np(pthread_self(), thread_name(name_, index).c_str());
-  for (;;) {
-    lock_.lock();
+  lock_.lock();
+  while (wait_for_call()) {
     Waiter* caller = calls_.pop_front();
-    if (caller == nullptr) {
-      if (stopping_) {
-        lock_.unlock();
-        return;
-      }
-      Waiter self;
-      idle_.push_back(self);
-      park(self, &lock_, {"weft::BlockingPool", this, "idle"});
-      continue;
-    }
     queued_.fetch_sub(1, std::memory_order_relaxed);
     busy_.fetch_add(1, std::memory_order_relaxed);
     lock_.unlock();
@@ -125,16 +152,21 @@ void BlockingPool::helper_main(unsigned index) {
     // The caller's frame, which holds `job` and the waiter, may be gone
     // the moment this returns.
     unpark(*caller);
+    lock_.lock();
   }
+  threads_.store(threads_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  lock_.unlock();
+  helper_exited();
 }
 
 BlockingPool::Stats BlockingPool::stats() const noexcept {
   Stats stats;
-  stats.threads = started_.load(std::memory_order_relaxed);
+  stats.threads = threads_.load(std::memory_order_relaxed);
   stats.max_threads = max_threads_;
   stats.busy = busy_.load(std::memory_order_relaxed);
   stats.queued = queued_.load(std::memory_order_relaxed);
   stats.calls = completed_.load(std::memory_order_relaxed);
+  stats.retired = retired_.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -1,5 +1,6 @@
 // BlockingPool: the helper threads behind weft::blocking (include/weft/blocking.h),
-// one pool per scheduler, made on first use (sched/extension.h).
+// one pool per scheduler, an extension made with it (sched/extension.h) that
+// starts its threads on first use.
 //
 // A call is the caller's own Waiter, linked into `calls_` with a Job as its
 // payload, both in the parked fiber's frame: queueing allocates nothing,
@@ -15,21 +16,31 @@
 // A helper pops a call only under the lock, so never before the caller's
 // park has published the fiber on its waiter.
 //
-// Threads: started one at a time when a call finds no helper idle, up to
-// Config::blocking_threads, and kept until the scheduler is destroyed (the
-// pool's destructor runs after every fiber has finished, so no call is
-// queued then).
+// Threads (tokio's spawn_blocking pool): a call that finds no helper idle
+// starts one, up to Config::max_blocking_threads; a helper idle for
+// Config::blocking_keep_alive retires. Invariants, kept under lock_:
+//   - a call is queued only with a helper committed to it: one woken from
+//     idle_ (wake_first pops it, so two calls never count the same idle
+//     helper), one started for it under the lock (so it cannot go idle
+//     and be claimed by another call first), or, at the limit, every
+//     helper busy and bound to look at calls_ when it is done;
+//   - a helper retires only with lock_ held and calls_ empty. One whose
+//     idle wait timed out while a call was queued (the caller's wake_first
+//     skipped it) finds the call when it takes the lock, and runs it.
+// Helpers are detached; the destructor (after every fiber has finished, so
+// no call is queued) wakes the idle ones and waits until `running_` is 0.
 #pragma once
 
+#include <weft/config.h>
 #include <weft/detail/park.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "../sched/extension.h"
 
@@ -40,23 +51,27 @@ class SchedulerCore;
 class BlockingPool final : public Extension {
  public:
   // `name`: the scheduler's, for the threads' names.
-  BlockingPool(std::string name, unsigned max_threads);
+  BlockingPool(std::string name, unsigned max_threads, std::chrono::milliseconds keep_alive);
   ~BlockingPool() override;
 
-  // The calling fiber's scheduler's pool, made on first use.
+  // A scheduler's pool (SchedulerParts::extensions).
+  static std::unique_ptr<Extension> make(const Config& config);
+  // The scheduler's pool; throws std::logic_error for a scheduler built
+  // without one.
   static BlockingPool& of(SchedulerCore& core);
-  // The scheduler's pool if a fiber has used it, else null.
+  // The scheduler's pool, else null.
   static BlockingPool* find(const SchedulerCore& core) noexcept;
 
   // From a fiber: runs call(arg) on a helper and parks until it returns.
   void run(void (*call)(void*), void* arg);
 
   struct Stats {
-    unsigned threads = 0;      // started so far
-    unsigned max_threads = 0;  // Config::blocking_threads
-    unsigned busy = 0;         // running a call
-    std::uint64_t queued = 0;  // calls waiting for a helper
-    std::uint64_t calls = 0;   // calls completed
+    unsigned threads = 0;       // alive now (started, not yet retired)
+    unsigned max_threads = 0;   // Config::max_blocking_threads
+    unsigned busy = 0;          // running a call
+    std::uint64_t queued = 0;   // calls waiting for a helper
+    std::uint64_t calls = 0;    // calls completed
+    std::uint64_t retired = 0;  // helpers that retired after keep_alive idle
   };
   Stats stats() const noexcept;
 
@@ -71,25 +86,37 @@ class BlockingPool final : public Extension {
   };
 
   void helper_main(unsigned index);
-  // Starts another helper unless every one allowed is started; false if
-  // none could be started.
-  bool start_helper();
+  // Waits in idle_ for a call; false when the helper should retire (its
+  // keep-alive passed with nothing queued, or the pool is stopping). Called
+  // and returns with lock_ held.
+  bool wait_for_call();
+  // Starts helper number `index`, with lock_ held; false, with errno set,
+  // if the thread could not be made.
+  bool start_helper(unsigned index);
+  void helper_exited() noexcept;
 
   const std::string name_;
   const unsigned max_threads_;
+  const std::chrono::milliseconds keep_alive_;
 
-  SpinLock lock_;  // guards calls_, idle_ and stopping_
+  SpinLock lock_;  // guards calls_, idle_, stopping_, next_index_, and threads_'s writes
   WaitList calls_;
   WaitList idle_;
   bool stopping_ = false;
-  // Written under lock_, read by stats() without it.
-  std::atomic<unsigned> started_{0};
+  unsigned next_index_ = 0;  // the name's N for the next helper
+  // Written under lock_, read by stats() without it. threads_ counts the
+  // helpers reserved or alive, busy_ those running a call.
+  std::atomic<unsigned> threads_{0};
   std::atomic<unsigned> busy_{0};
   std::atomic<std::uint64_t> queued_{0};
   std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::uint64_t> retired_{0};
 
-  std::mutex threads_lock_;  // guards threads_: starting one is slow, not under lock_
-  std::vector<std::thread> threads_;
+  // The helper threads that exist, for the destructor to wait for: a
+  // helper's last act is to count itself out under running_lock_.
+  std::mutex running_lock_;
+  std::condition_variable running_changed_;
+  unsigned running_ = 0;
 };
 
 }  // namespace weft::detail

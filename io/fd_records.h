@@ -1,11 +1,19 @@
-// FdRecords: the netpoller's per-fd state, one record per fd number for
-// the whole process (an fd number is the process's, whichever scheduler
-// waits on it), in a lazily grown two-level table.
+// FdRecords: one record per fd number for the whole process (an fd number
+// is the process's, whichever scheduler or thread uses it), in a lazily
+// grown two-level table. A record is what weft knows of the fd: the
+// netpoller's wait state (waiters, event counters, the poller it was
+// added to) and the fd's description as its user sees it (what kind of fd,
+// whether the user made it non-blocking), which the libc hooks keep
+// (hooks/fd_table.h). Go's pollDesc is the model: one record, one
+// generation, and a hooked read() visits it once.
 //
 // Records are type-stable: allocated on first use of their fd range and
 // never freed, so an epoll event that names a closed fd can always be
 // looked up, and then dropped because its generation is stale (Go's
-// pollDesc "must be type-stable"; its fdseq).
+// pollDesc "must be type-stable"; its fdseq), and a hook may hold its
+// record across a park (the fd may be closed meanwhile; the record is then
+// reset, never freed). The chunks are mmap'ed, not new'ed: the hooks reach
+// the table before main, inside malloc's callers and in a forked child.
 #pragma once
 
 #include <weft/detail/spin_lock.h>
@@ -13,15 +21,29 @@
 
 #include <atomic>
 #include <cstdint>
+#include <new>
 
 namespace weft::detail {
 
+// What an fd is, for the calls that wait on it.
+enum class FdKind : std::uint32_t {
+  unknown = 0,     // not classified yet
+  socket = 1,      // attempted with MSG_DONTWAIT, parked on EAGAIN
+  pollable = 2,    // pipes, FIFOs, terminals, eventfds: waited for, then called
+  unpollable = 3,  // regular files, directories, block devices: passed through
+};
+
 struct alignas(64) FdRecord {
-  // Guards everything below except the atomics, which are read without it.
+  // --- the netpoller's (io/netpoller.h) -------------------------------------
+
+  // Guards the waiter lists and the poller fields; the atomics are read
+  // without it.
   SpinLock lock;
-  // Bumped by fd_closing(): an event carries the generation it was
-  // registered with, and one that does not match is stale.
-  std::uint32_t generation = 0;
+  // Bumped (under `lock`) when the fd closes or a new fd takes the number:
+  // an epoll event carries the generation it was registered with, and one
+  // that does not match is stale; a hook that parked and wakes to another
+  // generation knows its fd is gone (EBADF), even if the number was reused.
+  std::atomic<std::uint32_t> generation{0};
   // Per direction (FdDirection: read 0, write 1): readiness edges seen by a
   // poller, and the fibers parked until the next one. Written under `lock`;
   // a waiter reads its counter before polling the fd and compares it under
@@ -33,25 +55,94 @@ struct alignas(64) FdRecord {
   // raise no further edge; cleared with the generation. A short read is
   // no proof of a drained fd while it is set (fd_note_drained).
   std::atomic<bool> hung_up{false};
-  // The poller this fd was added to, by its never-reused id (0: none), and
-  // whether other pollers (other schedulers) added it too.
-  std::uint64_t poller_id = 0;
+  // Whether other pollers (other schedulers) added the fd too, besides
+  // `poller_id`'s.
   bool in_other_pollers = false;
+  // The poller this fd was added to, by its never-reused id (0: none).
+  std::uint64_t poller_id = 0;
+
+  // --- the fd's description, kept by the libc hooks (hooks/fd_table.h) ------
+
+  static constexpr std::uint32_t kind_mask = 3;
+  static constexpr std::uint32_t user_nonblock_bit = 4;  // the user's O_NONBLOCK
+  static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
+  static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket: a short read drained it
+  static constexpr std::uint32_t no_nowait_bit = 32;     // refuses RWF_NOWAIT: waited for, then called
+
+  std::atomic<std::uint32_t> flags{0};
+  // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
+  // got EAGAIN retries only if a flip began meanwhile (EAGAIN is also
+  // what SO_RCVTIMEO gives).
+  std::atomic<std::uint32_t> flips{0};
+  // The socket's SO_RCVTIMEO and SO_SNDTIMEO in nanoseconds (0: none, as
+  // for the kernel), as read with getsockopt when the process's count of
+  // timeout changes was `timeouts_read_at` (0: never read). Guarded by
+  // `lock` (hooks/fd_table.h, socket_timeout_ns).
+  std::int64_t recv_timeout_ns = 0;
+  std::int64_t send_timeout_ns = 0;
+  std::uint32_t timeouts_read_at = 0;
+  // Serialises weft's O_NONBLOCK flips (connect, accept) with each other
+  // and with the user's F_SETFL, so a flip never restores stale flags.
+  SpinLock flip_lock;
+
+  FdKind kind() const noexcept { return FdKind(flags.load(std::memory_order_relaxed) & kind_mask); }
+  bool user_nonblock() const noexcept { return flags.load(std::memory_order_relaxed) & user_nonblock_bit; }
+  bool flipped() const noexcept { return flags.load(std::memory_order_relaxed) & flipped_bit; }
+  bool stream() const noexcept { return flags.load(std::memory_order_relaxed) & stream_bit; }
+  void set_bit(std::uint32_t bit, bool on) noexcept {
+    if (on)
+      flags.fetch_or(bit, std::memory_order_relaxed);
+    else
+      flags.fetch_and(~bit, std::memory_order_relaxed);
+  }
+  // In a forked child, whose only thread is the one that forked: the locks
+  // back to free (another thread may have held them at the fork; it does
+  // not exist here), and the netpoller's state forgotten: the waiters are
+  // the parent's fibers, the pollers the parent's (the child's schedulers
+  // have pollers of their own). A new generation drops whatever the
+  // inherited epoll instances still report. The description stays: the
+  // child has the same fds, minus a flip in progress.
+  void reset_in_forked_child() noexcept {
+    new (&lock) SpinLock;
+    new (&flip_lock) SpinLock;
+    generation.store(generation.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    waiters[0] = WaitList{};
+    waiters[1] = WaitList{};
+    hung_up.store(false, std::memory_order_relaxed);
+    poller_id = 0;
+    in_other_pollers = false;
+    set_bit(flipped_bit, false);
+  }
+  void set_kind(FdKind kind) noexcept {
+    std::uint32_t old = flags.load(std::memory_order_relaxed);
+    while (!flags.compare_exchange_weak(old, (old & ~kind_mask) | std::uint32_t(kind), std::memory_order_relaxed)) {
+    }
+  }
 };
 
 class FdRecords {
  public:
-  // Fds from 0 to this limit less one have records (2^24, far above any
-  // RLIMIT_NOFILE seen in practice: Linux's nr_open defaults to 2^20).
-  static constexpr int kChunkBits = 12;
-  static constexpr int kChunks = 4096;
+  // Fds from 0 to this limit less one have records (2^25, above fs/nr_open's
+  // default of 2^20).
+  static constexpr int kChunkBits = 10;
+  static constexpr int kChunks = 1 << 15;
   static constexpr int kLimit = kChunks << kChunkBits;
 
-  // The record of `fd`, allocating its chunk on first use. `fd` must be in
-  // [0, kLimit).
-  FdRecord& get(int fd);
-  // The record if its chunk exists, else null (fd_closing's cheap path).
+  // The record of `fd`, allocating its chunk on first use; null for a
+  // negative fd or one beyond the table, and if memory runs out.
+  FdRecord* get(int fd) noexcept;
+  // The record if its chunk exists, else null (the cheap path of calls
+  // that have nothing to do for an fd weft never saw).
   FdRecord* find(int fd) const noexcept;
+  // Calls `visit(fd, record)` for every record allocated so far.
+  template <class Visit>
+  void for_each(Visit&& visit) noexcept {
+    for (int c = 0; c < kChunks; ++c) {
+      FdRecord* chunk = chunks_[c].load(std::memory_order_acquire);
+      if (chunk == nullptr) continue;
+      for (int i = 0; i < (1 << kChunkBits); ++i) visit((c << kChunkBits) | i, chunk[i]);
+    }
+  }
 
  private:
   std::atomic<FdRecord*> chunks_[kChunks] = {};

@@ -1,6 +1,7 @@
 #include "netpoller.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -9,20 +10,25 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <system_error>
+#include <type_traits>
+#include <vector>
 
+#include "../runtime/system_calls.h"
+#include "../sched/current.h"
 #include "../sched/scheduler_core.h"
-#include "../sched/worker.h"
+#include "../sched/trace.h"
 #include "fd_records.h"
-#include "real_calls.h"
 
 namespace weft::detail {
 namespace {
 
-constexpr std::uint64_t kWakeTag = ~std::uint64_t{0};  // the eventfd's epoll data
-constexpr std::uint64_t kClosedMark = 1;               // Waiter::amount of a waiter fd_closing() woke
+constexpr std::uint64_t kWakeTag = ~std::uint64_t{0};      // the eventfd's epoll data
+constexpr std::uint64_t kClosedMark = 1;                   // Waiter::amount of a waiter fd_closing() woke
+constexpr std::uint64_t kSetNodeMark = ~std::uint64_t{1};  // Waiter::amount of a wait_fd_set node, until woken
 constexpr int kEventBatch = 128;
 
 constexpr std::uint32_t kReadEvents = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
@@ -37,6 +43,26 @@ std::int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+// A fiber's drain note ("Drain notes" in netpoller.h), in its
+// FiberControl::upper_slot. All zero, as a fiber starts: none (poll
+// sequences start at 1).
+struct DrainNote {
+  std::uint64_t sequence = 0;
+  std::uint32_t events = 0;
+  int fd = 0;
+};
+static_assert(sizeof(DrainNote) <= sizeof(FiberControl::upper_slot));
+static_assert(std::is_trivially_copyable_v<DrainNote>);
+
+DrainNote drain_note_of(const FiberControl& fiber) noexcept {
+  DrainNote note;
+  std::memcpy(&note, fiber.upper_slot, sizeof(note));
+  return note;
+}
+void set_drain_note(FiberControl& fiber, const DrainNote& note) noexcept {
+  std::memcpy(fiber.upper_slot, &note, sizeof(note));
+}
+
 [[noreturn]] void throw_fd_error(int error, int fd, const char* what) {
   throw std::system_error(error, std::generic_category(), "weft: fd " + std::to_string(fd) + " " + what);
 }
@@ -48,9 +74,9 @@ bool poll_ready(int fd, FdDirection direction, int timeout_ms) {
   const short ready = static_cast<short>(
       direction == FdDirection::read ? POLLIN | POLLPRI | POLLRDHUP | POLLERR | POLLHUP : POLLOUT | POLLERR | POLLHUP);
   for (;;) {
-    // The real poll, not the hook: a hooked call is a checkpoint
-    // (hooks/hook_support.h), and this one is weft's own, inside a wait.
-    const int n = real::poll()(&entry, 1, timeout_ms);
+    // Not the hook: a hooked call is a checkpoint (hooks/hook_support.h),
+    // and this one is weft's own, inside a wait.
+    const int n = sys::poll(&entry, 1, timeout_ms);
     if (n < 0) {
       if (errno == EINTR && timeout_ms == 0) continue;
       if (errno == EINTR) return false;  // the caller recomputes its timeout
@@ -70,6 +96,33 @@ void prefetch_resume(const FiberControl& fiber) noexcept {
   const char* top = static_cast<const char*>(static_cast<const void*>(fiber.context.saved));
   for (int line = 0; line < 8; ++line) __builtin_prefetch(top + 64 * line);
 }
+
+// A fiber's wait on several fds (wait_fd_set): one parked Waiter, and per
+// fd and direction a node in the fd record's waiter list (amount
+// kSetNodeMark, payload this group). A poller or fd_closing that pops a
+// node, under that record's lock, calls wake(): under the group's lock it
+// marks the group fired and unparks the fiber if it has parked. The fiber
+// links every node, then takes the group's lock and parks with it unless
+// fired (park releases it once the fiber is off its worker), so a node
+// woken between its link and the park is never lost, and the fiber is
+// never readied while it still runs. Lock order: a record's, then the
+// group's; the fiber never holds the group's while it takes a record's.
+struct FdSetWaitGroup {
+  SpinLock lock;
+  bool fired = false;   // a node was woken
+  bool parked = false;  // the fiber parks (or has), with `lock` held until it is off its worker
+  Waiter waiter;
+
+  static bool wake(Waiter& node) noexcept {
+    auto& group = *static_cast<FdSetWaitGroup*>(node.payload);
+    group.lock.lock();
+    const bool first = !group.fired;
+    group.fired = true;
+    const bool woke = first && group.parked && unpark(group.waiter);
+    group.lock.unlock();
+    return woke;
+  }
+};
 
 // poll(2) timeout until `deadline`, rounded up; -1 for none.
 int timeout_ms_until(Clock::time_point deadline) noexcept {
@@ -96,17 +149,32 @@ constinit std::mutex pollers_lock;
 constinit Poller* pollers_head = nullptr;
 constinit std::atomic<std::uint64_t> next_poller_id{1};
 
+// The child of a fork shares its parent's epoll instances (the fds are
+// inherited) but not its threads: the child's closes must not delete the
+// parent's registrations (a pre-fork server's children would unregister
+// its listener), and nothing the parent's threads held locked may stay
+// so. So the child starts with no pollers and every fd record reset
+// (FdRecord::reset_in_forked_child); its own schedulers make pollers of
+// their own. Registered at load, before any thread can fork.
+void forget_the_parents_pollers() noexcept {
+  new (&pollers_lock) std::mutex;
+  pollers_head = nullptr;
+  fd_records().for_each([](int, FdRecord& record) { record.reset_in_forked_child(); });
+}
+
+[[gnu::constructor]] void register_fork_handler() { pthread_atfork(nullptr, nullptr, &forget_the_parents_pollers); }
+
 }  // namespace
 
 // --- Poller ----------------------------------------------------------------
 
 Poller::Poller(SchedulerCore& core) : core_(core), id_(next_poller_id.fetch_add(1, std::memory_order_relaxed)) {
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_fd_ = sys::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) throw std::system_error(errno, std::generic_category(), "weft: epoll_create1");
-  event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  event_fd_ = sys::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) {
     const int error = errno;
-    ::close(epoll_fd_);
+    sys::close(epoll_fd_);
     throw std::system_error(error, std::generic_category(), "weft: eventfd");
   }
   // Level-triggered, unlike the fds: a wake that no blocking poll has
@@ -116,8 +184,8 @@ Poller::Poller(SchedulerCore& core) : core_(core), id_(next_poller_id.fetch_add(
   event.data.u64 = kWakeTag;
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &event) != 0) {
     const int error = errno;
-    ::close(event_fd_);
-    ::close(epoll_fd_);
+    sys::close(event_fd_);
+    sys::close(epoll_fd_);
     throw std::system_error(error, std::generic_category(), "weft: epoll_ctl(eventfd)");
   }
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
@@ -136,15 +204,16 @@ Poller::~Poller() {
       }
     }
   }
-  ::close(event_fd_);
-  ::close(epoll_fd_);
+  sys::close(event_fd_);
+  sys::close(epoll_fd_);
 }
 
 void Poller::add_locked(FdRecord& record, int fd) {
   if (record.poller_id == id_) return;
   epoll_event event{};
   event.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-  event.data.u64 = (std::uint64_t{record.generation} << 32) | static_cast<std::uint32_t>(fd);
+  event.data.u64 =
+      (std::uint64_t{record.generation.load(std::memory_order_relaxed)} << 32) | static_cast<std::uint32_t>(fd);
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
     // Another scheduler's poller owns the record, and this one added the
     // fd before: it is still there (the record cannot say so).
@@ -179,9 +248,9 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
   const std::uint64_t sequence = poll_sequence_.fetch_add(1, std::memory_order_seq_cst) + 1;
   int n;
   if (!blocking) {
-    n = ::epoll_wait(epoll_fd_, events, kEventBatch, 0);
+    n = sys::epoll_wait(epoll_fd_, events, kEventBatch, 0);
   } else if (until == Clock::time_point::max()) {
-    n = ::epoll_wait(epoll_fd_, events, kEventBatch, -1);
+    n = sys::epoll_wait(epoll_fd_, events, kEventBatch, -1);
   } else {
     // To the nanosecond: epoll_wait's milliseconds would make a timer up
     // to 1 ms late. steady_clock is CLOCK_MONOTONIC, the clock of
@@ -189,14 +258,16 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
     const auto left = std::max(until - Clock::now(), Clock::duration::zero());
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     const timespec timeout{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-    n = ::epoll_pwait2(epoll_fd_, events, kEventBatch, &timeout, nullptr);
+    n = sys::epoll_pwait2(epoll_fd_, events, kEventBatch, &timeout);
     if (n < 0 && errno == ENOSYS) {  // before Linux 5.11: whole milliseconds, rounded up
       const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-      n = ::epoll_wait(epoll_fd_, events, kEventBatch, ms > INT_MAX ? INT_MAX : static_cast<int>(ms));
+      n = sys::epoll_wait(epoll_fd_, events, kEventBatch, ms > INT_MAX ? INT_MAX : static_cast<int>(ms));
     }
   }
   last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
   polls_.fetch_add(1, std::memory_order_relaxed);
+  if (n > 0 && tracing()) [[unlikely]]
+    trace_poll(n);
   // With many connections the records are cold: ask for all of them
   // before the first is locked, so that their misses overlap.
   FdRecord* records[kEventBatch];
@@ -218,7 +289,7 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
     if (record == nullptr) continue;
     bool woke = false;
     record->lock.lock();
-    if (record->generation == static_cast<std::uint32_t>(data >> 32)) {
+    if (record->generation.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(data >> 32)) {
       const std::uint32_t mask = events[i].events;
       // Before the counters' release below, which a drain note's mark reads.
       if ((mask & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) record->hung_up.store(true, std::memory_order_relaxed);
@@ -232,6 +303,10 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
         // A waiter's payload is its own poller: only that one's sequence
         // numbers mean anything to it.
         while (Waiter* waiter = record->waiters[d].pop_front()) {
+          if (waiter->amount == kSetNodeMark) {
+            woke |= FdSetWaitGroup::wake(*waiter);
+            continue;
+          }
           waiter->amount = waiter->payload == this ? sequence : 0;
           waiter->events = mask;
           if (waiter->fiber != nullptr) prefetch_resume(*waiter->fiber);
@@ -258,7 +333,7 @@ void Poller::drain_wake() noexcept {
   // clear writes again and the next epoll_wait returns at once. At most
   // one write is in flight.
   std::uint64_t count;
-  while (::read(event_fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
+  while (sys::read(event_fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
   wake_pending_.store(false, std::memory_order_seq_cst);
 }
@@ -294,7 +369,7 @@ void Poller::wake() noexcept {
   const std::uint64_t one = 1;
   // The real write, not the hook, which is a checkpoint: wake() runs
   // wherever a fiber is readied, a waker's SpinLock held (detail/park.h).
-  while (real::write()(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+  while (sys::write(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
   }
 }
 
@@ -317,48 +392,64 @@ std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core) { return std::
 
 // --- waiting and closing -----------------------------------------------------
 
-FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
-  if (fd < 0 || fd >= FdRecords::kLimit) return {};
-  Worker* worker = current_worker();
-  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
-  if (self == nullptr) return {};
-  const FdRecord* record = fd_records().find(fd);
+FdWaitMark fd_wait_mark(const FdRecord* record, FdDirection direction) noexcept {
   if (record == nullptr) return {};
+  FiberControl* self = current_fiber();
+  if (self == nullptr) return {};
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   // In wait_fd's order: the sequence first (step 5 compares with it).
   const std::uint64_t sequence = poller.poll_sequence();
   return {sequence, record->events[index_of(direction)].load(std::memory_order_acquire), true};
 }
 
-void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept {
+FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
+  return fd_wait_mark(fd_records().find(fd), direction);
+}
+
+void fd_note_drained(int fd, const FdRecord& record, const FdWaitMark& before, bool short_read) noexcept {
   if (!before.valid) return;
-  FiberControl* self = current_worker()->current();  // a valid mark was taken in this fiber
-  const FdRecord* record = fd_records().find(fd);
+  FiberControl* self = current_fiber();  // a valid mark was taken in this fiber
   // Acquire: a hang-up harvested before `before` was taken is seen here.
-  if (short_read && record->hung_up.load(std::memory_order_acquire)) return;
+  if (short_read && record.hung_up.load(std::memory_order_acquire)) return;
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
-  self->drain_note = {fd, before.events, poller.poll_sequence()};
+  set_drain_note(*self, {poller.poll_sequence(), before.events, fd});
+}
+
+void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept {
+  if (before.valid) fd_note_drained(fd, *fd_records().find(fd), before, short_read);
 }
 
 bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
-  Worker* worker = current_worker();
-  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
-  if (self == nullptr || self->drain_note.fd != fd) return false;
-  mark = {self->drain_note.sequence, self->drain_note.events, true};
-  self->drain_note.fd = -1;
+  FiberControl* self = current_fiber();
+  if (self == nullptr) return false;
+  const DrainNote note = drain_note_of(*self);
+  if (note.sequence == 0 || note.fd != fd) return false;
+  mark = {note.sequence, note.events, true};
+  set_drain_note(*self, {});
   return true;
 }
 
 FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark,
                      std::uint32_t* harvested) {
-  if (harvested != nullptr) *harvested = 0;
   if (fd < 0) throw_fd_error(EBADF, fd, "is not a file descriptor");
-  Worker* worker = current_worker();
-  FiberControl* self = worker != nullptr ? worker->current() : nullptr;
-  if (self == nullptr) return wait_fd_on_thread(fd, direction, deadline);
-  if (fd >= FdRecords::kLimit) throw_fd_error(EBADF, fd, "is beyond weft's fd table (2^24 fds)");
+  if (current_fiber() == nullptr) {
+    if (harvested != nullptr) *harvested = 0;
+    return wait_fd_on_thread(fd, direction, deadline);
+  }
+  FdRecord* record = fd_records().get(fd);
+  if (record == nullptr) {
+    if (fd >= FdRecords::kLimit) throw_fd_error(EBADF, fd, "is beyond weft's fd table (2^25 fds)");
+    throw_fd_error(ENOMEM, fd, "has no record (out of memory)");
+  }
+  return wait_fd(fd, *record, direction, deadline, mark, harvested);
+}
 
-  FdRecord& record = fd_records().get(fd);
+FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::time_point deadline,
+                     const FdWaitMark* mark, std::uint32_t* harvested) {
+  if (harvested != nullptr) *harvested = 0;
+  FiberControl* self = current_fiber();
+  if (self == nullptr) return wait_fd_on_thread(fd, direction, deadline);
+
   const int d = index_of(direction);
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   const WaitSite site{kFdWaitKind, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(fd)),
@@ -403,30 +494,134 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
   }
 }
 
-void fd_closing(int fd) noexcept {
-  FdRecord* record = fd_records().find(fd);
-  if (record == nullptr) return;
-  record->lock.lock();
+namespace {
+
+// What fd_closing and fd_renewed share: under the record's lock, a new
+// generation, every waiter woken with `closed`, and the registration
+// forgotten. Returns the pollers the fd was added to.
+struct Registration {
+  std::uint64_t owner = 0;
+  bool others = false;
+};
+
+Registration retire(FdRecord& record) noexcept {
+  record.lock.lock();
   // A new fd with this number must not get this one's events.
-  ++record->generation;
-  record->hung_up.store(false, std::memory_order_relaxed);
-  const std::uint64_t owner = record->poller_id;
-  const bool others = record->in_other_pollers;
-  record->poller_id = 0;
-  record->in_other_pollers = false;
+  record.generation.fetch_add(1, std::memory_order_relaxed);
+  record.hung_up.store(false, std::memory_order_relaxed);
+  const Registration registration{record.poller_id, record.in_other_pollers};
+  record.poller_id = 0;
+  record.in_other_pollers = false;
   for (int d = 0; d < 2; ++d) {
     // A waiter between its counter read and its park sees the change and
     // returns ready; its retry then meets the closed fd.
-    record->events[d].store(record->events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    while (Waiter* waiter = record->waiters[d].pop_front()) {
+    record.events[d].store(record.events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    while (Waiter* waiter = record.waiters[d].pop_front()) {
+      if (waiter->amount == kSetNodeMark) {
+        FdSetWaitGroup::wake(*waiter);
+        continue;
+      }
       waiter->amount = kClosedMark;
       unpark(*waiter);
     }
   }
-  record->lock.unlock();
+  record.lock.unlock();
+  return registration;
+}
+
+}  // namespace
+
+void fd_closing(int fd) noexcept {
+  FdRecord* record = fd_records().find(fd);
+  if (record == nullptr) return;
+  const Registration registration = retire(*record);
   // Before the real close, so the kernel's registration (keyed by the file
   // and the number) cannot outlive the number's reuse through a dup.
-  if (owner != 0 || others) Poller::remove(fd, owner, others);
+  if (registration.owner != 0 || registration.others) Poller::remove(fd, registration.owner, registration.others);
+}
+
+void fd_renewed(int fd) noexcept {
+  FdRecord* record = fd_records().find(fd);
+  if (record != nullptr) retire(*record);
+}
+
+void fd_set_mark(FdSetWait* entries, std::size_t count) noexcept {
+  for (std::size_t i = 0; i < count; ++i) {
+    FdSetWait& entry = entries[i];
+    entry.record = entry.fd >= 0 ? fd_records().get(entry.fd) : nullptr;
+    if (entry.record == nullptr) continue;
+    for (int d = 0; d < 2; ++d) entry.seen[d] = entry.record->events[d].load(std::memory_order_acquire);
+  }
+}
+
+FdWaitResult wait_fd_set(FdSetWait* entries, std::size_t count, Clock::time_point deadline) {
+  FiberControl* self = current_fiber();  // a fiber only
+  auto& poller = static_cast<Poller&>(self->scheduler->poller());
+  FdSetWaitGroup group;
+  std::size_t directions = 0;
+  for (std::size_t i = 0; i < count; ++i) directions += std::size_t(entries[i].read) + std::size_t(entries[i].write);
+  std::vector<Waiter> nodes(directions);
+  std::size_t linked = 0;
+  // Unlinks what was linked; taking each record's lock also waits out a
+  // poller that popped a node and is in FdSetWaitGroup::wake.
+  const auto unlink_all = [&] {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < count && n < linked; ++i) {
+      FdSetWait& entry = entries[i];
+      for (int d = 0; d < 2 && n < linked; ++d) {
+        if (!(d == 0 ? entry.read : entry.write)) continue;
+        Waiter& node = nodes[n++];
+        if (entry.record == nullptr) continue;
+        entry.record->lock.lock();
+        entry.record->waiters[d].remove(node);
+        entry.record->lock.unlock();
+      }
+    }
+  };
+  bool moved = false;
+  for (std::size_t i = 0; i < count && !moved; ++i) {
+    FdSetWait& entry = entries[i];
+    for (int d = 0; d < 2 && !moved; ++d) {
+      if (!(d == 0 ? entry.read : entry.write)) continue;
+      Waiter& node = nodes[linked++];
+      if (entry.record == nullptr) continue;  // beyond the table: poll reports it
+      FdRecord& record = *entry.record;
+      record.lock.lock();
+      try {
+        poller.add_locked(record, entry.fd);  // unlocks before it throws
+      } catch (const std::system_error&) {
+        // An fd epoll refuses (EPERM: a regular file, always ready for
+        // poll) or that is not open (POLLNVAL): the probe reports it.
+        entry.record = nullptr;
+        continue;
+      }
+      if (record.events[d].load(std::memory_order_relaxed) != entry.seen[d]) {
+        moved = true;  // an edge since the mark: the caller probes again
+      } else {
+        node.amount = kSetNodeMark;
+        node.payload = &group;
+        record.waiters[d].push_back(node);
+      }
+      record.lock.unlock();
+    }
+  }
+  bool woken = moved;
+  if (!moved) {
+    group.lock.lock();
+    if (group.fired) {
+      group.lock.unlock();
+      woken = true;
+    } else {
+      group.parked = true;
+      const WaitSite site{kFdWaitKind, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(entries[0].fd)),
+                          "poll"};
+      poller.waiter_parking();
+      woken = park(group.waiter, &group.lock, site, deadline) == WakeReason::notified;
+      poller.waiter_back();
+    }
+  }
+  unlink_all();
+  return woken ? FdWaitResult::ready : FdWaitResult::timed_out;
 }
 
 }  // namespace weft::detail

@@ -4,7 +4,8 @@
 // Glossary
 //   record    one per fd number, process-wide (io/fd_records.h): a lock,
 //             the fd's generation, and per direction (read, write) a list of
-//             waiters and an event counter. Records are never freed, so an
+//             waiters and an event counter, beside the fd's description
+//             that the libc hooks keep. Records are never freed, so an
 //             event for a closed fd can always be looked up and dropped.
 //   poller    one per scheduler: an epoll instance plus an eventfd. An fd
 //             is added to it (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET) the first
@@ -49,7 +50,8 @@
 // waiter; and an event harvested by an epoll_wait begun after the read is
 // news (step 5). A short read proves nothing once the fd has hung up
 // (FdRecord::hung_up): the peer's FIN or an error stays readable and
-// raises no new edge. A note is the fiber's own, for one fd at a time.
+// raises no new edge. A note is the fiber's own, for one fd at a time,
+// kept in its control block's upper_slot (runtime/fiber_control.h).
 //
 // Events: the poller locks the record, drops the event if its generation
 // is not the record's (a closed-and-reused fd number), bumps the counters
@@ -86,9 +88,9 @@
 // listed), so the blocker never sleeps through a wake.
 //
 // Readiness wakes fibers with the scheduler's ready(): on one of its
-// workers into the next slot and the ring, from sysmon or another
+// workers into the next slot and the run queue, from sysmon or another
 // scheduler into the global queue with a notify. A worker's idle loop
-// defers the ring's wakes while it polls and, once its poll is over and
+// defers the run queue's wakes while it polls and, once its poll is over and
 // (a blocker) it has left the sleepers list, wakes one idle peer for all
 // it cannot run (Worker::run_after_poll): a wake per fiber took the idle
 // lock per fiber, and the blocker, still a listed sleeper, picked itself
@@ -99,7 +101,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "../sched/idle_poller.h"
 
@@ -122,11 +126,18 @@ struct FdWaitMark {
 };
 FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept;
 
+struct FdRecord;
+
+// fd_wait_mark with the fd's record in hand (null: none yet), for a caller
+// that looked it up already (a hooked call visits the table once).
+FdWaitMark fd_wait_mark(const FdRecord* record, FdDirection direction) noexcept;
+
 // After a read of `fd` that found it drained ("Drain notes" above):
 // `before` is fd_wait_mark(fd, read) from before it; `short_read`, that it
 // returned less than asked of a stream socket (else it failed with EAGAIN).
 // Keeps errno.
 void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept;
+void fd_note_drained(int fd, const FdRecord& record, const FdWaitMark& before, bool short_read) noexcept;
 
 // The calling fiber's drain note for `fd`, taken (true), as a mark for
 // wait_fd; false if there is none for `fd`.
@@ -143,6 +154,32 @@ bool take_drain_note(int fd, FdWaitMark& mark) noexcept;
 // when an event woke it (step 5), else 0 (a poll(2) said ready).
 FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, const FdWaitMark* mark = nullptr,
                      std::uint32_t* harvested = nullptr);
+// wait_fd with `fd`'s record in hand (FdRecords::get(fd)).
+FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::time_point deadline,
+                     const FdWaitMark* mark = nullptr, std::uint32_t* harvested = nullptr);
+
+// One fd of a wait on several (a hooked poll or select): the caller fills
+// in `fd` and the directions; fd_set_mark and wait_fd_set the rest.
+struct FdSetWait {
+  int fd = -1;
+  bool read = false;
+  bool write = false;
+  FdRecord* record = nullptr;
+  std::uint32_t seen[2] = {0, 0};
+};
+
+// Step 1 of "Waiting" for each entry: before the caller's own level check
+// of them all (a zero-timeout poll).
+void fd_set_mark(FdSetWait* entries, std::size_t count) noexcept;
+
+// Steps 3 and 4 for all the entries at once, in a fiber: each fd is added
+// to this scheduler's poller (once; it stays, as for wait_fd) and the fiber
+// parks until an edge on any of them, a close of one, or `deadline`. ready:
+// an edge came after the marks (or during the registration), and the
+// caller checks the level again; timed_out: the deadline passed. No fd is
+// made, however many are waited on. An fd epoll refuses (a regular file)
+// or that is not open is left out: the level check reports it.
+FdWaitResult wait_fd_set(FdSetWait* entries, std::size_t count, Clock::time_point deadline);
 
 // Call before the real close() of `fd` (or a dup2/dup3 onto it): wakes
 // every fiber waiting on it, in every scheduler, with `closed`, removes it
@@ -151,7 +188,16 @@ FdWaitResult wait_fd(int fd, FdDirection direction, Clock::time_point deadline, 
 // weft never waited on.
 void fd_closing(int fd) noexcept;
 
-struct FdRecord;
+// A new fd took the number `fd`, or its old one is gone where weft could
+// not see it close: as fd_closing (waiters woken with `closed`, a new
+// generation), but without deleting it from the pollers, which would
+// name the new file. The kernel dropped the old registration with the old
+// file, or keeps it under the old file with a stale generation; the new fd
+// is added afresh on its first wait.
+void fd_renewed(int fd) noexcept;
+
+// The poller of a new scheduler: SchedulerParts::make_poller.
+std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core);
 
 // One scheduler's poller (the SchedulerCore owns it as its IdlePoller).
 class Poller final : public IdlePoller {

@@ -24,14 +24,18 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 
 namespace weft::detail::real {
 
@@ -110,6 +114,9 @@ WEFT_REAL_CALL(ioctl, int(int, unsigned long, ...))
 WEFT_REAL_CALL(setsockopt, int(int, int, int, const void*, socklen_t))
 WEFT_REAL_CALL(getsockopt, int(int, int, int, void*, socklen_t*))
 WEFT_REAL_CALL(close, int(int))
+WEFT_REAL_CALL(close_range, int(unsigned int, unsigned int, int))
+WEFT_REAL_CALL(closefrom, void(int))
+WEFT_REAL_CALL(fclose, int(FILE*))
 WEFT_REAL_CALL(shutdown, int(int, int))
 WEFT_REAL_CALL(open, int(const char*, int, ...))
 WEFT_REAL_CALL(open64, int(const char*, int, ...))
@@ -124,6 +131,50 @@ WEFT_REAL_CALL(timerfd_create, int(int, int))
 WEFT_REAL_CALL(signalfd, int(int, const sigset_t*, int))
 WEFT_REAL_CALL(inotify_init, int())
 WEFT_REAL_CALL(inotify_init1, int(int))
+// Child processes (hooks/hooks_processes.cpp, hooks/hooks_popen.cpp).
+WEFT_REAL_CALL(waitpid, pid_t(pid_t, int*, int))
+WEFT_REAL_CALL(wait4, pid_t(pid_t, int*, int, struct rusage*))
+WEFT_REAL_CALL(waitid, int(idtype_t, id_t, siginfo_t*, int))
+WEFT_REAL_CALL(system, int(const char*))
+WEFT_REAL_CALL(popen, FILE*(const char*, const char*))
+WEFT_REAL_CALL(pclose, int(FILE*))
+// Regular files (hooks/hooks_files.cpp).
+WEFT_REAL_CALL(pread, ssize_t(int, void*, size_t, off_t))
+WEFT_REAL_CALL(preadv, ssize_t(int, const iovec*, int, off_t))
+WEFT_REAL_CALL(preadv2, ssize_t(int, const iovec*, int, off_t, int))
+WEFT_REAL_CALL(fsync, int(int))
+WEFT_REAL_CALL(fdatasync, int(int))
+WEFT_REAL_CALL(sync_file_range, int(int, off_t, off_t, unsigned int))
+// Calls that are only announced (hooks/hooks_announced.cpp).
+WEFT_REAL_CALL(flock, int(int, int))
+WEFT_REAL_CALL(lockf, int(int, int, off_t))
+WEFT_REAL_CALL(lockf64, int(int, int, off64_t))
+WEFT_REAL_CALL(pwrite, ssize_t(int, const void*, size_t, off_t))
+WEFT_REAL_CALL(pwrite64, ssize_t(int, const void*, size_t, off64_t))
+WEFT_REAL_CALL(pwritev, ssize_t(int, const iovec*, int, off_t))
+WEFT_REAL_CALL(pwritev64, ssize_t(int, const iovec*, int, off64_t))
+WEFT_REAL_CALL(ftruncate, int(int, off_t))
+WEFT_REAL_CALL(ftruncate64, int(int, off64_t))
+WEFT_REAL_CALL(fallocate, int(int, int, off_t, off_t))
+WEFT_REAL_CALL(fallocate64, int(int, int, off64_t, off64_t))
+WEFT_REAL_CALL(copy_file_range, ssize_t(int, off64_t*, int, off64_t*, size_t, unsigned int))
+WEFT_REAL_CALL(sendfile, ssize_t(int, int, off_t*, size_t))
+WEFT_REAL_CALL(sendfile64, ssize_t(int, int, off64_t*, size_t))
+WEFT_REAL_CALL(splice, ssize_t(int, off64_t*, int, off64_t*, size_t, unsigned int))
+WEFT_REAL_CALL(msync, int(void*, size_t, int))
+WEFT_REAL_CALL(sync, void())
+WEFT_REAL_CALL(syncfs, int(int))
+WEFT_REAL_CALL(wait, pid_t(int*))
+WEFT_REAL_CALL(pause, int())
+WEFT_REAL_CALL(sigsuspend, int(const sigset_t*))
+WEFT_REAL_CALL(sigwait, int(const sigset_t*, int*))
+WEFT_REAL_CALL(sigwaitinfo, int(const sigset_t*, siginfo_t*))
+WEFT_REAL_CALL(sigtimedwait, int(const sigset_t*, siginfo_t*, const timespec*))
+WEFT_REAL_CALL(tcdrain, int(int))
+WEFT_REAL_CALL(msgrcv, ssize_t(int, void*, size_t, long, int))
+WEFT_REAL_CALL(msgsnd, int(int, const void*, size_t, int))
+WEFT_REAL_CALL(semop, int(int, struct sembuf*, size_t))
+WEFT_REAL_CALL(semtimedop, int(int, struct sembuf*, size_t, const timespec*))
 
 #undef WEFT_REAL_CALL
 

@@ -1,6 +1,5 @@
 #include <cxxabi.h>
 #include <pthread.h>
-#include <weft/default_scheduler.h>
 #include <weft/fiber_local.h>
 #include <weft/pool.h>
 #include <weft/scheduler.h>
@@ -15,6 +14,7 @@
 
 #include "../runtime/log.h"
 #include "pool_core.h"
+#include "thread_registry.h"
 
 namespace weft::detail {
 
@@ -44,7 +44,7 @@ PoolOptions checked(PoolOptions options) {
   return options;
 }
 
-Scheduler* scheduler_for(const PoolOptions& options) {
+Scheduler* scheduler_for(const PoolOptions& options, Scheduler& (*default_scheduler)()) {
   if (!runs_on_fibers(options.mode, options.name)) return nullptr;
   return options.scheduler != nullptr ? options.scheduler : &default_scheduler();
 }
@@ -65,7 +65,10 @@ std::string describe(std::exception_ptr error) {
 
 }  // namespace
 
-PoolCore::PoolCore(PoolOptions options) : options_(checked(std::move(options))), scheduler_(scheduler_for(options_)) {}
+PoolCore::PoolCore(PoolOptions options, Scheduler& (*default_scheduler)(), PoolServices* services)
+    : options_(checked(std::move(options))),
+      scheduler_(scheduler_for(options_, default_scheduler)),
+      registration_(*this, options_.name, services) {}
 
 PoolCore::~PoolCore() {
   // The destructor cannot throw: misuse from the pool's own task ends here.
@@ -102,7 +105,8 @@ void PoolCore::start_runner_locked() {
       run_tasks();
     }));
   } else {
-    threads_.emplace_back([this] {
+    threads_.emplace_back([this, name] {
+      const ThreadListing listed(name, options_.name, "pool");  // for weft-dump
       thread_runner_of = this;
       run_tasks();
     });
@@ -142,6 +146,8 @@ void PoolCore::run_tasks() noexcept {
 }
 
 void PoolCore::run_one(Queued& item) noexcept {
+  ThreadListing* const listed = ThreadListing::current();  // a runner in thread mode
+  if (listed != nullptr) listed->task_started();
   const auto started = Clock::now();
   wait_times_.record(started - item.submitted);
   try {
@@ -154,6 +160,7 @@ void PoolCore::run_one(Queued& item) noexcept {
   // promises they are gone.
   item.task = Task();
   run_times_.record(Clock::now() - started);
+  if (listed != nullptr) listed->task_finished();
 }
 
 bool PoolCore::settled_locked() const noexcept {
@@ -308,7 +315,6 @@ PoolSnapshot PoolCore::snapshot() const {
 
 namespace weft {
 
-Pool::Pool(PoolOptions options) : core_(std::make_unique<detail::PoolCore>(std::move(options))) {}
 Pool::~Pool() = default;
 
 void Pool::enqueue(detail::Task task) { core_->enqueue(std::move(task)); }

@@ -47,7 +47,10 @@ namespace weft::detail {
 
 class PoolCore {
  public:
-  explicit PoolCore(PoolOptions options);
+  // `default_scheduler`: the scheduler of a pool on fibers that names none;
+  // `services`: told of the pool (null: none). Both are the composition
+  // root's (compose/pool.cpp).
+  PoolCore(PoolOptions options, Scheduler& (*default_scheduler)(), PoolServices* services);
   ~PoolCore();
   PoolCore(const PoolCore&) = delete;
   PoolCore& operator=(const PoolCore&) = delete;
@@ -115,7 +118,7 @@ class PoolCore {
   Mutex shutdown_lock_;
   bool joined_ = false;  // under shutdown_lock_
   // Last: the pool leaves weft-dump's list before anything else dies.
-  PoolRegistration registration_{*this, options_.name};
+  PoolRegistration registration_;
 };
 
 }  // namespace weft::detail

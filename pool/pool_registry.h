@@ -19,32 +19,39 @@ void unregister_pool(PoolCore& pool) noexcept;
 // Every live pool, oldest first.
 std::vector<PoolSnapshot> snapshot_pools();
 
-// Keeps weft-dump's server running while the pool lives, also in a process
-// with no scheduler (thread pools only). Declared here and defined by
-// introspect/dump_server.cpp, as sched/services.h's calls are, so that the
-// include arrows keep pointing down. False if the server is off (WEFT_DUMP=0)
-// or could not start.
-bool attach_pool_services(const std::string& pool_name);
-void detach_pool_services() noexcept;
+// What layers above pool/ do with every pool (introspect/: keep weft-dump's
+// server running while it lives, also in a process with no scheduler).
+// pool/ owns this interface and calls it; the composition root (compose/)
+// hands each pool an implementation, so the arrows point down at link time.
+class PoolServices {
+ public:
+  // True if the services took the pool: then detach() follows.
+  virtual bool attach(const std::string& pool_name) = 0;
+  virtual void detach() noexcept = 0;
+
+ protected:
+  ~PoolServices() = default;
+};
 
 // A pool's membership: PoolCore's last member, so the pool leaves the list
 // before any of its parts is destroyed.
 class PoolRegistration {
  public:
-  PoolRegistration(PoolCore& pool, const std::string& name) : pool_(pool) {
+  // `services` may be null: none.
+  PoolRegistration(PoolCore& pool, const std::string& name, PoolServices* services) : pool_(pool) {
     register_pool(pool_);
-    served_ = attach_pool_services(name);
+    if (services != nullptr && services->attach(name)) services_ = services;
   }
   PoolRegistration(const PoolRegistration&) = delete;
   PoolRegistration& operator=(const PoolRegistration&) = delete;
   ~PoolRegistration() {
-    if (served_) detach_pool_services();
+    if (services_ != nullptr) services_->detach();
     unregister_pool(pool_);
   }
 
  private:
   PoolCore& pool_;
-  bool served_ = false;
+  PoolServices* services_ = nullptr;
 };
 
 }  // namespace weft::detail

@@ -1,5 +1,4 @@
 #include <pthread.h>
-#include <weft/default_scheduler.h>
 #include <weft/this_fiber.h>
 #include <weft/thread.h>
 
@@ -8,21 +7,22 @@
 #include <system_error>
 #include <thread>
 
+#include "thread_registry.h"
+
 namespace weft {
 
 namespace detail {
-
-Scheduler* thread_scheduler(const ThreadOptions& options) {
-  if (options.name.empty())
-    throw std::invalid_argument("weft::Thread: the name is empty; a Thread needs one (WEFT_FIBERS selects by it)");
-  if (!runs_on_fibers(options.mode, options.name)) return nullptr;
-  return options.scheduler != nullptr ? options.scheduler : &default_scheduler();
-}
 
 void name_this_thread(std::string_view name) noexcept {
   // The kernel keeps 15 bytes and a terminator.
   const std::string shown(name.substr(0, 15));
   pthread_setname_np(pthread_self(), shown.c_str());
+}
+
+void run_listed_thread(std::string_view name, void (*body)(void*), void* context) noexcept {
+  name_this_thread(name);
+  const ThreadListing listed(std::string(name), "", "thread");
+  body(context);
 }
 
 }  // namespace detail

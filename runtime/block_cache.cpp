@@ -1,5 +1,6 @@
 #include "block_cache.h"
 
+#include <pthread.h>
 #include <weft/detail/spin_lock.h>
 
 #include <atomic>
@@ -59,6 +60,12 @@ constexpr std::size_t kSharedCapacity = 16 * BlockCache::kCapacity;
 SpinLock shared_lock;
 BlockList shared;                           // guarded by shared_lock
 std::atomic<std::size_t> shared_available;  // shared.count, to look without the lock
+
+// fork(): held across it, so that the child's copy of the shared list is
+// consistent and its lock free (the child's fibers allocate blocks too).
+[[gnu::constructor]] void register_fork_handlers() {
+  pthread_atfork([] { shared_lock.lock(); }, [] { shared_lock.unlock(); }, [] { shared_lock.unlock(); });
+}
 
 struct ThreadBlocks {
   BlockList list;

@@ -54,8 +54,9 @@ struct ExecutionContext {
 void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, ContextEntry entry, void* sanitizer_fiber);
 // Describes the calling thread's own stack (a worker's scheduling loop).
 void adopt_thread_context(ExecutionContext& ctx);
-// ThreadSanitizer's per-fiber state costs about 2 ms to create and destroy,
-// so it is made once per stack and reused with the stack from the pool.
+// ThreadSanitizer's per-fiber state is slow to create and destroy
+// (docs/benchmarks.md, "Figures behind the comments"), so it is made once
+// per stack and reused with the stack from the pool.
 // Null (and free) in other builds.
 void* new_sanitizer_fiber();
 void delete_sanitizer_fiber(void* fiber);

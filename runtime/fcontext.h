@@ -20,8 +20,8 @@
 //   when the fiber was entered: the return address of whoever switched to
 //   it, often the very context resumed now.
 //
-// Measured here (docs/benchmarks.md): a PingPong round trip 135 -> 87 ns,
-// a yield 26 -> 20 ns; the last switch by return, spawn+join 144 -> 137 ns.
+// docs/benchmarks.md ("This stop's changes (stop 10)") has what each of the
+// two saved in PingPong, yield and spawn+join.
 //
 // Elsewhere (aarch64's Boost leaves by `ret` already) it is Boost.Context's.
 #pragma once

@@ -6,18 +6,12 @@
 #include <cstring>
 #include <mutex>
 
+#include "fast_clock.h"
+
 namespace weft::detail {
 namespace {
 
-// The park timestamp is taken on every park, twice per PingPong round trip:
-// the coarse clock costs ~5 ns here against ~30-40 ns for CLOCK_MONOTONIC,
-// at the price of the kernel tick's resolution (4 ms here) in the dump's
-// "waiting for ... ms". Both ends of that difference use this clock.
-std::int64_t monotonic_ns() noexcept {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+[[gnu::tls_model("initial-exec")]] thread_local const std::atomic<FiberControl*>* tls_running_fiber = nullptr;
 
 // Writes "fiber-<id>" without allocating (also used from a signal handler).
 void format_default_name(std::uint64_t id, char* out, std::size_t size) noexcept {
@@ -35,6 +29,16 @@ void format_default_name(std::uint64_t id, char* out, std::size_t size) noexcept
 }
 
 }  // namespace
+
+// Not inlined, and with a compiler barrier: a fiber can resume on another
+// thread, and the compiler must not reuse a TLS address computed before.
+[[gnu::noinline]] FiberControl* current_fiber() noexcept {
+  asm volatile("" ::: "memory");
+  const std::atomic<FiberControl*>* cell = tls_running_fiber;
+  return cell != nullptr ? cell->load(std::memory_order_relaxed) : nullptr;
+}
+
+void bind_running_fiber_cell(const std::atomic<FiberControl*>* cell) noexcept { tls_running_fiber = cell; }
 
 const char* to_string(FiberState state) noexcept {
   switch (state) {
@@ -81,7 +85,9 @@ void FiberControl::record_wait(const WaitSite& site) noexcept {
   wait_kind.store(site.kind, std::memory_order_relaxed);
   wait_object.store(site.object, std::memory_order_relaxed);
   wait_operation.store(site.operation, std::memory_order_relaxed);
-  parked_since_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  // On every park, twice per PingPong round trip: the fast clock, whose
+  // microseconds the coarse clock's 4 ms ticks did not have.
+  parked_since_ns.store(fast_now_ns(), std::memory_order_relaxed);
 }
 
 void FiberControl::clear_wait() noexcept {
@@ -108,13 +114,18 @@ FiberSnapshot take_snapshot(const FiberControl& fiber) {
   snap.state = to_string(state);
   snap.pinned = fiber.pin_count.load(std::memory_order_relaxed) != 0;
   snap.counts = read_counts(fiber);
-  snap.runnable_ms = static_cast<double>(fiber.counters.runnable_ns.load(std::memory_order_relaxed)) / 1e6;
+  const std::int64_t now = fast_now_ns();
+  snap.runnable_total_ms = static_cast<double>(fiber.counters.runnable_ns.load(std::memory_order_relaxed)) / 1e6;
+  if (state == FiberState::runnable) {
+    const std::int64_t since = fiber.runnable_since_ns.load(std::memory_order_relaxed);
+    if (since != 0 && now > since) snap.runnable_ms = static_cast<double>(now - since) / 1e6;
+  }
   if (const char* kind = fiber.wait_kind.load(std::memory_order_relaxed)) {
     snap.wait_kind = kind;
     snap.wait_object = fiber.wait_object.load(std::memory_order_relaxed);
     if (const char* op = fiber.wait_operation.load(std::memory_order_relaxed)) snap.wait_operation = op;
     const std::int64_t since = fiber.parked_since_ns.load(std::memory_order_relaxed);
-    if (since != 0) snap.waiting_ms = static_cast<double>(monotonic_ns() - since) / 1e6;
+    if (since != 0 && now > since) snap.waiting_ms = static_cast<double>(now - since) / 1e6;
   }
   // park() clears the wait only once the fiber runs again, so a runnable
   // fiber that still has one was woken and waits for a worker.

@@ -67,21 +67,29 @@ struct FiberControl {
   std::atomic<Worker*> worker{nullptr};  // the worker it runs or last ran on
   FiberControl* link = nullptr;          // intrusive link for worker inboxes
   std::atomic<std::uint32_t> pin_count{0};
-  // The pins of pin_count that the libc hooks took for a park
-  // (hooks/hook_support.h, ParkScope): sysmon may release those when the
-  // worker's thread is blocked in the kernel, so that the fiber still runs
-  // (Worker::release_hook_pinned); each release bumps hook_pin_releases.
-  // Written by the fiber while it runs, and by sysmon only while the fiber
-  // waits in its worker's inbox: the inbox's CAS orders the two.
-  std::uint32_t hook_pins = 0;
-  std::uint32_t hook_pin_releases = 0;
+  // The pins of pin_count that the scheduler may release: sysmon releases
+  // them when the worker's thread is blocked in the kernel, so that the
+  // fiber still runs (Worker::release_hook_pinned); each release bumps
+  // pin_releases. The libc hooks pin this way around a park
+  // (hooks/hook_support.h, ParkScope). Written by the fiber while it runs,
+  // and by sysmon only while the fiber waits in its worker's inbox: the
+  // inbox's CAS orders the two.
+  std::uint32_t releasable_pins = 0;
+  std::uint32_t pin_releases = 0;
   std::atomic<FiberState> state{FiberState::runnable};
   FiberCounters counters;
-  // Scheduling-latency sampling (sched/run_latency.h). Plain fields: they
-  // are written by whoever makes the fiber runnable and read by the worker
-  // that then runs it, and the run queue between them orders the two.
-  std::uint32_t runnable_seq = 0;      // times made runnable
-  std::int64_t runnable_since_ns = 0;  // CLOCK_MONOTONIC; 0: this time is not sampled
+  // When it was last made runnable (runtime/fast_clock.h), written by
+  // whoever makes it so (sched/run_latency.h) and read by the worker that
+  // then runs it (the run queue between them orders the two) and by the
+  // dump (relaxed: a time, not a fence).
+  std::atomic<std::int64_t> runnable_since_ns{0};
+  // Scheduling-latency sampling: times made runnable, and whether this time
+  // is sampled. Plain fields, ordered as above.
+  std::uint32_t runnable_seq = 0;
+  bool runnable_sampled = false;
+  // While a trace is recorded (sched/trace.h): the wake that made it
+  // runnable, for the flow arrow to its run; ordered as above.
+  std::uint64_t trace_flow = 0;
 
   // --- identity ---------------------------------------------------------
   const std::uint64_t id;
@@ -94,7 +102,7 @@ struct FiberControl {
   std::atomic<const char*> wait_kind{nullptr};
   std::atomic<const void*> wait_object{nullptr};
   std::atomic<const char*> wait_operation{nullptr};
-  std::atomic<std::int64_t> parked_since_ns{0};  // CLOCK_MONOTONIC_COARSE, 0: not parked
+  std::atomic<std::int64_t> parked_since_ns{0};  // runtime/fast_clock.h's CLOCK_MONOTONIC; 0: not parked
   void record_wait(const WaitSite& site) noexcept;
   void clear_wait() noexcept;
   // Where it parked: park()'s frame (it stays live while the fiber is
@@ -103,14 +111,14 @@ struct FiberControl {
   // (introspect/fiber_stack_walk.h).
   std::atomic<std::uintptr_t> park_frame{0};
   std::atomic<std::uintptr_t> park_call_site{0};
-  // The fd this fiber's last read found drained, and the netpoller's mark
-  // from around that read (io/netpoller.h, "Drain notes"); fd -1: none.
-  // The fiber's own: written and read only by the fiber itself.
-  struct DrainNote {
-    int fd = -1;
-    std::uint32_t events = 0;
-    std::uint64_t sequence = 0;
-  } drain_note;
+
+  // --- kept for a layer above -------------------------------------------
+  // Room for a small value that a layer above sched/ keeps per fiber where
+  // a FiberLocal's lookup would cost too much on its path: io/'s drain note
+  // (io/netpoller.h, "Drain notes"). runtime/ and sched/ never read it; it
+  // is zero when the fiber starts. The fiber's own: written and read only
+  // by the fiber itself.
+  alignas(8) unsigned char upper_slot[16] = {};
 
   // --- body -------------------------------------------------------------
   Stack stack;
@@ -146,7 +154,13 @@ struct FiberControl {
 FiberCounts read_counts(const FiberControl& fiber) noexcept;
 FiberSnapshot take_snapshot(const FiberControl& fiber);
 
-// The fiber running on this thread, or null on a plain thread.
+// The fiber running on this thread, or null on a plain thread (or on a
+// worker between fibers). Never cached across a switch: a fiber may resume
+// on another thread.
 FiberControl* current_fiber() noexcept;
+// The thread's running-fiber cell: a worker thread binds the cell in which
+// it records the fiber it runs (Worker's current_), once at its start, and
+// unbinds it (null) at its end; current_fiber() reads it.
+void bind_running_fiber_cell(const std::atomic<FiberControl*>* cell) noexcept;
 
 }  // namespace weft::detail

@@ -9,8 +9,19 @@
 #include "../runtime/fiber_control.h"
 #include "../runtime/log.h"
 #include "scheduler_core.h"
+#include "wait_owner.h"
 
 namespace weft {
+namespace {
+
+// A joiner waits for the fiber it joins: that fiber is what it waits on,
+// and its owner (sched/wait_owner.h).
+detail::WaitOwner joined_fiber(const void* control) noexcept {
+  return {detail::fiber_id_at(static_cast<const detail::FiberControl*>(control)), 0};
+}
+[[maybe_unused]] const bool joins_registered = detail::register_wait_owner("weft::Fiber", &joined_fiber);
+
+}  // namespace
 
 Fiber::Fiber(detail::FiberControl* control) noexcept : control_(control), id_(control->id), joinable_(true) {}
 

@@ -16,6 +16,11 @@ bool IdleWorkers::begin_search() noexcept {
   return true;
 }
 
+void IdleWorkers::reserve_sleepers(unsigned sleepers) {
+  std::lock_guard guard(lock_);
+  sleepers_.reserve(sleepers);
+}
+
 void IdleWorkers::prepare_sleep(IdleSlot& slot) noexcept {
   slot.wake_word.store(0, std::memory_order_relaxed);
   {

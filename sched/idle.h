@@ -26,13 +26,14 @@
 //      (notify_work). A publisher that skipped its wake because this worker
 //      searched may have published more than the one fiber taken here (a
 //      plain thread spawning two fibers in a row, or the rest of a global
-//      batch pushed into this worker's ring); without this wake that work
+//      batch pushed into this worker's run queue); without this wake that work
 //      would wait behind the fiber about to run while its peers sleep.
 //      Looking first is sound: such a publisher read searching_ before the
 //      end_search, so its fiber is visible to the reads after it; one that
 //      reads searching_ after it sees 0 and wakes a sleeper itself. (Go's
-//      resetspinning wakes unconditionally; a wake nobody needs cost an
-//      idle 2-worker scheduler's thread-to-fiber wake 7 -> 30 us.)
+//      resetspinning wakes unconditionally; a wake nobody needs made an
+//      idle scheduler's thread-to-fiber wake several times slower:
+//      docs/benchmarks.md, "Figures behind the comments".)
 //   3. searcher that finds nothing: it ends its search, registers as a
 //      sleeper (prepare_sleep), StoreLoad, re-checks every queue, and only
 //      then waits. If the re-check finds work and it was the last searcher,
@@ -80,9 +81,12 @@ class IdlePoller;
 
 class IdleWorkers {
  public:
-  // `sleepers`: how many may sleep at once (the workers, and spares that
-  // hold pinned fibers), so that going to sleep never allocates.
+  // `sleepers`: how many may sleep at once (the workers; reserve_sleepers
+  // adds the spares), so that going to sleep never allocates.
   IdleWorkers(unsigned workers, unsigned sleepers) : workers_(workers) { sleepers_.reserve(sleepers); }
+  // Room for `sleepers` in all, before a new spare may sleep; may throw
+  // std::bad_alloc.
+  void reserve_sleepers(unsigned sleepers);
 
   // After publishing work any worker may run.
   void notify_work() noexcept {

@@ -1,7 +1,8 @@
 // IdlePoller: what the idle loop and sysmon ask of a scheduler's netpoller.
-// sched/ declares it and calls it; io/netpoller.cpp implements it and
-// make_idle_poller(), so that the include arrows keep pointing down
-// (runtime <- sched <- io). The protocol is written at the top of
+// sched/ declares it and calls it; io/netpoller.cpp implements it, and the
+// composition root (compose/scheduler.cpp) hands the core io/'s
+// make_idle_poller (SchedulerParts), so that the arrows point down at link
+// time too (runtime <- sched <- io). The protocol is written at the top of
 // io/netpoller.h.
 #pragma once
 
@@ -47,8 +48,5 @@ class IdlePoller {
   // For snapshots (any thread).
   virtual PollerSnapshot view() const noexcept = 0;
 };
-
-// Defined by io/: the poller of a new scheduler.
-std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core);
 
 }  // namespace weft::detail

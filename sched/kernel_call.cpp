@@ -1,11 +1,12 @@
 #include "kernel_call.h"
 
-#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+
+#include "../runtime/system_calls.h"
 
 namespace weft::detail {
 namespace {
@@ -85,17 +86,17 @@ const char* syscall_name(long number) noexcept {
   return call != nullptr ? call->name : nullptr;
 }
 
+bool syscall_takes_fd(long number) noexcept {
+  const KnownCall* call = find_call(number);
+  return call != nullptr && call->first_argument_is_fd;
+}
+
 long kernel_call(int os_thread_id, unsigned long* first_argument) {
   if (os_thread_id <= 0) return -1;
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", os_thread_id);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
   char buffer[256];
-  const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
-  ::close(fd);
-  if (n <= 0) return -1;
-  buffer[n] = '\0';
+  if (sys::read_small_file(path, buffer, sizeof(buffer)) < 0) return -1;
   // "running", "-1 sp pc" (asleep, but not in a system call: a page fault),
   // or "nr arg1 ... arg6 sp pc" with the arguments in hex.
   char* end = nullptr;

@@ -20,5 +20,7 @@ long kernel_call(int os_thread_id, unsigned long* first_argument = nullptr);
 // The name of system call `number` on this architecture ("read"), or null
 // when weft's table does not know it.
 const char* syscall_name(long number) noexcept;
+// Whether system call `number`'s first argument is an fd (read, send, ...).
+bool syscall_takes_fd(long number) noexcept;
 
 }  // namespace weft::detail

@@ -25,6 +25,7 @@ void LatencyHistogram::record(std::chrono::nanoseconds elapsed) noexcept {
   const std::uint64_t ns = elapsed.count() < 0 ? 0 : static_cast<std::uint64_t>(elapsed.count());
   buckets_[bucket_of(ns)].fetch_add(1, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(ns, std::memory_order_relaxed);
   std::uint64_t seen = max_.load(std::memory_order_relaxed);
   while (ns > seen && !max_.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
   }
@@ -36,6 +37,7 @@ void LatencyHistogram::record_single_writer(std::uint64_t ns) noexcept {
   };
   bump(buckets_[bucket_of(ns)]);
   bump(count_);
+  sum_.store(sum_.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
   if (ns > max_.load(std::memory_order_relaxed)) max_.store(ns, std::memory_order_relaxed);
 }
 
@@ -46,7 +48,9 @@ void LatencyHistogram::add_to(Counts& counts) const noexcept {
 LatencySummary LatencyHistogram::summary() const noexcept {
   Counts counts{};
   add_to(counts);
-  return summarize(counts, max_.load(std::memory_order_relaxed));
+  LatencySummary out = summarize(counts, max_.load(std::memory_order_relaxed));
+  out.sum_us = static_cast<double>(sum_.load(std::memory_order_relaxed)) / 1000.0;
+  return out;
 }
 
 LatencySummary LatencyHistogram::summarize(const Counts& counts, std::uint64_t max_ns) noexcept {

@@ -27,7 +27,8 @@ class LatencyHistogram {
   // record() for a histogram that only one thread ever records into: no
   // locked instruction (a worker's, on its switch path).
   void record_single_writer(std::uint64_t ns) noexcept;
-  // Count, p50, p99 and max. Concurrent records may or may not be counted.
+  // Count, p50, p99, max and sum. Concurrent records may or may not be
+  // counted.
   LatencySummary summary() const noexcept;
 
   // Bucket counts, to be summed over histograms and differenced over time
@@ -47,6 +48,7 @@ class LatencyHistogram {
   std::array<std::atomic<std::uint64_t>, bucket_count> buckets_{};
   std::atomic<std::uint64_t> count_{0};
   std::atomic<std::uint64_t> max_{0};
+  std::atomic<std::uint64_t> sum_{0};  // of every value, ns: a summary's _sum (weft-dump --metrics)
 };
 
 }  // namespace weft::detail

@@ -1,7 +1,7 @@
 // NextSlot: a worker's "run next" slot (Go's runnext, tokio's LIFO slot),
 // the fiber just woken by the running one. A PingPong hand-off goes through
-// it twice, so its owner's side has no locked instruction: an exchange costs
-// about 6 ns here, two per hand-off.
+// it twice, so its owner's side has no locked instruction: an exchange would
+// cost two per hand-off (docs/benchmarks.md, "Figures behind the comments").
 //
 // Only the worker's own thread puts and takes. Sysmon may seize the fiber of
 // a stuck worker (sched/sysmon.h); the two agree through an asymmetric

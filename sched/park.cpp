@@ -1,6 +1,7 @@
 #include <weft/detail/park.h>
 
 #include "scheduler_core.h"
+#include "thread_wait.h"
 #include "timers.h"
 #include "worker.h"
 
@@ -40,8 +41,9 @@ void time_out(TimerNode& node) {
     fiber->scheduler->ready(fiber);
 }
 
-WakeReason park_thread(Waiter& waiter, SpinLock* lock, Clock::time_point deadline) {
+WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline) {
   waiter.fiber = nullptr;
+  const ThreadWaitScope recorded(site.kind, site.object, site.operation, &waiter.state);  // for weft-dump
   if (lock != nullptr) lock->unlock();
   for (;;) {
     const std::uint32_t state = waiter.state.load(std::memory_order_acquire);
@@ -78,11 +80,16 @@ WakeReason park_thread(Waiter& waiter, SpinLock* lock, Clock::time_point deadlin
 
 }  // namespace
 
+ThreadWait& this_thread_wait() noexcept {
+  thread_local ThreadWait wait;
+  return wait;
+}
+
 WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline) {
   waiter.may_time_out = deadline != no_deadline;
   Worker* worker = current_worker();
   FiberControl* self = worker != nullptr ? worker->current() : nullptr;
-  if (self == nullptr) return park_thread(waiter, lock, deadline);
+  if (self == nullptr) return park_thread(waiter, lock, site, deadline);
 
   waiter.fiber = self;
   self->record_wait(site);

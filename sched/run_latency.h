@@ -9,34 +9,31 @@
 // fiber's runnable time, which is therefore an estimate. A clock read at
 // every wake and every switch cost two per PingPong hand-off; sampled, the
 // unsampled rest pays an increment and a compare (docs/benchmarks.md).
-// Go samples one in 8 around a schedule() of ~200 ns; a weft switch is a
-// fifth of that and a CLOCK_MONOTONIC read costs about half of it here, so
-// one in 32 keeps the clock to Go's share of the switch. The price: a
-// process that makes few fibers runnable gets few samples (at 1,000 wakes
-// a second, ~31 a second), so its p99 over a short interval is nearly its
-// max.
+// Go samples one in 8 around its schedule(); a weft switch is several
+// times shorter, and a CLOCK_MONOTONIC read a large part of it
+// (docs/benchmarks.md, "Figures behind the comments"), so one in 32 keeps
+// the clock to Go's share of the switch. The price: a process that makes
+// few fibers runnable gets few samples (1 in 32 of its wakes), so its p99
+// over a short interval is nearly its max.
 #pragma once
 
 #include <time.h>
 
 #include <cstdint>
 
+#include "../runtime/fast_clock.h"
 #include "../runtime/fiber_control.h"
 
 namespace weft::detail {
 
 inline constexpr std::uint32_t kRunLatencyPeriod = 32;
 
-inline std::int64_t run_latency_clock_ns() noexcept {
-  timespec now;
-  ::clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-}
-
-// Call where `fiber` becomes runnable, before it is published to a queue.
+// Call where `fiber` becomes runnable, before it is published to a queue:
+// the time it did, for weft-dump's `runnable=` (every time, on the fast
+// clock), and whether this wait is sampled.
 inline void mark_runnable(FiberControl& fiber) noexcept {
-  if (++fiber.runnable_seq % kRunLatencyPeriod == 0) [[unlikely]]
-    fiber.runnable_since_ns = run_latency_clock_ns();
+  fiber.runnable_since_ns.store(fast_now_ns(), std::memory_order_relaxed);
+  fiber.runnable_sampled = ++fiber.runnable_seq % kRunLatencyPeriod == 0;
 }
 
 }  // namespace weft::detail

@@ -68,7 +68,7 @@ class RunQueue {
     }
 
     // Removes the older half into `out` (room for Capacity / 2); returns how
-    // many. Used when the ring is full, to spill to the global queue.
+    // many. Used when the run queue is full, to spill to the global queue.
     std::uint32_t take_half(T* out) noexcept {
       std::uint32_t head = q_.head_.load(std::memory_order_acquire);
       for (;;) {

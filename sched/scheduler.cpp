@@ -1,3 +1,6 @@
+// weft::Scheduler, the members that need only sched/: its constructor and
+// snapshot() put the layers together and live above them, in
+// compose/scheduler.cpp.
 #include <weft/scheduler.h>
 
 #include "scheduler_core.h"
@@ -27,8 +30,6 @@ Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, void (*body)(void*)
 
 }  // namespace detail
 
-Scheduler::Scheduler(Config config) : core_(std::make_unique<detail::SchedulerCore>(std::move(config))) {}
-
 Scheduler::~Scheduler() {
   // In a forked child the core's threads are not there to join (a worker's
   // std::thread would terminate the child): the parent's scheduler is left
@@ -41,8 +42,6 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::shutdown() { core_->shutdown(); }
-
-SchedulerSnapshot Scheduler::snapshot() const { return core_->snapshot(); }
 
 const Config& Scheduler::config() const noexcept { return core_->config(); }
 

@@ -14,6 +14,7 @@
 #include "../runtime/log.h"
 #include "../runtime/overflow_handler.h"
 #include "run_latency.h"
+#include "trace.h"
 #include "worker.h"
 
 namespace weft::detail {
@@ -39,12 +40,22 @@ const Config& validated(const Config& config) {
   if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
   if (config.time_slice.count() <= 0) throw std::invalid_argument("weft::Config::time_slice must be positive");
   check_stack_size(config.stack_size, "weft::Config::stack_size");
-  if (config.blocking_threads == 0 || config.blocking_threads > 1024)
-    throw std::invalid_argument("weft::Config::blocking_threads must be 1 to 1024, got " +
-                                std::to_string(config.blocking_threads));
-  if (config.spare_workers > 1024)
-    throw std::invalid_argument("weft::Config::spare_workers must be at most 1024, got " +
-                                std::to_string(config.spare_workers));
+  if (config.max_blocking_threads == 0 || config.max_blocking_threads > 65536)
+    throw std::invalid_argument("weft::Config::max_blocking_threads must be 1 to 65536, got " +
+                                std::to_string(config.max_blocking_threads));
+  if (config.blocking_threads > 1024)
+    throw std::invalid_argument(
+        "weft::Config::blocking_threads (deprecated: set max_blocking_threads) must be 0 "
+        "(unset) or 1 to 1024, got " +
+        std::to_string(config.blocking_threads));
+  if (config.blocking_keep_alive.count() <= 0)
+    throw std::invalid_argument("weft::Config::blocking_keep_alive must be positive");
+  if (config.max_threads < config.workers)
+    throw std::invalid_argument("weft::Config::max_threads (" + std::to_string(config.max_threads) +
+                                ") must be at least Config::workers (" + std::to_string(config.workers) +
+                                "); equal to it turns spare threads off");
+  if (config.spare_keep_alive.count() < 0)
+    throw std::invalid_argument("weft::Config::spare_keep_alive must not be negative");
   return config;
 }
 
@@ -86,22 +97,25 @@ unsigned current_fork_generation() {
 
 }  // namespace
 
-SchedulerCore::SchedulerCore(Config config)
+SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
     : config_(validated(config)),
       fork_generation_(current_fork_generation()),
-      stacks_(config_.stack_size, config_.stack_pool_size, config_.workers + config_.spare_workers),
-      registry_(config_.workers + config_.spare_workers + 1),
-      idle_(config_.workers, config_.workers + config_.spare_workers),
-      live_(std::make_unique<LiveCount[]>(config_.workers + config_.spare_workers + 1)) {
+      stacks_(config_.stack_size, config_.stack_pool_size, config_.workers),
+      registry_(config_.workers + 1),
+      idle_(config_.workers, config_.workers),
+      spares_(*this, config_.max_threads - config_.workers),
+      live_(std::make_unique<LiveCount[]>(config_.workers + 1)) {
+  if (parts.make_poller == nullptr) throw std::invalid_argument("weft: SchedulerParts::make_poller is null");
   install_overflow_handler();
-  poller_ = make_idle_poller(*this);
+  poller_ = parts.make_poller(*this);
   idle_.set_poller(poller_.get());
-  const unsigned all = config_.workers + config_.spare_workers;
-  workers_.reserve(all);
-  for (unsigned i = 0; i < all; ++i) workers_.push_back(std::make_unique<Worker>(*this, i, i >= config_.workers));
+  extensions_.reserve(parts.extensions.size());
+  for (auto make : parts.extensions) extensions_.push_back(make(config_));
+  workers_.reserve(config_.workers);
+  for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
   for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start();
   sysmon_.start();
-  services_.attach(*this);
+  services_.attach(parts.services, *this);
 }
 
 // The services (services_, the last member) let go of it after shutdown():
@@ -131,7 +145,7 @@ FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::siz
   try {
     if (options.stack_size != 0)
       check_stack_size(options.stack_size, "weft: SpawnOptions::stack_size (0: Config::stack_size)");
-    Stack stack = stacks_.acquire(options.stack_size, own != nullptr ? own->index() : StackPool::no_cache);
+    Stack stack = stacks_.acquire(options.stack_size, stack_cache(own));
     // The callable lives at the top of the stack; at least a page must be
     // left below it for the fiber to run on.
     if (callable_size + callable_align + 4096 > stack.usable_size())
@@ -166,7 +180,7 @@ void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexc
   make_context(fiber->context, bottom, static_cast<std::size_t>(static_cast<char*>(fiber->callable) - bottom),
                &fiber_main, fiber->stack.sanitizer_fiber());
   Worker* const own = own_worker();
-  registry_.add(fiber, own != nullptr ? own->index() + 1 : 0);
+  registry_.add(fiber, local_slot(own));
   if (own != nullptr) {
     own->push_spawned(fiber);
   } else {
@@ -178,6 +192,8 @@ void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexc
 void SchedulerCore::ready(FiberControl* fiber) noexcept {
   fiber->state.store(FiberState::runnable, std::memory_order_relaxed);
   mark_runnable(*fiber);
+  if (tracing()) [[unlikely]]
+    trace_wake(*fiber);
   if (fiber->pin_count.load(std::memory_order_relaxed) != 0) {
     fiber->worker.load(std::memory_order_relaxed)->push_inbox(fiber);
     return;
@@ -192,7 +208,7 @@ void SchedulerCore::ready(FiberControl* fiber) noexcept {
 
 LatencySummary SchedulerCore::sched_latency_since_last() {
   LatencyHistogram::Counts now{};
-  for (const auto& worker : workers_) worker->run_latency().add_to(now);
+  for (std::size_t i = 0, span = steal_span(); i < span; ++i) worker(i).run_latency().add_to(now);
   std::lock_guard guard(sched_latency_lock_);
   LatencyHistogram::Counts interval;
   for (unsigned i = 0; i < LatencyHistogram::bucket_count; ++i) {
@@ -241,7 +257,7 @@ void SchedulerCore::release_finished(void* arg) noexcept {
   auto* fiber = static_cast<FiberControl*>(arg);
   SchedulerCore* core = fiber->scheduler;
   // This runs on one of the fiber's scheduler's workers.
-  core->stacks_.release(std::move(fiber->stack), current_worker()->index());
+  core->stacks_.release(std::move(fiber->stack), core->stack_cache(current_worker()));
   fiber->release_reference();
   core->fiber_exited();
 }
@@ -251,14 +267,19 @@ Worker* SchedulerCore::own_worker() const noexcept {
   return worker != nullptr && &worker->core() == this ? worker : nullptr;
 }
 
-std::atomic<std::int64_t>& SchedulerCore::live_count(Worker* own) noexcept {
-  return live_[own != nullptr ? own->index() + 1 : 0].n;
+unsigned SchedulerCore::local_slot(const Worker* own) const noexcept {
+  return own != nullptr && !own->is_spare() ? own->index() + 1 : 0;
 }
+
+unsigned SchedulerCore::stack_cache(const Worker* own) const noexcept {
+  return own != nullptr && !own->is_spare() ? own->index() : StackPool::no_cache;
+}
+
+std::atomic<std::int64_t>& SchedulerCore::live_count(Worker* own) noexcept { return live_[local_slot(own)].n; }
 
 std::int64_t SchedulerCore::live_sum() const noexcept {
   std::int64_t sum = 0;
-  for (unsigned i = 0; i <= config_.workers + config_.spare_workers; ++i)
-    sum += live_[i].n.load(std::memory_order_seq_cst);
+  for (unsigned i = 0; i <= config_.workers; ++i) sum += live_[i].n.load(std::memory_order_seq_cst);
   return sum;
 }
 
@@ -381,8 +402,7 @@ void SchedulerCore::shutdown() {
   }
   sysmon_.stop();  // no spare is started after this
   idle_.wake_all();
-  for (auto& worker : workers_)
-    if (worker->is_spare() && worker->spare_started()) worker->wake_spare();
+  spares_.stop();
   for (auto& worker : workers_) worker->join();
   std::lock_guard guard(shutdown_lock_);
   stopped_ = true;
@@ -402,41 +422,6 @@ void SchedulerCore::arm_timer(TimerNode& node) {
       idle_.notify_work();
       break;
   }
-}
-
-bool SchedulerCore::activate_spare() noexcept {
-  for (unsigned i = config_.workers; i < workers_.size(); ++i) {
-    Worker& spare = *workers_[i];
-    if (spare.spare_running()) continue;
-    const bool fresh = !spare.spare_started();
-    active_spares_.fetch_add(1, std::memory_order_relaxed);
-    // Counted before the thread can look: thieves must see its queues.
-    if (fresh) spares_started_.fetch_add(1, std::memory_order_relaxed);
-    if (spare.activate()) return true;
-    active_spares_.fetch_sub(1, std::memory_order_relaxed);
-    if (fresh) spares_started_.fetch_sub(1, std::memory_order_relaxed);
-    return false;
-  }
-  return false;
-}
-
-bool SchedulerCore::retire_spare_if_surplus() noexcept {
-  unsigned active = active_spares_.load(std::memory_order_relaxed);
-  while (active > spare_target_.load(std::memory_order_relaxed)) {
-    if (active_spares_.compare_exchange_weak(active, active - 1, std::memory_order_relaxed)) return true;
-  }
-  return false;
-}
-
-Extension& SchedulerCore::extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&)) {
-  const auto i = static_cast<std::size_t>(kind);
-  if (Extension* made = extensions_[i].load(std::memory_order_acquire)) return *made;
-  std::lock_guard guard(extension_lock_);
-  if (Extension* made = extensions_[i].load(std::memory_order_relaxed)) return *made;
-  owned_extensions_[i] = make(*this);
-  // Release: a reader that finds the pointer finds it fully built.
-  extensions_[i].store(owned_extensions_[i].get(), std::memory_order_release);
-  return *owned_extensions_[i];
 }
 
 SchedulerCore& current_scheduler(const char* what) {

@@ -13,9 +13,11 @@
 //               woke. It runs as soon as the waker parks, so a ping-pong
 //               pair stays on one worker and in cache. Capped at 3
 //               consecutive runs, after which it goes to the back of the
-//               ring so that a pair cannot starve the rest. Not stealable.
-//   ring        per worker, 256 fibers, owner push/pop and thieves steal
-//               half (sched/run_queue.h). Yielded and woken fibers go here.
+//               run queue so that a pair cannot starve the rest. Not
+//               stealable.
+//   run queue   per worker, a ring of 256 fibers, owner push/pop and
+//               thieves steal half (sched/run_queue.h). Yielded and woken
+//               fibers go here.
 //   spawned     per worker, a Chase-Lev deque of 1024 (sched/spawn_deque.h):
 //               fibers it spawned, run newest first by the owner (depth
 //               first, as a fork-join wants) and stolen oldest first.
@@ -23,11 +25,12 @@
 //               worker may run them.
 //   global      one moodycamel::ConcurrentQueue per scheduler: spawns from
 //               plain threads, wakes from plain threads and the timers
-//               sysmon runs, and overflow from full rings. Checked every 61 ticks even when
-//               the local queues are busy, and whenever they are empty.
+//               sysmon runs, and overflow from full run queues. Checked
+//               every 61 ticks even when the local queues are busy, and
+//               whenever they are empty.
 //
 // A worker's loop: pick_next (every 61st pick the due timers and the
-// global queue first; then next slot, inbox, ring, spawned, global,
+// global queue first; then next slot, inbox, run queue, spawned, global,
 // steal); if nothing, run due timers, poll the netpoller without blocking
 // if fibers wait on fds, search briefly (at most half the workers at
 // once; a searcher that finds work and was the last wakes another), then
@@ -42,8 +45,9 @@
 // Sysmon (sched/sysmon.h, docs/sysmon.md) watches the workers from a
 // thread of its own: it asks a fiber that has run past Config::time_slice
 // to yield at its next checkpoint, hands the queued fibers of a worker
-// that has not switched for 1 ms to the global queue, and, while a worker's
-// thread is blocked in the kernel, lets a spare worker run them (worker.h).
+// blocked in the kernel (announced, sched/blocking_call.h, or found so) or
+// burning its CPU to the global queue, and, while a worker's thread is
+// blocked, lets a spare worker run them (sched/spares.h).
 //
 // Rejected alternatives
 //   - One shared queue (a thread pool's design): every switch contends on
@@ -54,7 +58,7 @@
 //     the woken worker finds nothing to steal and goes back to sleep, and
 //     a ping-pong pair pays a cross-core futex wake per round trip.
 //
-// Memory ordering: the rings publish with release/acquire (run_queue.h);
+// Memory ordering: the run queues publish with release/acquire (run_queue.h);
 // sleeping and waking use a seq_cst fence on both sides (idle.h); park and
 // unpark decide with one CAS on the waiter's state (detail/park.h).
 #pragma once
@@ -79,6 +83,7 @@
 #include "idle_poller.h"
 #include "latency_histogram.h"
 #include "services.h"
+#include "spares.h"
 #include "sysmon.h"
 #include "timers.h"
 
@@ -90,9 +95,26 @@ namespace weft::detail {
 
 class Worker;
 
+// What a core is built from besides its Config: the parts of the layers
+// above sched/, behind interfaces that sched/ owns, so that the arrows point
+// down at link time too. The composition root (compose/scheduler.cpp) fills
+// it in: io/'s netpoller and blocking pool, introspect/'s services.
+struct SchedulerParts {
+  // The netpoller (idle_poller.h): made by the core's constructor once the
+  // config is validated, before the workers start. Required.
+  std::unique_ptr<IdlePoller> (*make_poller)(SchedulerCore& core) = nullptr;
+  // Made by the core's constructor after the poller, kept until the core is
+  // destroyed (extension.h).
+  std::vector<std::unique_ptr<Extension> (*)(const Config& config)> extensions;
+  // Told of the core once it is fully built; null: none.
+  SchedulerServices* services = nullptr;
+};
+
 class SchedulerCore {
  public:
-  explicit SchedulerCore(Config config);
+  // Throws std::invalid_argument for a bad Config, or for parts without a
+  // poller.
+  SchedulerCore(Config config, const SchedulerParts& parts);
   SchedulerCore(const SchedulerCore&) = delete;
   SchedulerCore& operator=(const SchedulerCore&) = delete;
   ~SchedulerCore();
@@ -124,20 +146,20 @@ class SchedulerCore {
   // (docs/usage.md, "fork").
   bool in_forked_child() const noexcept;
 
-  // Every worker and live fiber, from any thread, without the workers'
-  // help (sched/snapshot.cpp). Without `with_fibers`, only their count.
-  SchedulerSnapshot snapshot(bool with_fibers = true);
   // The workers' scheduling latency since the previous call (the first:
   // since the start): their histograms summed, less the sums of the last
   // call. Any thread; calls are serialized.
   LatencySummary sched_latency_since_last();
 
   // --- parts, for the worker and park -----------------------------------
-  // Config::workers workers, then Config::spare_workers spares (worker.h).
+  // The Config::workers workers (spares are in spares()).
   std::vector<std::unique_ptr<Worker>>& workers() noexcept { return workers_; }
-  // How many of workers() may hold fibers: the workers, and the spares
-  // that have ever been started (they are started lowest index first).
-  std::size_t steal_span() const noexcept { return config_.workers + spares_started_.load(std::memory_order_relaxed); }
+  // How many workers may hold fibers: the workers, and the spares up to
+  // the last running one (sched/spares.h); worker(i) below that.
+  std::size_t steal_span() const noexcept { return config_.workers + spares_.span(); }
+  Worker& worker(std::size_t i) const noexcept {
+    return i < config_.workers ? *workers_[i] : spares_.at(static_cast<unsigned>(i - config_.workers));
+  }
   TimerQueue& timers() noexcept { return timers_; }
   // Arms `node` and wakes whoever must watch it (sched/timers.h, "Arming").
   // On a worker, or any thread.
@@ -146,22 +168,9 @@ class SchedulerCore {
   FiberRegistry& registry() noexcept { return registry_; }
   StackPool& stacks() noexcept { return stacks_; }
   Sysmon& sysmon() noexcept { return sysmon_; }
+  Spares& spares() noexcept { return spares_; }
   IdlePoller& poller() noexcept { return *poller_; }
-
-  // --- spare workers (worker.h; decided by sysmon) ----------------------
-  // Sysmon: how many spares may run fibers now, one per worker thread
-  // blocked in the kernel, at most Config::spare_workers.
-  void set_spare_target(unsigned target) noexcept { spare_target_.store(target, std::memory_order_relaxed); }
-  unsigned spare_target() const noexcept { return spare_target_.load(std::memory_order_relaxed); }
-  unsigned active_spares() const noexcept { return active_spares_.load(std::memory_order_relaxed); }
-  bool spare_surplus() const noexcept { return active_spares() > spare_target(); }
-  // Sysmon: starts or wakes one spare that is not running; false if none
-  // is free or no thread could be started.
-  bool activate_spare() noexcept;
-  // A spare's thread, retiring: when surplus (false if it is not, or another
-  // spare took the retirement), or unconditionally when it has nothing to run.
-  bool retire_spare_if_surplus() noexcept;
-  void retire_spare() noexcept { active_spares_.fetch_sub(1, std::memory_order_relaxed); }
+  const IdlePoller& poller() const noexcept { return *poller_; }
 
   void push_global(FiberControl* fiber) noexcept;
   void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
@@ -177,13 +186,13 @@ class SchedulerCore {
   // An exception escaped a detached fiber: the Config's handler, or terminate.
   void report_unhandled(FiberControl* fiber) noexcept;
 
-  // --- services of the layers above (sched/extension.h) -----------------
-  // The extension of that kind, made by `make` on first use (which may
-  // throw; then the next call tries again). Any thread.
-  Extension& extension(ExtensionKind kind, std::unique_ptr<Extension> (*make)(SchedulerCore&));
-  // The extension of that kind if it has been made, else null. Any thread.
-  Extension* find_extension(ExtensionKind kind) const noexcept {
-    return extensions_[static_cast<std::size_t>(kind)].load(std::memory_order_acquire);
+  // --- parts of the layers above (sched/extension.h) --------------------
+  // The extension of type T the core was built with, else null. Any thread.
+  template <class T>
+  T* find_extension() const noexcept {
+    for (const auto& extension : extensions_)
+      if (auto* found = dynamic_cast<T*>(extension.get())) return found;
+    return nullptr;
   }
 
  private:
@@ -192,6 +201,12 @@ class SchedulerCore {
   void fiber_exited() noexcept;
   // The calling thread's worker if it is one of this scheduler's, else null.
   Worker* own_worker() const noexcept;
+  // The per-worker slot of `own` (own_worker()) in the registry and the
+  // live counts: i + 1 for worker i; 0 for plain threads and spares, which
+  // share it (they are few, and come and go).
+  unsigned local_slot(const Worker* own) const noexcept;
+  // `own`'s stack cache (StackPool): a worker's own; none for a spare.
+  unsigned stack_cache(const Worker* own) const noexcept;
   std::atomic<std::int64_t>& live_count(Worker* own) noexcept;  // `own`: own_worker()'s slot
   std::int64_t live_sum() const noexcept;
 
@@ -206,10 +221,8 @@ class SchedulerCore {
   moodycamel::ConcurrentQueue<FiberControl*> global_;
   std::atomic<std::int64_t> global_size_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::atomic<unsigned> spare_target_{0};
-  std::atomic<unsigned> active_spares_{0};  // counted by activate_spare, retire_spare*
-  std::atomic<unsigned> spares_started_{0};
-  Sysmon sysmon_{*this};  // after workers_: it watches them
+  Spares spares_;
+  Sysmon sysmon_{*this};  // after workers_ and spares_: it watches them
   std::mutex sched_latency_lock_;
   LatencyHistogram::Counts sched_latency_seen_{};  // the sums at the last sched_latency_since_last()
 
@@ -217,7 +230,7 @@ class SchedulerCore {
   // A fiber adds 1 where it is spawned and takes 1 off where it finishes,
   // so a slot may go below zero; the sum is the count. A cache line each:
   // one shared counter bounced between the workers on every spawn and
-  // every exit, a fifth of skynet's time on 2 workers (perf).
+  // every exit (docs/benchmarks.md, "Figures behind the comments").
   struct alignas(64) LiveCount {
     std::atomic<std::int64_t> n{0};
   };
@@ -228,11 +241,9 @@ class SchedulerCore {
   std::condition_variable all_exited_;  // fiber exits, and the end of shutdown
   bool shutdown_claimed_ = false;       // a shutdown() caller is its leader
   bool stopped_ = false;
-  // Made on first use; destroyed after services_ (weft-dump may read them)
-  // and before everything above (their threads may still call ready()).
-  std::mutex extension_lock_;
-  std::array<std::atomic<Extension*>, static_cast<std::size_t>(ExtensionKind::count)> extensions_{};
-  std::array<std::unique_ptr<Extension>, static_cast<std::size_t>(ExtensionKind::count)> owned_extensions_;
+  // Destroyed after services_ (weft-dump may read them) and before
+  // everything above (their threads may still call ready()).
+  std::vector<std::unique_ptr<Extension>> extensions_;
   // Last: weft-dump stops seeing this scheduler before any part of it dies.
   ServiceRegistration services_;
 };

@@ -9,14 +9,14 @@
 // skynet, a request fanning out) then runs depth first. Only about depth x
 // fan-out fibers are alive at once, and each one's stack comes back hot
 // from the pool. In spawn order (FIFO), every leaf is spawned before the
-// first one runs: skynet's 1,111,111 fibers took 10.4 s and 472 MiB on one
-// worker that way, against 0.3 s and 4 MiB depth first. Thieves take the
+// first one runs, and skynet's million fibers are all alive at once
+// (docs/benchmarks.md, "Figures behind the comments"). Thieves take the
 // oldest, the biggest subtree. Fibers that have run and been woken or
-// yielded keep their FIFO ring (Worker), served before this deque, so
+// yielded keep their FIFO run queue (Worker), served before this deque, so
 // fairness among running fibers is unchanged. A stream of spawns on one
 // busy worker can keep an old spawn waiting until an idle worker steals it
 // (taking the oldest spawn every 61 picks, for fairness, opened a new
-// subtree each time: skynet took 22 s and 889 MiB).
+// subtree each time, as slow as FIFO order).
 //
 // The newest item is held for the owner from its push until the owner pops
 // it or releases it (Go's runnext, which a thief leaves to a P about to run

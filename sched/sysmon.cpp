@@ -31,7 +31,34 @@ Sysmon::Sysmon(SchedulerCore& core)
       slice_(core.config().time_slice),
       running_cap_(std::clamp<std::chrono::microseconds>(slice_ / 8, kMinTick, kMaxTick)),
       pause_after_(std::max<std::chrono::microseconds>(2 * slice_, kMinPause)),
-      watches_(std::make_unique<Watch[]>(core.config().workers + core.config().spare_workers)) {}
+      watches_(std::make_unique<Watch[]>(core.config().workers)),
+      spare_watches_(std::make_unique<std::atomic<Watch*>[]>(core.config().max_threads - core.config().workers)) {}
+
+Sysmon::~Sysmon() {
+  stop();
+  for (unsigned i = 0, n = core_.config().max_threads - core_.config().workers; i < n; ++i)
+    delete spare_watches_[i].load(std::memory_order_relaxed);
+}
+
+Sysmon::Watch* Sysmon::watch(std::size_t i) noexcept {
+  const unsigned workers = core_.config().workers;
+  if (i < workers) return &watches_[i];
+  std::atomic<Watch*>& slot = spare_watches_[i - workers];
+  Watch* watch = slot.load(std::memory_order_relaxed);
+  if (watch == nullptr) {
+    watch = new (std::nothrow) Watch;
+    // Release: a snapshot that finds it finds it built.
+    slot.store(watch, std::memory_order_release);
+  }
+  return watch;
+}
+
+const Sysmon::Watch* Sysmon::find_watch(std::size_t i) const noexcept {
+  const unsigned workers = core_.config().workers;
+  if (i < workers) return &watches_[i];
+  if (i >= core_.config().max_threads) return nullptr;
+  return spare_watches_[i - workers].load(std::memory_order_acquire);
+}
 
 void Sysmon::start() {
   heavy_fence_available();  // registers for membarrier now, not in the middle of a hand-off
@@ -54,13 +81,20 @@ void Sysmon::wake() noexcept {
 
 Sysmon::WorkerView Sysmon::view(unsigned worker) const noexcept {
   WorkerView view;
-  if (worker >= core_.config().workers + core_.config().spare_workers) return view;
-  const Watch& watch = watches_[worker];
+  const Watch* found = find_watch(worker);
+  if (found == nullptr) return view;
+  const Watch& watch = *found;
   const std::int64_t since = watch.running_since_ns.load(std::memory_order_relaxed);
   if (since != 0) view.running_ms = static_cast<double>(to_ns(Clock::now()) - since) / 1e6;
   view.stuck = watch.stuck.load(std::memory_order_relaxed);
   if (view.stuck) view.fiber_id = watch.stuck_fiber.load(std::memory_order_relaxed);
   return view;
+}
+
+void Sysmon::alert() noexcept {
+  if (!napping_.exchange(false, std::memory_order_relaxed)) return;  // someone else did, or it woke
+  wake_word_.store(1, std::memory_order_release);
+  futex_wake(wake_word_);
 }
 
 void Sysmon::run() {
@@ -76,9 +110,7 @@ void Sysmon::run() {
     // what a worker did meanwhile is unknown, so no fiber is blamed for it.
     if (last_look != Clock::time_point{} && now - last_look > delay + pause_after_) restart_observations(now);
     last_look = now;
-    bool any_running = false;
-    bool all_sleeping = true;
-    const bool acted = scan(now, any_running, all_sleeping);
+    const Tally tally = scan(now);
     // Workers busy with fibers that never idle never poll: do it for them
     // (Go's sysmon: "poll network if not polled for more than 10ms").
     core_.poller().poll_if_stale(kPollStaleAfter);
@@ -86,11 +118,8 @@ void Sysmon::run() {
     // the global queue, and the busy workers' fibers are asked to yield to
     // them at the slice.
     core_.timers().run_due(slice_);
-    if (acted)
-      delay = kMinTick;
-    else
-      delay = std::min(delay * 2, any_running ? running_cap_ : kMaxTick);
-    idle_rounds = all_sleeping ? idle_rounds + 1 : 0;
+    delay = next_delay(delay, tally);
+    idle_rounds = tally.all_sleeping ? idle_rounds + 1 : 0;
     if (idle_rounds >= kDeepSleepAfter) {
       deep_sleep();
       idle_rounds = 0;
@@ -103,8 +132,32 @@ void Sysmon::run() {
     // workers back onto a CPU in time (sched/timers.h).
     const Clock::time_point woken_by_tick = Clock::now() + delay;
     const Clock::time_point next_timer = core_.timers().earliest();
+    // Napping: an announced blocking call wakes it (alert). Not fenced
+    // against the announcement: one that misses this store is seen at the
+    // next look, a running tick at most later.
+    napping_.store(delay > kBlockingCallGrace, std::memory_order_relaxed);
     futex_wait(wake_word_, 0, next_timer > Clock::now() && next_timer < woken_by_tick ? next_timer : woken_by_tick);
+    // Cleared by alert(): an announcement woke it, so it stays alert for a
+    // while (a stop() sets the word again after stopping_, seen above).
+    if (!napping_.exchange(false, std::memory_order_relaxed) && delay > kBlockingCallGrace)
+      alert_rounds_ = kAlertRounds;
+    wake_word_.store(0, std::memory_order_relaxed);
   }
+}
+
+std::chrono::microseconds Sysmon::next_delay(std::chrono::microseconds delay, const Tally& tally) noexcept {
+  if (tally.acted)
+    delay = kMinTick;
+  else
+    delay = std::min(delay * 2, tally.any_running ? running_cap_ : kMaxTick);
+  if (tally.in_call) alert_rounds_ = kAlertRounds;
+  // A thread found asleep in the kernel is looked at again after the grace.
+  if (tally.confirming) delay = std::min(delay, std::chrono::microseconds(kKernelSleepGrace));
+  if (alert_rounds_ > 0) {
+    --alert_rounds_;
+    delay = std::min(delay, std::chrono::microseconds(kBlockingCallGrace));
+  }
+  return delay;
 }
 
 void Sysmon::deep_sleep() {
@@ -112,8 +165,8 @@ void Sysmon::deep_sleep() {
   deep_asleep_.store(true, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   bool all_sleeping = true;
-  for (const auto& worker : core_.workers()) {
-    const WorkerState state = worker->state();
+  for (std::size_t i = 0, span = core_.steal_span(); i < span; ++i) {
+    const WorkerState state = core_.worker(i).state();
     if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
       all_sleeping = false;
   }
@@ -136,7 +189,7 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
   watch.reported = false;
   watch.asked = {};
   watch.asked_cpu_ns = 0;
-  watch.cpu_start_ns = -1;
+  watch.look_cpu_ns = -1;
   watch.kernel_since = {};
   watch.running_since_ns.store(0, std::memory_order_relaxed);
   watch.stuck.store(false, std::memory_order_relaxed);
@@ -146,132 +199,196 @@ void Sysmon::forget(Worker& worker, Watch& watch) noexcept {
 void Sysmon::restart_observations(Clock::time_point now) noexcept {
   const std::size_t span = core_.steal_span();
   for (std::size_t i = 0; i < span; ++i) {
-    Watch& watch = watches_[i];
+    Watch* found = watch(i);
+    if (found == nullptr) continue;
+    Watch& watch = *found;
     // A verdict already given rests on time sysmon did watch: it stands,
     // and is not given twice.
     if (!watch.watching || watch.reported) continue;
     watch.since = now;
     watch.asked = {};
-    watch.cpu_start_ns = -1;
+    watch.look_cpu_ns = -1;
     watch.kernel_since = {};
     watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
   }
 }
 
-bool Sysmon::scan(Clock::time_point now, bool& any_running, bool& all_sleeping) {
-  const Config& config = core_.config();
-  const bool preemption = config.preemption;
-  bool acted = false;
-  auto& workers = core_.workers();
-  // For the spares (worker.h) and the hand-offs: threads blocked in the
-  // kernel in one fiber, and threads idle.
-  unsigned blocked = 0;
-  unsigned idle = 0;
+Sysmon::Tally Sysmon::scan(Clock::time_point now) {
+  Tally tally;
   const std::size_t span = core_.steal_span();
   for (std::size_t i = 0; i < span; ++i) {
-    Worker& worker = *workers[i];
-    Watch& watch = watches_[i];
+    Worker& worker = core_.worker(i);
+    Watch* found = watch(i);
+    if (found == nullptr) continue;  // no memory for a spare's watch: left alone until there is
+    Watch& watch = *found;
     watch.holding_up = false;
     watch.in_kernel = false;
     watch.short_run = false;
     const WorkerState state = worker.state();
     if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
-      all_sleeping = false;
-    if (state == WorkerState::sleeping || state == WorkerState::searching) ++idle;
-    const std::uint64_t tick = worker.switch_tick();
+      tally.all_sleeping = false;
+    if (state == WorkerState::sleeping || state == WorkerState::searching) ++tally.idle;
     if (state != WorkerState::running) {
       if (watch.watching) forget(worker, watch);
+      watch.call = 0;
       continue;
     }
-    any_running = true;
-    if (!watch.watching || tick != watch.tick) {
-      // A fiber switched in since the last look: it started no earlier than
-      // that look, so counting from now never preempts one too soon.
-      forget(worker, watch);
-      watch.watching = true;
-      watch.tick = tick;
-      watch.since = now;
-      watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
-      watch.short_run = true;
-      continue;
-    }
-    const auto ran = now - watch.since;
-    watch.short_run = ran < kHandOffAfter;
-    const bool asked = watch.asked != Clock::time_point{};
-    // Stuck: twice the slice, and a further full slice in which the fiber
-    // ignored sysmon (ignored_request): with preemption, a request still
-    // stands; without, the fiber just went on. A lone fiber that reaches
-    // its checkpoints with nothing else to run clears the request: it
-    // blocks nobody. This check comes before the request is renewed
-    // below, which restarts its clock.
-    const bool unanswered = asked && now - watch.asked >= slice_ && (!preemption || worker.preempt_requested()) &&
-                            ignored_request(worker, watch, now);
-    if (!watch.reported && ran >= 2 * slice_ && unanswered) {
-      watch.reported = true;
-      report_stuck(worker, watch, now);
-    }
-    if (ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
-      if (preemption) {
-        worker.request_preempt(tick);
-        acted = true;
-      }
-      watch.asked = now;
-      watch.asked_cpu_ns = worker.cpu_time_ns();
-    }
-    // With one worker and no spares there is nobody to hand off to: the
-    // global queue would only feed the same worker, in FIFO order.
-    const bool someone_to_take = config.workers > 1 || config.spare_workers > 0;
-    const bool holding_up = someone_to_take && ran >= kHandOffAfter / 2 && holding_up_fibers(worker, watch, now);
-    if (holding_up && ran >= kHandOffAfter) {
-      worker.set_stuck(true);
-      watch.holding_up = true;
-      // Blocked in the kernel: asleep there at every look for half the
-      // hand-off delay. One look could catch a thread in a moment's wait
-      // (a page fault, a sanitizer's internal lock) that needs no spare.
-      if (!in_kernel_sleep(worker.thread_state()))
-        watch.kernel_since = {};
-      else if (watch.kernel_since == Clock::time_point{})
-        watch.kernel_since = now;
-      watch.in_kernel = watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kHandOffAfter / 2;
-      if (watch.in_kernel) {
-        ++blocked;
-        // Fibers woken for this worker that only a hook's park pins here
-        // (their caller's errno lives on this thread) would wait for it as
-        // long as it stays blocked: forever, if it waits in futex(2) for a
-        // std::mutex one of them holds. Only then, and only after a long
-        // wait, do they move (a spare or an idle worker runs them): the
-        // hook then writes the caller's errno on this thread
-        // (hooks/hook_support.h, ErrnoHome), safe only while it stays asleep.
-        // A fiber preempted in a hooked call that did not park waits in
-        // the ring, pinned likewise. The queues first: two loads, the
-        // system call a /proc read.
-        if (worker.pinned_may_wait() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
-            kernel_call(worker.os_thread_id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
-          core_.idle().notify_work();
-          acted = true;
-        }
-      }
-    }
+    tally.any_running = true;
+    look_at(worker, watch, now, tally);
   }
-  const bool held_up_work = hand_off(blocked, idle, acted);
-  if (config.spare_workers > 0 && manage_spares(blocked, idle, held_up_work)) acted = true;
-  return acted;
+  const bool held_up_work = hand_off(tally.blocked, tally.idle, tally.acted);
+  if (core_.spares().capacity() > 0 && manage_spares(tally.blocked, tally.idle, held_up_work)) tally.acted = true;
+  return tally;
+}
+
+void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) {
+  // An announced call is followed from its first sight, whether or not
+  // its fiber switched in since the last look.
+  const bool announced = blocking_call_outlasted_grace(worker, watch, now);
+  // Ticking at the grace only while a call awaits its verdict: one handed
+  // off needs no faster look (and a sysmon waking every 100 us competes
+  // with the spare for a loaded machine's CPUs).
+  if (watch.call != 0 && !announced) tally.in_call = true;
+  if (switched_in(worker, watch, now)) return;
+  ask_to_yield(worker, watch, now, tally);
+  if (announced) {
+    // Blocked, as the fiber's own code said: no /proc read, no delay. Its
+    // hook pins stay (they are released only for a futex wait, below: the
+    // thread comes back from this call, and would find its errno written).
+    worker.set_stuck(true);
+    watch.holding_up = true;
+    watch.in_kernel = true;
+    ++tally.blocked;
+    return;
+  }
+  judge_hold_up(worker, watch, now, tally);
+  if (watch.in_kernel) {
+    ++tally.blocked;
+    release_hook_pins_if_waiting_on_futex(worker, watch, now, tally);
+  }
+}
+
+bool Sysmon::switched_in(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
+  const std::uint64_t tick = worker.switch_tick();
+  if (watch.watching && tick == watch.tick) return false;
+  // A fiber switched in since the last look: it started no earlier than
+  // that look, so counting from now never preempts one too soon.
+  forget(worker, watch);
+  watch.watching = true;
+  watch.tick = tick;
+  watch.since = now;
+  watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
+  watch.short_run = true;
+  return true;
+}
+
+void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) {
+  const bool preemption = core_.config().preemption;
+  const auto ran = now - watch.since;
+  watch.short_run = ran < kHandOffAfter;
+  const bool asked = watch.asked != Clock::time_point{};
+  // Stuck: twice the slice, and a further full slice in which the fiber
+  // ignored sysmon (ignored_request): with preemption, a request still
+  // stands; without, the fiber just went on. A lone fiber that reaches
+  // its checkpoints with nothing else to run clears the request: it
+  // blocks nobody. This check comes before the request is renewed
+  // below, which restarts its clock.
+  const bool unanswered = asked && now - watch.asked >= slice_ && (!preemption || worker.preempt_requested()) &&
+                          ignored_request(worker, watch, now);
+  if (!watch.reported && ran >= 2 * slice_ && unanswered) {
+    watch.reported = true;
+    report_stuck(worker, watch, now);
+  }
+  if (ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
+    if (preemption) {
+      worker.request_preempt(watch.tick);
+      tally.acted = true;
+    }
+    watch.asked = now;
+    watch.asked_cpu_ns = worker.os_thread().cpu_time_ns();
+  }
+}
+
+bool Sysmon::blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
+  const std::uint32_t call = worker.blocking_call();
+  if ((call & 1) == 0) {
+    watch.call = 0;
+    return false;
+  }
+  if (call != watch.call) {
+    // A call sysmon has not seen yet: it began at most a tick ago.
+    watch.call = call;
+    watch.call_since = now;
+    return false;
+  }
+  return now - watch.call_since >= kBlockingCallGrace && someone_to_take();
+}
+
+void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) noexcept {
+  if (!someone_to_take()) return;
+  // Asleep in the kernel: at every look, without a switch, for the grace
+  // (a raw system call). The thread's state is read only when it did not
+  // burn its CPU since the last look.
+  const std::int64_t cpu_before = watch.look_cpu_ns;
+  const bool burning = burned_cpu_since_last_look(worker, watch, now);
+  // Found asleep before and not one nanosecond on a CPU since: still
+  // asleep, without a /proc read (with a thousand threads blocked on a
+  // std::mutex, those reads made every scan take milliseconds).
+  const bool still = watch.kernel_since != Clock::time_point{} && cpu_before > 0 && watch.look_cpu_ns == cpu_before;
+  const bool asleep = still || (!burning && in_kernel_sleep(worker.os_thread().state()));
+  if (!asleep)
+    watch.kernel_since = {};
+  else if (watch.kernel_since == Clock::time_point{})
+    watch.kernel_since = now;
+  watch.in_kernel = asleep && now - watch.kernel_since >= kKernelSleepGrace;
+  if (asleep && !watch.in_kernel) tally.confirming = true;
+  // Burning its CPU in one fiber past the hand-off delay: its queue goes
+  // to idle workers (hand_off); a thread that only waits for a CPU keeps it.
+  watch.holding_up = watch.in_kernel || ((burning || asleep) && now - watch.since >= kHandOffAfter);
+  if (watch.holding_up) worker.set_stuck(true);
+}
+
+bool Sysmon::burned_cpu_since_last_look(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
+  const std::int64_t cpu = worker.os_thread().cpu_time_ns();
+  const bool known = watch.look_cpu_ns >= 0 && cpu != 0;
+  const bool burned = known && 2 * (cpu - watch.look_cpu_ns) >= to_ns(now) - to_ns(watch.look_time);
+  watch.look_cpu_ns = cpu;
+  watch.look_time = now;
+  return burned;
+}
+
+void Sysmon::release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch, Clock::time_point now,
+                                                   Tally& tally) noexcept {
+  // Fibers woken for this worker that only a hook's park pins here (their
+  // caller's errno lives on this thread) would wait for it as long as it
+  // stays blocked: forever, if it waits in futex(2) for a std::mutex one
+  // of them holds. Only then, and only after a long wait, do they move (a
+  // spare or an idle worker runs them): the hook then writes the caller's
+  // errno on this thread (hooks/hook_support.h, ErrnoHome), safe only
+  // while it stays asleep. A fiber preempted in a hooked call that did
+  // not park waits in the ring, pinned likewise. The queues first: two
+  // loads, the system call a /proc read.
+  if (worker.pinned_may_wait() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
+      kernel_call(worker.os_thread().id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
+    core_.idle().notify_work();
+    tally.acted = true;
+  }
 }
 
 bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
-  const Config& config = core_.config();
-  auto& workers = core_.workers();
   const std::size_t span = core_.steal_span();
   // manage_spares' rule: a spare starts for fibers a blocked thread holds
   // up while fewer spares run than threads are blocked.
-  const unsigned spare_target = std::min(blocked, config.spare_workers);
-  const unsigned active = core_.active_spares();
+  const unsigned spare_target = std::min(blocked, core_.spares().capacity());
+  const unsigned active = core_.spares().active();
   unsigned spares_to_start = active < spare_target ? spare_target - active : 0;
   int takers = -1;  // idle and free running threads not yet given a hand-off; -1: not counted yet
   bool held_up_work = false;
   for (std::size_t i = 0; i < span; ++i) {
-    Watch& watch = watches_[i];
-    Worker& worker = *workers[i];
+    Watch* found = watch(i);
+    if (found == nullptr) continue;
+    Watch& watch = *found;
+    Worker& worker = core_.worker(i);
     if (!watch.holding_up || !worker.has_work_to_hand_off()) continue;
     if (watch.in_kernel) held_up_work = true;
     // The global queue is a hand-off only if some thread will take from
@@ -279,11 +396,11 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     // worker that is running fibers one after another; one hand-off per
     // such thread and scan. With every thread blocked the fibers would
     // only go from one blocked worker's queue to the next's, each time one
-    // of them came back for a moment (issue 15; docs/benchmarks.md). They
+    // of them came back for a moment (docs/benchmarks.md, "Sysmon"). They
     // stay, and thieves take them once a thread is free.
     //
     // A CPU-bound worker's queue goes only to an idle worker: a busy peer
-    // takes no more from the global queue's back than from the ring, and a
+    // takes no more from the global queue's back than from the run queue, and a
     // timer's sleeper queued behind the moved fibers waited several slices
     // there (tests/checkpoint_test.cpp).
     if (watch.in_kernel && spares_to_start > 0) {
@@ -305,13 +422,16 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
 }
 
 int Sysmon::count_free_runners() noexcept {
-  auto& workers = core_.workers();
   const std::size_t span = core_.steal_span();
   int free_runners = 0;
   for (std::size_t i = 0; i < span; ++i) {
     // Switched within the hand-off delay and not asleep in the kernel now
-    // (a fiber that blocked at once is not running fibers).
-    if (watches_[i].short_run && !in_kernel_sleep(workers[i]->thread_state())) ++free_runners;
+    // (a fiber that blocked at once is not running fibers), nor in an
+    // announced blocking call.
+    const Watch* watch = find_watch(i);
+    if (watch != nullptr && watch->short_run && watch->call == 0 &&
+        !in_kernel_sleep(core_.worker(i).os_thread().state()))
+      ++free_runners;
   }
   return free_runners;
 }
@@ -319,26 +439,30 @@ int Sysmon::count_free_runners() noexcept {
 bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept {
   // One spare per thread blocked in the kernel: so the threads that run
   // fibers on a CPU stay at most Config::workers (the invariant of
-  // worker.h). A surplus spare retires at its next switch.
-  const unsigned target = std::min(blocked, core_.config().spare_workers);
-  core_.set_spare_target(target);
-  // Start one only for fibers that wait and that no idle worker will take.
-  const bool waiting = held_up_work || core_.global_size() > 0;
-  if (!waiting || idle != 0) return false;
+  // sched/spares.h). A surplus spare retires at its next switch, or now if
+  // it sleeps idle.
+  Spares& spares = core_.spares();
+  const unsigned target = std::min(blocked, spares.capacity());
+  spares.set_target(target);
+  spares.tidy();
+  // Start one only for fibers that wait and that no idle worker will
+  // take, or, when no thread runs fibers at all, for the timers and fds
+  // that nobody else would serve (Go's handoffp starts an M for a P's
+  // timers and the netpoller likewise).
+  const bool waiting =
+      idle == 0 && (held_up_work || core_.global_size() > 0 ||
+                    ((core_.timers().armed() || core_.poller().has_waiters()) && count_free_runners() == 0));
+  spares.set_short_of_threads(waiting && blocked > spares.capacity());
+  if (!waiting) return false;
   bool acted = false;
-  while (core_.active_spares() < target && core_.activate_spare()) acted = true;
+  while (spares.active() < target && spares.activate()) acted = true;
   return acted;
 }
 
-bool Sysmon::holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
-  const std::int64_t cpu = worker.cpu_time_ns();
-  if (watch.cpu_start_ns < 0) {
-    watch.cpu_start_ns = cpu;
-    watch.cpu_since = now;
-    return false;
-  }
-  if (2 * (cpu - watch.cpu_start_ns) >= to_ns(now) - to_ns(watch.cpu_since)) return true;
-  return worker.thread_state() != 'R';  // not runnable: asleep in the kernel
+bool Sysmon::someone_to_take() const noexcept {
+  // With one worker and no spares there is nobody to hand off to: the
+  // global queue would only feed the same worker, in FIFO order.
+  return core_.config().workers > 1 || core_.spares().capacity() > 0;
 }
 
 bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_point now) noexcept {
@@ -348,10 +472,13 @@ bool Sysmon::ignored_request(Worker& worker, const Watch& watch, Clock::time_poi
   // way: neither is stuck. Ignored means its thread ran on a CPU for at
   // least half the time since the request, or sleeps in the kernel (a
   // blocking call: it will not answer at all).
-  const std::int64_t cpu = worker.cpu_time_ns();
+  // Found asleep in the kernel at every look for a while: no /proc read
+  // (a thousand threads blocked on a std::mutex took sysmon's every tick).
+  if (watch.kernel_since != Clock::time_point{} && now - watch.kernel_since >= kKernelSleepGrace) return true;
+  const std::int64_t cpu = worker.os_thread().cpu_time_ns();
   if (cpu == 0 || watch.asked_cpu_ns == 0) return true;  // no CPU clock: the wall clock decides alone
   if (2 * (cpu - watch.asked_cpu_ns) >= to_ns(now) - to_ns(watch.asked)) return true;
-  return in_kernel_sleep(worker.thread_state());
+  return in_kernel_sleep(worker.os_thread().state());
 }
 
 void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
@@ -376,11 +503,11 @@ void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
   StuckWorker report;
   report.scheduler = config.name;
   report.worker = worker.index();
-  report.os_thread_id = worker.os_thread_id();
+  report.os_thread_id = worker.os_thread().id();
   report.fiber_id = fiber_id;
   report.fiber_name = fiber_name;
   report.running_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - watch.since);
-  const std::string blocked_in = describe_kernel_call(worker.os_thread_id());
+  const std::string blocked_in = describe_kernel_call(worker.os_thread().id());
   report.blocked_in = blocked_in;
   try {
     config.on_stuck_worker(report);

@@ -15,14 +15,14 @@
 //                            checkpoint (Worker::preempt_current). Again
 //                            every further slice while the tick stands.
 //   > kHandOffAfter (1 ms),  hand-off: the worker's next slot and the
-//     burning CPU or asleep  unpinned head of its ring go to the global
-//     in the kernel          queue, and a sleeping worker is woken to run
-//                            them; the worker is marked stuck, so that
-//                            thieves take even its newest spawn. Idle
-//                            workers steal rings and spawns on their own,
-//                            but not the next slot, and a busy peer does
-//                            not steal at all: it only checks the global
-//                            queue.
+//     burning CPU or asleep  unpinned head of its run queue go to the
+//     in the kernel          global queue, and a sleeping worker is woken
+//                            to run them; the worker is marked stuck, so
+//                            that thieves take even its newest spawn. Idle
+//                            workers steal run queues and spawns on their
+//                            own, but not the next slot, and a busy peer
+//                            does not steal at all: it only checks the
+//                            global queue.
 //   > 2 x time_slice, with   stuck: shown by weft-dump, and reported once to
 //     a request ignored for  Config::on_stuck_worker.
 //     a further slice (on a
@@ -38,9 +38,10 @@
 // stopped, the machine stalled) restarts the watch of every worker not yet
 // reported, so that nobody is blamed for the pause.
 //
-// Tick: 20 us after it acted, doubling each quiet round up to time_slice/4
-// while a fiber runs (enough to preempt within about 1.5 slices) and up to
-// 10 ms when nothing runs. After kDeepSleepAfter rounds in which every
+// Tick: 20 us after it acted, doubling each quiet round up to time_slice/8
+// while a fiber runs (enough to preempt within about 1.25 slices) and up to
+// 10 ms when nothing runs; at most kBlockingCallGrace for kAlertRounds
+// rounds after it saw an announced blocking call or was alerted by one. After kDeepSleepAfter rounds in which every
 // worker slept, it sleeps on a futex until a worker leaves idle sleep: an
 // idle scheduler costs nothing.
 //
@@ -72,7 +73,7 @@ class Sysmon {
   explicit Sysmon(SchedulerCore& core);
   Sysmon(const Sysmon&) = delete;
   Sysmon& operator=(const Sysmon&) = delete;
-  ~Sysmon() { stop(); }
+  ~Sysmon();
 
   void start();
   void stop() noexcept;
@@ -82,6 +83,12 @@ class Sysmon {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (deep_asleep_.load(std::memory_order_relaxed)) wake();
   }
+
+  // Whether sysmon sleeps longer than kBlockingCallGrace now: an
+  // announced blocking call then wakes it (alert), so that the call's
+  // hand-off does not wait for the end of the sleep (sched/blocking_call.h).
+  bool napping() const noexcept { return napping_.load(std::memory_order_relaxed); }
+  void alert() noexcept;
 
   // What sysmon last saw of a worker, for snapshots (any thread).
   struct WorkerView {
@@ -94,6 +101,20 @@ class Sysmon {
   static constexpr std::chrono::microseconds kMinTick{20};
   static constexpr std::chrono::microseconds kMaxTick{10'000};
   static constexpr std::chrono::microseconds kHandOffAfter{1'000};
+  // A worker that has not switched, found asleep in the kernel by looks
+  // this far apart, is blocked there (a raw system call, which nothing
+  // announced): its fibers go to an idle worker or a spare. One look alone
+  // could catch a moment's wait (a page fault, a sanitizer's lock).
+  static constexpr std::chrono::microseconds kKernelSleepGrace{500};
+  // An announced blocking call (sched/blocking_call.h) that lasts this long
+  // has its worker handed off: long enough that a cached read or an
+  // uncontended lock never pays for a hand-off, short enough that the
+  // fibers behind a slow one do not notice (docs/sysmon.md).
+  static constexpr std::chrono::microseconds kBlockingCallGrace{100};
+  // After it saw an announced call, or was alerted by one, sysmon ticks at
+  // the grace for this many rounds: one alert per burst of calls, not one
+  // per call.
+  static constexpr unsigned kAlertRounds = 50;
   // A worker asleep in futex(2) this long may be waiting for a std::mutex
   // that a fiber pinned to it holds: hook pins are released then
   // (Worker::release_hook_pinned). Long, because the release is safe only
@@ -121,12 +142,12 @@ class Sysmon {
     Clock::time_point asked{};
     std::int64_t asked_cpu_ns = 0;  // the worker thread's CPU time then (0: unknown)
     bool reported = false;
-    // The worker thread's CPU time when the fiber had run half the hand-off
-    // delay (-1: not read yet), and when that was.
-    std::int64_t cpu_start_ns = -1;
-    Clock::time_point cpu_since{};
+    // The worker thread's CPU time at the last look at this fiber (-1: none
+    // yet), and when that was: whether it burns its CPU since.
+    std::int64_t look_cpu_ns = -1;
+    Clock::time_point look_time{};
     // Since when every look has found the thread asleep in the kernel
-    // (epoch: the last look did not); for spare workers.
+    // (epoch: the last look did not).
     Clock::time_point kernel_since{};
     // This scan's verdicts, for the hand-offs that follow the looks:
     // holding its fibers up past the hand-off delay, and blocked in the
@@ -134,26 +155,62 @@ class Sysmon {
     bool holding_up = false;
     bool in_kernel = false;
     bool short_run = false;
+    // The announced blocking call seen at the last looks (odd; 0: none),
+    // and since when.
+    std::uint32_t call = 0;
+    Clock::time_point call_since{};
     std::atomic<std::int64_t> running_since_ns{0};
     std::atomic<bool> stuck{false};
     std::atomic<std::uint64_t> stuck_fiber{0};
   };
 
+  // What one scan found over all the workers.
+  struct Tally {
+    bool acted = false;        // sysmon did something
+    bool any_running = false;  // a worker runs a fiber
+    bool all_sleeping = true;  // every worker sleeps (deep sleep may follow)
+    bool in_call = false;      // a worker is in an announced blocking call
+    bool confirming = false;   // a thread found asleep in the kernel, not yet for the grace
+    unsigned blocked = 0;      // threads blocked in the kernel in one fiber
+    unsigned idle = 0;         // workers searching or asleep
+  };
+
   void run();
-  // One look at every worker; true if sysmon did something.
-  bool scan(Clock::time_point now, bool& any_running, bool& all_sleeping);
+  // How long to sleep after a scan that found `tally`.
+  std::chrono::microseconds next_delay(std::chrono::microseconds delay, const Tally& tally) noexcept;
+  // One look at every worker, then the hand-offs and spares it calls for.
+  Tally scan(Clock::time_point now);
+  // The look at one running worker.
+  void look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally);
+  // A fiber switched in since the last look: watch it afresh. True if so.
+  bool switched_in(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
+  // Preemption requests every slice, and the stuck report.
+  void ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally);
+  // Whether the worker's announced blocking call has outlasted the grace.
+  bool blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
+  // The unannounced case: whether the worker holds its queued fibers up,
+  // on a CPU or asleep in the kernel (sets watch.holding_up, in_kernel).
+  // Not when its thread merely waits for a CPU on a loaded machine: other
+  // workers are then no freer to run its fibers, and moving a fork-join's
+  // spawned fibers to the FIFO global queue undoes its depth-first order.
+  void judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) noexcept;
+  // Whether the worker's thread ran on a CPU for at least half the time
+  // since the last look at this fiber (false at the first).
+  bool burned_cpu_since_last_look(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
+  // Sysmon's watch of worker `i` (< steal_span): a spare's is made at its
+  // first look (null if memory ran out); find_watch only reads.
+  Watch* watch(std::size_t i) noexcept;
+  const Watch* find_watch(std::size_t i) const noexcept;
+  // Whether a hand-off has a thread to go to: another worker, or a spare.
+  bool someone_to_take() const noexcept;
+  // Hook-pinned fibers of a worker asleep in futex(2) for long (below).
+  void release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch, Clock::time_point now,
+                                             Tally& tally) noexcept;
   // Starts afresh: a new fiber, or none. Clears the worker's stuck mark.
   void forget(Worker& worker, Watch& watch) noexcept;
   // After a pause of sysmon's own: every worker not already found stuck is
   // watched afresh from `now`, as if its fiber had just switched in.
   void restart_observations(Clock::time_point now) noexcept;
-  // Whether the worker's thread is keeping its queued fibers waiting: it
-  // burns CPU in one fiber (at least half the time since the first
-  // reading), or it sleeps in the kernel (a blocking system call). Not when
-  // it is merely waiting for a CPU on a loaded machine: other workers are
-  // then no freer to run its fibers, and moving a fork-join's spawned
-  // fibers to the FIFO global queue undoes its depth-first order.
-  bool holding_up_fibers(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   void report_stuck(Worker& worker, Watch& watch, Clock::time_point now);
   // Whether the worker's fiber, a slice after sysmon's last request (or
   // look, without preemption), ignored it rather than waited for a CPU.
@@ -166,8 +223,8 @@ class Sysmon {
   // Threads running fibers one after another: switched within the
   // hand-off delay and not asleep in the kernel.
   int count_free_runners() noexcept;
-  // Sets how many spares may run and starts those wanted (worker.h); true
-  // if it started one.
+  // Sets how many spares may run, starts those wanted and retires the
+  // surplus (sched/spares.h); true if it started one.
   bool manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept;
   void deep_sleep();
   void wake() noexcept;
@@ -175,11 +232,14 @@ class Sysmon {
   SchedulerCore& core_;
   const std::chrono::microseconds slice_;
   const std::chrono::microseconds running_cap_;
-  const std::chrono::microseconds pause_after_;  // see kMinPause
-  std::unique_ptr<Watch[]> watches_;
-  RunQueue<RingEntry> scratch_;  // hand-off passes through it
+  const std::chrono::microseconds pause_after_;           // see kMinPause
+  std::unique_ptr<Watch[]> watches_;                      // the workers'
+  std::unique_ptr<std::atomic<Watch*>[]> spare_watches_;  // the spares', made as they come
+  RunQueue<RunQueueEntry> scratch_;                       // hand-off passes through it
   std::atomic<std::uint32_t> wake_word_{0};
   std::atomic<bool> deep_asleep_{false};
+  std::atomic<bool> napping_{false};
+  unsigned alert_rounds_ = 0;  // rounds left at the grace's tick
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

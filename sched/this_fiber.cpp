@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "../runtime/system_calls.h"
 #include "worker.h"
 
 namespace weft::this_fiber {
@@ -71,7 +72,10 @@ void unpin_current(FiberControl& fiber) noexcept {
 
 void sleep_parked_until(std::chrono::steady_clock::time_point deadline) {
   if (!this_fiber::is_fiber()) {
-    std::this_thread::sleep_until(deadline);
+    // steady_clock is CLOCK_MONOTONIC. Not std::this_thread::sleep_until:
+    // its nanosleep would be weft's own hook (runtime/system_calls.h).
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    sys::sleep_until({static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)});
     return;
   }
   park_until(deadline, {"weft::this_fiber", nullptr, "sleep"});

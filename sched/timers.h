@@ -13,7 +13,7 @@
 //     most a quarter slice apart while fibers run): every worker is busy
 //     with fibers that neither switch nor reach a checkpoint. It leaves
 //     the first slice to the workers because their fibers go to the next
-//     slot, ahead of the fibers queued in the ring, while sysmon's go to
+//     slot, ahead of the fibers queued in the run queue, while sysmon's go to
 //     the global queue, behind them: beside more CPU-bound fibers than
 //     workers, a timer's fiber would wait a slice per fiber ahead of it.
 // A fired timer readies its fiber with the scheduler's ready(): on a worker

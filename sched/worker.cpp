@@ -1,12 +1,7 @@
 #include "worker.h"
 
-#include <fcntl.h>
 #include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
 #include <iterator>
 #include <string>
 
@@ -15,6 +10,7 @@
 #include "idle_poller.h"
 #include "run_latency.h"
 #include "scheduler_core.h"
+#include "trace.h"
 
 namespace weft::detail {
 namespace {
@@ -22,7 +18,7 @@ namespace {
 [[gnu::tls_model("initial-exec")]] thread_local Worker* tls_worker = nullptr;
 
 // Tokio caps its LIFO slot at 3: enough to keep a ping-pong pair hot,
-// little enough that the ring behind it still moves.
+// little enough that the run queue behind it still moves.
 constexpr unsigned kNextStreakLimit = 3;
 // Go's schedule(): a prime, so it does not beat with periodic workloads.
 constexpr std::uint32_t kGlobalCheckInterval = 61;
@@ -30,10 +26,8 @@ constexpr std::uint32_t kGlobalCheckInterval = 61;
 // spinning M makes four passes over the Ps without pausing). A worker that
 // just ran out of work usually finds none for a while (its fibers wait on
 // fds: the blocker or the next poll readies them), and each futex sleep it
-// avoids by spinning longer costs more CPU than the sleep itself; 16 rounds
-// of 32 pauses were about 50 us of a core on the EPYC VM this was tuned on
-// (a pause there takes ~95 ns), against ~3 us now (docs/benchmarks.md,
-// "The idle path").
+// avoids by spinning longer costs more CPU than the sleep itself
+// (docs/benchmarks.md, "The idle path", and "Figures behind the comments").
 constexpr int kSearchRounds = 4;
 constexpr int kPausesPerRound = 8;
 constexpr std::size_t kGlobalBatch = 32;
@@ -45,7 +39,7 @@ inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noex
 }
 
 bool not_pinned(FiberControl* fiber) noexcept { return fiber->pin_count.load(std::memory_order_relaxed) == 0; }
-bool stealable(RingEntry entry) noexcept { return !entry.pinned(); }
+bool stealable(RunQueueEntry entry) noexcept { return !entry.pinned(); }
 
 // SwitchActions, run on the worker that switched the fiber out: the one it
 // last ran on, which switch_in recorded.
@@ -69,6 +63,11 @@ void requeue_and_notify(void* fiber) {
   return tls_worker;
 }
 
+bool preempt_requested_here() noexcept {
+  const Worker* worker = current_worker();
+  return worker != nullptr && worker->preempt_requested();
+}
+
 constinit std::atomic<std::uint32_t> pending_preempt_requests{0};
 
 // Out of line, and with the same barrier as current_worker(): the caller
@@ -78,11 +77,6 @@ void checkpoint_slow() noexcept {
   Worker* worker = tls_worker;
   if (worker == nullptr || !worker->preempt_requested()) return;  // another worker's request, or a plain thread
   worker->preempt_current();
-}
-
-FiberControl* current_fiber() noexcept {
-  Worker* worker = current_worker();
-  return worker != nullptr ? worker->current() : nullptr;
 }
 
 const char* to_string(WorkerState state) noexcept {
@@ -107,7 +101,8 @@ Worker::Worker(SchedulerCore& core, unsigned index, bool spare)
       spare_(spare),
       state_(spare ? WorkerState::spare : WorkerState::running),
       until_global_check_(kGlobalCheckInterval),
-      random_state_(0x9E3779B97F4A7C15ull * (index + 1)) {}
+      random_state_(0x9E3779B97F4A7C15ull * (index + 1)),
+      spare_activations_(spare ? 1u : 0u) {}  // a spare starts without a thread
 
 void Worker::start() {
   thread_ = std::thread([this] { run_loop(); });
@@ -117,50 +112,17 @@ void Worker::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool Worker::activate() noexcept {
-  spare_running_.store(true, std::memory_order_relaxed);
-  // The bump is what the thread waits for (wait_for_activation); release:
-  // it sees the queues sysmon handed off before.
-  activations_.fetch_add(1, std::memory_order_release);
-  if (spare_started_.load(std::memory_order_relaxed)) {
-    futex_wake(activations_);
-    return true;
-  }
-  try {
-    start();
-  } catch (...) {  // std::system_error: no thread to be had; sysmon tries again later
-    spare_running_.store(false, std::memory_order_relaxed);
-    return false;
-  }
-  spare_started_.store(true, std::memory_order_relaxed);
-  return true;
-}
-
-void Worker::wake_spare() noexcept {
-  activations_.fetch_add(1, std::memory_order_release);
-  futex_wake(activations_);
-}
-
-void Worker::wait_for_activation() noexcept {
-  std::uint32_t now = activations_.load(std::memory_order_acquire);
-  while (now == activations_seen_) {
-    futex_wait(activations_, now);
-    now = activations_.load(std::memory_order_acquire);
-  }
-  activations_seen_ = now;
-}
-
 bool Worker::leaving() const noexcept {
   if (!spare_) [[likely]]
     return false;
-  return pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spare_surplus();
+  return pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spares().surplus();
 }
 
 void Worker::flush_to_global() noexcept {
-  FiberControl* batch[RunQueue<RingEntry>::capacity];
+  FiberControl* batch[RunQueue<RunQueueEntry>::capacity];
   std::size_t n = 0;
   if (FiberControl* next = next_.take()) batch[n++] = next;
-  auto owner = ring_.owner();
+  auto owner = run_queue_.owner();
   while (FiberControl* fiber = owner.pop().fiber()) batch[n++] = fiber;
   core_.push_global_bulk(batch, n);
   // Nothing pinned is here (leaving() and the idle retirement check
@@ -178,35 +140,22 @@ void Worker::flush_to_global() noexcept {
 }
 
 std::uint32_t Worker::queue_length() const noexcept {
-  return ring_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1);
+  return run_queue_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1) + inbox_length();
 }
 
-std::int64_t Worker::cpu_time_ns() const noexcept {
-  timespec ts{};
-  if (!cpu_clock_valid_.load(std::memory_order_acquire) || ::clock_gettime(cpu_clock_, &ts) != 0) return 0;
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+std::uint32_t Worker::inbox_length() const noexcept {
+  const std::int32_t n = inbox_count_.load(std::memory_order_relaxed);  // may dip below 0 for a moment
+  return n > 0 ? static_cast<std::uint32_t>(n) : 0;
 }
 
-char Worker::thread_state() const noexcept {
-  const int tid = os_thread_id();
-  if (tid == 0) return '?';
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return '?';
-  char buffer[512];
-  const ssize_t n = ::read(fd, buffer, sizeof(buffer) - 1);
-  ::close(fd);
-  if (n <= 0) return '?';
-  buffer[n] = '\0';
-  // "tid (name) S ...": the name may hold spaces and parentheses.
-  const char* paren = std::strrchr(buffer, ')');
-  return paren != nullptr && paren[1] == ' ' && paren[2] != '\0' ? paren[2] : '?';
+std::uint32_t Worker::pinned_count() const noexcept {
+  const int n = pinned_here_.load(std::memory_order_relaxed);
+  return n > 0 ? static_cast<std::uint32_t>(n) : 0;
 }
 
-bool Worker::has_stealable_work() const noexcept { return ring_.size() != 0 || spawned_.stealable(stuck()); }
+bool Worker::has_stealable_work() const noexcept { return run_queue_.size() != 0 || spawned_.stealable(stuck()); }
 
-std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
+std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept {
   std::size_t moved = 0;
   // The next slot never holds a pinned fiber (ready() sends those to the
   // inbox, which stays here).
@@ -214,13 +163,13 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
     core_.push_global(next);
     ++moved;
   }
-  // The ring's unpinned prefix, half at a time, as a thief would take it;
+  // The run queue's unpinned prefix, half at a time, as a thief would take it;
   // a pinned fiber ends it (docs/sysmon.md).
   auto owner = scratch.owner();
   for (;;) {
-    const auto result = ring_.thief().steal_into(owner, stealable);
+    const auto result = run_queue_.thief().steal_into(owner, stealable);
     if (result.taken == 0) break;
-    FiberControl* batch[RunQueue<RingEntry>::capacity];
+    FiberControl* batch[RunQueue<RunQueueEntry>::capacity];
     std::size_t n = 0;
     while (FiberControl* fiber = owner.pop().fiber()) batch[n++] = fiber;
     core_.push_global_bulk(batch, n);
@@ -229,25 +178,27 @@ std::size_t Worker::hand_off_queued(RunQueue<RingEntry>& scratch) noexcept {
   // Spawned fibers that have not started stay: idle thieves take them, the
   // newest included while the worker is marked stuck, and run each at once,
   // depth first. Through the FIFO global queue, a busy peer would start
-  // them one after another, breadth first (sched/spawn_deque.h): under ASan,
-  // where a spawn is slow enough for hand-offs, moving one per look made a
-  // 10,000-leaf fork-join keep 2,000 fibers alive instead of ~100.
+  // them one after another, breadth first (sched/spawn_deque.h), and a
+  // fork-join would keep many times more fibers alive (docs/benchmarks.md,
+  // "Figures behind the comments").
   if (moved != 0) bump(counters_.handoffs, moved);
+  if (moved != 0 && tracing()) [[unlikely]]
+    trace_handoff(index_, moved);
   return moved;
 }
 
-std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
+std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexcept {
   std::size_t released = 0;
   // Pinned by hooks alone: the caller's cached &errno is this thread's,
   // and ErrnoHome writes the result there (hooks/hook_support.h). A fiber
-  // taken from the inbox or the ring is not running, so its pin fields are
+  // taken from the inbox or the run queue is not running, so its pin fields are
   // ours until it is queued again.
   const auto release = [&](FiberControl* fiber) {
     const std::uint32_t pins = fiber->pin_count.load(std::memory_order_relaxed);
-    if (fiber->hook_pins == 0 || pins != fiber->hook_pins) return false;
+    if (fiber->releasable_pins == 0 || pins != fiber->releasable_pins) return false;
     fiber->pin_count.store(0, std::memory_order_relaxed);
-    fiber->hook_pins = 0;
-    ++fiber->hook_pin_releases;
+    fiber->releasable_pins = 0;
+    ++fiber->pin_releases;
     count_pin(-1);
     core_.push_global(fiber);
     ++released;
@@ -259,16 +210,17 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
   while (stack != nullptr) {
     FiberControl* fiber = stack;
     stack = fiber->link;
+    inbox_count_.fetch_sub(1, std::memory_order_relaxed);
     if (!release(fiber)) push_inbox(fiber);  // pinned by its own code (this_fiber::pin): it stays
   }
-  // The ring: a fiber preempted inside a hooked call that did not park
+  // The run queue: a fiber preempted inside a hooked call that did not park
   // waits there, pinned by the hook (its checkpoint, hooks/hook_support.h).
   // Everything is taken, pinned or not, by the thief's side: the unpinned
   // go to the global queue (as hand_off_queued would move them), the
   // user-pinned to the inbox, which stays here.
   auto owner = scratch.owner();
   for (;;) {
-    const auto result = ring_.thief().steal_into(owner, [](RingEntry) { return true; });
+    const auto result = run_queue_.thief().steal_into(owner, [](RunQueueEntry) { return true; });
     if (result.taken == 0) break;
     while (FiberControl* fiber = owner.pop().fiber()) {
       if (release(fiber)) continue;
@@ -281,52 +233,43 @@ std::size_t Worker::release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept {
     }
   }
   if (released != 0) bump(counters_.handoffs, released);
+  if (released != 0 && tracing()) [[unlikely]]
+    trace_handoff(index_, released);
   return released;
 }
 
 void Worker::run_loop() {
   tls_worker = this;
-  tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
-  if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0) cpu_clock_valid_.store(true, std::memory_order_release);
+  bind_running_fiber_cell(&current_);
+  os_thread_.record_calling_thread();
   const std::string thread_name = (core_.config().name + "/" + std::to_string(index_)).substr(0, 15);
   pthread_setname_np(pthread_self(), thread_name.c_str());
   adopt_thread_context(loop_context_);
   AltSignalStack alt_stack;
 
-  if (!spare_) {
+  if (!spare_)
     run_fibers();
-  } else {
-    for (;;) {
-      wait_for_activation();
-      if (core_.stopping()) break;
-      state_.store(WorkerState::running, std::memory_order_relaxed);
-      run_fibers();
-      if (core_.stopping()) break;
-      flush_to_global();
-      state_.store(WorkerState::spare, std::memory_order_relaxed);
-      current_.store(nullptr, std::memory_order_relaxed);
-      // Release: a sysmon that activates it again sees the queues flushed.
-      spare_running_.store(false, std::memory_order_release);
-    }
-  }
+  else
+    core_.spares().serve(*this);
   state_.store(WorkerState::stopped, std::memory_order_relaxed);
-  cpu_clock_valid_.store(false, std::memory_order_relaxed);
+  os_thread_.ended();
+  bind_running_fiber_cell(nullptr);
   tls_worker = nullptr;
 }
 
 void Worker::run_fibers() {
   for (;;) {
-    if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0 && core_.retire_spare_if_surplus()) return;
+    if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spares().retire_if_surplus()) return;
     FiberControl* next = pick_next();
     if (next == nullptr) {
-      // Idle: a spare retires rather than sleep with the workers, whom
-      // notify_work() wakes for any work (Go's stopm for an M without a P).
-      if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0) {
-        core_.retire_spare();
-        return;
-      }
+      // Idle: a spare that is still needed sleeps like a worker (it may be
+      // the netpoller's blocker, the one that runs the timers); a surplus
+      // one comes back here to retire.
       next = wait_for_work();
-      if (next == nullptr) return;
+      if (next == nullptr) {
+        if (core_.stopping()) return;
+        continue;
+      }
       // Back from idle: a sysmon that went to sleep with every worker
       // idle must watch this one again (sched/sysmon.h).
       state_.store(WorkerState::running, std::memory_order_relaxed);
@@ -338,8 +281,25 @@ void Worker::run_fibers() {
   }
 }
 
+// Out of the switch path: only while a trace is recorded (sched/trace.h).
+[[gnu::noinline, gnu::cold]] void Worker::trace_switch_to(FiberControl* next) noexcept {
+  FiberControl* left = current_.load(std::memory_order_relaxed);
+  TraceLeft why = TraceLeft::none;
+  if (left != nullptr) {
+    const FiberState state = left->state.load(std::memory_order_relaxed);
+    why = state == FiberState::parked ? TraceLeft::parked
+          : state == FiberState::done ? TraceLeft::exited
+          : preempting_               ? TraceLeft::preempted
+                                      : TraceLeft::yielded;
+  }
+  preempting_ = false;
+  trace_switch(left, why, next);
+}
+
 // Inlined into its four callers: a call and a return fewer per switch.
 [[gnu::always_inline]] inline void Worker::switch_in(FiberControl* next) noexcept {
+  if (tracing()) [[unlikely]]
+    trace_switch_to(next);
   current_.store(next, std::memory_order_relaxed);
   // A request for the fiber that leaves is void now; dropping it here ends
   // the slow path of every checkpoint in the process (detail/checkpoint.h).
@@ -355,13 +315,13 @@ void Worker::run_fibers() {
   bump(next->counters.active);
   bump(counters_.fibers_run);
   next->state.store(FiberState::running, std::memory_order_relaxed);
-  if (next->runnable_since_ns != 0) [[unlikely]]
+  if (next->runnable_sampled) [[unlikely]]
     record_run_latency(*next);
 }
 
 [[gnu::noinline, gnu::cold]] void Worker::record_run_latency(FiberControl& next) noexcept {
-  const std::int64_t waited = run_latency_clock_ns() - next.runnable_since_ns;
-  next.runnable_since_ns = 0;
+  const std::int64_t waited = fast_now_ns() - next.runnable_since_ns.load(std::memory_order_relaxed);
+  next.runnable_sampled = false;
   const std::uint64_t ns = waited < 0 ? 0 : static_cast<std::uint64_t>(waited);
   run_latency_.record_single_writer(ns);
   bump(next.counters.runnable_ns, ns * kRunLatencyPeriod);
@@ -374,6 +334,8 @@ void Worker::switch_away(SwitchAction action) {
     switch_in(next);
     switch_context(self->context, next->context, action);
   } else {
+    if (tracing()) [[unlikely]]
+      trace_switch_to(nullptr);
     current_.store(nullptr, std::memory_order_relaxed);
     take_preempt_request();  // void, as at a switch: nobody runs now
     switch_context(self->context, loop_context_, action);
@@ -384,9 +346,11 @@ void Worker::switch_away(SwitchAction action) {
 void Worker::yield_current() {
   FiberControl* self = current();
   if (leaving()) {
-    // Back to the loop, which retires; the fiber waits in the ring, which
+    // Back to the loop, which retires; the fiber waits in the run queue, which
     // the loop flushes to the global queue.
     self->state.store(FiberState::runnable, std::memory_order_relaxed);
+    if (tracing()) [[unlikely]]
+      trace_switch_to(nullptr);
     current_.store(nullptr, std::memory_order_relaxed);
     switch_context(self->context, loop_context_, SwitchAction{&requeue, self});
     return;
@@ -417,23 +381,23 @@ void Worker::preempt_current() {
   // global queue, of which pick_next takes one batch (and which is not FIFO
   // across producers). So first take this worker's share of it, and run
   // the oldest of that share now: it has waited since it was made
-  // runnable (a timer's sleeper: since its deadline), while what the ring
+  // runnable (a timer's sleeper: since its deadline), while what the run queue
   // holds under a hog is mostly fibers preempted after a slice of their
-  // own. Behind them, a 1 ms ticker beside 16 never-parking consumers on
-  // 2 workers was 8 slices late (tests/checkpoint_test.cpp).
+  // own, behind which a sleeper would wait for slices
+  // (tests/checkpoint_test.cpp).
   FiberControl* next = nullptr;
   const std::int64_t waiting = core_.global_size();
   if (waiting > 0) {
-    auto owner = ring_.owner();
+    auto owner = run_queue_.owner();
     std::int64_t share = waiting / static_cast<std::int64_t>(core_.config().workers) + 1;
     FiberControl* batch[kGlobalBatch];
-    while (share > 0 && RunQueue<RingEntry>::capacity - owner.size() >= kGlobalBatch) {
+    while (share > 0 && RunQueue<RunQueueEntry>::capacity - owner.size() >= kGlobalBatch) {
       const std::size_t n = core_.pop_global_bulk(batch, kGlobalBatch);
       for (std::size_t i = 0; i < n; ++i) {
         if (next == nullptr)
           next = batch[i];
         else
-          owner.push(RingEntry(batch[i]));
+          owner.push(RunQueueEntry(batch[i]));
       }
       if (n < kGlobalBatch) break;
       share -= static_cast<std::int64_t>(n);
@@ -447,8 +411,9 @@ void Worker::preempt_current() {
   bump(self->counters.preempt);
   bump(counters_.preempts);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
+  preempting_ = true;  // for a trace's record of why it left
   switch_in(next);
-  // Back of the ring, and a sleeping peer is woken to share it.
+  // Back of the run queue, and a sleeping peer is woken to share it.
   switch_context(self->context, next->context, SwitchAction{&requeue_and_notify, self});
 }
 
@@ -467,28 +432,30 @@ transfer_t Worker::exit_current(SwitchAction after) {
     switch_in(next);
     return exit_context(self->context, next->context, after);
   }
+  if (tracing()) [[unlikely]]
+    trace_switch_to(nullptr);
   current_.store(nullptr, std::memory_order_relaxed);
   take_preempt_request();  // void, as at a switch: nobody runs now
   return exit_context(self->context, loop_context_, after);
 }
 
 void Worker::push_local(FiberControl* fiber, bool notify) {
-  if (!ring_.owner().push(RingEntry(fiber))) {
-    spill_half_of_ring();
-    ring_.owner().push(RingEntry(fiber));
+  if (!run_queue_.owner().push(RunQueueEntry(fiber))) {
+    spill_half_of_run_queue();
+    run_queue_.owner().push(RunQueueEntry(fiber));
     notify = true;
   }
   if (notify) core_.idle().notify_work();
 }
 
-// Out of line: its 2 KiB of arrays made every push_local save six registers
-// and set up a frame, 16 of a yield's 189 instructions (callgrind).
-[[gnu::noinline, gnu::cold]] void Worker::spill_half_of_ring() {
+// Out of line: its 2 KiB of arrays made every push_local save registers and
+// set up a frame, a noticeable share of a yield's instructions (callgrind).
+[[gnu::noinline, gnu::cold]] void Worker::spill_half_of_run_queue() {
   // Move the older half to the global queue (pinned fibers to our inbox,
   // since no other worker may run them).
-  constexpr std::uint32_t half_capacity = RunQueue<RingEntry>::capacity / 2;
-  RingEntry half[half_capacity];
-  const std::uint32_t n = ring_.owner().take_half(half);
+  constexpr std::uint32_t half_capacity = RunQueue<RunQueueEntry>::capacity / 2;
+  RunQueueEntry half[half_capacity];
+  const std::uint32_t n = run_queue_.owner().take_half(half);
   FiberControl* movable[half_capacity];
   std::size_t movable_count = 0;
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -515,7 +482,7 @@ void Worker::push_spawned(FiberControl* fiber) {
   if (spawned_.size() >= 2) core_.idle().notify_work();
 }
 
-// Out of line for the same reason as spill_half_of_ring().
+// Out of line for the same reason as spill_half_of_run_queue().
 [[gnu::noinline, gnu::cold]] void Worker::spill_half_of_spawns() {
   // The older half goes to the global queue.
   FiberControl* oldest[decltype(spawned_)::capacity / 2];
@@ -529,6 +496,7 @@ void Worker::push_spawned(FiberControl* fiber) {
 }
 
 void Worker::push_inbox(FiberControl* fiber) noexcept {
+  inbox_count_.fetch_add(1, std::memory_order_relaxed);
   FiberControl* head = inbox_.load(std::memory_order_relaxed);
   do {
     fiber->link = head;
@@ -537,7 +505,7 @@ void Worker::push_inbox(FiberControl* fiber) noexcept {
 }
 
 bool Worker::has_local_waiting() const noexcept {
-  return ring_.size() != 0 || spawned_.size() != 0 || inbox_fifo_ != nullptr ||
+  return run_queue_.size() != 0 || spawned_.size() != 0 || inbox_fifo_ != nullptr ||
          inbox_.load(std::memory_order_relaxed) != nullptr;
 }
 
@@ -552,29 +520,28 @@ FiberControl* Worker::pick_global() {
   }
   const std::size_t n = core_.pop_global_bulk(batch, want);
   if (n == 0) return nullptr;
-  auto owner = ring_.owner();
+  auto owner = run_queue_.owner();
   for (std::size_t i = 1; i < n; ++i) {
-    if (!owner.push(RingEntry(batch[i]))) push_local(batch[i]);
+    if (!owner.push(RunQueueEntry(batch[i]))) push_local(batch[i]);
   }
   if (n > 1) core_.idle().notify_work();
   return batch[0];
 }
 
 FiberControl* Worker::steal() {
-  auto& workers = core_.workers();
-  // The workers and the spares that have ever run (a retired spare's
-  // queues are empty; a running one's may be stolen from).
+  // The workers and the spares up to the last running one (a retired
+  // spare's queues are empty; a running one's may be stolen from).
   const std::size_t count = core_.steal_span();
   if (count < 2) return nullptr;
   random_state_ ^= random_state_ << 13;
   random_state_ ^= random_state_ >> 7;
   random_state_ ^= random_state_ << 17;
   const std::size_t start = random_state_ % count;
-  auto owner = ring_.owner();
+  auto owner = run_queue_.owner();
   for (std::size_t i = 0; i < count; ++i) {
-    Worker& victim = *workers[(start + i) % count];
+    Worker& victim = core_.worker((start + i) % count);
     if (&victim == this) continue;
-    const auto result = victim.ring_.thief().steal_into(owner, stealable);
+    const auto result = victim.run_queue_.thief().steal_into(owner, stealable);
     if (result.blocked.fiber() != nullptr) {
       // Charged to the pinned fiber by its own worker (see pick_next): a
       // thief must not touch a fiber it does not own.
@@ -583,12 +550,17 @@ FiberControl* Worker::steal() {
     }
     if (result.taken > 0) {
       bump(counters_.steals, result.taken);
-      return owner.pop().fiber();
+      FiberControl* fiber = owner.pop().fiber();
+      if (tracing()) [[unlikely]]
+        trace_steal(fiber->id, victim.index());
+      return fiber;
     }
     // A held spawn is left to its worker (its spawner still runs there),
     // unless that one is stuck.
     if (FiberControl* fiber = victim.spawned_.steal(victim.stuck())) {
       bump(counters_.steals);
+      if (tracing()) [[unlikely]]
+        trace_steal(fiber->id, victim.index());
       return fiber;
     }
   }
@@ -601,7 +573,7 @@ FiberControl* Worker::steal() {
 [[gnu::noinline]] FiberControl* Worker::pick_periodic() {
   until_global_check_ = kGlobalCheckInterval;
   // Due timers (sched/timers.h): their fibers go to the next slot and the
-  // ring, and pick_queued picks them. A relaxed load unless a timer is armed.
+  // run queue, and pick_queued picks them. A relaxed load unless a timer is armed.
   core_.timers().run_due();
   if (core_.global_empty()) return nullptr;
   return pick_global();
@@ -630,7 +602,7 @@ FiberControl* Worker::pick_queued() {
   if (FiberControl* next = next_.take()) {
     // Past the limit, the next slot yields to what waits here, if anything
     // does; with nothing waiting, requeueing would only cost a round trip
-    // through the ring.
+    // through the run queue.
     if (next_streak_ < kNextStreakLimit || !has_local_waiting()) {
       ++next_streak_;
       return next;
@@ -651,9 +623,10 @@ FiberControl* Worker::pick_queued() {
   if (FiberControl* fiber = inbox_fifo_) {
     inbox_fifo_ = fiber->link;
     fiber->link = nullptr;
+    inbox_count_.fetch_sub(1, std::memory_order_relaxed);
     return fiber;
   }
-  if (FiberControl* fiber = ring_.owner().pop().fiber()) {
+  if (FiberControl* fiber = run_queue_.owner().pop().fiber()) {
     if (pinned_steal_fails_.load(std::memory_order_relaxed) != 0 && !not_pinned(fiber))
       bump(fiber->counters.steal_fail, pinned_steal_fails_.exchange(0, std::memory_order_relaxed));
     return fiber;
@@ -667,9 +640,8 @@ FiberControl* Worker::pick_queued() {
 
 bool Worker::work_visible() const noexcept {
   if (!core_.global_empty()) return true;
-  const auto& workers = core_.workers();
   for (std::size_t i = 0, count = core_.steal_span(); i < count; ++i)
-    if (workers[i]->has_stealable_work()) return true;
+    if (core_.worker(i).has_stealable_work()) return true;
   return false;
 }
 
@@ -683,48 +655,28 @@ bool Worker::poll_here(IdlePoller& poller) noexcept {
 FiberControl* Worker::run_after_poll() {
   FiberControl* fiber = pick_next();
   // The fibers the poll readied beyond the one about to run wait in this
-  // worker's ring, their wakes skipped (push_next): one wake for all of
+  // worker's run queue, their wakes skipped (push_next): one wake for all of
   // them, as Go's netpoll hands its list to injectglist, instead of a wake
   // per fiber, each taking the idle lock while peers go to sleep. A peer so
   // woken searches, so rule 2 of sched/idle.h wakes more if more remain.
   // The invariant holds meanwhile: this worker is awake and about to run
   // what it readied, and it wakes a sleeper now for the rest.
-  if (fiber != nullptr && ring_.size() != 0) core_.idle().notify_work();
+  if (fiber != nullptr && run_queue_.size() != 0) core_.idle().notify_work();
   return fiber;
 }
 
 FiberControl* Worker::wait_for_work() {
   IdleWorkers& idle = core_.idle();
   IdlePoller& poller = core_.poller();
-  TimerQueue& timers = core_.timers();
   for (;;) {
-    // Due timers, on entry and after every sleep: the blocker's timeout is
-    // the earliest deadline, and this is where its fibers are readied.
-    if (timers.run_due() != 0) {
-      if (FiberControl* fiber = pick_next()) return fiber;
-    }
-    // Before stealing: fds that became ready (io/netpoller.h). Here, on the
-    // worker's own stack, and never in pick_next, which also runs on a
-    // parking fiber's stack while it holds its fd record's lock.
-    if (poller.has_waiters() && poll_here(poller)) {
-      if (FiberControl* fiber = run_after_poll()) return fiber;
-    }
-    // The rules of sched/idle.h: a searcher that finds work ends its search
-    // before running it and, if it was the last, wakes another (pick_next's
-    // own notify_work, e.g. for the rest of a global batch, is skipped while
-    // this worker still counts as searching).
+    // A spare that has become surplus while idle retires (Spares::tidy
+    // wakes it for that).
+    if (leaving()) return nullptr;
+    if (FiberControl* fiber = run_due_and_polled(poller)) return fiber;
     bool last_searcher = false;
-    if (idle.begin_search()) {
-      state_.store(WorkerState::searching, std::memory_order_relaxed);
-      for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
-        if (FiberControl* fiber = pick_next()) {
-          if (idle.end_search() && work_visible()) idle.notify_work();
-          return fiber;
-        }
-        for (int i = 0; i < kPausesPerRound; ++i) cpu_relax();
-      }
-      last_searcher = idle.end_search();
-    }
+    if (FiberControl* fiber = search(last_searcher)) return fiber;
+    // Registered as a sleeper, then every queue once more (sched/idle.h,
+    // rule 3), then asleep: in epoll_wait as the blocker, or on the futex.
     state_.store(WorkerState::sleeping, std::memory_order_relaxed);
     idle.prepare_sleep(idle_slot_);
     if (core_.stopping()) {
@@ -742,32 +694,71 @@ FiberControl* Worker::wait_for_work() {
     // are seen without anyone spinning. A timer armed after prepare_sleep's
     // fence is seen here, or its arm() sees this worker asleep and wakes
     // it (sched/timers.h, "Arming").
-    if ((poller.has_waiters() || timers.armed()) && poller.try_begin_block(index_)) {
-      if (idle.begin_poll(idle_slot_)) {
-        // What the poll readies waits in this worker's queues, unannounced,
-        // until the sleep is cancelled below: a wake then would pick this
-        // very slot, still listed, and write the eventfd to itself.
-        polling_here_ = true;
-        poller.block(timers.begin_blocking());
-        polling_here_ = false;
-        // Before end_block: once another worker may become the blocker, its
-        // begin_blocking must not be undone by ours.
-        timers.end_blocking();
-      }
-      poller.end_block();
-      idle.cancel_sleep(idle_slot_);  // whatever ended it; a wake is absorbed
+    if ((poller.has_waiters() || core_.timers().armed()) && poller.try_begin_block(index_)) {
+      if (FiberControl* fiber = sleep_as_blocker(poller)) return fiber;
       if (core_.stopping()) return nullptr;
-      // Straight to what the poll readied (the timers first: the poll's
-      // timeout may have been the earliest deadline), without the
-      // non-blocking poll at the top of the loop, which would find nothing
-      // the blocking one has not just taken.
-      timers.run_due();
-      if (FiberControl* fiber = run_after_poll()) return fiber;
       continue;
     }
     idle.wait(idle_slot_);
     if (core_.stopping()) return nullptr;
   }
+}
+
+FiberControl* Worker::run_due_and_polled(IdlePoller& poller) {
+  // Due timers, on entry and after every sleep: the blocker's timeout is
+  // the earliest deadline, and this is where its fibers are readied.
+  if (core_.timers().run_due() != 0) {
+    if (FiberControl* fiber = pick_next()) return fiber;
+  }
+  // Before stealing: fds that became ready (io/netpoller.h). Here, on the
+  // worker's own stack, and never in pick_next, which also runs on a
+  // parking fiber's stack while it holds its fd record's lock.
+  if (poller.has_waiters() && poll_here(poller)) return run_after_poll();
+  return nullptr;
+}
+
+FiberControl* Worker::search(bool& last_searcher) {
+  // The rules of sched/idle.h: a searcher that finds work ends its search
+  // before running it and, if it was the last, wakes another (pick_next's
+  // own notify_work, e.g. for the rest of a global batch, is skipped while
+  // this worker still counts as searching).
+  IdleWorkers& idle = core_.idle();
+  if (!idle.begin_search()) return nullptr;
+  state_.store(WorkerState::searching, std::memory_order_relaxed);
+  for (int round = 0; round < kSearchRounds && !core_.stopping(); ++round) {
+    if (FiberControl* fiber = pick_next()) {
+      if (idle.end_search() && work_visible()) idle.notify_work();
+      return fiber;
+    }
+    for (int i = 0; i < kPausesPerRound; ++i) cpu_relax();
+  }
+  last_searcher = idle.end_search();
+  return nullptr;
+}
+
+FiberControl* Worker::sleep_as_blocker(IdlePoller& poller) {
+  IdleWorkers& idle = core_.idle();
+  TimerQueue& timers = core_.timers();
+  if (idle.begin_poll(idle_slot_)) {
+    // What the poll readies waits in this worker's queues, unannounced,
+    // until the sleep is cancelled below: a wake then would pick this
+    // very slot, still listed, and write the eventfd to itself.
+    polling_here_ = true;
+    poller.block(timers.begin_blocking());
+    polling_here_ = false;
+    // Before end_block: once another worker may become the blocker, its
+    // begin_blocking must not be undone by ours.
+    timers.end_blocking();
+  }
+  poller.end_block();
+  idle.cancel_sleep(idle_slot_);  // whatever ended it; a wake is absorbed
+  if (core_.stopping()) return nullptr;
+  // Straight to what the poll readied (the timers first: the poll's
+  // timeout may have been the earliest deadline), without the
+  // non-blocking poll at the top of wait_for_work, which would find
+  // nothing the blocking one has not just taken.
+  timers.run_due();
+  return run_after_poll();
 }
 
 }  // namespace weft::detail

@@ -7,15 +7,16 @@
 
 #include <atomic>
 #include <cstdint>
-#include <ctime>
 #include <thread>
 
 #include "../runtime/context.h"
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
+#include "current.h"
 #include "idle.h"
 #include "latency_histogram.h"
 #include "next_slot.h"
+#include "os_thread.h"
 #include "run_queue.h"
 #include "spawn_deque.h"
 
@@ -26,10 +27,10 @@ class IdlePoller;
 
 // A run-queue entry: the fiber with its pinned flag in the low bit, so that
 // a thief can pass over a pinned fiber without dereferencing it.
-class RingEntry {
+class RunQueueEntry {
  public:
-  RingEntry() noexcept = default;
-  explicit RingEntry(FiberControl* fiber) noexcept
+  RunQueueEntry() noexcept = default;
+  explicit RunQueueEntry(FiberControl* fiber) noexcept
       : bits_(reinterpret_cast<std::uintptr_t>(fiber) |
               (fiber->pin_count.load(std::memory_order_relaxed) != 0 ? 1u : 0u)) {}
   FiberControl* fiber() const noexcept { return reinterpret_cast<FiberControl*>(bits_ & ~std::uintptr_t{1}); }
@@ -54,16 +55,8 @@ struct WorkerCounters {
   std::atomic<std::uint64_t> handoffs{0};  // fibers sysmon moved off while it was stuck
 };
 
-// Spare workers (docs/sysmon.md): Config::spare_workers more Workers, with
-// indexes from Config::workers on, whose threads sysmon starts (or wakes)
-// when a worker's thread is blocked in the kernel while fibers wait, Go's
-// handoffp in weft's terms. A spare runs the same loop and queues as any
-// worker, and it retires, flushing its queues to the global queue, at its
-// next switch once it is surplus (more spares active than threads blocked)
-// or as soon as it finds nothing to run. So at most Config::workers threads
-// run fibers, except while a worker is blocked in the kernel, and for the
-// time a surplus spare's fiber runs on until its next switch. A fiber
-// pinned on a spare keeps it from retiring until it unpins.
+// A spare worker (sched/spares.h) is a Worker too: `spare` at construction,
+// its thread started and retired by Spares, the same loop and queues.
 class Worker {
  public:
   Worker(SchedulerCore& core, unsigned index, bool spare = false);
@@ -90,7 +83,7 @@ class Worker {
   [[nodiscard]] transfer_t exit_current(SwitchAction after);
 
   // --- on this worker's thread ------------------------------------------
-  // Back of the ring (spills half to global when full); `notify` wakes an
+  // Back of the run queue (spills half to global when full); `notify` wakes an
   // idle worker to steal it.
   void push_local(FiberControl* fiber, bool notify = true);
   void push_next(FiberControl* fiber);  // run next: the fiber just woken
@@ -130,7 +123,7 @@ class Worker {
     if (tick != 0) pending_preempt_requests.fetch_sub(1, std::memory_order_relaxed);
     return tick;
   }
-  // Whether a thief may take a fiber from here now: the ring's, and the
+  // Whether a thief may take a fiber from here now: the run queue's, and the
   // spawns but one held for this worker (all of them while it is stuck).
   // The next slot is not stealable (only sysmon's hand-off seizes it).
   bool has_stealable_work() const noexcept;
@@ -142,45 +135,59 @@ class Worker {
     if (stuck_.load(std::memory_order_relaxed) != stuck) stuck_.store(stuck, std::memory_order_relaxed);
   }
   bool stuck() const noexcept { return stuck_.load(std::memory_order_relaxed); }
-  // Moves the next slot and the ring's unpinned prefix to the global queue,
+  // Moves the next slot and the run queue's unpinned prefix to the global queue,
   // through `scratch` (an empty queue of sysmon's own). Any thread; returns
   // how many fibers moved.
-  std::size_t hand_off_queued(RunQueue<RingEntry>& scratch) noexcept;
+  std::size_t hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept;
   // For a worker whose thread is blocked in the kernel: the fibers in its
-  // inbox and its ring that only a libc hook pins here (parked, or
+  // inbox and its run queue that only a libc hook pins here (parked, or
   // preempted at the hook's checkpoint) go to the global queue, their pins
   // released (a std::mutex held across a hooked read must not deadlock the
-  // workers waiting for it; hooks/hook_support.h); the ring's other fibers go
+  // workers waiting for it; hooks/hook_support.h); the run queue's other fibers go
   // where hand_off_queued would put them (the user-pinned to the inbox),
   // through `scratch`. Returns how many moved.
-  std::size_t release_hook_pinned(RunQueue<RingEntry>& scratch) noexcept;
-  // Whether fibers pinned here may wait in the inbox or the ring (cheap:
+  std::size_t release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexcept;
+  // Whether fibers pinned here may wait in the inbox or the run queue (cheap:
   // two loads).
   bool pinned_may_wait() const noexcept {
-    return inbox_.load(std::memory_order_relaxed) != nullptr || ring_.size() != 0;
+    return inbox_.load(std::memory_order_relaxed) != nullptr || run_queue_.size() != 0;
   }
 
-  // --- spares (sysmon's thread) ----------------------------------------
+  // --- announced blocking calls (sched/blocking_call.h) -----------------
+  // Odd while the running fiber is in an announced blocking call: bumped at
+  // the call's entry and at its exit, so that sysmon tells one long call
+  // from two short ones by its value. Written by this worker's thread only.
+  std::uint32_t blocking_call() const noexcept { return blocking_call_.load(std::memory_order_relaxed); }
+  // False (and nothing changes) if the worker is marked already: the
+  // announcement is nested in another.
+  bool begin_blocking_call() noexcept {
+    const std::uint32_t calls = blocking_call_.load(std::memory_order_relaxed);
+    if ((calls & 1) != 0) return false;
+    blocking_call_.store(calls + 1, std::memory_order_relaxed);
+    return true;
+  }
+  void end_blocking_call() noexcept {
+    blocking_call_.store(blocking_call_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  // --- spares (sched/spares.h) ------------------------------------------
   bool is_spare() const noexcept { return spare_; }
-  // Running fibers, or about to: set by activate(), cleared by the spare's
-  // thread once it has retired and flushed its queues.
+  // Running fibers, or about to: set by an activation, cleared by the
+  // spare's thread once it has retired and flushed its queues.
   bool spare_running() const noexcept { return spare_running_.load(std::memory_order_acquire); }
-  bool spare_started() const noexcept { return spare_started_.load(std::memory_order_relaxed); }
-  // Starts the spare's thread, or wakes it; false if no thread could be
-  // started.
-  bool activate() noexcept;
-  // Wakes a spare's thread to end (shutdown, once stopping() holds).
-  void wake_spare() noexcept;
+  // Whether the spare has a thread (running, or retired and waiting).
+  bool spare_thread_alive() const noexcept { return (spare_activations_.load(std::memory_order_relaxed) & 1u) == 0; }
 
   // --- read by the dump (any thread) ------------------------------------
   WorkerState state() const noexcept { return state_.load(std::memory_order_relaxed); }
-  int os_thread_id() const noexcept { return tid_.load(std::memory_order_relaxed); }
-  // CPU time its thread has used; 0 before it starts or after it ends.
-  std::int64_t cpu_time_ns() const noexcept;
-  // Its thread's state as the kernel reports it (/proc: 'R' running or
-  // runnable, 'S' or 'D' asleep, ...); '?' when unknown.
-  char thread_state() const noexcept;
+  // Its thread as the OS sees it: id, /proc state, CPU time.
+  const OsThread& os_thread() const noexcept { return os_thread_; }
+  // Fibers waiting to run here: ring, next slot, spawns and inbox.
   std::uint32_t queue_length() const noexcept;
+  // Of those, the pinned fibers in the inbox, which only this worker may run.
+  std::uint32_t inbox_length() const noexcept;
+  // Fibers pinned to this worker, in any state (this_fiber::pin, the hooks).
+  std::uint32_t pinned_count() const noexcept;
   const WorkerCounters& counters() const noexcept { return counters_; }
   WorkerCounters& counters() noexcept { return counters_; }
   // Sampled scheduling latency of the fibers it switched in
@@ -189,6 +196,7 @@ class Worker {
 
  private:
   friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the thread id
+  friend class Spares;            // a spare's thread, its activations and retirement
   void run_loop();
   // Runs fibers until the scheduler stops, or (a spare) until it retires.
   void run_fibers();
@@ -197,9 +205,7 @@ class Worker {
   bool leaving() const noexcept;
   // A retiring spare's queued fibers go to the global queue.
   void flush_to_global() noexcept;
-  // The spare's thread, between activations.
-  void wait_for_activation() noexcept;
-  // Next fiber to run, without blocking: next slot, inbox, ring, spawned,
+  // Next fiber to run, without blocking: next slot, inbox, run queue, spawned,
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
   FiberControl* pick_queued();  // pick_next's search, before the held spawn's release
@@ -212,26 +218,39 @@ class Worker {
   }
   void publish_held_spawn() noexcept;
   // Every kGlobalCheckInterval-th pick: due timers, then a batch of the
-  // global queue so that it is never starved by a busy ring (Go's schedule).
+  // global queue so that it is never starved by a busy run queue (Go's schedule).
   FiberControl* pick_periodic();
   FiberControl* pick_global();
-  // The slow paths of push_local and push_spawned: the ring or deque is full.
-  void spill_half_of_ring();
+  // The slow paths of push_local and push_spawned: the run queue or deque is full.
+  void spill_half_of_run_queue();
   void spill_half_of_spawns();
-  // Whether a fiber waits in this worker's ring, spawn deque or inbox.
+  // Whether a fiber waits in this worker's run queue, spawn deque or inbox.
   bool has_local_waiting() const noexcept;
   FiberControl* steal();
   // Whether a fiber waits in the global queue or in any worker's queues
   // (this one's included): sched/idle.h's rules 2 and 3.
   bool work_visible() const noexcept;
-  // Searches briefly, then sleeps; null when the scheduler stops.
+  // Searches briefly, then sleeps; null when the scheduler stops. Its
+  // steps, in order:
   FiberControl* wait_for_work();
+  // Due timers, then the netpoller without blocking: what they readied.
+  FiberControl* run_due_and_polled(IdlePoller& poller);
+  // A few rounds of pick_next as a searcher (sched/idle.h); sets
+  // `last_searcher` when it found nothing and was the last.
+  FiberControl* search(bool& last_searcher);
+  // A listed sleeper that became the poller's blocker: sleeps in epoll_wait
+  // until an event, a wake or the earliest timer, then returns what it
+  // readied.
+  FiberControl* sleep_as_blocker(IdlePoller& poller);
   // The idle loop's non-blocking poll, its readied fibers' wakes deferred.
   bool poll_here(IdlePoller& poller) noexcept;
   // After the idle loop's poll: the next fiber, and one wake for the rest.
   FiberControl* run_after_poll();
   // Bookkeeping for `next`, which is about to run here.
   void switch_in(FiberControl* next) noexcept;
+  // A trace's record of the switch from the current fiber to `next`
+  // (null: to the loop).
+  void trace_switch_to(FiberControl* next) noexcept;
   // The sampled half of switch_in (sched/run_latency.h).
   void record_run_latency(FiberControl& next) noexcept;
   void switch_away(SwitchAction action);
@@ -240,20 +259,18 @@ class Worker {
   const unsigned index_;
   const bool spare_;
   std::thread thread_;
-  std::atomic<int> tid_{0};
-  std::atomic<bool> cpu_clock_valid_{false};
-  clockid_t cpu_clock_{};  // written before cpu_clock_valid_
+  OsThread os_thread_;
   std::atomic<WorkerState> state_{WorkerState::running};
 
   ExecutionContext loop_context_;  // the thread's own stack
   // Written by the worker only; atomic so that sysmon may compare it.
   std::atomic<FiberControl*> current_{nullptr};
 
-  RunQueue<RingEntry> ring_;  // fibers that have run: woken, yielded, preempted
+  RunQueue<RunQueueEntry> run_queue_;  // fibers that have run: woken, yielded, preempted
   // Room for a burst of spawns (a server accepting a thousand connections)
   // before the older half is spilled to the global queue, through which
-  // each costs about 30 ns more: spawning 1000 then joining them took
-  // 190-195 ns a fiber with room for 256, 157-168 ns with 1024. 8 KiB.
+  // each costs more (docs/benchmarks.md, "Figures behind the comments").
+  // 8 KiB.
   SpawnDeque<FiberControl*, 1024> spawned_;
   NextSlot next_;  // sysmon may seize it (hand_off_queued)
   // Set while this worker's idle loop polls: the fibers the poll readies
@@ -261,36 +278,25 @@ class Worker {
   bool polling_here_ = false;
   unsigned next_streak_ = 0;                          // consecutive runs from next_
   std::atomic<FiberControl*> inbox_{nullptr};         // pinned fibers (LIFO stack)
+  std::atomic<std::int32_t> inbox_count_{0};          // in inbox_ and inbox_fifo_, for the dump
+  bool preempting_ = false;                           // preempt_current's switch, for a trace
   FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 
-  std::uint32_t until_global_check_;            // pick_next calls left before a look at the global queue
-  std::atomic<std::uint64_t> switch_tick_{0};   // written by the worker
-  std::atomic<std::uint64_t> preempt_tick_{0};  // sysmon's request; 0: none
-  std::atomic<bool> stuck_{false};              // written by sysmon
+  std::uint32_t until_global_check_;             // pick_next calls left before a look at the global queue
+  std::atomic<std::uint64_t> switch_tick_{0};    // written by the worker
+  std::atomic<std::uint64_t> preempt_tick_{0};   // sysmon's request; 0: none
+  std::atomic<std::uint32_t> blocking_call_{0};  // odd: in an announced blocking call
+  std::atomic<bool> stuck_{false};               // written by sysmon
   std::uint64_t random_state_;
   std::atomic<int> pinned_here_{0};  // fibers pinned on this worker (count_pin; sysmon's releases)
-  // Spares: activations so far (a futex word the thread waits on, bumped
-  // by activate() and wake_spare(), never reset so no wake is lost), the
-  // last one the thread has seen, and whether it runs fibers.
-  std::atomic<std::uint32_t> activations_{0};
-  std::uint32_t activations_seen_ = 0;
+  // Spares: a futex word bumped by each activation, bit 0 set while the
+  // spare has no thread (sched/spares.cpp); and whether it runs fibers.
+  std::atomic<std::uint32_t> spare_activations_;
   std::atomic<bool> spare_running_{false};
-  std::atomic<bool> spare_started_{false};
   IdleSlot idle_slot_;
   WorkerCounters counters_;
   LatencyHistogram run_latency_;
 };
-
-// The worker whose thread is calling, or null on a plain thread. Never
-// cached across a switch: a fiber may resume on another worker.
-Worker* current_worker() noexcept;
-
-// The running fiber's pin bookkeeping (this_fiber::pin() and the hooks'
-// ParkScope): the first pin binds it to this worker, so that a spare does
-// not retire under it; the last, made on the same worker (a pinned fiber
-// cannot move), unbinds it.
-void pin_current(FiberControl& fiber) noexcept;
-void unpin_current(FiberControl& fiber) noexcept;
 
 }  // namespace weft::detail

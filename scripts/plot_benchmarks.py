@@ -10,6 +10,12 @@ and plots the median of the runs:
   scripts/plot_benchmarks.py --pingpong pingpong.json [more.json ...] \\
       [--skynet skynet.jsonl] [--park park.jsonl] [-o docs/benchmarks.png]
 
+weft beside its peers (scripts/bench-peers), one bar per row: weft's median
+over the best peer's (below 1: weft is faster; for requests/s, above 1):
+
+  scripts/bench-peers --json > peers.json
+  scripts/plot_benchmarks.py --peers peers.json [--peers-output docs/peers.png]
+
 The gateway's latency distribution goes to a picture of its own:
 
   scripts/bench-gateway --json > gateway.json
@@ -133,6 +139,33 @@ def plot_gateway(path, output):
     print(f"wrote {output}", file=sys.stderr)
 
 
+def plot_peers_ratios(path, output):
+    """weft / best peer per row of scripts/bench-peers --json; a line at 1."""
+    doc = load_json_values([path])[0]
+    labels, ratios, colours = [], [], []
+    names = {"tokio": "tokio", "go": "Go", "boost-fiber": "Boost.Fiber"}
+    for entry in doc["summary"]:
+        for i, ratio in enumerate(entry.get("ratio_to_best", [])):
+            suffix = ["netpoller", "hooked"][i] if len(entry["ratio_to_best"]) > 1 else ""
+            label = entry["label"].split(",")[0] + (f" {entry['row'].split('-')[-1]}" if "-" in entry["row"] else "")
+            labels.append(f"{label}{' ' + suffix if suffix else ''}\n(vs {names[entry['best_peer']]})")
+            # For requests/s higher is better: plot best / weft so that below 1 means ahead everywhere.
+            value = 1 / ratio if entry["better"] == "higher" else ratio
+            ratios.append(value)
+            colours.append("tab:green" if value <= 1 else "tab:red")
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(labels)), 5))
+    bars = ax.bar(range(len(labels)), ratios, color=colours)
+    bar_labels(ax, bars, lambda v: f"{v:.2f}")
+    ax.axhline(1, color="black", linewidth=1)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylabel("weft's cost / best peer's (below 1: weft ahead)")
+    ax.set_title(f"weft against the best of tokio, Go, Boost.Fiber: medians of {doc['rounds']} rounds, "
+                 f"{doc['date']}, {doc['machine']['cpus']} CPUs", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(output, dpi=110)
+    print(f"wrote {output}", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pingpong", nargs="+", default=[], help="pingpong --mode all --json output(s)")
@@ -141,11 +174,15 @@ def main():
     parser.add_argument("-o", "--output", default="docs/benchmarks.png")
     parser.add_argument("--gateway", help="scripts/bench-gateway --json output")
     parser.add_argument("--gateway-output", default="docs/gateway.png")
+    parser.add_argument("--peers", help="scripts/bench-peers --json output")
+    parser.add_argument("--peers-output", default="docs/peers.png")
     args = parser.parse_args()
-    if not args.pingpong and not args.gateway:
-        parser.error("give --pingpong (and --skynet, --park), or --gateway")
+    if not args.pingpong and not args.gateway and not args.peers:
+        parser.error("give --pingpong (and --skynet, --park), --gateway or --peers")
     if args.gateway:
         plot_gateway(args.gateway, args.gateway_output)
+    if args.peers:
+        plot_peers_ratios(args.peers, args.peers_output)
     if not args.pingpong:
         return
 

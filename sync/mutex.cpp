@@ -1,3 +1,4 @@
+#include <unistd.h>
 #include <weft/mutex.h>
 
 #include <chrono>
@@ -8,7 +9,8 @@
 
 #include "../runtime/fiber_control.h"
 #include "../runtime/log.h"
-#include "../sched/worker.h"
+#include "../sched/current.h"
+#include "../sched/wait_owner.h"
 
 namespace weft {
 namespace {
@@ -20,13 +22,19 @@ namespace {
 constexpr std::uintptr_t kWaiters = 1;
 constexpr std::uintptr_t kThreadBit = 2;
 
+// A thread's identity is the address of its token, which holds its tid
+// for weft-dump (MutexInspection below); set on the thread's first lock.
+struct alignas(8) ThreadToken {
+  int tid = 0;
+};
+
 std::uintptr_t caller_identity() noexcept {
-  alignas(8) [[gnu::tls_model("initial-exec")]] thread_local char thread_token;
-  // One (deliberately not inlined) look at the thread's worker: a fiber
-  // may resume on another thread, so its TLS address is never cached.
-  if (detail::Worker* worker = detail::current_worker()) {
-    if (detail::FiberControl* fiber = worker->current()) return reinterpret_cast<std::uintptr_t>(fiber);
-  }
+  [[gnu::tls_model("initial-exec")]] thread_local ThreadToken thread_token;
+  // One (deliberately not inlined) look at the thread's running fiber: a
+  // fiber may resume on another thread, so its TLS address is never cached.
+  if (detail::FiberControl* fiber = detail::current_fiber()) return reinterpret_cast<std::uintptr_t>(fiber);
+  if (thread_token.tid == 0) [[unlikely]]
+    thread_token.tid = static_cast<int>(::gettid());
   return reinterpret_cast<std::uintptr_t>(&thread_token) | kThreadBit;
 }
 
@@ -38,6 +46,28 @@ std::uintptr_t caller_identity() noexcept {
   std::abort();
 }
 
+}  // namespace
+
+// Who holds a mutex, for the fibers weft-dump finds waiting on it
+// (sched/wait_owner.h): the owner part of its lock word, a fiber's control
+// block or a thread's token, read quietly, since the mutex may be gone.
+struct detail::MutexInspection {
+  static WaitOwner owner(const void* object) noexcept {
+    const auto* mutex = static_cast<const Mutex*>(object);
+    std::uintptr_t state = 0;
+    if (!read_quietly(&mutex->state_, &state, sizeof(state))) return {};
+    const std::uintptr_t owner = state & ~(kWaiters | kThreadBit);
+    if (owner == 0) return {};
+    if ((state & kThreadBit) == 0) return {fiber_id_at(reinterpret_cast<const FiberControl*>(owner)), 0};
+    ThreadToken token;
+    if (!read_quietly(reinterpret_cast<const void*>(owner), &token, sizeof(token))) return {};
+    return {0, token.tid};
+  }
+};
+
+namespace {
+[[maybe_unused]] const bool owners_registered =
+    detail::register_wait_owner("weft::Mutex", &detail::MutexInspection::owner);
 }  // namespace
 
 // A waiter that has waited this long is handed the lock instead of woken

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/blocking_pool.h"
+#include "pool_support.h"
 #include "test_support.h"
 
 namespace weft {
@@ -127,7 +128,7 @@ TEST_P(Blocking, HelpersAreNamedAfterTheScheduler) {
 
 TEST_P(Blocking, ManyMoreCallersThanHelpersQueueAndAllFinish) {
   Config config = test::config_with(workers());
-  config.blocking_threads = 3;
+  config.max_blocking_threads = 3;
   Scheduler sched{config};
   constexpr int kCallers = 60;
   std::atomic<int> running{0};
@@ -172,7 +173,7 @@ TEST_P(Blocking, ManyMoreCallersThanHelpersQueueAndAllFinish) {
 
 TEST_P(Blocking, UnderLoadEveryValueAndEveryExceptionComesBack) {
   Config config = test::config_with(workers());
-  config.blocking_threads = 4;
+  config.max_blocking_threads = 4;
   Scheduler sched{config};
   const int kFibers = 100;
   const int kCalls = static_cast<int>(test::scaled(40) + 4);
@@ -228,12 +229,125 @@ TEST(BlockingPoolNames, KeepTheIndexWithinFifteenCharacters) {
 
 TEST(BlockingConfig, RejectsAPoolOfNoThreads) {
   Config config = test::config_with(1);
-  config.blocking_threads = 0;
+  config.max_blocking_threads = 0;
   try {
     Scheduler sched{config};
     ADD_FAILURE() << "a pool of 0 threads was accepted";
   } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_blocking_threads"), std::string::npos) << e.what();
+  }
+  config.max_blocking_threads = 8;
+  config.blocking_keep_alive = 0ms;
+  EXPECT_THROW(Scheduler{config}, std::invalid_argument);
+}
+
+// The deprecated fixed cap still builds, and still caps the pool.
+TEST(BlockingConfig, TheDeprecatedCapStillApplies) {
+  Config config = test::config_with(1);
+  config.blocking_threads = 2;
+  Scheduler sched{config};
+  EXPECT_EQ(sched.snapshot().blocking.max_threads, 2u);
+  config.blocking_threads = 2000;
+  try {
+    Scheduler rejected{config};
+    ADD_FAILURE() << "blocking_threads = 2000 was accepted";
+  } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("blocking_threads"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(Config{}.max_blocking_threads, 512u);  // tokio's default
+}
+
+// A burst of slow calls gets a helper each (up to the limit), instead of
+// queueing behind a fixed few: all are in their calls at once.
+TEST(BlockingGrowth, EveryCallOfABurstRunsAtOnce) {
+  Config config = test::config_with(2);
+  Scheduler sched{config};
+  constexpr int kCallers = 100;
+  std::atomic<int> inside{0};
+  std::atomic<bool> all_inside{false};
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < kCallers; ++i) {
+    fibers.push_back(sched.spawn([&] {
+      blocking([&] {
+        if (++inside == kCallers) all_inside = true;
+        // Every call waits for every other: only a pool of kCallers helpers
+        // lets them all finish (bounded, so that a capped pool fails).
+        EXPECT_TRUE(spin_until(all_inside, 30s));
+      });
+    }));
+  }
+  for (auto& fiber : fibers) fiber.join();
+  EXPECT_TRUE(all_inside.load());
+  const BlockingPoolSnapshot pool = sched.snapshot().blocking;
+  EXPECT_GE(pool.threads, static_cast<unsigned>(kCallers));
+  EXPECT_LE(pool.threads, 512u);
+  EXPECT_EQ(pool.calls, static_cast<std::uint64_t>(kCallers));
+}
+
+// Helpers idle for blocking_keep_alive retire; the pool then starts new
+// ones for new calls.
+TEST(BlockingGrowth, IdleHelpersRetireAndThePoolStillServes) {
+  Config config = test::config_with(2);
+  config.blocking_keep_alive = 50ms;
+  Scheduler sched{config};
+  std::atomic<bool> release{false};
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < 8; ++i)
+    fibers.push_back(sched.spawn([&] { blocking([&] { EXPECT_TRUE(spin_until(release, 30s)); }); }));
+  EXPECT_TRUE(test::eventually([&] { return sched.snapshot().blocking.busy == 8; }));
+  release = true;
+  for (auto& fiber : fibers) fiber.join();
+  ASSERT_TRUE(test::eventually([&] { return sched.snapshot().blocking.threads == 0; }))
+      << sched.snapshot().blocking.threads << " helpers left";
+  int value = 0;
+  sched.spawn([&] { value = blocking([] { return 7; }); }).join();
+  EXPECT_EQ(value, 7);
+  EXPECT_GE(sched.snapshot().blocking.threads, 1u);
+  EXPECT_EQ(sched.snapshot().blocking.calls, 9u);
+}
+
+// A call queued just as an idle helper's keep-alive ends is never
+// stranded: many rounds of one call each, spaced around the keep-alive.
+TEST(BlockingGrowth, ACallAtTheMomentAHelperRetiresIsRun) {
+  Config config = test::config_with(1);
+  config.blocking_keep_alive = 1ms;
+  Scheduler sched{config};
+  const int rounds = static_cast<int>(test::scaled(300) + 20);
+  for (int i = 0; i < rounds; ++i) {
+    int value = -1;
+    sched.spawn([&] { value = blocking([i] { return i; }); }).join();
+    EXPECT_EQ(value, i);
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 10)));
+  }
+  EXPECT_EQ(sched.snapshot().blocking.calls, static_cast<std::uint64_t>(rounds));
+}
+
+// The default scheduler reads WEFT_MAX_BLOCKING_THREADS (in a child: the
+// default scheduler is the process's one).
+TEST(BlockingEnvironment, TheDefaultSchedulerReadsTheLimit) {
+  int status = -1;
+  std::string out =
+      test::run_child("max-blocking", "WEFT_MAX_BLOCKING_THREADS=3", "BlockingChild.TheLimitIsTheEnvironments", status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+  out = test::run_child("bad-max-blocking", "WEFT_MAX_BLOCKING_THREADS=many", "BlockingChild.ABadLimitIsReported",
+                        status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+}
+
+TEST(BlockingChild, TheLimitIsTheEnvironments) {
+  if (!test::child_mode("max-blocking")) GTEST_SKIP() << "runs in the child of BlockingEnvironment";
+  EXPECT_EQ(default_scheduler().snapshot().blocking.max_threads, 3u);
+}
+
+TEST(BlockingChild, ABadLimitIsReported) {
+  if (!test::child_mode("bad-max-blocking")) GTEST_SKIP() << "runs in the child of BlockingEnvironment";
+  try {
+    default_scheduler();
+    ADD_FAILURE() << "WEFT_MAX_BLOCKING_THREADS=many was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("WEFT_MAX_BLOCKING_THREADS='many'"), std::string::npos) << e.what();
   }
 }
 

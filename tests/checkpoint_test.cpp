@@ -33,7 +33,7 @@ Config checkpoint_config(unsigned workers, std::chrono::microseconds slice) {
   Config config = test::config_with(workers);
   config.time_slice = slice;
   // No spare to take the queued fibers over: only the checkpoint may.
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   return config;
 }
 

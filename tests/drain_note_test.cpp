@@ -31,7 +31,7 @@ using test::FdPair;
 using test::make_socketpair;
 
 // The reader's read-edge counter, moved by a poller that harvested an event.
-std::uint32_t read_edges(int fd) { return detail::fd_records().get(fd).events[0].load(); }
+std::uint32_t read_edges(int fd) { return detail::fd_records().get(fd)->events[0].load(); }
 
 // In a fiber of `sched`, whose only fd `fd` is: registers it with the
 // poller (waits that park and time out; one whose deadline passed before

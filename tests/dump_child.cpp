@@ -10,10 +10,16 @@
 //   sleeper       parked in weft::this_fiber (sleep) in sleep_a_slice(), in
 //                 100 ms slices, at least kSleeps of them
 //
+// With `--block`, a fifth fiber, "blocker", sleeps in a raw read(2) of a
+// pipe (which no hook sees) in read_the_pipe(), holding its worker: what
+// WEFT_TRACE_BLOCKING reports.
+//
 // It prints "ready" once all of them are where they should be, then waits
 // for a line on stdin, releases everyone and exits 0: through the
 // Scheduler's destructor, or with `--exit-early` through std::exit() while
 // the scheduler still runs (the dump server's atexit path).
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <weft/blocking_queue.h>
 #include <weft/mutex.h>
 #include <weft/weft.h>
@@ -55,6 +61,12 @@ void keep_frame() { asm volatile("" ::: "memory"); }
   keep_frame();
 }
 
+[[gnu::noinline]] void read_the_pipe(int fd) {
+  char c;
+  [[maybe_unused]] const long n = ::syscall(SYS_read, fd, &c, 1);
+  keep_frame();
+}
+
 bool parked_where_expected(const weft::SchedulerSnapshot& snap) {
   int ready = 0;
   for (const auto& f : snap.fibers) {
@@ -71,12 +83,13 @@ bool parked_where_expected(const weft::SchedulerSnapshot& snap) {
 
 int main(int argc, char** argv) {
   const bool exit_early = argc > 1 && std::string(argv[1]) == "--exit-early";
+  const bool block = argc > 1 && std::string(argv[1]) == "--block";
   weft::Config config;
   config.name = "dump-child";
   config.workers = 2;
   // The tests count its workers, and a spare started while the machine is
   // loaded would be one more.
-  config.spare_workers = 0;
+  config.max_threads = config.workers;        // no spares
   auto* sched = new weft::Scheduler(config);  // deleted only on the orderly path
 
   weft::BlockingQueue<int> never_fed;
@@ -101,6 +114,12 @@ int main(int argc, char** argv) {
   weft::Fiber sleeper = sched->spawn({.name = "sleeper"}, [&] {
     while (!stopping.load()) sleep_a_slice();
   });
+  int blocker_pipe[2] = {-1, -1};
+  weft::Fiber blocker;
+  if (block) {
+    if (::pipe(blocker_pipe) != 0) return 4;
+    blocker = sched->spawn({.name = "blocker"}, [&] { read_the_pipe(blocker_pipe[0]); });
+  }
 
   for (int i = 0; i < kRoundTrips; ++i) {
     pings.put(i);
@@ -114,6 +133,10 @@ int main(int argc, char** argv) {
   if (exit_early) std::exit(0);  // the scheduler and its fibers are still there
 
   stopping.store(true);
+  if (block) {
+    if (::write(blocker_pipe[1], "x", 1) != 1) return 5;
+    blocker.join();
+  }
   never_fed.close();
   pings.close();
   mutex.unlock();

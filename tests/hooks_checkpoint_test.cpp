@@ -265,7 +265,7 @@ Config checkpoint_config(unsigned workers, std::chrono::microseconds slice) {
   Config config = test::config_with(workers);
   config.time_slice = slice;
   // No spare to take the queued ticker over: only the checkpoint may.
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   return config;
 }
 
@@ -364,7 +364,7 @@ INSTANTIATE_TEST_SUITE_P(Calls, HookedCallIsACheckpoint,
 TEST(HookedCallCheckpoint, AStdMutexHeldAcrossAPreemptionDoesNotDeadlock) {
   Config config = test::config_with(1);
   config.time_slice = 2ms;
-  config.spare_workers = 1;
+  config.max_threads = config.workers + 1;  // one spare
   Scheduler sched(config);
   std::mutex m;
   std::atomic<bool> waiter_started{false};

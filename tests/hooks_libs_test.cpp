@@ -255,7 +255,7 @@ void compare_threads_and_fibers(const char* what, const std::function<bool(int)>
 
   right = 0;
   Config config = test::config_with(2);
-  config.spare_workers = 0;  // only the hooks may let the other fibers run
+  config.max_threads = config.workers;  // no spares: only the hooks may let the other fibers run
   Scheduler sched(config);
   const auto start_fibers = Clock::now();
   {

@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -29,9 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "hooks_test_support.h"
 #include "libc.h"
 #include "socket_pair.h"
-#include "test_support.h"
 
 namespace weft {
 namespace {
@@ -39,13 +40,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// No spare workers: a spare would run the other fibers of a worker blocked
-// in the kernel (docs/sysmon.md), hiding a hook that failed to park.
-Scheduler one_worker() {
-  Config config = test::config_with(1);
-  config.spare_workers = 0;
-  return Scheduler(config);
-}
+using test::one_worker;
 
 // Runs fn as one fiber of `sched` and waits for it.
 template <class F>
@@ -156,6 +151,35 @@ TEST(HooksSleep, InvalidRequestsFailAsLibcSays) {
     timespec zero{0, 0};
     EXPECT_EQ(nanosleep(&zero, nullptr), 0);
   });
+}
+
+// usleep and sleep keep the caller's errno, as nanosleep does: the park
+// runs another fiber on the thread, and its failing call sets errno there.
+// Before, both returned with that fiber's EBADF (issue 27, item 8).
+TEST(HooksSleep, UsleepAndSleepKeepTheCallersErrno) {
+  Scheduler sched = one_worker();
+  std::atomic<bool> done{false};
+  Fiber clobber = sched.spawn([&] {
+    for (int i = 0; i < 100'000 && !done.load(); ++i) {
+      char c;
+      EXPECT_EQ(read(-1, &c, 1), -1);  // EBADF, on this worker's errno
+      this_fiber::yield();
+    }
+  });
+  int after_usleep = 0;
+  int after_sleep = 0;
+  in_fiber(sched, [&] {
+    errno = 4321;
+    EXPECT_EQ(usleep(20'000), 0);
+    after_usleep = errno;
+    errno = 4322;
+    EXPECT_EQ(sleep(1), 0u);
+    after_sleep = errno;
+  });
+  done.store(true);
+  clobber.join();
+  EXPECT_EQ(after_usleep, 4321);
+  EXPECT_EQ(after_sleep, 4322);
 }
 
 // --- blocking sockets in fibers ----------------------------------------------
@@ -279,7 +303,7 @@ TEST(HooksSocket, ShortReadsStayShort) {
 // EAGAIN instead of hanging, and fails the count.
 TEST(HooksSocket, PingPongOverBlockingSocketsLosesNoWakeUp) {
   Config config = test::config_with(2);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   Scheduler sched(config);
   // 8,000 parks a side: 0.2 s in release, tens of seconds under TSan on a
   // loaded machine (8 pairs of 2,000 rounds took 30-47 s there).
@@ -522,7 +546,7 @@ TEST(HooksPoll, PollOnSeveralFdsParksUntilOneIsReady) {
 // that returns 0 after its 5 s, never as a hang.
 TEST(HooksPoll, PollOnOneFdPingPongLosesNoWakeUp) {
   Config config = test::config_with(2);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   Scheduler sched(config);
   constexpr int kPairs = 4;
   constexpr int kRounds = 1000;
@@ -630,12 +654,90 @@ TEST(HooksPoll, SelectReportsExactlyTheReadyFds) {
   EXPECT_FALSE(FD_ISSET(p2.a(), &r));
 }
 
-// A poll on two fds parks on a private epoll fd, which the hook closes
-// itself; a plain thread meanwhile opens and closes fds that take the same
-// numbers. Both closes go through the netpoller's fd records under their
-// lock. Under ThreadSanitizer the hook's close ran inside TSan's poll
-// interceptor, where the lock was invisible, and TSan reported a race on
-// the record (and then hung symbolizing it: hooks_libs' libcurl case).
+// A poll on several fds in a process that is out of fds times out with 0
+// and wakes on data, as libc's does: the wait makes no fd. Before, each
+// park made a private epoll fd, and poll returned -1/EMFILE (issue 27,
+// item 9).
+TEST(HooksPoll, PollOnSeveralFdsNeedsNoNewFd) {
+  Scheduler sched = one_worker();
+  SocketPair p1, p2;
+  const int lowest_free = dup(0);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit tight = saved;
+  tight.rlim_cur = rlim_t(lowest_free);  // every number below is taken
+  int timed_out = -2;
+  int woken = -2;
+  int error = 0;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  EXPECT_EQ(dup(0), -1);  // EMFILE: no fd can be made now
+  Fiber poller = sched.spawn([&] {
+    pollfd fds[2] = {{p1.a(), POLLIN, 0}, {p2.a(), POLLIN, 0}};
+    timed_out = poll(fds, 2, 30);
+    error = errno;
+    woken = poll(fds, 2, 10'000);
+  });
+  Fiber writer = sched.spawn([&] {
+    std::this_thread::sleep_for(60ms);
+    EXPECT_EQ(write(p2.b(), "x", 1), 1);
+  });
+  writer.join();
+  poller.join();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(timed_out, 0) << std::strerror(error);
+  EXPECT_EQ(woken, 1);
+}
+
+// select() with fd sets larger than fd_set, as programs allocate them on
+// purpose for fds above 1,023: the fiber sees such an fd become ready, as
+// a thread does, alone and beside another. Before, the hook read only
+// FD_SETSIZE bits: it slept to the timeout and returned 0 (issue 27,
+// item 5).
+TEST(HooksPoll, SelectSeesFdsAbove1023InALargerSet) {
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  constexpr int kHigh = 1500;
+  if (limit.rlim_cur <= rlim_t(kHigh + 1)) {
+    if (limit.rlim_max <= rlim_t(kHigh + 1)) GTEST_SKIP() << "RLIMIT_NOFILE's hard limit is below " << kHigh + 2;
+    limit.rlim_cur = limit.rlim_max;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  }
+  Scheduler sched = one_worker();
+  for (const bool with_low_fd : {false, true}) {
+    SocketPair pair, low;
+    ASSERT_EQ(dup2(pair.a(), kHigh), kHigh);
+    constexpr int kWords = 2048 / NFDBITS;
+    std::vector<__fd_mask> set(kWords, 0);
+    set[kHigh / NFDBITS] |= __fd_mask(1) << (kHigh % NFDBITS);
+    if (with_low_fd) set[low.a() / NFDBITS] |= __fd_mask(1) << (low.a() % NFDBITS);
+    int ready = -2;
+    Fiber selector = sched.spawn([&] {
+      timeval tv{10, 0};
+      ready = select(kHigh + 1, reinterpret_cast<fd_set*>(set.data()), nullptr, nullptr, &tv);
+    });
+    Fiber writer = sched.spawn([&] {
+      std::this_thread::sleep_for(10ms);
+      EXPECT_EQ(write(pair.b(), "x", 1), 1);
+    });
+    writer.join();
+    selector.join();
+    EXPECT_EQ(ready, 1) << (with_low_fd ? "with" : "without") << " a low fd beside it";
+    EXPECT_NE(set[kHigh / NFDBITS] & (__fd_mask(1) << (kHigh % NFDBITS)), 0);
+    if (with_low_fd) {
+      EXPECT_EQ(set[low.a() / NFDBITS] & (__fd_mask(1) << (low.a() % NFDBITS)), 0);
+    }
+    close(kHigh);
+  }
+}
+
+// Polls on two fds park on both fds' records while a plain thread opens and
+// closes fds that take other numbers through the same records' table.
+// (Once, a poll parked on a private epoll fd that the hook closed itself:
+// under ThreadSanitizer that close ran inside TSan's poll interceptor,
+// where the record's lock was invisible, and TSan reported a race on the
+// record. The waits on records are inside the hook's ParkScope too.)
 TEST(HooksPoll, APollsPrivateEpollFdIsClosedUnderTheRecordsLock) {
   Scheduler sched = one_worker();
   SocketPair p1, p2;
@@ -737,6 +839,54 @@ TEST(HooksPipe, APipeReadParksUntilTheWriterWrites) {
   EXPECT_EQ(got, "pipe");
   close(fds[0]);
   close(fds[1]);
+}
+
+// A write larger than the pipe holds parks after the part that fit, as a
+// socket's does: on one worker without spares its reader is a fiber of the
+// same worker. Before, the write blocked the worker's thread until a reader
+// took all 8 MB, and none could run (issue 27, item 7); the watchdog then
+// drains the pipe so the test ends, and the fiber reader sees less.
+TEST(HooksPipe, ALargePipeWriteParksAfterAPartialWrite) {
+  Scheduler sched = one_worker();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  constexpr std::size_t kSize = 8 << 20;
+  std::atomic<bool> finished{false};
+  std::atomic<std::size_t> drained_by_watchdog{0};
+  std::thread watchdog([&] {
+    const auto until = Clock::now() + 30s;
+    while (!finished.load() && Clock::now() < until) std::this_thread::sleep_for(5ms);
+    if (finished.load()) return;
+    std::vector<char> sink(1 << 16);
+    for (;;) {  // ends at EOF: the writer closes its end once its write returns
+      const ssize_t n = test::libc_function<decltype(::read)>("read")(fds[0], sink.data(), sink.size());
+      if (n <= 0) break;
+      drained_by_watchdog += std::size_t(n);
+    }
+  });
+  std::size_t got = 0;
+  ssize_t wrote = -2;
+  Fiber reader = sched.spawn([&] {
+    std::vector<char> buf(1 << 16);
+    for (;;) {
+      const ssize_t n = read(fds[0], buf.data(), buf.size());
+      if (n <= 0) break;
+      got += std::size_t(n);
+    }
+  });
+  Fiber writer = sched.spawn([&] {
+    const std::vector<char> data(kSize, 'p');
+    wrote = write(fds[1], data.data(), data.size());
+    close(fds[1]);
+  });
+  writer.join();
+  reader.join();
+  finished.store(true);
+  watchdog.join();
+  close(fds[0]);
+  EXPECT_EQ(wrote, ssize_t(kSize));
+  EXPECT_EQ(drained_by_watchdog.load(), 0u) << "the write held the worker until a plain thread drained the pipe";
+  EXPECT_EQ(got, kSize);
 }
 
 // --- errno -------------------------------------------------------------------

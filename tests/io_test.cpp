@@ -123,8 +123,10 @@ TEST_P(IoTest, TimesOutWhenNothingArrives) {
 
 TEST_P(IoTest, BadFdsThrowNamingTheFd) {
   FdPair pipe = make_pipe();
-  const int closed = ::dup(pipe.reader);
-  ASSERT_GE(closed, 0);
+  // A number far above what the scheduler opens (its epoll, eventfds and
+  // rings take the lowest free numbers, a just-closed one among them).
+  const int closed = ::fcntl(pipe.reader, F_DUPFD, 900);
+  ASSERT_GE(closed, 900);
   ::close(closed);
   run_one([&] {
     try {
@@ -204,7 +206,7 @@ TEST_P(IoTest, ManyWaitersOnOneFdAllWake) {
 TEST(Io, ABlockerThatReadiesManyFibersDoesNotWakeItself) {
   // One worker: when idle it is the blocker, in epoll_wait, and the only
   // listed sleeper. One event readies every fiber parked on the fd, and the
-  // ring's wake for each fiber beyond the first used to pick that one
+  // run queue's wake for each fiber beyond the first used to pick that one
   // sleeper, the blocker itself, and write the poller's eventfd to its own
   // next epoll_wait (io/netpoller.h). Now the idle loop wakes once, after
   // it has left the sleepers list, and nobody is left to wake.
@@ -339,7 +341,7 @@ TEST_P(IoWorkersTest, AnEdgeBetweenTheLevelCheckAndTheParkIsNotLost) {
   for (int round = 0; round < 10; ++round) {
     FdPair pipe = make_pipe();
     sched().spawn([&] { EXPECT_FALSE(io::wait_readable(pipe.reader, 1ms)); }).join();  // registers it
-    detail::FdRecord& record = detail::fd_records().get(pipe.reader);
+    detail::FdRecord& record = *detail::fd_records().get(pipe.reader);
     record.lock.lock();
     std::atomic<bool> woke{false};
     Fiber waiter = sched().spawn([&] {

@@ -160,10 +160,18 @@ TEST(RealCallsFallback, EveryCallWithASystemCallBeneathHasOne) {
         "creat",    "creat64",      "eventfd",      "epoll_create", "epoll_create1", "timerfd_create",
         "signalfd", "inotify_init", "inotify_init1"})
     EXPECT_NE(raw_syscall_fallback(name), nullptr) << name;
+  for (const char* name :
+       {"waitpid",         "wait4",           "waitid",  "pread",       "preadv",       "preadv2",   "fsync",
+        "fdatasync",       "sync_file_range", "flock",   "pwrite",      "pwritev",      "ftruncate", "fallocate",
+        "copy_file_range", "sendfile",        "splice",  "msync",       "sync",         "syncfs",    "wait",
+        "pause",           "sigsuspend",      "sigwait", "sigwaitinfo", "sigtimedwait", "msgrcv",    "msgsnd",
+        "semop",           "semtimedop"})
+    EXPECT_NE(raw_syscall_fallback(name), nullptr) << name;
 }
 
 TEST(RealCallsFallback, NoneForCallsWithNoSystemCallBeneath) {
-  for (const char* name : {"getaddrinfo", "getnameinfo", "gethostbyname", "sleep", "usleep", "no_such_call"})
+  for (const char* name :
+       {"getaddrinfo", "getnameinfo", "gethostbyname", "sleep", "usleep", "system", "popen", "pclose", "no_such_call"})
     EXPECT_EQ(raw_syscall_fallback(name), nullptr) << name;
 }
 

@@ -231,7 +231,7 @@ TEST_P(WorkersTest, PinnedFiberNeverChangesWorker) {
 
 TEST_P(WorkersTest, AFullRunQueueSpillsAndLosesNobody) {
   // 3000 fibers spawned by one fiber, then yielding at once, overflow a
-  // worker's spawn deque (1024) and ring (256): their older halves go to
+  // worker's spawn deque (1024) and run queue (256): their older halves go to
   // the global queue, pinned fibers to the worker's own inbox. Every yield
   // must come back, and no pinned fiber may move.
   constexpr int fibers = 3000, yields = 20;

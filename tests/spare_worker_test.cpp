@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,15 +28,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-template <class Done>
-bool wait_until(Done&& done, Clock::duration limit = 20s) {
-  const auto deadline = Clock::now() + limit;
-  while (!done()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using test::wait_until;
 
 struct Pipe {
   int fds[2] = {-1, -1};
@@ -304,9 +297,147 @@ TEST_P(SpareWorkers, NoSpareForFibersThatBurnTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Workers, SpareWorkers, ::testing::Values(1u, 2u, 4u), ::weft::test::worker_count_name);
 
+// Many fibers wait in futex(2) for a std::mutex whose holder is parked in
+// a hooked read, on 2 workers: each waiter blocks the thread that runs it,
+// so spares start one after another, as many as there are waiters (no
+// fixed cap), until one is left free to run the holder when its read
+// completes. With the 16 spares of before, 20 waiters deadlocked.
+class ManyFutexWaiters : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(ManyFutexWaiters, AStdMutexHeldAcrossAParkNeverDeadlocks) {
+  const unsigned waiters = GetParam();
+  // Every one of those threads is a TSan thread too: 1,000 took minutes.
+  if (test::kSlowdown > 1 && waiters > 200) GTEST_SKIP() << "the release, ASan and Clang builds run it";
+  Scheduler sched{test::config_with(2)};
+  Pipe pipe;
+  std::mutex mutex;
+  std::atomic<bool> held{false};
+  std::atomic<unsigned> started{0};
+  std::atomic<unsigned> done{0};
+  Fiber holder = sched.spawn({.name = "holder"}, [&] {
+    std::lock_guard guard(mutex);
+    held = true;
+    char c;
+    EXPECT_EQ(::read(pipe.fds[0], &c, 1), 1);  // the hook parks, pinned
+    ++done;
+  });
+  ASSERT_TRUE(wait_until([&] { return held.load(); }));
+  std::vector<Fiber> fibers;
+  for (unsigned i = 0; i < waiters; ++i) {
+    fibers.push_back(sched.spawn({.name = "waiter"}, [&] {
+      ++started;
+      std::lock_guard guard(mutex);
+      ++done;
+    }));
+  }
+  // Every waiter got a thread to block: none is left queued.
+  const bool all_started = wait_until([&] { return started.load() == waiters; }, 120s);
+  const SchedulerSnapshot during = sched.snapshot();
+  pipe.release();
+  const bool finished = wait_until([&] { return done.load() == waiters + 1; }, 120s);
+  if (!finished) {
+    std::fprintf(stderr, "deadlock: %u of %u fibers finished, %u started\n", done.load(), waiters + 1, started.load());
+    std::_Exit(1);  // joining would hang the binary instead of failing it
+  }
+  holder.join();
+  for (auto& fiber : fibers) fiber.join();
+  EXPECT_TRUE(all_started) << started.load() << " of " << waiters << " waiters started";
+  EXPECT_GE(during.spares.threads, waiters - 2) << "a spare per blocked thread";
+  EXPECT_EQ(during.spares.max_threads, Config{}.max_threads);
+  EXPECT_FALSE(during.spares.limit_reached);
+  // The workers are back: every spare retires.
+  EXPECT_TRUE(wait_until([&] { return spares_running(sched) == 0; })) << spares_running(sched) << " spares still run";
+}
+
+INSTANTIATE_TEST_SUITE_P(Waiters, ManyFutexWaiters, ::testing::Values(20u, 200u, 1000u),
+                         [](const ::testing::TestParamInfo<unsigned>& info) { return std::to_string(info.param); });
+
+// At Config::max_threads no spare starts: one message on stderr names the
+// limit and how to raise it, the snapshot says so, and the fibers wait for
+// a blocked thread to return.
+TEST(SpareWorkersLimit, ReachingMaxThreadsIsReportedOnceAndShown) {
+  Config config = test::config_with(1);
+  config.max_threads = 2;  // one spare
+  constexpr unsigned kBlockers = 3;
+  std::vector<Pipe> pipes(kBlockers);
+  ::testing::internal::CaptureStderr();
+  std::string messages;
+  {
+    Scheduler sched{config};
+    std::atomic<unsigned> blocked{0};
+    std::vector<Fiber> blockers;
+    for (unsigned i = 0; i < kBlockers; ++i) {
+      blockers.push_back(sched.spawn([&, fd = pipes[i].fds[0]] {
+        ++blocked;
+        char c;
+        EXPECT_EQ(::syscall(SYS_read, fd, &c, 1), 1);
+      }));
+    }
+    // The worker and the one spare block; the third blocker waits for them.
+    const bool two_blocked = wait_until([&] { return blocked.load() == 2; });
+    bool reached = false;
+    const bool seen = wait_until([&] {
+      const SchedulerSnapshot snap = sched.snapshot();
+      reached = snap.spares.limit_reached;
+      return reached && snap.spares.threads == 1;
+    });
+    const unsigned blocked_at_limit = blocked.load();
+    for (auto& pipe : pipes) pipe.release();
+    for (auto& fiber : blockers) fiber.join();
+    EXPECT_TRUE(two_blocked);
+    EXPECT_TRUE(seen) << "limit_reached " << reached;
+    EXPECT_EQ(blocked_at_limit, 2u) << "a thread beyond max_threads ran the third blocker";
+  }
+  messages = ::testing::internal::GetCapturedStderr();
+  const std::string needle = "reached its thread limit, Config::max_threads = 2";
+  const std::size_t first = messages.find(needle);
+  EXPECT_NE(first, std::string::npos) << messages;
+  EXPECT_EQ(messages.find(needle, first + 1), std::string::npos) << "reported more than once:\n" << messages;
+  EXPECT_NE(messages.find("WEFT_MAX_THREADS"), std::string::npos) << messages;
+}
+
+TEST(SpareWorkersLimit, MaxThreadsBelowWorkersIsRejected) {
+  Config config = test::config_with(2);
+  config.max_threads = 1;
+  try {
+    Scheduler sched{config};
+    FAIL() << "a scheduler was made with max_threads below workers";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("Config::max_threads (1) must be at least Config::workers (2)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A retired spare's thread ends after Config::spare_keep_alive, and the
+// next blocked worker gets a spare again, on a new thread.
+TEST(SpareWorkersKeepAlive, IdleSpareThreadsEndAndComeBack) {
+  Config config = test::config_with(1);
+  config.spare_keep_alive = 20ms;
+  Scheduler sched{config};
+  for (int round = 0; round < 2; ++round) {
+    Pipe pipe;
+    std::atomic<bool> blocked{false};
+    Fiber blocker = sched.spawn([&] {
+      blocked = true;
+      char c;
+      EXPECT_EQ(::syscall(SYS_read, pipe.fds[0], &c, 1), 1);
+    });
+    ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
+    std::atomic<bool> ran{false};
+    Fiber other = sched.spawn([&] { ran = true; });
+    EXPECT_TRUE(wait_until([&] { return ran.load(); })) << "round " << round << ": no spare ran it";
+    pipe.release();
+    blocker.join();
+    other.join();
+    EXPECT_TRUE(wait_until([&] { return sched.snapshot().spares.threads == 0; }))
+        << "round " << round << ": the spare's thread outlived its keep-alive";
+  }
+}
+
 TEST(SpareWorkersOff, WithNoSparesNothingIsStarted) {
   Config config = test::config_with(1);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   Scheduler sched{config};
   Pipe pipe;
   std::atomic<bool> started{false};

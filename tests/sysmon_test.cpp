@@ -363,7 +363,7 @@ TEST(Sysmon, AStopOfTheWholeProcessIsNotBlamedOnAFiber) {
 // second. The fibers still all run, on the workers that queued them.
 TEST(Sysmon, NoHandOffWhenEveryWorkerIsBlocked) {
   Config config = sysmon_config(2, true, 10ms);
-  config.spare_workers = 0;
+  config.max_threads = config.workers;  // no spares
   Scheduler sched{config};
   constexpr int kFibers = 20;
   std::atomic<bool> stop{false};

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <thread>
 
 namespace weft::test {
 
@@ -18,6 +19,18 @@ constexpr std::uint64_t kSlowdown = 10;
 constexpr std::uint64_t kSlowdown = 1;
 #endif
 constexpr std::uint64_t scaled(std::uint64_t n) { return n / kSlowdown; }
+
+// Polls `done` every millisecond until it holds (true) or `limit` passes
+// (false): for tests that wait for what other threads do, bounded.
+template <class Done>
+bool wait_until(Done&& done, std::chrono::steady_clock::duration limit = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 inline Config config_with(unsigned workers) {
   Config config;

@@ -1,6 +1,7 @@
 #include "dump_client.h"
 
 #include <dirent.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -96,7 +97,11 @@ std::vector<UnixSocket> listening_unix_sockets(const std::string& table) {
     std::istringstream fields(line);
     std::string num, refs, protocol, flags, type, state, path;
     unsigned long inode = 0;
-    if (!(fields >> num >> refs >> protocol >> flags >> type >> state >> inode >> path)) continue;
+    if (!(fields >> num >> refs >> protocol >> flags >> type >> state >> inode)) continue;
+    // The path is the rest of the line, spaces and all (one space before it).
+    std::getline(fields, path);
+    if (path.empty() || path[0] != ' ') continue;
+    path.erase(0, 1);
     if ((std::stoul(flags, nullptr, 16) & kAcceptConnections) == 0) continue;
     sockets.push_back({inode, path});
   }
@@ -129,9 +134,7 @@ class Socket {
 };
 
 std::string seconds_text(std::chrono::milliseconds timeout) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%.1f s", static_cast<double>(timeout.count()) / 1000);
-  return buffer;
+  return fmt::format("{:.1f} s", static_cast<double>(timeout.count()) / 1000);
 }
 
 // Connects to `path` and checks, before a byte is believed, that the
@@ -198,18 +201,18 @@ void exchange(pid_t pid, const std::string& request, std::chrono::milliseconds t
     if (n < 0) throw DumpUnavailable(describe(pid) + " closed the connection: " + std::strerror(errno));
     sent += static_cast<std::size_t>(n);
   }
-  std::size_t received = 0;
   for (;;) {
     if (!wait_for(socket.fd(), POLLIN, deadline)) throw DumpUnavailable(timed_out);
     char* tail = sink.reserve_tail(kChunk);
     const ssize_t n = ::recv(socket.fd(), tail, kChunk, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    // A server that refuses at once (busy) closes with our request unread,
-    // which resets the connection once its answer has been read: the end.
-    if (n < 0 && errno == ECONNRESET && received > 0) break;
+    // A server that refuses at once (busy), or stops as its process shuts
+    // down, closes with our request unread, which resets the connection
+    // once whatever it wrote has been read: the end. read_answer() tells a
+    // refusal from a dump cut short, or from no answer at all.
+    if (n < 0 && errno == ECONNRESET) break;
     if (n < 0) throw DumpUnavailable(describe(pid) + " broke the connection: " + std::strerror(errno));
     if (n == 0) break;
-    received += static_cast<std::size_t>(n);
     sink.commit(static_cast<std::size_t>(n));
   }
 }
@@ -242,10 +245,21 @@ bool looks_like_dump(std::string_view answer) {
   return i > start.size() && answer.substr(i, 11) == ",\"process\":";
 }
 
-// The answer read back; throws DumpUnavailable with the reason when it is
-// not a dump.
-ProcessSnapshot check_answer(pid_t pid, std::string_view answer) {
-  if (answer.empty()) throw DumpUnavailable(describe(pid) + " closed the connection without answering");
+// A document ends with "}\n": a dump that does not was cut short, by a
+// server that stopped (its process shutting down or exiting) while it
+// wrote, which is not a dump of another format.
+bool complete(std::string_view answer) { return answer.size() >= 2 && answer.substr(answer.size() - 2) == "}\n"; }
+
+DumpUnavailable exited_during_dump(pid_t pid, const std::string& detail) {
+  return DumpUnavailable(describe(pid) + ": the process exited (or shut down) during the dump (" + detail + ")");
+}
+
+}  // namespace
+
+ProcessSnapshot read_answer(pid_t pid, std::string_view answer) {
+  if (answer.empty()) throw exited_during_dump(pid, "it closed the connection without answering");
+  if (looks_like_dump(answer) && !complete(answer))
+    throw exited_during_dump(pid, "its answer ends after " + std::to_string(answer.size()) + " bytes");
   try {
     return read_dump(answer);
   } catch (const DumpRefused& e) {
@@ -255,8 +269,6 @@ ProcessSnapshot check_answer(pid_t pid, std::string_view answer) {
                           " answered something that is not a dump this weft-dump can read: " + e.what());
   }
 }
-
-}  // namespace
 
 std::string find_dump_socket(pid_t pid, std::string* why) {
   const std::set<unsigned long> inodes = socket_inodes(pid, why);
@@ -271,32 +283,62 @@ DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::mill
   exchange(pid, request, timeout, sink);
   DumpAnswer answer;
   answer.text = sink.take();
-  answer.snapshot = check_answer(pid, answer.text);
+  answer.snapshot = read_answer(pid, answer.text);
   return answer;
 }
 
-void stream_dump(pid_t pid, std::chrono::milliseconds timeout, std::FILE* out) {
-  // Held back until the prefix shows a dump (then everything flows
-  // through), or to the end (a refusal: a few bytes, explained as usual).
+namespace {
+
+// The trace recorder writes `{"displayTimeUnit":...,"traceEvents":[`.
+constexpr std::string_view kTraceStart = "{\"displayTimeUnit\":";
+
+// Copies the answer to `request` to `out` as it arrives, once its first
+// bytes show the document `wanted` says it is (a refusal is held back, to
+// the end, and explained as usual).
+void stream_answer(pid_t pid, const std::string& request, std::chrono::milliseconds timeout, std::FILE* out,
+                   bool (*wanted)(std::string_view)) {
   struct Sink {
     std::FILE* out;
+    bool (*wanted)(std::string_view);
     StringSink head;
     bool streaming = false;
+    std::size_t written = 0;
+    std::string tail;  // the last two bytes written, to see the document's end
     char* reserve_tail(std::size_t bytes) { return head.reserve_tail(bytes); }
     void commit(std::size_t bytes) {
       head.commit(bytes);
       const std::string_view seen(head.text.data(), head.used);
-      if (!streaming && (seen.size() < kDecisivePrefix || !looks_like_dump(seen))) return;
+      if (!streaming && (seen.size() < kDecisivePrefix || !wanted(seen))) return;
       streaming = true;
       std::fwrite(seen.data(), 1, seen.size(), out);
+      written += seen.size();
+      tail += seen.substr(seen.size() - std::min<std::size_t>(2, seen.size()));
+      tail.erase(0, tail.size() - std::min<std::size_t>(2, tail.size()));
       head.used = 0;  // keeps its storage for the next chunk
     }
-  } sink{out, {}};
-  exchange(pid, "dump", timeout, sink);
-  if (sink.streaming) return;
+  } sink{out, wanted, {}, false, 0, {}};
+  exchange(pid, request, timeout, sink);
+  if (sink.streaming) {
+    // Already printed: all there is to do is to say that it is not whole.
+    if (!complete(sink.tail))
+      throw exited_during_dump(pid, "its answer ends after " + std::to_string(sink.written) + " bytes");
+    return;
+  }
   const std::string head = sink.head.take();
-  check_answer(pid, head);
-  std::fwrite(head.data(), 1, head.size(), out);  // a whole dump shorter than the prefix
+  if (!wanted(head)) read_answer(pid, head);      // throws: a refusal, or nothing
+  std::fwrite(head.data(), 1, head.size(), out);  // a whole document shorter than the prefix
+}
+
+}  // namespace
+
+void stream_dump(pid_t pid, std::chrono::milliseconds timeout, std::FILE* out) {
+  stream_answer(pid, std::string(detail::kDumpRequestFull), timeout, out, &looks_like_dump);
+}
+
+void stream_trace(pid_t pid, std::chrono::milliseconds duration, std::chrono::milliseconds timeout, std::FILE* out) {
+  stream_answer(pid, std::string(detail::kDumpRequestTrace) + " " + std::to_string(duration.count()),
+                duration + timeout, out,
+                [](std::string_view answer) { return answer.substr(0, kTraceStart.size()) == kTraceStart; });
 }
 
 std::vector<pid_t> find_dump_processes() {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dump_text.h"
@@ -36,10 +37,21 @@ struct DumpAnswer {
 // own refusal, or an answer that is not a dump.
 DumpAnswer request_dump(pid_t pid, const std::string& request, std::chrono::milliseconds timeout);
 
+// What the server answered, read back; throws DumpUnavailable when it is
+// not a dump: a refusal (with the server's reason), nothing at all or a
+// document cut short (the process exited or shut down meanwhile), or
+// something this weft-dump cannot read (another format version).
+ProcessSnapshot read_answer(pid_t pid, std::string_view answer);
+
 // Asks for a full dump and copies the server's JSON to `out` as it arrives,
 // without parsing it: what `weft-dump --json` prints. Throws as request_dump
 // before the first byte is written.
 void stream_dump(pid_t pid, std::chrono::milliseconds timeout, std::FILE* out);
+
+// Asks for a trace of `duration` (introspect/trace_recorder.h) and copies
+// its Chrome Trace Event JSON to `out` as it arrives: what `weft-dump
+// --trace` prints. `timeout` is for the answer, after the recording.
+void stream_trace(pid_t pid, std::chrono::milliseconds duration, std::chrono::milliseconds timeout, std::FILE* out);
 
 // The dump socket that process `pid` listens on, found in /proc/<pid> (its
 // open sockets, and their names in its network namespace): "" if it has

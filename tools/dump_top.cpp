@@ -1,5 +1,6 @@
 #include "dump_top.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -8,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "dump_client.h"
@@ -91,17 +94,63 @@ bool wait_for_quit(Clock::time_point until, bool interactive) {
   }
 }
 
-template <class... Args>
-void append(std::string& out, const char* format, Args... args) {
-  char buffer[512];
-  const int n = std::snprintf(buffer, sizeof(buffer), format, args...);
-  if (n > 0) out.append(buffer, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof(buffer) - 1));
-}
-
 std::string clip(std::string_view text, std::size_t width) { return std::string(text.substr(0, width)); }
 
 double rate(std::uint64_t now, std::uint64_t before, double seconds) {
   return now >= before && seconds > 0 ? static_cast<double>(now - before) / seconds : 0;
+}
+
+// What a frame is written into: the text, and the terminal rows it has
+// left; every line written takes one.
+class Frame {
+ public:
+  explicit Frame(int rows) : left_(std::max(rows, 8)) {}
+  template <class... Args>
+  void line(fmt::format_string<Args...> format, Args&&... args) {
+    fmt::format_to(std::back_inserter(text_), format, std::forward<Args>(args)...);
+    text_ += '\n';
+    --left_;
+  }
+  void blank() { line(""); }
+  // Appends to the line being built, which line("") then ends.
+  template <class... Args>
+  void part(fmt::format_string<Args...> format, Args&&... args) {
+    fmt::format_to(std::back_inserter(text_), format, std::forward<Args>(args)...);
+  }
+  std::string& text() { return text_; }
+  int left() const { return left_; }
+
+ private:
+  std::string text_;
+  int left_;
+};
+
+void frame_header(Frame& frame, const ProcessSnapshot& current, double seconds) {
+  std::string time = detail::dump::iso_time(current);
+  std::replace(time.begin(), time.end(), 'T', ' ');
+  std::uint64_t fibers = 0;
+  for (const SchedulerSnapshot& s : current.schedulers) fibers += s.fiber_count;
+  frame.line("weft-dump --top: pid {} ({})  {}  {} schedulers, {} fibers  rates per second over {:.1f} s  (q quits)",
+             current.pid, printable(current.name), time, current.schedulers.size(), fibers, seconds);
+}
+
+// Pools first: they are what a service owner names and watches.
+void pool_rows(Frame& frame, const ProcessSnapshot& previous, const ProcessSnapshot& current, double seconds) {
+  if (current.pools.empty()) return;
+  frame.blank();
+  frame.line("{:<20} {:<7} {:>5} {:>7} {:>7} {:>9}  {:<22} {}", "POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s",
+             "WAIT_ms(p50/p99/max)", "RUN_ms(p50/p99/max)");
+  const auto ms3 = [](const LatencySummary& l) {
+    return fmt::format("{:.1f}/{:.1f}/{:.1f}", l.p50_us / 1000, l.p99_us / 1000, l.max_us / 1000);
+  };
+  for (const PoolSnapshot& p : current.pools) {
+    if (frame.left() <= 3) break;
+    std::uint64_t before_completed = 0;
+    for (const PoolSnapshot& o : previous.pools)
+      if (o.name == p.name) before_completed = o.completed;
+    frame.line("{:<20} {:<7} {:>5} {:>7} {:>7} {:>9.1f}  {:<22} {}", clip(printable(p.name), 20), clip(p.mode, 7),
+               p.size, p.queued, p.running, rate(p.completed, before_completed, seconds), ms3(p.wait), ms3(p.run));
+  }
 }
 
 struct WorkerRow {
@@ -109,133 +158,113 @@ struct WorkerRow {
   double run, steal, park, preempt;
 };
 
+// Busiest first.
+std::vector<WorkerRow> worker_rates(const SchedulerSnapshot& s, const SchedulerSnapshot* old, double seconds) {
+  std::vector<WorkerRow> rows;
+  for (const WorkerSnapshot& w : s.workers) {
+    const WorkerSnapshot zero;
+    const WorkerSnapshot* p = &zero;
+    if (old != nullptr)
+      for (const WorkerSnapshot& o : old->workers)
+        if (o.index == w.index) p = &o;
+    rows.push_back({&w, rate(w.fibers_run, p->fibers_run, seconds), rate(w.steals, p->steals, seconds),
+                    rate(w.parks, p->parks, seconds), rate(w.preempts, p->preempts, seconds)});
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const WorkerRow& a, const WorkerRow& b) {
+    return a.run + a.steal + a.park + a.preempt > b.run + b.steal + b.park + b.preempt;
+  });
+  return rows;
+}
+
+void worker_rows(Frame& frame, const SchedulerSnapshot& s, const SchedulerSnapshot* old, double seconds) {
+  frame.blank();
+  frame.line(
+      "Scheduler \"{}\": {} workers, {} fibers, global queue {}, sched latency p50/p99/max {:.1f}/{:.1f}/{:.1f} us",
+      printable(s.name), s.workers.size(), s.fiber_count, s.global_queue, s.sched_latency.p50_us,
+      s.sched_latency.p99_us, s.sched_latency.max_us);
+  frame.line("{:>6} {:>8} {:<9} {:>6} {:>10} {:>10} {:>10} {:>10}", "WORKER", "TID", "STATE", "QUEUE", "RUN/s",
+             "STEALS/s", "PARKS/s", "PREEMPTS/s");
+  for (const WorkerRow& r : worker_rates(s, old, seconds)) {
+    if (frame.left() <= 3) break;
+    frame.line("{:>6} {:>8} {:<9} {:>6} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f}{}", r.w->index, r.w->os_thread_id,
+               printable(r.w->state), r.w->queue_length, r.run, r.steal, r.park, r.preempt,
+               r.w->stuck ? "  STUCK" : "");
+  }
+}
+
 struct FiberRow {
   const FiberSnapshot* f;
   double active, steal, park, preempt;
 };
 
+using FibersById = std::unordered_map<std::uint64_t, const FiberSnapshot*>;
+
+// By ACTIVE/s, then by the other rates' sum, then by id; a fiber spawned
+// since the previous dump is counted from zero.
+std::vector<FiberRow> fiber_rates(const SchedulerSnapshot& s, const FibersById& before, double seconds) {
+  std::vector<FiberRow> rows;
+  rows.reserve(s.fibers.size());
+  for (const FiberSnapshot& f : s.fibers) {
+    const auto it = before.find(f.id);
+    const FiberSnapshot zero;
+    const FiberSnapshot* p = it == before.end() ? &zero : it->second;
+    rows.push_back({&f, rate(f.counts.active, p->counts.active, seconds),
+                    rate(f.counts.steal, p->counts.steal, seconds), rate(f.counts.park, p->counts.park, seconds),
+                    rate(f.counts.preempt, p->counts.preempt, seconds)});
+  }
+  std::sort(rows.begin(), rows.end(), [](const FiberRow& a, const FiberRow& b) {
+    if (a.active != b.active) return a.active > b.active;
+    const double ra = a.steal + a.park + a.preempt, rb = b.steal + b.park + b.preempt;
+    if (ra != rb) return ra > rb;
+    return a.f->id < b.f->id;
+  });
+  return rows;
+}
+
+// A parked fiber's WAIT column: "weft::BlockingQueue (take) 22.4 s".
+std::string wait_column(const FiberSnapshot& f) {
+  if (f.wait_kind.empty() || f.park_state != -1) return {};
+  std::string out = printable(f.wait_kind);
+  if (!f.wait_operation.empty()) out += " (" + printable(f.wait_operation) + ")";
+  return out + " " + format_duration_ms(f.waiting_ms);
+}
+
+// As many fiber rows as the screen has lines left, then "... N more".
+void fiber_rows(Frame& frame, const SchedulerSnapshot& s, const FibersById& before, double seconds) {
+  const std::vector<FiberRow> rows = fiber_rates(s, before, seconds);
+  frame.blank();
+  frame.line("{:>8} {:<20} {:<8} {:>10} {:>10} {:>10} {:>10}  {}", "FIBER", "NAME", "STATE", "ACTIVE/s", "STEAL/s",
+             "PARK/s", "PREEMPT/s", "WAIT");
+  std::size_t shown = 0;
+  for (const FiberRow& r : rows) {
+    if (frame.left() <= 1 && shown + 1 < rows.size()) break;
+    frame.line("{:>8} {:<20} {:<8} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f}  {}", fmt::format("#{}", r.f->id),
+               clip(printable(r.f->name), 20), clip(printable(r.f->state), 8), r.active, r.steal, r.park, r.preempt,
+               wait_column(*r.f));
+    ++shown;
+  }
+  if (shown < rows.size()) frame.line("   ... {} more fibers", rows.size() - shown);
+}
+
 }  // namespace
 
 std::string render_top_frame(const ProcessSnapshot& previous, const ProcessSnapshot& current, double seconds,
                              int rows) {
-  std::unordered_map<std::uint64_t, const FiberSnapshot*> before;
+  FibersById before;
   for (const SchedulerSnapshot& s : previous.schedulers)
     for (const FiberSnapshot& f : s.fibers) before.emplace(f.id, &f);
-  std::string out;
-  int left = std::max(rows, 8);
-  auto line = [&] { --left; };
-  std::string time = detail::dump::iso_time(current);
-  std::replace(time.begin(), time.end(), 'T', ' ');
-  std::uint64_t fibers = 0;
-  for (const SchedulerSnapshot& s : current.schedulers) fibers += s.fiber_count;
-  append(out,
-         "weft-dump --top: pid %lld (%s)  %s  %llu schedulers, %llu fibers  rates per second over %.1f s  (q quits)\n",
-         static_cast<long long>(current.pid), printable(current.name).c_str(), time.c_str(),
-         static_cast<unsigned long long>(current.schedulers.size()), static_cast<unsigned long long>(fibers), seconds);
-  line();
-  if (!current.pools.empty()) {
-    // Pools first: they are what a service owner names and watches.
-    append(out, "\n%-20s %-7s %5s %7s %7s %9s  %-22s %s\n", "POOL", "MODE", "SIZE", "QUEUED", "RUNNING", "DONE/s",
-           "WAIT_ms(p50/p99/max)", "RUN_ms(p50/p99/max)");
-    line(), line();
-    for (const PoolSnapshot& p : current.pools) {
-      if (left <= 3) break;
-      std::uint64_t before_completed = 0;
-      for (const PoolSnapshot& o : previous.pools)
-        if (o.name == p.name) before_completed = o.completed;
-      const auto ms3 = [](const LatencySummary& l) {
-        char buffer[64];
-        std::snprintf(buffer, sizeof(buffer), "%.1f/%.1f/%.1f", l.p50_us / 1000, l.p99_us / 1000, l.max_us / 1000);
-        return std::string(buffer);
-      };
-      append(out, "%-20.20s %-7.7s %5llu %7llu %7llu %9.1f  %-22s %s\n", clip(p.name, 20).c_str(),
-             clip(p.mode, 7).c_str(), static_cast<unsigned long long>(p.size),
-             static_cast<unsigned long long>(p.queued), static_cast<unsigned long long>(p.running),
-             rate(p.completed, before_completed, seconds), ms3(p.wait).c_str(), ms3(p.run).c_str());
-      line();
-    }
-  }
-  for (std::size_t si = 0; si < current.schedulers.size(); ++si) {
-    const SchedulerSnapshot& s = current.schedulers[si];
+  Frame frame(rows);
+  frame_header(frame, current, seconds);
+  pool_rows(frame, previous, current, seconds);
+  for (std::size_t i = 0; i < current.schedulers.size(); ++i) {
+    const SchedulerSnapshot& s = current.schedulers[i];
+    // The same scheduler in the previous dump: at the same place, by name.
     const SchedulerSnapshot* old =
-        si < previous.schedulers.size() && previous.schedulers[si].name == s.name ? &previous.schedulers[si] : nullptr;
-    std::vector<WorkerRow> workers;
-    for (const WorkerSnapshot& w : s.workers) {
-      const WorkerSnapshot* p = nullptr;
-      if (old != nullptr)
-        for (const WorkerSnapshot& o : old->workers)
-          if (o.index == w.index) p = &o;
-      const WorkerSnapshot zero;
-      if (p == nullptr) p = &zero;
-      workers.push_back({&w, rate(w.fibers_run, p->fibers_run, seconds), rate(w.steals, p->steals, seconds),
-                         rate(w.parks, p->parks, seconds), rate(w.preempts, p->preempts, seconds)});
-    }
-    std::stable_sort(workers.begin(), workers.end(), [](const WorkerRow& a, const WorkerRow& b) {
-      return a.run + a.steal + a.park + a.preempt > b.run + b.steal + b.park + b.preempt;
-    });
-    append(out,
-           "\nScheduler \"%s\": %llu workers, %llu fibers, global queue %llu, sched latency p50/p99/max %.1f/%.1f/%.1f "
-           "us\n",
-           printable(s.name).c_str(), static_cast<unsigned long long>(s.workers.size()),
-           static_cast<unsigned long long>(s.fiber_count), static_cast<unsigned long long>(s.global_queue),
-           s.sched_latency.p50_us, s.sched_latency.p99_us, s.sched_latency.max_us);
-    append(out, "%6s %8s %-9s %6s %10s %10s %10s %10s\n", "WORKER", "TID", "STATE", "QUEUE", "RUN/s", "STEALS/s",
-           "PARKS/s", "PREEMPTS/s");
-    line(), line(), line();
-    for (const WorkerRow& r : workers) {
-      if (left <= 3) break;
-      append(out, "%6llu %8lld %-9s %6llu %10.1f %10.1f %10.1f %10.1f%s\n", static_cast<unsigned long long>(r.w->index),
-             static_cast<long long>(r.w->os_thread_id), printable(r.w->state).c_str(),
-             static_cast<unsigned long long>(r.w->queue_length), r.run, r.steal, r.park, r.preempt,
-             r.w->stuck ? "  STUCK" : "");
-      line();
-    }
-    std::vector<FiberRow> rows_of_fibers;
-    rows_of_fibers.reserve(s.fibers.size());
-    for (const FiberSnapshot& f : s.fibers) {
-      const auto it = before.find(f.id);
-      const FiberSnapshot zero;
-      const FiberSnapshot* p = it == before.end() ? &zero : it->second;  // new: counted from its spawn
-      rows_of_fibers.push_back(
-          {&f, rate(f.counts.active, p->counts.active, seconds), rate(f.counts.steal, p->counts.steal, seconds),
-           rate(f.counts.park, p->counts.park, seconds), rate(f.counts.preempt, p->counts.preempt, seconds)});
-    }
-    std::sort(rows_of_fibers.begin(), rows_of_fibers.end(), [](const FiberRow& a, const FiberRow& b) {
-      if (a.active != b.active) return a.active > b.active;
-      const double ra = a.steal + a.park + a.preempt, rb = b.steal + b.park + b.preempt;
-      if (ra != rb) return ra > rb;
-      return a.f->id < b.f->id;
-    });
-    append(out, "\n%8s %-20s %-8s %10s %10s %10s %10s  %s\n", "FIBER", "NAME", "STATE", "ACTIVE/s", "STEAL/s", "PARK/s",
-           "PREEMPT/s", "WAIT");
-    line(), line();
-    std::size_t shown = 0;
-    for (const FiberRow& r : rows_of_fibers) {
-      if (left <= 1 && shown + 1 < rows_of_fibers.size()) break;
-      char id[24];
-      std::snprintf(id, sizeof(id), "#%llu", static_cast<unsigned long long>(r.f->id));
-      append(out, "%8s %-20.20s %-8.8s %10.1f %10.1f %10.1f %10.1f  ", id, clip(printable(r.f->name), 20).c_str(),
-             clip(printable(r.f->state), 8).c_str(), r.active, r.steal, r.park, r.preempt);
-      if (!r.f->wait_kind.empty() && r.f->park_state == -1) {
-        append_printable(out, r.f->wait_kind);
-        if (!r.f->wait_operation.empty()) {
-          out.append(" (");
-          append_printable(out, r.f->wait_operation);
-          out.append(")");
-        }
-        out.append(" ");
-        out.append(format_duration_ms(r.f->waiting_ms));
-      }
-      out.append("\n");
-      line();
-      ++shown;
-    }
-    if (shown < rows_of_fibers.size()) {
-      append(out, "   ... %llu more fibers\n", static_cast<unsigned long long>(rows_of_fibers.size() - shown));
-      line();
-    }
+        i < previous.schedulers.size() && previous.schedulers[i].name == s.name ? &previous.schedulers[i] : nullptr;
+    worker_rows(frame, s, old, seconds);
+    fiber_rows(frame, s, before, seconds);
   }
-  return out;
+  return std::move(frame.text());
 }
 
 int run_top(pid_t pid, const TopOptions& options) {

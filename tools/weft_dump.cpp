@@ -4,33 +4,31 @@
 // docs/dump.md explains every field.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "dump_client.h"
+#include "dump_metrics.h"
 #include "dump_text.h"
 #include "dump_top.h"
 
+#if __has_include(<weft/version.h>)
+#include <weft/version.h>
+#endif
+
 namespace {
 
-constexpr const char* kUsage =
-    "usage: weft-dump <pid> [--json] [--timeout S]   print every worker and fiber of a weft process\n"
-    "       weft-dump <pid> --top [--iterations N]   live rates per worker and fiber, every second; q quits\n"
-    "       weft-dump --list [--timeout S]           this user's weft processes\n"
-    "Exit status: 0 done, 1 the process could not be dumped (see the message), 2 bad arguments.\n";
-
-int usage_error(const std::string& what) {
-  std::fprintf(stderr, "weft-dump: %s\n%s", what.c_str(), kUsage);
-  return 2;
-}
-
-bool parse_pid(const std::string& text, pid_t& pid) {
-  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) return false;
-  pid = static_cast<pid_t>(std::stol(text));
-  return pid > 0;
-}
+// The weft this weft-dump came with: the generated include/weft/version.h
+// (only its macro: weft-dump links no part of libweft), else meson's
+// project version (tools/meson.build).
+#ifdef WEFT_VERSION_STRING
+constexpr const char* kVersion = WEFT_VERSION_STRING;
+#else
+constexpr const char* kVersion = WEFT_DUMP_VERSION;
+#endif
 
 int list_processes(std::chrono::milliseconds timeout) {
   std::printf("%-8s %-16s %-10s %-8s %s\n", "PID", "NAME", "SCHEDULERS", "FIBERS", "SCHEDULER NAMES");
@@ -60,56 +58,87 @@ int list_processes(std::chrono::milliseconds timeout) {
   return 0;
 }
 
+struct Arguments {
+  pid_t pid = 0;
+  bool json = false, list = false, top = false, metrics = false, all_frames = false;
+  double trace_seconds = 0;
+  long iterations = 0;
+  double timeout_seconds = 5;
+};
+
+// The command line, as CLI11 reads it: `--timeout 3` and `--timeout=3`
+// alike, generated help. A bad one throws CLI::ParseError.
+void describe_arguments(CLI::App& app, Arguments& a) {
+  app.description(
+      "weft-dump: prints every worker and fiber of a live weft process, as jstack does for a JVM "
+      "(docs/dump.md).");
+  app.footer("Exit status: 0 done, 1 the process could not be dumped (see the message), 2 bad arguments.");
+  app.set_version_flag("--version", std::string("weft-dump (weft) ") + kVersion);
+  app.add_option("pid", a.pid, "the process to dump")->check(CLI::Range(1, 999'999'999));
+  CLI::Option* json = app.add_flag("--json", a.json, "the same snapshot as one JSON document");
+  CLI::Option* top = app.add_flag("--top", a.top, "live rates per worker and fiber, every second; q quits");
+  app.add_option("--iterations", a.iterations, "with --top: stop after N frames")
+      ->check(CLI::Range(1L, 1'000'000'000L))
+      ->needs(top);
+  CLI::Option* list = app.add_flag("--list", a.list, "this user's weft processes");
+  CLI::Option* metrics =
+      app.add_flag("--metrics", a.metrics, "the process's counters in the OpenMetrics (Prometheus) text format");
+  CLI::Option* trace =
+      app.add_option("--trace", a.trace_seconds,
+                     "record a timeline for SECONDS and print it as Chrome Trace Event JSON (ui.perfetto.dev)")
+          ->check(CLI::Range(0.001, 60.0));
+  app.add_flag("--all-frames", a.all_frames,
+               "every frame of each stack by its full name (weft's own included), not only the public call and "
+               "yours");
+  app.add_option("--timeout", a.timeout_seconds, "give up after S seconds (default 5)")
+      ->check(CLI::Range(0.001, 3600.0));
+  json->excludes(top)->excludes(metrics)->excludes(trace);
+  top->excludes(metrics)->excludes(trace);
+  metrics->excludes(trace);
+  list->excludes(json)->excludes(top)->excludes(metrics)->excludes(trace);
+}
+
+// Bad arguments: what was wrong, then the usage, on stderr; exit status 2.
+int usage_error(const CLI::App& app, const std::string& what) {
+  std::fprintf(stderr, "weft-dump: %s\n%s", what.c_str(), app.help().c_str());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  pid_t pid = 0;
-  bool json = false, list = false, top = false;
-  long iterations = 0;
-  double timeout_seconds = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--json")
-      json = true;
-    else if (arg == "--top")
-      top = true;
-    else if (arg == "--iterations") {
-      char* end = nullptr;
-      if (i + 1 == argc) return usage_error("--iterations needs a number of frames");
-      iterations = std::strtol(argv[++i], &end, 10);
-      if (*end != '\0' || iterations < 1) return usage_error(std::string("bad --iterations: ") + argv[i]);
-    } else if (arg == "--list")
-      list = true;
-    else if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (arg == "--timeout") {
-      char* end = nullptr;
-      if (i + 1 == argc) return usage_error("--timeout needs a number of seconds");
-      timeout_seconds = std::strtod(argv[++i], &end);
-      if (*end != '\0' || !(timeout_seconds > 0) || timeout_seconds > 3600)
-        return usage_error(std::string("bad --timeout: ") + argv[i]);
-    } else if (pid == 0 && parse_pid(arg, pid)) {
-    } else {
-      return usage_error("unexpected argument: " + arg);
-    }
+  CLI::App app;
+  Arguments a;
+  describe_arguments(app, a);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(app, e.what());
   }
-  const auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
-  if (list) {
-    if (pid != 0 || json || top) return usage_error("--list takes no pid and no other mode");
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_seconds * 1000));
+  if (a.list) {
+    if (a.pid != 0) return usage_error(app, "--list takes no pid");
     return list_processes(timeout);
   }
-  if (pid == 0) return usage_error("which process? give its pid");
-  if (json && top) return usage_error("--json and --top do not go together");
-  if (iterations != 0 && !top) return usage_error("--iterations goes with --top");
+  if (a.pid == 0) return usage_error(app, "which process? give its pid");
 
+  const pid_t pid = a.pid;
   try {
-    if (top) return weft::tools::run_top(pid, {.timeout = timeout, .iterations = iterations});
-    if (json) {
+    if (a.top) return weft::tools::run_top(pid, {.timeout = timeout, .iterations = a.iterations});
+    if (a.trace_seconds > 0) {
+      const auto duration = std::chrono::milliseconds(static_cast<long long>(a.trace_seconds * 1000));
+      weft::tools::stream_trace(pid, duration, timeout, stdout);
+    } else if (a.metrics) {
+      const std::string text = weft::tools::render_metrics(weft::tools::request_dump(pid, "metrics", timeout).snapshot);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else if (a.json) {
       // The server's JSON is the document: copied through as it arrives.
       weft::tools::stream_dump(pid, timeout, stdout);
     } else {
-      weft::tools::render_dump_text(weft::tools::request_dump(pid, "dump", timeout).snapshot, stdout);
+      weft::tools::render_dump_text(weft::tools::request_dump(pid, "dump", timeout).snapshot, stdout,
+                                    {.all_frames = a.all_frames});
     }
   } catch (const weft::tools::DumpUnavailable& e) {
     std::fprintf(stderr, "weft-dump: %s\n", e.what());

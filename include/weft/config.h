@@ -60,9 +60,9 @@ struct Config {
   std::size_t stack_size = 256 * 1024;
   // Finished fibers' stacks kept for reuse (per scheduler), with the pages
   // they touched. Reuse avoids a page fault per touched page on spawn and an
-  // munmap per finished fiber, whose TLB shootdown stalls every worker:
-  // skynet (1.1M fibers) ran 7x faster with 65536 than with 1024. The cost
-  // is memory kept after a peak: at most this many stacks' touched pages.
+  // munmap per finished fiber, whose TLB shootdown stalls every worker
+  // (docs/benchmarks.md has skynet's figures). The cost is memory kept
+  // after a peak: at most this many stacks' touched pages.
   std::size_t stack_pool_size = 65536;
   // How long shutdown waits for fibers before reporting them.
   std::chrono::milliseconds shutdown_grace{10'000};
@@ -80,13 +80,39 @@ struct Config {
   std::chrono::microseconds time_slice{10'000};
   // Off by default; see StuckWorker.
   StuckWorkerHandler on_stuck_worker;
-  // Helper threads of weft::blocking (include/weft/blocking.h), at most;
-  // started one at a time as calls find every helper busy. 1 to 1024.
-  unsigned blocking_threads = 16;
-  // Spare threads that take over a worker's fibers while its thread is
-  // blocked in the kernel (docs/sysmon.md), at most; started on demand and
-  // retired when idle. 0 turns replacement off. At most 1024.
-  unsigned spare_workers = 16;
+  // Helper threads of weft::blocking (include/weft/blocking.h) and of the
+  // hooked resolver calls, at most: one is started whenever a call finds
+  // none idle, and each retires after blocking_keep_alive idle (tokio's
+  // max_blocking_threads and thread_keep_alive). 1 to 65536. The default
+  // scheduler reads WEFT_MAX_BLOCKING_THREADS.
+  unsigned max_blocking_threads = 512;
+  std::chrono::milliseconds blocking_keep_alive{10'000};
+  // Deprecated: the fixed cap of earlier releases, kept so that code that
+  // sets it still builds and keeps its cap. 0 (the default): unset, and
+  // max_blocking_threads applies; else 1 to 1024, and it replaces it. Set
+  // max_blocking_threads instead.
+  unsigned blocking_threads = 0;
+  // The most threads that run this scheduler's fibers: the workers, and the
+  // spare threads that take over their fibers while they are blocked in the
+  // kernel (docs/sysmon.md), started as blocked workers need them (Go's
+  // debug.SetMaxThreads). Reaching it is reported once on stderr; fibers
+  // then wait for a blocked thread to return. `workers` turns spares off;
+  // less than `workers` is rejected. The default scheduler reads
+  // WEFT_MAX_THREADS.
+  unsigned max_threads = 10'000;
+  // How long a retired spare thread waits to be needed again before it
+  // ends (tokio's thread_keep_alive).
+  std::chrono::milliseconds spare_keep_alive{10'000};
 };
+
+namespace detail {
+
+// The blocking pool's limit: the deprecated Config::blocking_threads if
+// set, else Config::max_blocking_threads.
+inline unsigned blocking_thread_limit(const Config& config) noexcept {
+  return config.blocking_threads != 0 ? config.blocking_threads : config.max_blocking_threads;
+}
+
+}  // namespace detail
 
 }  // namespace weft

@@ -8,7 +8,9 @@
 // but the switch by name has to work without code changes, and code that
 // only names a pool cannot hand it a scheduler: so, as Go's runtime does,
 // the process gets one, started on first use, with WEFT_WORKERS workers
-// (default: one per core) and named "weft-default" for weft-dump.
+// (default: one per core), at most WEFT_MAX_BLOCKING_THREADS helpers for
+// weft::blocking and the resolver (default 512), and named "weft-default"
+// for weft-dump.
 //
 // Lifetime: it is never destroyed. Pools and threads may be static objects
 // whose destructors run at exit, in any order relative to a function-local
@@ -25,7 +27,8 @@
 namespace weft {
 
 // Starts it on the first call (thread-safe). Throws std::invalid_argument
-// if WEFT_WORKERS is set but is not a whole number from 1 to 1024.
+// naming the variable if WEFT_WORKERS is set but is not a whole number from
+// 1 to 1024, or WEFT_MAX_BLOCKING_THREADS one from 1 to 65536.
 WEFT_API Scheduler& default_scheduler();
 
 }  // namespace weft

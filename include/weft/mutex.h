@@ -31,6 +31,10 @@
 
 namespace weft {
 
+namespace detail {
+struct MutexInspection;  // sync/mutex.cpp: who holds it, for weft-dump
+}
+
 class WEFT_API Mutex {
  public:
   Mutex() = default;
@@ -54,6 +58,7 @@ class WEFT_API Mutex {
 
  private:
   friend class ConditionVariable;
+  friend struct detail::MutexInspection;
   // unlock() without its checkpoint, for a caller that holds a SpinLock
   // (ConditionVariable::wait registers before it releases the mutex).
   void unlock_holding_spin_lock();

@@ -43,6 +43,9 @@ namespace detail {
 // std::thread. Throws std::invalid_argument for an empty name.
 WEFT_API Scheduler* thread_scheduler(const ThreadOptions& options);
 WEFT_API void name_this_thread(std::string_view name) noexcept;
+// Runs `body` on the calling (new) thread, named `name` and listed for
+// weft-dump while it runs (pool/thread_registry.h).
+WEFT_API void run_listed_thread(std::string_view name, void (*body)(void*), void* context) noexcept;
 }  // namespace detail
 
 class WEFT_API Thread {
@@ -66,8 +69,8 @@ class WEFT_API Thread {
       fiber_ = scheduler->spawn(SpawnOptions{.name = options.name, .stack_size = options.stack_size}, std::move(body));
     } else {
       thread_ = std::thread([name = name_, body = std::move(body)]() mutable noexcept {
-        detail::name_this_thread(name);
-        body();
+        detail::run_listed_thread(
+            name, [](void* f) { (*static_cast<decltype(body)*>(f))(); }, &body);
       });
     }
   }

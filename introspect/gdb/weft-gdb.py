@@ -248,8 +248,8 @@ def _is_live():
 
 
 def _now_ns():
-    clock = getattr(time, "CLOCK_MONOTONIC_COARSE", time.CLOCK_MONOTONIC)  # the clock park() reads
-    return time.clock_gettime_ns(clock)
+    # park() stamps CLOCK_MONOTONIC, read through the TSC (runtime/fast_clock.h)
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
 def _duration(ms):

@@ -15,7 +15,7 @@ int main() {
   alarm(60);
   weft::Config config;
   config.workers = 1;
-  config.spare_workers = 0;  // no spare runs the writer while the worker is blocked
+  config.max_threads = config.workers;  // no spare runs the writer while the worker is blocked
   weft::Scheduler sched{config};
 
   weft::BlockingQueue<int> queue{4};

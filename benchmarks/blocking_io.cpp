@@ -1,0 +1,282 @@
+// blocking_io: the calls that are not sockets, from fibers and from
+// threads, side by side in one run (issue 28's targets; docs/benchmarks.md,
+// "Blocking calls that are not sockets"):
+//
+//   dns       100 lookups at once against a nameserver that answers after
+//             200 ms (tests/dns_responder.py in a private mount and network
+//             namespace: needs root or user namespaces), 100 fibers on 2
+//             workers vs 100 threads
+//   blocking  200 fibers x weft::blocking of a 100 ms call, vs 200 threads
+//   fsync     100 fibers vs 100 threads, each writing 4 KiB and fsyncing
+//             its own file, for --seconds
+//   pread     a 4 KiB pread of a cached file: ns per call from a fiber vs
+//             from a thread
+//   write     a 4 KiB write into the page cache: ns per call, fiber vs thread
+//   ticker    a fiber sleeping 1 ms in a loop beside fibers doing file I/O
+//             with fsync, system() and popen(): its worst lateness, and the
+//             same ticker alone (the machine's own noise)
+//
+//   blocking_io                 # all
+//   blocking_io fsync pread     # some
+//   blocking_io --seconds 2
+//   blocking_io fsync --writers 8
+#include <fcntl.h>
+#include <netdb.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli.h"
+#include "tests/dns_sandbox.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+int seconds = 1;
+int writers = 100;
+
+weft::Config two_workers(const char* name) {
+  weft::Config config;
+  config.workers = 2;
+  config.name = name;
+  return config;
+}
+
+// Runs `body(i)` for i in [0, n) on n fibers (2 workers) or n threads; the
+// wall time of the whole.
+double on_fibers(int n, const std::function<void(int)>& body) {
+  weft::Scheduler sched{two_workers("bench")};
+  const auto start = Clock::now();
+  std::vector<weft::Fiber> fibers;
+  for (int i = 0; i < n; ++i) fibers.push_back(sched.spawn([&, i] { body(i); }));
+  for (auto& fiber : fibers) fiber.join();
+  return ms(Clock::now() - start);
+}
+
+double on_threads(int n, const std::function<void(int)>& body) {
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { body(i); });
+  for (auto& thread : threads) thread.join();
+  return ms(Clock::now() - start);
+}
+
+void print_pair(const char* what, double fibers_ms, double threads_ms) {
+  std::printf("%-44s fibers %8.1f ms  threads %8.1f ms  ratio %.2f\n", what, fibers_ms, threads_ms,
+              fibers_ms / threads_ms);
+}
+
+bool dns_ready = false;
+
+void bench_dns() {
+  if (!dns_ready) {
+    std::printf("dns: skipped (no private nameserver; see above)\n");
+    return;
+  }
+  auto lookup = [](int i) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    addrinfo* result = nullptr;
+    std::string name = "h";  // appended: GCC 12's -Wrestrict misfires on "h" + std::to_string(i) + ...
+    name += std::to_string(i);
+    name += ".weft.test";
+    if (::getaddrinfo(name.c_str(), nullptr, &hints, &result) == 0)
+      ::freeaddrinfo(result);
+    else
+      std::fprintf(stderr, "dns: %s did not resolve\n", name.c_str());
+  };
+  for (int round = 0; round < 3; ++round)
+    print_pair("100 x getaddrinfo, 200 ms nameserver", on_fibers(100, lookup), on_threads(100, lookup));
+}
+
+void bench_blocking() {
+  auto call = [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); };
+  for (int round = 0; round < 3; ++round) {
+    const double fibers = on_fibers(200, [&](int i) { weft::blocking([&] { call(i); }); });
+    print_pair("200 x weft::blocking of a 100 ms call", fibers, on_threads(200, call));
+  }
+}
+
+// Each of n writers appends 4 KiB and fsyncs its own file until the time
+// is up; returns the fsyncs per second of all.
+double fsync_rate(bool fibers, int n) {
+  std::atomic<long> done{0};
+  const auto end = Clock::now() + std::chrono::seconds(seconds);
+  auto writer = [&](int i) {
+    const std::string path = "/tmp/weft-bench-fsync-" + std::to_string(::getpid()) + "-" + std::to_string(i);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    char block[4096];
+    std::memset(block, 'x', sizeof block);
+    long mine = 0;
+    while (Clock::now() < end) {
+      if (::write(fd, block, sizeof block) != sizeof block || ::fsync(fd) != 0) break;
+      ++mine;
+    }
+    ::close(fd);
+    ::unlink(path.c_str());
+    done += mine;
+  };
+  const double wall = fibers ? on_fibers(n, writer) : on_threads(n, writer);
+  return static_cast<double>(done.load()) / (wall / 1000);
+}
+
+void bench_fsync() {
+  for (int round = 0; round < 3; ++round) {
+    const double fibers = fsync_rate(true, writers);
+    const double threads = fsync_rate(false, writers);
+    const std::string what = std::to_string(writers) + " x (write 4 KiB + fsync)";
+    std::printf("%-44s fibers %8.0f /s  threads %8.0f /s  ratio %.2f\n", what.c_str(), fibers, threads,
+                fibers / threads);
+  }
+}
+
+double pread_ns(int fd, int calls) {
+  char block[4096];
+  const auto start = Clock::now();
+  for (int i = 0; i < calls; ++i) {
+    if (::pread(fd, block, sizeof block, static_cast<off_t>(i % 256) * 4096) != sizeof block) std::abort();
+  }
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / calls;
+}
+
+double write_ns(int fd, int calls) {
+  char block[4096];
+  std::memset(block, 'w', sizeof block);
+  ::lseek(fd, 0, SEEK_SET);
+  const auto start = Clock::now();
+  for (int i = 0; i < calls; ++i) {
+    if (i % 256 == 0) ::lseek(fd, 0, SEEK_SET);
+    if (::write(fd, block, sizeof block) != sizeof block) std::abort();
+  }
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / calls;
+}
+
+// `per_call(fd, calls)` on a 1 MiB file, from a fiber and from a thread in
+// turn, 5 rounds; prints the medians.
+void fiber_vs_thread_ns(const char* what, int calls, double (*per_call)(int, int)) {
+  const std::string path = "/tmp/weft-bench-file-" + std::to_string(::getpid());
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  std::vector<char> data(1 << 20, 'y');
+  if (::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) std::abort();
+  weft::Scheduler sched{two_workers("file")};
+  std::vector<double> fibers, threads;
+  for (int round = 0; round < 5; ++round) {
+    double f = 0;
+    sched.spawn([&] { f = per_call(fd, calls); }).join();
+    double t = 0;
+    std::thread([&] { t = per_call(fd, calls); }).join();
+    fibers.push_back(f);
+    threads.push_back(t);
+  }
+  std::sort(fibers.begin(), fibers.end());
+  std::sort(threads.begin(), threads.end());
+  std::printf("%-44s fibers %8.0f ns  threads %8.0f ns  ratio %.2f (medians of 5)\n", what, fibers[2], threads[2],
+              fibers[2] / threads[2]);
+  ::close(fd);
+  ::unlink(path.c_str());
+}
+
+void bench_pread() { fiber_vs_thread_ns("4 KiB cached pread", 200'000, pread_ns); }
+
+void bench_write() { fiber_vs_thread_ns("4 KiB write (page cache)", 50'000, write_ns); }
+
+// A fiber sleeping 1 ms in a loop for --seconds, beside `load` (fibers
+// spawned on the same scheduler, or none); its worst lateness and ticks.
+void ticker_beside(const char* what, bool with_load) {
+  weft::Scheduler sched{two_workers("ticker")};
+  std::atomic<bool> stop{false};
+  double worst = 0;
+  long ticks = 0;
+  weft::Fiber ticker = sched.spawn([&] {
+    while (!stop.load()) {
+      const auto due = Clock::now() + std::chrono::milliseconds(1);
+      weft::this_fiber::sleep_for(std::chrono::milliseconds(1));
+      worst = std::max(worst, ms(Clock::now() - due));
+      ++ticks;
+    }
+  });
+  const auto end = Clock::now() + std::chrono::seconds(seconds);
+  std::vector<weft::Fiber> load;
+  if (with_load) {
+    for (int i = 0; i < 8; ++i) {
+      load.push_back(sched.spawn([&, i] {
+        const std::string path = "/tmp/weft-bench-tick-" + std::to_string(::getpid()) + "-" + std::to_string(i);
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        char block[65536];
+        std::memset(block, 'z', sizeof block);
+        while (Clock::now() < end) {
+          if (::write(fd, block, sizeof block) != sizeof block) break;
+          ::fsync(fd);
+        }
+        ::close(fd);
+        ::unlink(path.c_str());
+      }));
+    }
+    load.push_back(sched.spawn([&] {
+      while (Clock::now() < end) (void)std::system("sleep 0.05");
+    }));
+    load.push_back(sched.spawn([&] {
+      while (Clock::now() < end) {
+        FILE* pipe = ::popen("sleep 0.05; echo done", "r");
+        char line[32];
+        while (pipe != nullptr && std::fgets(line, sizeof line, pipe) != nullptr) {
+        }
+        if (pipe != nullptr) ::pclose(pipe);
+      }
+    }));
+  } else {
+    std::this_thread::sleep_until(end);
+  }
+  for (auto& fiber : load) fiber.join();
+  stop = true;
+  ticker.join();
+  std::printf("%-44s worst lateness %6.2f ms over %ld ticks\n", what, worst, ticks);
+}
+
+void bench_ticker() {
+  for (int round = 0; round < 3; ++round) {
+    ticker_beside("1 ms ticker alone (the machine's own noise)", false);
+    ticker_beside("1 ms ticker beside fsync, system(), popen()", true);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, also into a pipe
+  std::vector<std::string> cases;
+  CLI::App app{"blocking_io: calls that are not sockets, from fibers and from threads", "blocking_io"};
+  app.add_option("cases", cases, "the cases to run (all by default)")
+      ->check(CLI::IsMember({"dns", "blocking", "fsync", "pread", "write", "ticker"}));
+  weft::bench::add_count(app, "--seconds", seconds, 1, 600, "how long the fsync case runs");
+  weft::bench::add_count(app, "--writers", writers, 1, 10'000, "fibers (and threads) of the fsync case");
+  weft::bench::parse(app, argc, argv);
+  if (cases.empty()) cases = {"dns", "blocking", "fsync", "pread", "write", "ticker"};
+  auto wanted = [&](const char* name) { return std::find(cases.begin(), cases.end(), name) != cases.end(); };
+  if (wanted("dns")) {
+    // Before any thread starts: the namespaces are the calling thread's.
+    const std::string why = weft::test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 200);
+    dns_ready = why.empty();
+    if (!dns_ready) std::printf("dns: no private nameserver: %s\n", why.c_str());
+  }
+  if (wanted("dns")) bench_dns();
+  if (wanted("blocking")) bench_blocking();
+  if (wanted("fsync")) bench_fsync();
+  if (wanted("pread")) bench_pread();
+  if (wanted("write")) bench_write();
+  if (wanted("ticker")) bench_ticker();
+  weft::test::DnsSandbox::stop();
+}

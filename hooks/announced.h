@@ -1,0 +1,26 @@
+// Announced blocking (sched/blocking_call.h) for the calls a hook passes
+// through to the kernel where they may sleep: made in a fiber, the call
+// marks its worker "in a blocking call", so that sysmon hands the worker's
+// other fibers to another thread once the call outlasts a short grace, as
+// Go's entersyscall lets sysmon retake the P.
+//
+//   return announced([&] { return real::flock()(fd, operation); });
+//
+// Off a fiber (and with WEFT_HOOKS=0) it is the plain call. The call must
+// not park or yield (the mark belongs to the worker it was made on): only
+// libc's functions go in here, never a hook.
+#pragma once
+
+#include "../sched/blocking_call.h"
+#include "hook_support.h"
+
+namespace weft::detail {
+
+template <class Call>
+auto announced(Call&& call) {
+  if (!parking_enabled()) return call();
+  const BlockingCall in_the_kernel;
+  return call();
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,337 @@
+#include "excluded_callers.h"
+
+#include <dlfcn.h>
+#include <fnmatch.h>
+#include <link.h>
+#include <unwind.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "../io/real_calls.h"
+#include "../runtime/fiber_control.h"
+#include "../runtime/stack.h"
+
+namespace weft::detail {
+
+CallerCache caller_cache;
+std::atomic<int> listed_object_loaded{-1};
+
+namespace {
+
+// Bumped by every forget_callers(), so that a classification made across a
+// dlclose is not left in the cache (kind_of).
+std::atomic<std::uint64_t> cache_generation{0};
+
+std::string_view file_name(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool matches(const std::string& pattern, const std::string& text, int flags) {
+  return fnmatch(pattern.c_str(), text.c_str(), flags) == 0;
+}
+
+// The sanitizer runtimes a GCC build links to (libasan.so, libtsan.so...)
+// and Clang's shared ones: every call of theirs that reaches a hook is an
+// interceptor's call, made for its own caller.
+bool is_sanitizer_runtime(std::string_view path) {
+  const std::string name(file_name(path));
+  return matches("lib*san.so*", name, 0) || matches("libclang_rt.*", name, 0);
+}
+
+// A handle of the object libweft's code is in (the executable when it is
+// linked statically), for dlsym; null if it cannot be had.
+void* own_object() {
+  static void* const own = [] {
+    Dl_info info{};
+    link_map* map = nullptr;
+    if (dladdr1(reinterpret_cast<const void*>(&caller_excluded_slow), &info, reinterpret_cast<void**>(&map),
+                RTLD_DL_LINKMAP) == 0 ||
+        map == nullptr)
+      return static_cast<void*>(nullptr);
+    // The executable's own name is "" in its link_map; dlopen(nullptr) is it.
+    return dlopen(map->l_name[0] == '\0' ? nullptr : map->l_name, RTLD_LAZY | RTLD_NOLOAD);
+  }();
+  return own;
+}
+
+// The link_map of the object `address` lies in, or null.
+link_map* object_at(const void* address) {
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (dladdr1(address, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0) return nullptr;
+  return map;
+}
+
+// A function outside libweft with the name of one of libweft's hooks (or
+// an interceptor's name for it, as Clang's static sanitizer runtimes
+// export them): a call from it to the hook is made for its own caller.
+bool is_interposer_of_a_hook(const Dl_info& info) {
+  if (info.dli_sname == nullptr || own_object() == nullptr) return false;
+  std::string_view name = info.dli_sname;
+  for (const std::string_view prefix : {"___interceptor_", "__interceptor_"}) {
+    if (name.starts_with(prefix)) {
+      name.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  void* ours = dlsym(own_object(), std::string(name).c_str());
+  return ours != nullptr && ours != info.dli_saddr &&
+         object_at(ours) == object_at(reinterpret_cast<const void*>(&caller_excluded_slow));
+}
+
+CallerKind classify(std::uintptr_t address) {
+  Dl_info info{};
+  // One byte back: inside the call instruction, so that a call ending an
+  // object's text is still that object's.
+  if (dladdr(reinterpret_cast<const void*>(address - 1), &info) == 0 || info.dli_fname == nullptr)
+    return CallerKind::parks;  // no object: generated code
+  if (is_sanitizer_runtime(info.dli_fname) || is_interposer_of_a_hook(info)) return CallerKind::interposer;
+  return ExcludeList::from_environment().excludes(info.dli_fname) ? CallerKind::excluded : CallerKind::parks;
+}
+
+// The cached verdict for `address`, classifying it on a miss.
+CallerKind kind_of(std::uintptr_t address) {
+  std::atomic<std::uintptr_t>& slot = caller_cache.slots[caller_slot(address)];
+  const std::uintptr_t entry = slot.load(std::memory_order_relaxed);
+  if (entry != 0 && (entry >> 2) == address) return static_cast<CallerKind>(entry & 3);
+  const std::uint64_t generation = cache_generation.load(std::memory_order_seq_cst);
+  const CallerKind kind = classify(address);
+  const std::uintptr_t made = caller_entry(address, kind);
+  slot.store(made, std::memory_order_seq_cst);
+  // A forget_callers() (a dlclose) during the classification: if its
+  // clearing came after our store, the slot is already empty; if the
+  // generation moved, take ours back, since it may describe an object that
+  // is gone. (All seq_cst: our store, our second load, its increment and its
+  // clearing are in one order.)
+  if (cache_generation.load(std::memory_order_seq_cst) != generation) {
+    std::uintptr_t expected = made;
+    slot.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
+  }
+  return kind;
+}
+
+// The return addresses of the calling thread's stack, innermost first.
+struct StackWalk {
+  static constexpr int kMaxFrames = 32;
+  std::uintptr_t addresses[kMaxFrames];
+  int count = 0;
+};
+
+_Unwind_Reason_Code record_frame(_Unwind_Context* context, void* arg) {
+  auto& walk = *static_cast<StackWalk*>(arg);
+  walk.addresses[walk.count++] = _Unwind_GetIP(context);
+  return walk.count == StackWalk::kMaxFrames ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+// The hook was called by an interposer that returns to `address`: decides
+// by the interposer's caller (and through further interposers), found by
+// unwinding, since a sanitizer's runtime keeps no frame pointers. Not
+// cached: the interposer is the same for every caller.
+bool excluded_beyond(std::uintptr_t address) {
+  StackWalk walk;
+  _Unwind_Backtrace(&record_frame, &walk);
+  int frame = 0;
+  while (frame < walk.count && walk.addresses[frame] != address) ++frame;
+  for (++frame; frame < walk.count; ++frame) {
+    switch (kind_of(walk.addresses[frame])) {
+      case CallerKind::parks:
+        return false;
+      case CallerKind::excluded:
+        return true;
+      case CallerKind::interposer:
+        break;
+    }
+  }
+  return false;
+}
+
+// The range of libweft's code: the executable segments of the object it
+// is in.
+struct WeftText {
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+};
+
+int find_weft_text(dl_phdr_info* info, std::size_t, void* arg) {
+  auto& text = *static_cast<WeftText*>(arg);
+  const auto ours = reinterpret_cast<std::uintptr_t>(&caller_excluded_slow);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+    if (segment.p_type != PT_LOAD || (segment.p_flags & PF_X) == 0) continue;
+    const std::uintptr_t begin = info->dlpi_addr + segment.p_vaddr;
+    if (ours >= begin && ours < begin + segment.p_memsz) {
+      text = {begin, begin + segment.p_memsz};
+      return 1;
+    }
+  }
+  return 0;
+}
+
+const WeftText& weft_text() {
+  static const WeftText text = [] {
+    WeftText found;
+    dl_iterate_phdr(&find_weft_text, &found);
+    return found;
+  }();
+  return text;
+}
+
+// The first return address outside libweft on the frame-pointer chain
+// that starts at `frame`, the frame of a function of libweft's whose own
+// return address is in libweft too; 0 if there is none to be found. Each
+// frame followed is one of libweft's, which keeps frame pointers (see
+// meson.build), and must lie in the fiber's stack, above the one before:
+// a libweft linked into an executable built without frame pointers makes
+// the chain end early, not read wild memory.
+std::uintptr_t caller_outside_weft([[maybe_unused]] const void* frame) {
+#if defined(__x86_64__) || defined(__aarch64__)
+  // Both keep {previous frame, return address} at the frame address.
+  const FiberControl* fiber = current_fiber();
+  if (fiber == nullptr) return 0;
+  const auto low = reinterpret_cast<std::uintptr_t>(fiber->stack.bottom());
+  const auto high = reinterpret_cast<std::uintptr_t>(fiber->stack.top());
+  auto at = reinterpret_cast<std::uintptr_t>(frame);
+  for (int depth = 0; depth < 16; ++depth) {
+    if (at < low || at > high - 2 * sizeof(void*) || at % alignof(void*) != 0) return 0;
+    const auto* record = reinterpret_cast<const std::uintptr_t*>(at);
+    const std::uintptr_t next = record[0];
+    if (next <= at || next < low || next > high - 2 * sizeof(void*) || next % alignof(void*) != 0) return 0;
+    const std::uintptr_t return_address = reinterpret_cast<const std::uintptr_t*>(next)[1];
+    if (!in_weft_code(reinterpret_cast<const void*>(return_address))) return return_address;
+    at = next;
+  }
+#endif
+  return 0;
+}
+
+int find_listed_object(dl_phdr_info* info, std::size_t, void* found) {
+  // The executable's name is "" here; dladdr(3) names it by argv[0].
+  const char* name = info->dlpi_name[0] != '\0' ? info->dlpi_name : program_invocation_name;
+  if (name == nullptr || !ExcludeList::from_environment().excludes(name)) return 0;
+  *static_cast<bool*>(found) = true;
+  return 1;
+}
+
+}  // namespace
+
+ExcludeList ExcludeList::parse(std::string_view text) {
+  ExcludeList list;
+  bool defaults_added = false;
+  while (!text.empty()) {
+    const std::size_t end = text.find_first_of(":,");
+    const std::string_view item = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+    if (item.empty()) continue;
+    if (item == "default") {
+      if (!defaults_added) {
+        defaults_added = true;
+        const ExcludeList defaults = parse(kDefaultExclusions);
+        list.patterns_.insert(list.patterns_.end(), defaults.patterns_.begin(), defaults.patterns_.end());
+      }
+      continue;
+    }
+    list.patterns_.emplace_back(item);
+  }
+  return list;
+}
+
+const ExcludeList& ExcludeList::from_environment() {
+  static const ExcludeList list = [] {
+    const char* value = std::getenv("WEFT_HOOKS_EXCLUDE");
+    return parse(value == nullptr ? kDefaultExclusions : std::string_view(value));
+  }();
+  return list;
+}
+
+bool ExcludeList::excludes(std::string_view object_path) const {
+  const std::string path(object_path);
+  const std::string name(file_name(object_path));
+  for (const std::string& pattern : patterns_) {
+    const bool whole_path = pattern.find('/') != std::string::npos;
+    if (whole_path ? matches(pattern, path, FNM_PATHNAME) : matches(pattern, name, 0)) return true;
+  }
+  return false;
+}
+
+bool in_weft_code(const void* address) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  const WeftText& text = weft_text();
+  return a >= text.begin && a < text.end;
+}
+
+void notice_loaded_objects() noexcept {
+  bool found = false;
+  try {
+    dl_iterate_phdr(&find_listed_object, &found);
+  } catch (...) {
+    found = true;  // std::bad_alloc reading the list: let the calls be looked at one by one
+  }
+  listed_object_loaded.store(found ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool caller_excluded_slow(const void* return_address, const void* frame) noexcept {
+  if (listed_object_loaded.load(std::memory_order_relaxed) < 0) {
+    notice_loaded_objects();
+    if (listed_object_loaded.load(std::memory_order_relaxed) == 0) return false;
+  }
+  auto address = reinterpret_cast<std::uintptr_t>(return_address);
+  if (in_weft_code(return_address)) {
+    address = caller_outside_weft(frame);
+    if (address == 0) return false;
+  }
+  try {
+    switch (kind_of(address)) {
+      case CallerKind::parks:
+        return false;
+      case CallerKind::excluded:
+        return true;
+      case CallerKind::interposer:
+        return excluded_beyond(address);
+    }
+  } catch (...) {
+    // std::bad_alloc reading the list: the call parks, as it would have
+    // without any list.
+  }
+  return false;
+}
+
+void forget_callers() noexcept {
+  cache_generation.fetch_add(1, std::memory_order_seq_cst);
+  for (std::atomic<std::uintptr_t>& slot : caller_cache.slots) slot.store(0, std::memory_order_seq_cst);
+  notice_loaded_objects();
+}
+
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+
+// The object, or one it needs, may be listed. Looked at before the call
+// returns, so before the caller can hand out a pointer into the object:
+// whoever calls into it has seen listed_object_loaded set. (Calls that
+// the object's constructors make, inside the real dlopen, come too early
+// to be excluded.) RTLD_NOLOAD and the executable's handle load nothing.
+void* dlopen(const char* file, int mode) {
+  static std::atomic<void*> real_dlopen{nullptr};
+  void* handle = real::load<void*(const char*, int)>(real_dlopen, "dlopen")(file, mode);
+  if (handle != nullptr && file != nullptr && (mode & RTLD_NOLOAD) == 0) notice_loaded_objects();
+  return handle;
+}
+
+// Another object may be mapped where this one was, with the same return
+// addresses: its calls are classified afresh. (A dlopen of a new object in
+// the moment between the real dlclose and the clearing, on another thread,
+// could still meet a verdict of the old one; both would have to call from
+// the very same address.)
+int dlclose(void* handle) {
+  static std::atomic<void*> real_dlclose{nullptr};
+  const int result = real::load<int(void*)>(real_dlclose, "dlclose")(handle);
+  forget_callers();
+  return result;
+}
+
+}  // extern "C"

@@ -1,0 +1,21 @@
+// Regular-file reads from a fiber that park instead of blocking the worker
+// when the page cache cannot serve them (hooks_files.cpp): shared by the
+// read hooks of hooks_io_calls.cpp (read, readv) and hooks_files.cpp
+// (pread, preadv and their 64-bit and fortified names).
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+namespace weft::detail {
+
+// True if `fd` is a file epoll cannot watch (a regular file, a directory,
+// a block device, a device that refused epoll), classifying it if the
+// hooks have not yet.
+bool is_unpollable_file(int fd) noexcept;
+
+// preadv(fd, iov, count, offset) from a fiber; offset -1 reads at the file
+// position and advances it, as read() does. Libc's result and errno.
+ssize_t read_file(int fd, const iovec* iov, int count, off_t offset);
+
+}  // namespace weft::detail

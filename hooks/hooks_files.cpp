@@ -1,0 +1,176 @@
+// Regular files from a fiber: reads that the page cache serves are made
+// at once; the others, and fsync, fdatasync and sync_file_range, go to the
+// scheduler's io_uring (io/file_ring.h) while the fiber parks.
+//
+// A read first tries preadv2(RWF_NOWAIT), which returns what is cached
+// without waiting for the disk (EAGAIN if it would wait): a cached read
+// costs what pread costs, where an io_uring round trip costs more
+// (docs/benchmarks.md, "Regular files"). What is not cached (EAGAIN, or
+// the rest of a read that was cached in part) goes to the ring. A file
+// that does not support RWF_NOWAIT (EOPNOTSUPP) is read as before.
+//
+// Writes are passed through: a buffered write copies into the page cache,
+// and measured here an io_uring write was slower than write(2) for small
+// and large writes alike, while RWF_NOWAIT is refused for buffered writes
+// on ext4 (EOPNOTSUPP). It is the flush (fsync) that waits for the disk.
+//
+// Where io_uring is unavailable (io_uring_setup failed: ENOSYS, EPERM
+// under kernel.io_uring_disabled or seccomp) every call is libc's.
+// Results, partial counts and errno are libc's: a ring request returns
+// -errno, which the hook turns into -1 and errno.
+#undef _FILE_OFFSET_BITS
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <vector>
+
+#include "../io/file_ring.h"
+#include "../io/real_calls.h"
+#include "../sched/current.h"
+#include "../sched/scheduler_core.h"
+#include "announced.h"
+#include "fd_table.h"
+#include "file_io.h"
+#include "hook_support.h"
+#include "iovecs.h"
+
+extern "C" [[noreturn]] void __chk_fail(void);
+
+namespace weft::detail {
+namespace {
+
+FileRing* current_ring() {
+  FiberControl* fiber = current_fiber();
+  return fiber == nullptr ? nullptr : FileRing::of(*fiber->scheduler);
+}
+
+// A ring call's result as libc gives it: -1 and errno for -errno.
+long as_libc(int result) {
+  if (result < 0) {
+    set_errno(-result);
+    return -1;
+  }
+  return result;
+}
+
+// The blocking read: at `offset`, or at the file position (-1).
+ssize_t blocking_read(int fd, const iovec* iov, int count, off_t offset) {
+  return announced([&] { return offset < 0 ? real::readv()(fd, iov, count) : real::preadv()(fd, iov, count, offset); });
+}
+
+ssize_t total_length(const iovec* iov, int count) {
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+  return ssize_t(total);
+}
+
+}  // namespace
+
+bool is_unpollable_file(int fd) noexcept {
+  const FdRecord* state = classified_fd_state(fd);
+  return state != nullptr && state->kind() == FdKind::unpollable;
+}
+
+ssize_t read_file(int fd, const iovec* iov, int count, off_t offset) {
+  const ErrnoHome home;
+  const int saved = errno_value();
+  const ssize_t cached = real::preadv2()(fd, iov, count, offset, RWF_NOWAIT);
+  if (cached >= 0) {
+    const ssize_t wanted = total_length(iov, count);
+    if (cached == 0 || cached >= wanted) return cached;
+  } else if (errno_value() != EAGAIN) {
+    // EOPNOTSUPP (or EINVAL before Linux 4.14, ENOSYS before 4.6): no
+    // RWF_NOWAIT for this file; anything else (EBADF, EISDIR...) is the
+    // read's own. An EINVAL of the read's own comes back from the read.
+    const int error = errno_value();
+    if (error != EOPNOTSUPP && error != EINVAL && error != ENOSYS) return -1;
+    set_errno(saved);
+    return blocking_read(fd, iov, count, offset);
+  }
+  // The rest, past what the cache gave.
+  const ssize_t done = std::max<ssize_t>(cached, 0);
+  std::vector<iovec> rest(iov, iov + count);
+  drop_front(rest, size_t(done));
+  const off_t at = offset < 0 ? offset : offset + done;
+  FileRing* ring = current_ring();
+  ssize_t more;
+  if (ring == nullptr) {
+    more = blocking_read(fd, rest.data(), int(rest.size()), at);
+  } else {
+    const ParkScope park;
+    more = as_libc(ring->readv(fd, rest.data(), unsigned(rest.size()), at));
+  }
+  if (more < 0) return done > 0 ? done : -1;  // a partial read, then an error: the count, as the kernel gives it
+  set_errno(saved);
+  return done + more;
+}
+
+namespace {
+
+ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
+  if (!parking_enabled() || !is_unpollable_file(fd)) return real::pread()(fd, buf, n, offset);
+  if (offset < 0) return real::pread()(fd, buf, n, offset);  // EINVAL, as libc says it
+  const iovec iov{buf, n};
+  return read_file(fd, &iov, 1, offset);
+}
+
+// fsync and fdatasync on the ring.
+int sync_hooked(int fd, bool data_only) {
+  FileRing* ring = parking_enabled() ? current_ring() : nullptr;
+  if (ring == nullptr) return announced([&] { return data_only ? real::fdatasync()(fd) : real::fsync()(fd); });
+  const ErrnoHome home;
+  const int saved = errno_value();
+  const ParkScope park;
+  const long result = as_libc(ring->fsync(fd, data_only));
+  if (result == 0) set_errno(saved);
+  return int(result);
+}
+
+}  // namespace
+
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+
+ssize_t pread(int fd, void* buf, size_t n, off_t offset) { return pread_hooked(fd, buf, n, offset); }
+ssize_t pread64(int fd, void* buf, size_t n, off_t offset) { return pread_hooked(fd, buf, n, offset); }
+
+ssize_t __pread_chk(int fd, void* buf, size_t n, off_t offset, size_t buf_len) {
+  if (n > buf_len) __chk_fail();
+  return pread_hooked(fd, buf, n, offset);
+}
+ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t offset, size_t buf_len) {
+  if (n > buf_len) __chk_fail();
+  return pread_hooked(fd, buf, n, offset);
+}
+
+ssize_t preadv(int fd, const iovec* iov, int count, off_t offset) {
+  if (!parking_enabled() || offset < 0 || count <= 0 || !is_unpollable_file(fd))
+    return real::preadv()(fd, iov, count, offset);
+  return read_file(fd, iov, count, offset);
+}
+ssize_t preadv64(int fd, const iovec* iov, int count, off_t offset) { return preadv(fd, iov, count, offset); }
+
+int fsync(int fd) { return sync_hooked(fd, false); }
+int fdatasync(int fd) { return sync_hooked(fd, true); }
+
+int sync_file_range(int fd, off_t offset, off_t length, unsigned int flags) {
+  // The ring's request holds a 32-bit length (0: to the end of the file).
+  const bool fits = length >= 0 && length <= off_t(UINT32_MAX);
+  FileRing* ring = parking_enabled() && fits ? current_ring() : nullptr;
+  if (ring == nullptr) return announced([&] { return real::sync_file_range()(fd, offset, length, flags); });
+  const ErrnoHome home;
+  const int saved = errno_value();
+  const ParkScope park;
+  const long result = as_libc(ring->sync_file_range(fd, offset, std::uint32_t(length), flags));
+  if (result == 0) set_errno(saved);
+  return int(result);
+}
+
+}  // extern "C"

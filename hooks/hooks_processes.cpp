@@ -1,0 +1,239 @@
+// Waiting for child processes in a fiber: waitpid, wait4 and waitid park
+// on a pidfd (pidfd_open(2), Linux 5.3) that the netpoller watches, and
+// system() parks the same way while its shell runs (popen and pclose:
+// hooks_popen.cpp).
+//
+// A wait for one child (pid > 0, P_PID, P_PIDFD) that would block:
+//   1. open a pidfd for the pid (before asking, so that the number cannot
+//      name another process by the time it is watched: a child's pid is
+//      not reused until it is reaped);
+//   2. ask with WNOHANG: an error (ECHILD: not our child), or a child that
+//      has already changed state, is the answer, as the blocking call
+//      would have given it at once;
+//   3. park until the pidfd is readable (the process has exited), and ask
+//      again with WNOHANG. If another thread reaped the child meanwhile,
+//      that answer is ECHILD, as for a blocking call that lost the race.
+// So results, status and errno are libc's. What a pidfd cannot serve is
+// libc's call, unchanged: WNOHANG (it never blocks), pid -1, 0 and -pgid
+// (any child of a set), WUNTRACED/WSTOPPED/WCONTINUED (a pidfd reports
+// exit only), a null infop for waitid (the WNOHANG answer could not be
+// read), and kernels without pidfd_open (ENOSYS) or where it is refused.
+//
+// Difference from a blocked thread: a parked fiber is not in a system
+// call, so a signal handler does not interrupt its wait with EINTR; it
+// returns when the child has changed state, as with SA_RESTART.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <mutex>
+
+#include "../io/real_calls.h"
+#include "announced.h"
+#include "child_processes.h"
+#include "fd_table.h"
+#include "hook_support.h"
+
+extern char** environ;
+
+namespace weft::detail {
+
+int open_pidfd(pid_t pid) noexcept {
+#ifdef SYS_pidfd_open
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) fd_forgotten(fd);  // a stale record of the number, closed where no hook saw it
+  return fd;
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+void close_pidfd(int fd) noexcept {
+  fd_closing(fd);  // the netpoller registered it: drop that first
+  fd_forgotten(fd);
+  real::close()(fd);
+}
+
+namespace {
+
+// Steps 1-3 above, for a wait whose WNOHANG form is `ask()`, which returns
+// true when it has an answer (an error, or a child that changed state).
+// `watched`: a pidfd of the caller's own (P_PIDFD), or -1 to open one for
+// `pid`. Returns -1, having asked nothing, when no pidfd could be had (the
+// caller then makes the blocking call); else 0, or the errno of a wait
+// that failed (EBADF: the caller's pidfd was closed meanwhile).
+template <class Ask>
+int wait_on_pidfd(pid_t pid, int watched, Ask&& ask) {
+  const ParkScope park;
+  const int pidfd = watched >= 0 ? watched : open_pidfd(pid);
+  if (pidfd < 0) return -1;
+  int failed = 0;
+  while (failed == 0 && !ask()) failed = wait_for_fd(pidfd, FdDirection::read, no_deadline);
+  if (watched < 0) close_pidfd(pidfd);
+  return failed;
+}
+
+bool waits_for_exit_only(int options) { return (options & (WNOHANG | WUNTRACED | WCONTINUED)) == 0; }
+
+// A whole wait for one child, in a fiber: `ask(result)` is its WNOHANG
+// form (true when it has an answer, which it stores in `result`),
+// `blocking()` the call itself, for when no pidfd can be had. errno is the
+// caller's unless the wait fails.
+template <class Ask, class Blocking>
+auto wait_for_one(pid_t pid, int watched, Ask&& ask, Blocking&& blocking) -> decltype(blocking()) {
+  const ErrnoHome home;
+  const int saved = errno_value();
+  decltype(blocking()) result = -1;
+  const int waited = wait_on_pidfd(pid, watched, [&] {
+    set_errno(saved);
+    return ask(result);
+  });
+  if (waited < 0) {
+    set_errno(saved);
+    return blocking();
+  }
+  if (waited > 0) {
+    set_errno(waited);
+    return -1;
+  }
+  return result;
+}
+
+}  // namespace
+
+pid_t wait_for_child(pid_t pid, int* status, int options, rusage* usage) {
+  if (!parking_enabled() || pid <= 0 || !waits_for_exit_only(options))
+    return announced([&] { return real::wait4()(pid, status, options, usage); });
+  return wait_for_one(
+      pid, -1,
+      [&](pid_t& result) {
+        result = real::wait4()(pid, status, options | WNOHANG, usage);
+        return result != 0;
+      },
+      [&] { return announced([&] { return real::wait4()(pid, status, options, usage); }); });
+}
+
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+namespace {
+
+// system()'s SIGINT and SIGQUIT, ignored while any system() runs (glibc's
+// do_system: the first call saves the dispositions, the last restores).
+std::mutex system_lock;
+int systems_running = 0;
+struct sigaction saved_intr;
+struct sigaction saved_quit;
+
+int run_shell(const char* command) {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  {
+    const std::lock_guard guard(system_lock);
+    if (systems_running++ == 0) {
+      sigaction(SIGINT, &ignore, &saved_intr);
+      sigaction(SIGQUIT, &ignore, &saved_quit);
+    }
+  }
+  // SIGCHLD blocked in the caller, with the fiber pinned to this thread
+  // until the mask is put back (ParkScope).
+  sigset_t child_signal;
+  sigemptyset(&child_signal);
+  sigaddset(&child_signal, SIGCHLD);
+  sigset_t old_mask;
+  pthread_sigmask(SIG_BLOCK, &child_signal, &old_mask);
+
+  sigset_t reset;
+  sigemptyset(&reset);
+  if (saved_intr.sa_handler != SIG_IGN) sigaddset(&reset, SIGINT);
+  if (saved_quit.sa_handler != SIG_IGN) sigaddset(&reset, SIGQUIT);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setsigmask(&attributes, &old_mask);
+  posix_spawnattr_setsigdefault(&attributes, &reset);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  char sh[] = "sh";
+  char dash_c[] = "-c";
+  char* argv[] = {sh, dash_c, const_cast<char*>(command), nullptr};
+  pid_t pid = -1;
+  const int spawn_error = posix_spawn(&pid, "/bin/sh", nullptr, &attributes, argv, environ);
+  posix_spawnattr_destroy(&attributes);
+
+  int status = 0;
+  if (spawn_error == 0) {
+    pid_t waited;
+    do {
+      waited = wait_for_child(pid, &status, 0, nullptr);
+    } while (waited < 0 && errno_value() == EINTR);
+    if (waited != pid) status = -1;
+  } else {
+    status = W_EXITCODE(127, 0);  // POSIX: as if the shell had run _exit(127)
+  }
+
+  {
+    const std::lock_guard guard(system_lock);
+    if (--systems_running == 0) {
+      sigaction(SIGINT, &saved_intr, nullptr);
+      sigaction(SIGQUIT, &saved_quit, nullptr);
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  if (spawn_error != 0) set_errno(spawn_error);
+  return status;
+}
+
+}  // namespace
+
+extern "C" {
+
+pid_t waitpid(pid_t pid, int* status, int options) {
+  if (!parking_enabled()) return real::waitpid()(pid, status, options);
+  const CheckpointOnReturn at_return;
+  return wait_for_child(pid, status, options, nullptr);
+}
+
+pid_t wait4(pid_t pid, int* status, int options, rusage* usage) {
+  if (!parking_enabled()) return real::wait4()(pid, status, options, usage);
+  const CheckpointOnReturn at_return;
+  return wait_for_child(pid, status, options, usage);
+}
+
+int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
+  const bool one_process = type == P_PID || type == P_PIDFD;
+  if (!parking_enabled() || !one_process || info == nullptr || (options & WEXITED) == 0 ||
+      (options & (WNOHANG | WSTOPPED | WCONTINUED)) != 0)
+    return announced([&] { return real::waitid()(type, id, info, options); });
+  const CheckpointOnReturn at_return;
+  return wait_for_one(
+      static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1,
+      [&](int& result) {
+        // With WNOHANG, "nothing yet" is 0 with si_pid 0 (waitid(2)).
+        info->si_pid = 0;
+        result = real::waitid()(type, id, info, options | WNOHANG);
+        return result != 0 || info->si_pid != 0;
+      },
+      [&] { return announced([&] { return real::waitid()(type, id, info, options); }); });
+}
+
+// One implementation for every caller while the hooks are on, fibers and
+// plain threads alike: the SIGINT/SIGQUIT dispositions saved by the first
+// of several concurrent calls must be the ones the last puts back, and a
+// second count (libc's, for the threads) would restore "ignored" over the
+// user's handler. Plain threads wait in the blocking waitpid.
+int system(const char* command) {
+  if (!hooks_enabled()) return real::system()(command);
+  const CheckpointOnReturn at_return;
+  // A null command asks whether a shell is there (glibc runs "exit 0").
+  if (command == nullptr) return run_shell("exit 0") == 0;
+  return run_shell(command);
+}
+
+}  // extern "C"

@@ -1,0 +1,25 @@
+// The part of an iovec array a partial transfer left: what a hook that
+// finishes a short write (sendmsg_all) or a partly cached read (read_file)
+// passes to its next call.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <vector>
+
+namespace weft::detail {
+
+// `iov` less its first `bytes` bytes: whole entries dropped, the next one
+// advanced.
+inline void drop_front(std::vector<iovec>& iov, std::size_t bytes) {
+  auto first = iov.begin();
+  while (first != iov.end() && bytes >= first->iov_len) bytes -= (first++)->iov_len;
+  iov.erase(iov.begin(), first);
+  if (!iov.empty()) {
+    iov.front().iov_base = static_cast<char*>(iov.front().iov_base) + bytes;
+    iov.front().iov_len -= bytes;
+  }
+}
+
+}  // namespace weft::detail

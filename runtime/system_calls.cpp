@@ -1,0 +1,64 @@
+#include "system_calls.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace weft::detail::sys {
+
+int open_read_only(const char* path) noexcept {
+  return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
+}
+
+ssize_t read(int fd, void* buffer, std::size_t size) noexcept { return ::syscall(SYS_read, fd, buffer, size); }
+
+ssize_t write(int fd, const void* buffer, std::size_t size) noexcept { return ::syscall(SYS_write, fd, buffer, size); }
+
+int close(int fd) noexcept { return static_cast<int>(::syscall(SYS_close, fd)); }
+
+ssize_t read_small_file(const char* path, char* buffer, std::size_t size) noexcept {
+  if (size == 0) return -1;
+  const int fd = open_read_only(path);
+  if (fd < 0) return -1;
+  const ssize_t n = read(fd, buffer, size - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buffer[n] = '\0';
+  return n;
+}
+
+int poll(pollfd* fds, nfds_t count, int timeout_ms) noexcept {
+  timespec timeout{timeout_ms / 1000, (timeout_ms % 1000) * 1'000'000L};
+  return static_cast<int>(::syscall(SYS_ppoll, fds, count, timeout_ms < 0 ? nullptr : &timeout, nullptr, 0));
+}
+
+int eventfd(unsigned initial, int flags) noexcept { return static_cast<int>(::syscall(SYS_eventfd2, initial, flags)); }
+
+int epoll_create1(int flags) noexcept { return static_cast<int>(::syscall(SYS_epoll_create1, flags)); }
+
+// epoll_pwait with no signal mask is epoll_wait (the only one some
+// architectures have).
+int epoll_wait(int epoll_fd, epoll_event* events, int max_events, int timeout_ms) noexcept {
+  return static_cast<int>(::syscall(SYS_epoll_pwait, epoll_fd, events, max_events, timeout_ms, nullptr, 0));
+}
+
+int epoll_pwait2(int epoll_fd, epoll_event* events, int max_events, const timespec* timeout) noexcept {
+#ifdef SYS_epoll_pwait2
+  return static_cast<int>(::syscall(SYS_epoll_pwait2, epoll_fd, events, max_events, timeout, nullptr, 0));
+#else
+  (void)epoll_fd, (void)events, (void)max_events, (void)timeout;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+void sleep_until(const timespec& deadline) noexcept {
+  while (::syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) != 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace weft::detail::sys

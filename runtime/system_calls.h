@@ -1,0 +1,46 @@
+// The few system calls weft's own layers make for themselves: sched/ reads
+// /proc and sleeps a plain thread, io/'s netpoller drives its epoll and
+// eventfd. They go to the kernel through syscall(2), never through libc's
+// wrappers by name, because inside libweft a plain ::read() is weft's own
+// hook: the library links with -Bsymbolic-functions, which binds every call
+// to a function libweft defines to that definition, and hooks/ defines
+// read, close, epoll_wait, ... So a lower layer calling libc by name would
+// call up into hooks/ (scripts/check-layers fails on it), and its internal
+// fds would meet the hooks' fd table and checkpoints. hooks/ itself reaches
+// libc through its real_calls, which resolve the next definition with
+// dlsym (docs/architecture.md, "Calls into the kernel").
+//
+// Each returns what the system call returns, with errno set on failure, as
+// libc's function of the same name does.
+#pragma once
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include <cstddef>
+
+namespace weft::detail::sys {
+
+// open(path, O_RDONLY | O_CLOEXEC).
+int open_read_only(const char* path) noexcept;
+ssize_t read(int fd, void* buffer, std::size_t size) noexcept;
+ssize_t write(int fd, const void* buffer, std::size_t size) noexcept;
+int close(int fd) noexcept;
+// A small file (/proc/...) read with one read(2) into `buffer`, which is
+// NUL-terminated: the bytes read, or -1 (nothing read, or an error).
+ssize_t read_small_file(const char* path, char* buffer, std::size_t size) noexcept;
+
+int poll(pollfd* fds, nfds_t count, int timeout_ms) noexcept;
+int eventfd(unsigned initial, int flags) noexcept;
+int epoll_create1(int flags) noexcept;
+int epoll_wait(int epoll_fd, epoll_event* events, int max_events, int timeout_ms) noexcept;
+// Fails with ENOSYS before Linux 5.11.
+int epoll_pwait2(int epoll_fd, epoll_event* events, int max_events, const timespec* timeout) noexcept;
+
+// Sleeps the calling thread until `deadline` on CLOCK_MONOTONIC (whole, across
+// signals).
+void sleep_until(const timespec& deadline) noexcept;
+
+}  // namespace weft::detail::sys

@@ -1,0 +1,55 @@
+// Announced blocking: a call that may sleep in the kernel marks its worker
+// "in a blocking call" for its duration, as Go's entersyscall/exitsyscall
+// mark the P. Sysmon (sched/sysmon.h) reads the mark at its looks: a worker
+// whose call outlasts Sysmon::kBlockingCallGrace is treated as blocked at
+// once (its queued fibers go to an idle worker or a spare), without the
+// /proc reads and the hand-off delay that a raw, unannounced system call
+// needs (docs/sysmon.md, "Announced blocking calls").
+//
+// Who announces: the libc hooks, around every call they pass through to
+// the kernel that may block there (a regular file's read or write, fsync,
+// flock, fcntl F_SETLKW, waitpid without a pidfd, open of a FIFO...), and
+// anything else in weft that makes such a call on a worker. Not around a
+// call that parks the fiber (that one switches: no worker is blocked).
+//
+//   {
+//     const detail::BlockingCall announced;
+//     n = real::pread(fd, buffer, size, offset);
+//   }
+//
+// Cost: on a worker, an out-of-line call each way, each a load and a store
+// on a line the worker owns, and a load of sysmon's `napping` flag (read
+// mostly) at entry; on a plain thread, a thread-local load. Nothing is
+// fenced: a sysmon that misses an announcement made just as it started a
+// long sleep sees the worker at its next look, within its running tick.
+//
+// Rules: the code inside must not switch fibers (no park, no yield, no
+// checkpoint): the mark belongs to the worker, and the exit clears the
+// mark of the worker it was made on. Announcements nest: an inner one,
+// made while the worker is already marked, does nothing.
+#pragma once
+
+namespace weft::detail {
+
+class Worker;
+
+// Marks the calling thread's worker as in a blocking call. Returns it, for
+// exit_blocking_call; null on a plain thread, or when the worker was
+// already marked (a nested announcement).
+Worker* enter_blocking_call() noexcept;
+// Ends the announcement that enter_blocking_call returned (null: nothing).
+void exit_blocking_call(Worker* worker) noexcept;
+
+// The announcement as a scope.
+class [[nodiscard]] BlockingCall {
+ public:
+  BlockingCall() noexcept : worker_(enter_blocking_call()) {}
+  ~BlockingCall() { exit_blocking_call(worker_); }
+  BlockingCall(const BlockingCall&) = delete;
+  BlockingCall& operator=(const BlockingCall&) = delete;
+
+ private:
+  Worker* worker_;
+};
+
+}  // namespace weft::detail

@@ -1,0 +1,195 @@
+// The hooked calls that nothing can park on announce themselves
+// (hooks/announced.h, sched/blocking_call.h): while a fiber waits in one,
+// its worker is marked "in a blocking call", which is what lets sysmon hand
+// the worker's other fibers off at once. Each case blocks a fiber in one
+// such call until a plain thread has seen the mark and then releases it:
+// a call that did not announce itself is never released by the watcher
+// (it gives up after a bound, and the test fails). Results are compared
+// with the same call on a plain thread.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "sched/worker.h"
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+bool in_call(const detail::Worker* worker) { return (worker->blocking_call() & 1) != 0; }
+
+// Runs `call` in a fiber; once its worker is seen marked, runs `release`
+// on this thread. Returns what `call` returned, and whether the mark was
+// seen (false: released anyway after 10 s, so that the test ends).
+struct Outcome {
+  long result = -1;
+  int error = 0;
+  bool marked = false;
+};
+Outcome blocked_fiber(const std::function<long()>& call, const std::function<void()>& release) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<detail::Worker*> worker{nullptr};
+  Outcome outcome;
+  Fiber fiber = sched.spawn([&] {
+    worker = detail::current_worker();
+    outcome.result = call();
+    outcome.error = errno;
+  });
+  const auto give_up = Clock::now() + 10s;
+  while (Clock::now() < give_up) {
+    const detail::Worker* w = worker.load();
+    if (w != nullptr && in_call(w)) {
+      outcome.marked = true;
+      break;
+    }
+    std::this_thread::sleep_for(100us);
+  }
+  release();
+  fiber.join();
+  return outcome;
+}
+
+std::string temp_file() {
+  char path[] = "/tmp/weft-announced-XXXXXX";
+  ::close(::mkstemp(path));
+  return path;
+}
+
+TEST(Announced, Flock) {
+  const std::string path = temp_file();
+  const int holder = ::open(path.c_str(), O_RDWR);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);
+  const int waiter = ::open(path.c_str(), O_RDWR);
+  const Outcome got = blocked_fiber([&] { return long(::flock(waiter, LOCK_EX)); }, [&] { ::flock(holder, LOCK_UN); });
+  EXPECT_TRUE(got.marked);
+  EXPECT_EQ(got.result, 0);
+  ::close(waiter);
+  ::close(holder);
+  ::unlink(path.c_str());
+}
+
+// Record locks belong to a process: the holder is a child.
+pid_t child_holding_lock(const std::string& path, const int ready[2]) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(path.c_str(), O_RDWR);
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    ::fcntl(fd, F_SETLK, &lock);
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t n = ::write(ready[1], &byte, 1);
+    ::pause();  // until killed: the lock goes with it
+    ::_exit(0);
+  }
+  char byte;
+  EXPECT_EQ(::read(ready[0], &byte, 1), 1);
+  return pid;
+}
+
+TEST(Announced, FcntlSetlkwAndLockf) {
+  const std::string path = temp_file();
+  for (const bool use_lockf : {false, true}) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t holder = child_holding_lock(path, fds);
+    const int fd = ::open(path.c_str(), O_RDWR);
+    const Outcome got = blocked_fiber(
+        [&] {
+          if (use_lockf) return long(::lockf(fd, F_LOCK, 0));
+          struct flock lock {};
+          lock.l_type = F_WRLCK;
+          lock.l_whence = SEEK_SET;
+          return long(::fcntl(fd, F_SETLKW, &lock));
+        },
+        [&] {
+          ::kill(holder, SIGKILL);
+          ::waitpid(holder, nullptr, 0);
+        });
+    EXPECT_TRUE(got.marked) << (use_lockf ? "lockf" : "fcntl(F_SETLKW)");
+    EXPECT_EQ(got.result, 0);
+    ::close(fd);
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  ::unlink(path.c_str());
+}
+
+TEST(Announced, WaitForAnyChild) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    char byte;
+    [[maybe_unused]] const ssize_t n = ::read(fds[0], &byte, 1);
+    ::_exit(3);
+  }
+  int status = 0;
+  const Outcome got = blocked_fiber([&] { return long(::wait(&status)); },
+                                    [&] { [[maybe_unused]] const ssize_t n = ::write(fds[1], "x", 1); });
+  EXPECT_TRUE(got.marked);
+  EXPECT_EQ(got.result, child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+TEST(Announced, OpenOfAFifo) {
+  const std::string path = temp_file();
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  int writer = -1;
+  const Outcome got = blocked_fiber([&] { return long(::open(path.c_str(), O_RDONLY)); },
+                                    [&] { writer = ::open(path.c_str(), O_WRONLY); });
+  EXPECT_TRUE(got.marked);
+  EXPECT_GE(got.result, 0);
+  ::close(int(got.result));
+  ::close(writer);
+  ::unlink(path.c_str());
+}
+
+TEST(Announced, SigtimedwaitGivesWhatAPlainThreadGets) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  // Blocked in this thread, and in every thread it starts (the workers).
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &set, &old);
+  const timespec ten_ms{0, 10'000'000};
+  errno = 0;
+  const int on_thread = ::sigtimedwait(&set, nullptr, &ten_ms);
+  const int thread_error = errno;
+  int on_fiber = 0;
+  int fiber_error = 0;
+  {
+    Scheduler sched{test::config_with(1)};
+    sched
+        .spawn([&] {
+          errno = 0;
+          on_fiber = ::sigtimedwait(&set, nullptr, &ten_ms);
+          fiber_error = errno;
+        })
+        .join();
+  }
+  EXPECT_EQ(on_fiber, on_thread);
+  EXPECT_EQ(fiber_error, thread_error);
+  EXPECT_EQ(thread_error, EAGAIN);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+}  // namespace weft

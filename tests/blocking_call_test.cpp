@@ -1,0 +1,104 @@
+// Announced blocking (sched/blocking_call.h): a fiber that marks its worker
+// "in a blocking call" for longer than the grace has the fibers queued
+// behind it run elsewhere, by a spare or an idle worker, also when its
+// thread is not asleep in the kernel (a big read from the page cache runs
+// on a CPU, in the kernel), which an unannounced call would not get.
+// Pass or fail rests on what ran while the call lasted; durations only
+// bound loops.
+#include "sched/blocking_call.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "sched/worker.h"
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+using test::wait_until;
+
+bool in_call(detail::Worker* worker) { return (worker->blocking_call() & 1) != 0; }
+
+TEST(BlockingCall, OnAPlainThreadDoesNothing) {
+  EXPECT_EQ(detail::enter_blocking_call(), nullptr);
+  detail::exit_blocking_call(nullptr);
+  const detail::BlockingCall announced;  // and the scope neither
+}
+
+TEST(BlockingCall, MarksItsWorkerForItsScopeAndNests) {
+  Scheduler sched{test::config_with(1)};
+  sched
+      .spawn([] {
+        detail::Worker* worker = detail::current_worker();
+        ASSERT_NE(worker, nullptr);
+        EXPECT_FALSE(in_call(worker));
+        const std::uint32_t before = worker->blocking_call();
+        {
+          const detail::BlockingCall outer;
+          EXPECT_TRUE(in_call(worker));
+          // An inner announcement does nothing: the outer one's exit ends it.
+          EXPECT_EQ(detail::enter_blocking_call(), nullptr);
+          EXPECT_TRUE(in_call(worker));
+        }
+        EXPECT_FALSE(in_call(worker));
+        EXPECT_EQ(worker->blocking_call(), before + 2) << "one store at the entry, one at the exit";
+      })
+      .join();
+}
+
+// Every worker is in an announced call that spins on a CPU (sched_yield:
+// the thread stays runnable, never asleep in the kernel, as in a long copy
+// from the page cache). Fibers spawned by a blocked fiber before its call
+// (held for its worker) and by a plain thread (the global queue) must run
+// before any call ends. Unannounced, such a worker looks like a fiber
+// burning its CPU, for which no spare starts.
+class AnnouncedCall : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(AnnouncedCall, FibersQueuedBehindALongCallRunElsewhere) {
+  const unsigned workers = GetParam();
+  Scheduler sched{test::config_with(workers)};
+  std::atomic<bool> release{false};
+  std::atomic<unsigned> in_calls{0};
+  std::atomic<unsigned> calls_ended{0};
+  std::atomic<unsigned> others_ran{0};
+  std::vector<Fiber> callers;
+  for (unsigned i = 0; i < workers; ++i) {
+    callers.push_back(sched.spawn({.name = "caller"}, [&] {
+      Fiber queued = spawn([&] { ++others_ran; });
+      {
+        const detail::BlockingCall announced;
+        ++in_calls;
+        const auto limit = Clock::now() + 30s;
+        while (!release.load() && Clock::now() < limit) ::syscall(SYS_sched_yield);
+      }
+      ++calls_ended;
+      queued.join();
+    }));
+  }
+  ASSERT_TRUE(wait_until([&] { return in_calls.load() == workers; }));
+  std::vector<Fiber> from_thread;
+  for (int i = 0; i < 4; ++i) from_thread.push_back(sched.spawn([&] { ++others_ran; }));
+  const unsigned expected = workers + 4;
+  const bool ran_during_calls = wait_until([&] { return others_ran.load() == expected; }, 10s);
+  const unsigned ended_before = calls_ended.load();
+  release = true;
+  for (auto& fiber : callers) fiber.join();
+  for (auto& fiber : from_thread) fiber.join();
+  EXPECT_TRUE(ran_during_calls) << others_ran.load() << " of " << expected << " ran during the calls";
+  EXPECT_EQ(ended_before, 0u) << "a call ended before the others ran: the test proved nothing";
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, AnnouncedCall, ::testing::Values(1u, 2u), ::weft::test::worker_count_name);
+
+}  // namespace
+}  // namespace weft

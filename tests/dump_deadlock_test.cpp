@@ -1,0 +1,167 @@
+// Who holds what a fiber waits on (FiberSnapshot::held_by_fiber and
+// held_by_thread, sched/wait_owner.h), and weft-dump's deadlock report
+// built from those edges.
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dump_support.h"
+#include "dump_text.h"
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+using namespace dump_test;
+
+const FiberSnapshot* named(const SchedulerSnapshot& snap, const std::string& name) {
+  for (const FiberSnapshot& f : snap.fibers)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+// Until every fiber named in `names` is parked with a wait; bounded.
+template <class... Names>
+SchedulerSnapshot parked_snapshot(Scheduler& sched, Names... names) {
+  const auto give_up = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    SchedulerSnapshot snap = sched.snapshot();
+    const bool all = ((named(snap, names) != nullptr && named(snap, names)->park_state == -1 &&
+                       !named(snap, names)->wait_kind.empty()) &&
+                      ...);
+    if (all || std::chrono::steady_clock::now() > give_up) return snap;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+// A weft::Mutex held by a fiber and one held by a plain thread; a join.
+TEST(DumpOwners, NamesTheHolderOfAMutexAndTheFiberAJoinWaitsFor) {
+  Scheduler sched{test::config_with(2)};
+  Mutex by_fiber, by_thread;
+  Latch locked(1), release(1);
+  by_thread.lock();  // this plain thread holds it
+  Fiber holder = sched.spawn({.name = "holder"}, [&] {
+    std::lock_guard guard(by_fiber);
+    locked.count_down();
+    release.wait();
+  });
+  locked.wait();
+  Fiber waiter = sched.spawn({.name = "waiter"}, [&] { std::lock_guard guard(by_fiber); });
+  Fiber thread_waiter = sched.spawn({.name = "thread-waiter"}, [&] { std::lock_guard guard(by_thread); });
+  Fiber joiner = sched.spawn({.name = "joiner"}, [&] { holder.join(); });
+  const SchedulerSnapshot snap = parked_snapshot(sched, "waiter", "thread-waiter", "joiner");
+  const auto answer = tools::request_dump(::getpid(), "dump", 30s);
+  release.count_down();
+  by_thread.unlock();
+  joiner.join();
+  waiter.join();
+  thread_waiter.join();
+
+  const FiberSnapshot* h = named(snap, "holder");
+  ASSERT_NE(h, nullptr);
+  ASSERT_NE(named(snap, "waiter"), nullptr);
+  EXPECT_EQ(named(snap, "waiter")->wait_kind, "weft::Mutex");
+  EXPECT_EQ(named(snap, "waiter")->held_by_fiber, h->id);
+  EXPECT_EQ(named(snap, "waiter")->held_by_thread, 0);
+  EXPECT_EQ(named(snap, "thread-waiter")->held_by_fiber, 0u);
+  EXPECT_EQ(named(snap, "thread-waiter")->held_by_thread, static_cast<int>(::gettid()));
+  EXPECT_EQ(named(snap, "joiner")->wait_kind, "weft::Fiber");
+  EXPECT_EQ(named(snap, "joiner")->held_by_fiber, h->id);
+  // Nobody holds a latch: no owner.
+  EXPECT_EQ(h->held_by_fiber, 0u);
+  EXPECT_EQ(h->held_by_thread, 0);
+
+  // The same through weft-dump's JSON and text.
+  const Json json = Json::parse(answer.text);
+  const Json* waiter_json = find_fiber(json, "waiter");
+  ASSERT_NE(waiter_json, nullptr);
+  EXPECT_EQ((*waiter_json)["wait"]["held_by_fiber"].get<std::uint64_t>(), h->id);
+  const std::string text = tools::render_dump_text(answer.snapshot);
+  const std::string by_holder = " (held by fiber #" + std::to_string(h->id) + " \"holder\") for ";
+  EXPECT_NE(fiber_block(text, "waiter").find("(lock)" + by_holder), std::string::npos) << text;
+  EXPECT_NE(fiber_block(text, "joiner").find("(join)" + by_holder), std::string::npos) << text;
+  EXPECT_NE(fiber_block(text, "thread-waiter").find("(lock) (held by thread " + std::to_string(::gettid()) + ") for "),
+            std::string::npos)
+      << text;
+}
+
+// tests/deadlock_child.cpp: two mutexes taken in opposite orders, and two
+// fibers that join each other; a fifth fiber waits on the first cycle.
+TEST(DumpDeadlocks, FindsEachCycleOnceWithItsFibersAndStacks) {
+  Child child({WEFT_DEADLOCK_CHILD});
+  ASSERT_EQ(child.read_line(), "ready");
+  const CliResult text = run_cli({std::to_string(child.pid())});
+  const CliResult json = run_cli({std::to_string(child.pid()), "--json"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+
+  const Json dump = Json::parse(json.out);
+  std::map<std::string, std::uint64_t> id;
+  for (const char* name : {"left", "right", "ping", "pong", "bystander"}) {
+    const Json* f = find_fiber(dump, name);
+    ASSERT_NE(f, nullptr) << name;
+    id[name] = (*f)["id"].get<std::uint64_t>();
+  }
+  EXPECT_EQ((*find_fiber(dump, "left"))["wait"]["held_by_fiber"].get<std::uint64_t>(), id["right"]);
+  EXPECT_EQ((*find_fiber(dump, "right"))["wait"]["held_by_fiber"].get<std::uint64_t>(), id["left"]);
+  EXPECT_EQ((*find_fiber(dump, "ping"))["wait"]["held_by_fiber"].get<std::uint64_t>(), id["pong"]);
+  EXPECT_EQ((*find_fiber(dump, "bystander"))["wait"]["held_by_fiber"].get<std::uint64_t>(), id["left"]);
+  // Two cycles, each from its lowest id, in wait order; not the bystander.
+  const auto cycle = [](std::uint64_t x, std::uint64_t y) {
+    return std::vector<std::uint64_t>{std::min(x, y), std::max(x, y)};
+  };
+  ASSERT_EQ(dump["deadlocks"].size(), 2u) << dump["deadlocks"];
+  std::vector<std::vector<std::uint64_t>> cycles;
+  for (const Json& d : dump["deadlocks"]) cycles.push_back(d["fibers"].get<std::vector<std::uint64_t>>());
+  std::sort(cycles.begin(), cycles.end());
+  std::vector<std::vector<std::uint64_t>> expected{cycle(id["left"], id["right"]), cycle(id["ping"], id["pong"])};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(cycles, expected);
+
+  // The text: after the fibers, each cycle as jstack prints one, with the
+  // stacks of its fibers (the function each deadlocked in), then a count.
+  const std::string& out = text.out;
+  const std::size_t first = out.find("\nFound one weft deadlock:\n");
+  ASSERT_NE(first, std::string::npos) << out;
+  EXPECT_GT(first, out.find("\"bystander\" #")) << "the report follows the fibers";
+  EXPECT_NE(out.find("\nFound one weft deadlock:\n", first + 1), std::string::npos) << out;
+  EXPECT_TRUE(search_lines(out, "\"left\" #", [&](Scan& s) -> Scan& {
+    return s.lit("\"left\" #" + std::to_string(id["left"]) + ":\n  waiting on weft::Mutex@")
+        .hex()
+        .lit(" (lock),\n  which is held by \"right\" #" + std::to_string(id["right"]) + "\n");
+  })) << out;
+  EXPECT_TRUE(search_lines(out, "\"ping\" #", [&](Scan& s) -> Scan& {
+    return s.lit("\"ping\" #" + std::to_string(id["ping"]) + ":\n  waiting on weft::Fiber@")
+        .hex()
+        .lit(" (join),\n  which is held by \"pong\" #" + std::to_string(id["pong"]) + "\n");
+  })) << out;
+  const std::size_t stacks = out.find("\nStacks of the fibers listed above:\n", first);
+  ASSERT_NE(stacks, std::string::npos) << out;
+  const std::string report = out.substr(first);
+  EXPECT_NE(report.find("lock_both("), std::string::npos) << report;
+  EXPECT_NE(report.find("join_peer("), std::string::npos) << report;
+  EXPECT_EQ(report.find("\"bystander\" #"), std::string::npos) << "in no cycle";
+  EXPECT_NE(out.find("\nFound 2 deadlocks.\n"), std::string::npos) << out;
+}
+
+// No cycle, no report: dump_child's mutex is held by a plain thread.
+TEST(DumpDeadlocks, NoneWhereNoFiberWaitsForAnother) {
+  Child child({WEFT_DUMP_CHILD});
+  ASSERT_EQ(child.read_line(), "ready");
+  const CliResult text = run_cli({std::to_string(child.pid())});
+  const CliResult json = run_cli({std::to_string(child.pid()), "--json"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out.find("deadlock"), std::string::npos) << text.out;
+  EXPECT_EQ(Json::parse(json.out)["deadlocks"], Json::array());
+  EXPECT_EQ(child.finish(), 0);
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,230 @@
+// Regular files from fibers (hooks/hooks_files.cpp, io/file_ring.h): reads
+// the page cache cannot serve, fsync, fdatasync and sync_file_range go to
+// the scheduler's io_uring while the fiber parks; every call gives what it
+// gives on a plain thread (data, counts, file position, errno). Where
+// io_uring_setup is refused (a seccomp filter in a child process here, as
+// kernel.io_uring_disabled or a container profile would), the calls are
+// libc's.
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/file_ring.h"
+#include "pool_support.h"
+#include "sched/current.h"
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+constexpr std::size_t kFileSize = 1 << 20;
+
+// A file of kFileSize bytes, byte i = i * 7 % 251.
+std::string make_file() {
+  char path[] = "/tmp/weft-files-XXXXXX";
+  const int fd = ::mkstemp(path);
+  std::vector<char> data(kFileSize);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 % 251);
+  EXPECT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  ::fsync(fd);
+  ::close(fd);
+  return path;
+}
+
+// Drops the file's pages from the page cache, so that the next read must
+// wait for the disk (RWF_NOWAIT then says EAGAIN).
+void evict(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+std::uint64_t checksum(const char* data, ssize_t n) {
+  std::uint64_t sum = 0;
+  for (ssize_t i = 0; i < n; ++i) sum = sum * 31 + static_cast<unsigned char>(data[i]);
+  return sum;
+}
+
+// Every read form and its result, errno and file position, as text.
+std::string reads(const std::string& path) {
+  std::ostringstream out;
+  std::vector<char> buf(kFileSize + 100);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  errno = 0;
+  ssize_t n = ::read(fd, buf.data(), 5000);
+  out << "read " << n << " " << checksum(buf.data(), n) << " at " << ::lseek(fd, 0, SEEK_CUR) << " errno " << errno
+      << "\n";
+  evict(path);
+  n = ::read(fd, buf.data(), kFileSize);  // from 5000 to the end: short at EOF
+  out << "read to eof " << n << " " << checksum(buf.data(), n) << " at " << ::lseek(fd, 0, SEEK_CUR) << "\n";
+  n = ::read(fd, buf.data(), 10);
+  out << "read at eof " << n << "\n";
+  evict(path);
+  n = ::pread(fd, buf.data(), 100000, 12345);
+  out << "pread " << n << " " << checksum(buf.data(), n) << " at " << ::lseek(fd, 0, SEEK_CUR) << "\n";
+  n = ::pread64(fd, buf.data(), 100, static_cast<off64_t>(kFileSize) - 40);
+  out << "pread64 past end " << n << " " << checksum(buf.data(), n) << "\n";
+  char a[3000];
+  char b[70000];
+  iovec iov[2] = {{a, sizeof a}, {b, sizeof b}};
+  evict(path);
+  n = ::preadv(fd, iov, 2, 777);
+  out << "preadv " << n << " " << checksum(a, sizeof a) << " " << checksum(b, sizeof b) << "\n";
+  ::lseek(fd, 100, SEEK_SET);
+  evict(path);
+  n = ::readv(fd, iov, 2);
+  out << "readv " << n << " " << checksum(a, sizeof a) << " " << checksum(b, sizeof b) << " at "
+      << ::lseek(fd, 0, SEEK_CUR) << "\n";
+  errno = 0;
+  n = ::pread(fd, buf.data(), 10, -1);
+  out << "pread negative " << n << " errno " << errno << "\n";
+  ::close(fd);
+  errno = 0;
+  n = ::read(fd, buf.data(), 10);
+  out << "read closed " << n << " errno " << errno << "\n";
+  // Devices epoll refuses become "unpollable" on their first use from a
+  // fiber; they have no RWF_NOWAIT and are read as before.
+  for (const char* device : {"/dev/zero", "/dev/null"}) {
+    const int dev = ::open(device, O_RDONLY);
+    for (int i = 0; i < 2; ++i) {
+      n = ::read(dev, buf.data(), 10);
+      out << device << " " << n << " " << checksum(buf.data(), n) << "\n";
+    }
+    ::close(dev);
+  }
+  const int dir = ::open("/tmp", O_RDONLY | O_DIRECTORY);
+  errno = 0;
+  n = ::read(dir, buf.data(), 10);
+  out << "read dir " << n << " errno " << errno << "\n";
+  ::close(dir);
+  return out.str();
+}
+
+std::string syncs(const std::string& path) {
+  std::ostringstream out;
+  const int fd = ::open(path.c_str(), O_RDWR);
+  const char text[] = "synced";
+  errno = 1234;
+  out << "pwrite " << ::pwrite(fd, text, sizeof text, 10) << "\n";
+  out << "fsync " << ::fsync(fd) << " errno " << errno << "\n";  // untouched on success
+  out << "fdatasync " << ::fdatasync(fd) << " errno " << errno << "\n";
+  out << "sync_file_range " << ::sync_file_range(fd, 0, 4096, SYNC_FILE_RANGE_WRITE) << "\n";
+  errno = 0;
+  out << "sync_file_range bad flags " << ::sync_file_range(fd, 0, 4096, 0x80) << " errno " << errno << "\n";
+  ::close(fd);
+  errno = 0;
+  out << "fsync closed " << ::fsync(fd) << " errno " << errno << "\n";
+  int pipe_fds[2];
+  EXPECT_EQ(::pipe(pipe_fds), 0);
+  errno = 0;
+  out << "fdatasync pipe " << ::fdatasync(pipe_fds[0]) << " errno " << errno << "\n";
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  return out.str();
+}
+
+// The requests the calling fiber's scheduler's ring has taken (0 without one).
+std::uint64_t ring_requests() {
+  detail::FiberControl* fiber = detail::current_fiber();
+  if (fiber == nullptr) return 0;
+  detail::FileRing* ring = detail::FileRing::of(*fiber->scheduler);
+  return ring == nullptr ? 0 : ring->stats().submitted;
+}
+
+template <class Body>
+void expect_same_on_thread_and_fiber(Body body, bool expect_ring) {
+  const std::string path = make_file();
+  std::string on_thread;
+  std::thread([&] { on_thread = body(path); }).join();
+  std::string on_fiber;
+  std::uint64_t requests = 0;
+  {
+    Scheduler sched{test::config_with(2)};
+    sched
+        .spawn([&] {
+          on_fiber = body(path);
+          requests = ring_requests();
+        })
+        .join();
+  }
+  ::unlink(path.c_str());
+  EXPECT_EQ(on_fiber, on_thread);
+  if (expect_ring)
+    EXPECT_GT(requests, 0u) << "nothing went through io_uring";
+  else
+    EXPECT_EQ(requests, 0u);
+}
+
+TEST(Files, ReadsGiveWhatAPlainThreadGets) { expect_same_on_thread_and_fiber(reads, true); }
+
+TEST(Files, SyncsGiveWhatAPlainThreadGets) { expect_same_on_thread_and_fiber(syncs, true); }
+
+// Many fibers reading and syncing at once: every result comes back to its
+// own fiber (the ring's lead passes between them).
+TEST(Files, ManyFibersShareTheRing) {
+  const std::string path = make_file();
+  Scheduler sched{test::config_with(2)};
+  constexpr int kFibers = 64;
+  std::vector<std::uint64_t> got(kFibers);
+  std::vector<Fiber> fibers;
+  evict(path);
+  for (int i = 0; i < kFibers; ++i) {
+    fibers.push_back(sched.spawn([&, i] {
+      const int fd = ::open(path.c_str(), O_RDWR);
+      char buf[8192];
+      const ssize_t n = ::pread(fd, buf, sizeof buf, i * 8192);
+      got[i] = checksum(buf, n) + static_cast<std::uint64_t>(::fsync(fd));
+      ::close(fd);
+    }));
+  }
+  for (auto& fiber : fibers) fiber.join();
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  for (int i = 0; i < kFibers; ++i) {
+    char buf[8192];
+    const ssize_t n = ::pread(fd, buf, sizeof buf, i * 8192);
+    EXPECT_EQ(got[i], checksum(buf, n)) << "fiber " << i;
+  }
+  ::close(fd);
+  ::unlink(path.c_str());
+}
+
+// In a child whose io_uring_setup fails with ENOSYS (a seccomp filter, as
+// a container's profile would install), the calls are libc's.
+TEST(Files, WithoutIoUringTheCallsAreLibcs) {
+  int status = -1;
+  const std::string out = test::run_child("no-uring", "", "FilesChild.WithoutIoUring", status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+}
+
+TEST(FilesChild, WithoutIoUring) {
+  if (!test::child_mode("no-uring")) GTEST_SKIP() << "runs in the child of Files.WithoutIoUringTheCallsAreLibcs";
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  ASSERT_EQ(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+  ASSERT_EQ(::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program), 0);
+  expect_same_on_thread_and_fiber(reads, false);
+  expect_same_on_thread_and_fiber(syncs, false);
+}
+
+}  // namespace
+}  // namespace weft

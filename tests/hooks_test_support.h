@@ -1,0 +1,33 @@
+// Shared by the hooks' tests (hooks_*_test.cpp).
+#pragma once
+
+#include <weft/weft.h>
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include "test_support.h"
+
+namespace weft::test {
+
+// One worker and no spare workers: a spare would run the other fibers of a
+// worker blocked in the kernel (docs/sysmon.md), hiding a hook that failed
+// to park.
+inline Scheduler one_worker() {
+  Config config = config_with(1);
+  config.max_threads = config.workers;  // no spares
+  return Scheduler(config);
+}
+
+// Waits (up to 20 s) until `n` fibers of `sched` are parked on fds.
+inline bool io_waiters_reach(Scheduler& sched, std::uint64_t n) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    if (sched.snapshot().poller.io_waiters >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+}  // namespace weft::test

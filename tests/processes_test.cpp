@@ -1,0 +1,294 @@
+// Child processes from fibers (hooks/hooks_processes.cpp, hooks_popen.cpp):
+// waitpid, wait4 and waitid park on a pidfd, system() and popen()/pclose()
+// park while the command runs; each gives what the same call gives on a
+// plain thread (status, errno, signal dispositions and mask), and the
+// worker runs other fibers meanwhile (one worker, no spares: if the call
+// blocked it, the other fiber could not run at all).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "io/real_calls.h"
+#include "test_support.h"
+
+extern char** environ;
+
+namespace weft {
+namespace {
+
+pid_t spawn_shell(const char* command) {
+  char sh[] = "sh";
+  char dash_c[] = "-c";
+  char* argv[] = {sh, dash_c, const_cast<char*>(command), nullptr};
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv, environ), 0);
+  return pid;
+}
+
+// Runs `body` in a fiber of a one-worker scheduler with no spare workers,
+// beside a fiber that counts 1 ms sleeps until the body is done. Returns
+// how many it counted while the body ran.
+int ticks_beside(const std::function<void()>& body) {
+  Config config = test::config_with(1);
+  config.max_threads = config.workers;  // no spare threads
+  Scheduler sched{config};
+  std::atomic<bool> done{false};
+  std::atomic<int> ticks{0};
+  Fiber ticker = sched.spawn([&] {
+    while (!done.load()) {
+      this_fiber::sleep_for(std::chrono::milliseconds(1));
+      ++ticks;
+    }
+  });
+  int during = 0;
+  sched
+      .spawn([&] {
+        this_fiber::sleep_for(std::chrono::milliseconds(2));  // the ticker is running
+        const int before = ticks.load();
+        body();
+        during = ticks.load() - before;  // before the ticker can run again
+        done = true;
+      })
+      .join();
+  ticker.join();
+  return during;
+}
+
+// Runs `body` on a plain thread and in a fiber; returns both results.
+template <class Body>
+std::pair<std::string, std::string> on_thread_and_fiber(Body body) {
+  std::string on_thread;
+  std::thread([&] { on_thread = body(); }).join();
+  std::string on_fiber;
+  Scheduler sched{test::config_with(2)};
+  sched.spawn([&] { on_fiber = body(); }).join();
+  return {on_thread, on_fiber};
+}
+
+std::string describe(pid_t result, int status, int error) {
+  std::ostringstream out;
+  out << (result > 0 ? "pid" : std::to_string(result)) << " status " << status << " errno " << error;
+  return out.str();
+}
+
+TEST(Waitpid, ParksWhileTheChildRuns) {
+  int status = -1;
+  pid_t result = 0;
+  const int ticks = ticks_beside([&] {
+    const pid_t pid = spawn_shell("sleep 0.3; exit 7");
+    result = ::waitpid(pid, &status, 0);
+    EXPECT_EQ(result, pid);
+  });
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+  EXPECT_GT(ticks, 0) << "the other fiber never ran while waitpid waited";
+}
+
+TEST(Waitpid, GivesWhatAPlainThreadGets) {
+  const auto [thread, fiber] = on_thread_and_fiber([] {
+    std::string out;
+    int status = 0;
+    errno = 1234;
+    pid_t pid = spawn_shell("exit 3");
+    pid_t r = ::waitpid(pid, &status, 0);
+    out += describe(r, status, errno) + "; ";  // errno untouched on success
+    pid = spawn_shell("kill -KILL $$");
+    r = ::waitpid(pid, &status, 0);
+    out += describe(r, status, 0) + "; ";
+    r = ::waitpid(1, &status, 0);  // not our child
+    out += describe(r, 0, errno) + "; ";
+    pid = spawn_shell("sleep 0.1");
+    r = ::waitpid(pid, &status, WNOHANG);
+    out += describe(r, 0, 0) + "; ";
+    r = ::waitpid(pid, &status, 0);
+    out += describe(r, status, 0) + "; ";
+    r = ::waitpid(pid, &status, 0);  // reaped already
+    out += describe(r, 0, errno) + "; ";
+    rusage usage{};
+    pid = spawn_shell("exit 4");
+    r = ::wait4(pid, &status, 0, &usage);
+    out += describe(r, status, 0) + (usage.ru_utime.tv_sec >= 0 ? " rusage" : " no rusage");
+    return out;
+  });
+  EXPECT_EQ(fiber, thread);
+  EXPECT_NE(thread.find("status 768 errno 1234"), std::string::npos) << thread;
+  EXPECT_NE(thread.find("-1 status 0 errno " + std::to_string(ECHILD)), std::string::npos) << thread;
+}
+
+TEST(Waitid, GivesWhatAPlainThreadGets) {
+  const auto [thread, fiber] = on_thread_and_fiber([] {
+    std::ostringstream out;
+    siginfo_t info{};
+    pid_t pid = spawn_shell("sleep 0.1; exit 5");
+    // WNOWAIT leaves it waitable; the next wait reaps it.
+    int r = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT);
+    out << r << " code " << info.si_code << " status " << info.si_status << " same " << (info.si_pid == pid) << "; ";
+    r = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED);
+    out << r << " code " << info.si_code << " status " << info.si_status << "; ";
+    pid = spawn_shell("sleep 0.1; exit 6");
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    r = ::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED);
+    out << r << " code " << info.si_code << " status " << info.si_status << "; ";
+    ::close(pidfd);
+    errno = 0;
+    r = ::waitid(P_PID, 1, &info, WEXITED);
+    out << r << " errno " << errno;
+    return out.str();
+  });
+  EXPECT_EQ(fiber, thread);
+  EXPECT_EQ(thread, "0 code " + std::to_string(CLD_EXITED) + " status 5 same 1; 0 code " + std::to_string(CLD_EXITED) +
+                        " status 5; 0 code " + std::to_string(CLD_EXITED) + " status 6; -1 errno " +
+                        std::to_string(ECHILD));
+}
+
+TEST(System, ParksWhileTheCommandRuns) {
+  int status = -1;
+  const int ticks = ticks_beside([&] { status = std::system("sleep 0.3; exit 2"); });
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_GT(ticks, 0) << "the other fiber never ran while system() waited";
+}
+
+void on_sigint(int) {}
+
+// What the command saw: the caller's process ignoring SIGINT and SIGQUIT,
+// the calling thread blocking SIGCHLD; and the shell itself with SIGINT at
+// its default. And the status, and the caller's handler put back after.
+using SystemFn = int (*)(const char*);
+std::string system_semantics(SystemFn run) {
+  struct sigaction handler {};
+  handler.sa_handler = on_sigint;
+  sigaction(SIGINT, &handler, nullptr);
+  char path[] = "/tmp/weft-system-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ::close(fd);
+  const std::string command = "grep -E '^Sig(Ign|Blk)' /proc/" + std::to_string(::getpid()) + "/task/" +
+                              std::to_string(::gettid()) + "/status > " + path +
+                              "; grep -E '^SigIgn' /proc/self/status >> " + path + "; exit 9";
+  const int status = run(command.c_str());
+  std::ifstream in(path);
+  std::stringstream seen;
+  seen << in.rdbuf();
+  ::unlink(path);
+  struct sigaction after {};
+  sigaction(SIGINT, nullptr, &after);
+  signal(SIGINT, SIG_DFL);
+  // The calling thread's mask as a whole differs (a worker blocks most
+  // signals, a plain thread none): what matters is SIGCHLD in it.
+  std::string lines = seen.str();
+  const auto blocked = lines.find("SigBlk:");
+  if (blocked != std::string::npos) {
+    const auto end = lines.find('\n', blocked);
+    const unsigned long mask = std::stoul(lines.substr(blocked + 7, end - blocked - 7), nullptr, 16);
+    lines.replace(blocked, end - blocked, "SIGCHLD blocked " + std::to_string((mask >> (SIGCHLD - 1)) & 1));
+  }
+  return "status " + std::to_string(status) + "\n" + lines +
+         (after.sa_handler == on_sigint ? "handler restored" : "handler lost") + " null " +
+         std::to_string(run(nullptr) != 0);
+}
+
+// The mask in hex, as /proc shows it, has SIGINT (bit 1) and SIGQUIT
+// (bit 2) in SigIgn, and SIGCHLD (bit 16) in SigBlk.
+bool has_bits(const std::string& text, const char* field, unsigned long bits) {
+  const auto at = text.find(field);
+  if (at == std::string::npos) return false;
+  const unsigned long mask = std::stoul(text.substr(at + std::strlen(field)), nullptr, 16);
+  return (mask & bits) == bits;
+}
+
+TEST(System, KeepsItsSignalSemanticsAndStatus) {
+  const auto [thread, fiber] = on_thread_and_fiber([] { return system_semantics(&std::system); });
+  EXPECT_EQ(fiber, thread);
+  std::string libc;
+  std::thread([&] { libc = system_semantics(detail::real::system()); }).join();
+  EXPECT_EQ(thread, libc);
+  EXPECT_NE(thread.find("status 2304\n"), std::string::npos) << thread;  // exit 9
+  EXPECT_TRUE(has_bits(thread, "SigIgn:", 0x6)) << thread;
+  EXPECT_NE(thread.find("SIGCHLD blocked 1\n"), std::string::npos) << thread;
+  EXPECT_NE(thread.find("handler restored null 1"), std::string::npos) << thread;
+}
+
+TEST(Popen, ReadsParkWhileTheCommandIsSilent) {
+  std::string text;
+  int status = -1;
+  const int ticks = ticks_beside([&] {
+    FILE* pipe = popen("echo hello; sleep 0.3; echo world; exit 5", "r");
+    ASSERT_NE(pipe, nullptr);
+    char line[64];
+    while (std::fgets(line, sizeof line, pipe) != nullptr) text += line;
+    status = pclose(pipe);
+  });
+  EXPECT_EQ(text, "hello\nworld\n");
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 5);
+  EXPECT_GT(ticks, 0) << "the other fiber never ran while the stream was read";
+}
+
+using PopenFn = FILE* (*)(const char*, const char*);
+using PcloseFn = int (*)(FILE*);
+std::string popen_semantics(PopenFn popen, PcloseFn pclose) {
+  std::ostringstream out;
+  char path[] = "/tmp/weft-popen-XXXXXX";
+  ::close(::mkstemp(path));
+  FILE* writer = popen(("cat > " + std::string(path)).c_str(), "w");
+  if (writer == nullptr) return "popen w failed";
+  struct stat st {};
+  out << "fileno fifo " << (::fstat(fileno(writer), &st) == 0 && S_ISFIFO(st.st_mode)) << "; ";
+  out << "cloexec " << (::fcntl(fileno(writer), F_GETFD) & FD_CLOEXEC) << "; ";
+  std::fputs("line one\n", writer);
+  std::fprintf(writer, "line %d\n", 2);
+  // A second stream's child must not hold the first's pipe (POSIX): it
+  // lists its own fds, none of which is the writer's pipe.
+  const std::string inode = "pipe:[" + std::to_string(st.st_ino) + "]";
+  FILE* lister = popen("for f in /proc/self/fd/*; do readlink $f; done; exit 0", "re");
+  if (lister == nullptr) return "popen re failed";
+  out << "e cloexec " << (::fcntl(fileno(lister), F_GETFD) & FD_CLOEXEC) << "; ";
+  std::string listing;
+  char line[128];
+  while (std::fgets(line, sizeof line, lister) != nullptr) listing += line;
+  out << "second child holds the first pipe " << (listing.find(inode) != std::string::npos) << "; ";
+  out << "lister status " << pclose(lister) << "; ";
+  out << "writer status " << pclose(writer) << "; ";
+  std::ifstream in(path);
+  std::stringstream written;
+  written << in.rdbuf();
+  ::unlink(path);
+  out << "wrote " << (written.str() == "line one\nline 2\n") << "; ";
+  errno = 0;
+  out << "mode x " << (popen("true", "x") == nullptr) << " errno " << errno << "; ";
+  errno = 0;
+  out << "mode rw " << (popen("true", "rw") == nullptr) << " errno " << errno << "; ";
+  FILE* failing = popen("exit 3", "r");
+  out << "exit status " << pclose(failing);
+  return out.str();
+}
+
+TEST(Popen, KeepsItsFileSemanticsAndStatus) {
+  const auto [thread, fiber] = on_thread_and_fiber([] { return popen_semantics(&::popen, &::pclose); });
+  EXPECT_EQ(fiber, thread);
+  std::string libc;
+  std::thread([&] { libc = popen_semantics(detail::real::popen(), detail::real::pclose()); }).join();
+  EXPECT_EQ(thread, libc);
+  EXPECT_EQ(thread,
+            "fileno fifo 1; cloexec 0; e cloexec 1; second child holds the first pipe 0; lister status 0; "
+            "writer status 0; wrote 1; mode x 1 errno " +
+                std::to_string(EINVAL) + "; mode rw 1 errno " + std::to_string(EINVAL) + "; exit status 768");
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,129 @@
+// Name resolution from fibers (hooks/hooks_resolver.cpp) against a
+// nameserver of the test's own: tests/dns_responder.py on 127.0.0.1, in a
+// private mount and network namespace (tests/dns_sandbox.h), answering
+// after a delay. Each lookup gets its own answer, the same as on a plain
+// thread; and they run at once, not a fixed few at a time (the blocking
+// pool grows: io/blocking_pool.h).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <weft/weft.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dns_sandbox.h"
+#include "pool_support.h"
+#include "test_support.h"
+
+namespace weft {
+namespace {
+
+// What getaddrinfo said for `name`: "127.1.0.7", or "error <EAI_...>".
+std::string lookup(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &result);
+  if (rc != 0) return "error " + std::to_string(rc);
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(result->ai_addr)->sin_addr, text, sizeof text);
+  ::freeaddrinfo(result);
+  return text;
+}
+
+// "h<n>.weft.test", built by appending (GCC 12's -Wrestrict misfires on
+// "h" + std::to_string(n) + ...).
+std::string host_name(int n) {
+  std::string name = "h";
+  name += std::to_string(n);
+  name += ".weft.test";
+  return name;
+}
+
+std::string expected_address(int n) { return "127.1." + std::to_string(n / 256) + "." + std::to_string(n % 256); }
+
+// The most lookups the responder had waiting at one moment (its
+// stats.weft.test answer, 127.2.<hi>.<lo>).
+int most_waiting() {
+  const std::string stats = lookup("stats.weft.test");
+  unsigned char bytes[4] = {};
+  if (::inet_pton(AF_INET, stats.c_str(), bytes) != 1) return -1;
+  return bytes[2] * 256 + bytes[3];
+}
+
+void expect_child_passed(const char* mode, const char* test) {
+  int status = -1;
+  const std::string out = test::run_child(mode, "", test, status);
+  if (out.find("[  SKIPPED ]") != std::string::npos) GTEST_SKIP() << out;
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+}
+
+TEST(Resolver, ManyFibersResolveAtOnceAndEachGetsItsAnswer) {
+  expect_child_passed("many", "ResolverChild.ManyFibersResolveAtOnce");
+}
+
+TEST(ResolverChild, ManyFibersResolveAtOnce) {
+  if (!test::child_mode("many")) GTEST_SKIP() << "runs in the child of Resolver.ManyFibersResolveAtOnce...";
+  // A long delay, so that every lookup is in flight at once even on a
+  // loaded machine.
+  const std::string why = test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 1000);
+  if (!why.empty()) GTEST_SKIP() << "no private nameserver: " << why;
+  constexpr int kLookups = 100;
+  std::vector<std::string> got(kLookups);
+  {
+    Scheduler sched{test::config_with(2)};
+    std::vector<Fiber> fibers;
+    for (int i = 0; i < kLookups; ++i) fibers.push_back(sched.spawn([&, i] { got[i] = lookup(host_name(i)); }));
+    for (auto& fiber : fibers) fiber.join();
+  }
+  for (int i = 0; i < kLookups; ++i) EXPECT_EQ(got[i], expected_address(i)) << "lookup " << i;
+  // A pool capped at 16 helpers had at most 16 waiting.
+  EXPECT_GE(most_waiting(), kLookups / 2);
+  test::DnsSandbox::stop();
+}
+
+TEST(Resolver, FibersGetWhatAPlainThreadGets) {
+  expect_child_passed("same", "ResolverChild.FibersGetWhatAPlainThreadGets");
+}
+
+TEST(ResolverChild, FibersGetWhatAPlainThreadGets) {
+  if (!test::child_mode("same")) GTEST_SKIP() << "runs in the child of Resolver.FibersGetWhatAPlainThreadGets";
+  const std::string why = test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 20);
+  if (!why.empty()) GTEST_SKIP() << "no private nameserver: " << why;
+  const std::vector<std::string> names = {"h5.weft.test", "h300.weft.test", "missing.weft.test", "localhost"};
+  auto ask_all = [&] {
+    std::vector<std::string> answers;
+    for (const auto& name : names) answers.push_back(lookup(name));
+    hostent* host = ::gethostbyname("h9.weft.test");
+    answers.push_back(host != nullptr && host->h_addr_list[0] != nullptr
+                          ? inet_ntoa(*reinterpret_cast<in_addr*>(host->h_addr_list[0]))
+                          : "h_errno " + std::to_string(h_errno));
+    hostent storage{};
+    hostent* found = nullptr;
+    char buf[1024];
+    int error = 0;
+    const int rc = ::gethostbyname_r("nowhere.weft.test", &storage, buf, sizeof buf, &found, &error);
+    answers.push_back(std::to_string(rc) + " " + (found ? "found" : "none") + " " + std::to_string(error));
+    return answers;
+  };
+  std::vector<std::string> on_thread;
+  std::thread([&] { on_thread = ask_all(); }).join();
+  std::vector<std::string> on_fiber;
+  {
+    Scheduler sched{test::config_with(2)};
+    sched.spawn([&] { on_fiber = ask_all(); }).join();
+  }
+  EXPECT_EQ(on_fiber, on_thread);
+  EXPECT_EQ(on_thread[0], "127.1.0.5");
+  EXPECT_EQ(on_thread[1], "127.1.1.44");
+  EXPECT_EQ(on_thread[2], "error " + std::to_string(EAI_NONAME));
+  EXPECT_EQ(on_thread[4], "127.1.0.9");
+  test::DnsSandbox::stop();
+}
+
+}  // namespace
+}  // namespace weft

@@ -408,67 +408,31 @@ int connect_one(std::uint16_t port, std::int64_t deadline, std::string& error) {
   return fd;
 }
 
-double parse_seconds(const char* text, const char* option, double min, void (*usage)(const char*)) {
-  char* end = nullptr;
-  errno = 0;
-  const double value = std::strtod(text, &end);
-  if (errno != 0 || end == text || *end != '\0' || !(value >= min) || value > 3600) {
-    usage((std::string(option) + " needs seconds from " + std::to_string(min) + " to 3600").c_str());
-  }
-  return value;
-}
-
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "%s: %s\n", kProgram, message);
-  std::fprintf(stderr,
-               "usage: echo_load --port PORT [--connections C] [--seconds S] [--message-bytes N] [--threads T]\n"
-               "                 [--warmup S] [--server-pid PID] [--json]\n"
-               "  --port PORT        the echo server on 127.0.0.1\n"
-               "  --connections C    connections, each one message in flight (default 100, at most 20000)\n"
-               "  --seconds S        measured interval (default 3; fractions allowed)\n"
-               "  --warmup S         after every connection's first echo, before the interval (default 0.5)\n"
-               "  --message-bytes N  bytes per message (default 64, at most 65536)\n"
-               "  --threads T        epoll threads driving the connections (default 1)\n"
-               "  --server-pid PID   also report the server's CPU time per message\n"
-               "  --json             one JSON object on stdout instead of the text\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options options;
-  bool port_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage((std::string(arg) + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (arg == "--port") {
-      options.port = weft::bench::parse_count<std::uint16_t>(value(), "--port", 1, 65535, usage);
-      port_given = true;
-    } else if (arg == "--connections") {
-      options.connections = weft::bench::parse_count<std::size_t>(value(), "--connections", 1, 20000, usage);
-    } else if (arg == "--seconds") {
-      options.seconds = parse_seconds(value(), "--seconds", 0.01, usage);
-    } else if (arg == "--warmup") {
-      options.warmup = parse_seconds(value(), "--warmup", 0, usage);
-    } else if (arg == "--message-bytes") {
-      options.message_bytes = weft::bench::parse_count<std::size_t>(value(), "--message-bytes", 1, 65536, usage);
-    } else if (arg == "--threads") {
-      options.threads = weft::bench::parse_count<unsigned>(value(), "--threads", 1, 64, usage);
-    } else if (arg == "--server-pid") {
-      options.server_pid = weft::bench::parse_count<long>(value(), "--server-pid", 1, 1L << 30, usage);
-    } else if (arg == "--json") {
-      options.json = true;
-    } else if (arg == "--help" || arg == "-h") {
-      usage(nullptr);
-    } else {
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-    }
-  }
-  if (!port_given) usage("--port is required");
+  long server_pid = 0;
+  CLI::App app{"echo_load: closed-loop load on an echo server; messages per second and latency", "echo_load"};
+  weft::bench::add_count(app, "--port", options.port, std::uint16_t{1}, std::uint16_t{65535},
+                         "the echo server on 127.0.0.1")
+      ->required();
+  weft::bench::add_count(app, "--connections", options.connections, std::size_t{1}, std::size_t{20'000},
+                         "connections, each one message in flight");
+  app.add_option("--seconds", options.seconds, "measured interval (fractions allowed)")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app.add_option("--warmup", options.warmup, "after every connection's first echo, before the interval")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  weft::bench::add_count(app, "--message-bytes", options.message_bytes, std::size_t{1}, std::size_t{65536},
+                         "bytes per message");
+  weft::bench::add_count(app, "--threads", options.threads, 1u, 64u, "epoll threads driving the connections");
+  CLI::Option* pid_option = weft::bench::add_count(app, "--server-pid", server_pid, 1L, 1L << 30,
+                                                   "also report the server's CPU time per message");
+  app.add_flag("--json", options.json, "one JSON object on stdout instead of the text");
+  weft::bench::parse(app, argc, argv);
+  if (pid_option->count() != 0) options.server_pid = server_pid;
   options.threads = static_cast<unsigned>(std::min<std::size_t>(options.threads, options.connections));
   if (options.server_pid && !read_server_cpu(*options.server_pid).stat_ok) {
     std::fprintf(stderr, "%s: cannot read /proc/%ld/stat: is --server-pid right?\n", kProgram, *options.server_pid);

@@ -8,6 +8,7 @@
 #include <exception>
 #include <string>
 
+#include "../runtime/log.h"
 #include "asymmetric_fence.h"
 #include "kernel_call.h"
 #include "scheduler_core.h"
@@ -511,7 +512,7 @@ void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
   try {
     config.on_stuck_worker(report);
   } catch (...) {
-    std::fprintf(stderr, "weft: the on_stuck_worker handler of scheduler \"%s\" threw\n", config.name.c_str());
+    log_message(LogLevel::fatal, "weft: the on_stuck_worker handler of scheduler \"%s\" threw", config.name.c_str());
     std::terminate();
   }
 }

@@ -181,12 +181,6 @@ Row run(unsigned workers, Load load, std::size_t samples) {
   return row;
 }
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "latency: %s\n", message);
-  std::fprintf(stderr, "usage: latency [--samples N] [--json]\n");
-  std::exit(2);
-}
-
 void print_json(const char* name, const Summary& s, bool last) {
   std::printf("\"%s\": {\"p50_us\": %.1f, \"p99_us\": %.1f, \"max_us\": %.1f, \"samples\": %zu}%s", name, s.p50_us,
               s.p99_us, s.max_us, s.samples, last ? "" : ", ");
@@ -197,16 +191,10 @@ void print_json(const char* name, const Summary& s, bool last) {
 int main(int argc, char** argv) {
   std::size_t samples = 300;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--samples" && i + 1 < argc) {
-      samples = weft::bench::parse_count<std::size_t>(argv[++i], "--samples", 10, 1'000'000, usage);
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-    }
-  }
+  CLI::App app{"latency: how late timers fire and how long a woken fiber waits to run", "latency"};
+  weft::bench::add_count(app, "--samples", samples, std::size_t{10}, std::size_t{1'000'000}, "per measurement");
+  app.add_flag("--json", json, "print one JSON object on stdout");
+  weft::bench::parse(app, argc, argv);
   std::vector<Row> rows;
   for (unsigned workers : {1u, 2u})
     for (Load load : {Load::idle, Load::yield, Load::hog}) rows.push_back(run(workers, load, samples));

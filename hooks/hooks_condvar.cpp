@@ -145,7 +145,9 @@ bool valid_nanoseconds(const timespec* abstime) noexcept {
 using namespace weft::detail;
 using namespace weft::detail::locks;
 
-// Versioned GLIBC_2.3.2 (but clockwait) by hooks/locks.map: see hooks/locks.h, 5.
+// (hooks/locks.h, 5: TSan.)
+// Exported: they interpose libc's (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 extern "C" {
 
 [[gnu::noinline]] int pthread_cond_wait(pthread_cond_t* cond, pthread_mutex_t* mutex) {
@@ -219,3 +221,4 @@ extern "C" {
 }
 
 }  // extern "C"
+#pragma GCC visibility pop

@@ -125,6 +125,9 @@ int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 int socket(int domain, int type, int protocol) noexcept {
   const DescriptionBirth birth = description_birth(type & SOCK_CLOEXEC);
@@ -271,6 +274,7 @@ int shutdown(int fd, int how) noexcept {
   return real::shutdown()(fd, how);
 }
 
+#pragma GCC visibility pop
 }  // extern "C"
 
 // The calls that make an fd of a kind the hooks do not track. They are
@@ -300,6 +304,9 @@ mode_t mode_argument(int flags, va_list args) {
 }  // namespace weft::detail
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 int open(const char* path, int flags, ...) {
   va_list args;
@@ -343,4 +350,5 @@ int signalfd(int fd, const sigset_t* mask, int flags) noexcept { return forget_n
 int inotify_init() noexcept { return forget_new(real::inotify_init()()); }
 int inotify_init1(int flags) noexcept { return forget_new(real::inotify_init1()(flags)); }
 
+#pragma GCC visibility pop
 }  // extern "C"

@@ -502,6 +502,9 @@ void fds_sent(const msghdr* msg) noexcept {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
@@ -683,4 +686,5 @@ ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buf_len, int flags, s
   return recvfrom(fd, buf, n, flags, addr, addr_len);
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

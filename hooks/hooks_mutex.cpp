@@ -373,6 +373,8 @@ using namespace weft::detail::locks;
 
 // Not inlined anywhere: each asks for its own return address, which tells
 // libweft's own calls (hooks/locks.h, 3).
+// Exported: they interpose libc's (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 extern "C" {
 
 // The fast path: a normal mutex, free, hooks on, nothing pending. Every
@@ -435,3 +437,4 @@ extern "C" {
 }
 
 }  // extern "C"
+#pragma GCC visibility pop

@@ -278,6 +278,8 @@ using namespace weft::detail::locks;
 #define WEFT_PASS_THROUGH(name, ...) \
   if (!lock_hooks_enabled() || pthread_layout::rwlock_pshared(lock)) return real::name()(__VA_ARGS__)
 
+// Exported: they interpose libc's (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 extern "C" {
 
 [[gnu::noinline]] int pthread_rwlock_rdlock(pthread_rwlock_t* lock) {
@@ -347,3 +349,4 @@ extern "C" {
 }
 
 }  // extern "C"
+#pragma GCC visibility pop

@@ -264,6 +264,9 @@ int sigaction_hooked(int signo, const struct sigaction* action, struct sigaction
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 // Not instrumented by a sanitizer, not even at its entry (above, `wrapping`).
 #if defined(__clang__)
@@ -320,4 +323,5 @@ sighandler_t sigset(int signo, sighandler_t handler) noexcept {
   return was_held ? SIG_HOLD : old.sa_handler;
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

@@ -88,18 +88,11 @@
 //    queued and has left its worker), hooks/hooks_rwlock.cpp.
 //
 // 5. Under the sanitizers. Under TSan the hooks are off
-//    (read_lock_hooks_switch(), hooks/hook_support.cpp; docs/locks.md); what
-//    follows keeps what TSan would need. ASan and TSan intercept these calls themselves
-//    and call the next definition, libweft's. TSan resolves
-//    pthread_cond_{wait,timedwait,signal,broadcast} by version
-//    (GLIBC_2.3.2), which an unversioned definition does not satisfy, so
-//    libweft gives its definitions of those that version (hooks/locks.map);
-//    every other reference, versioned or not, binds to an unversioned
-//    definition that comes first. TSan's interceptors may mark the caller
-//    as in a blocking call (its condition variable wait does), and then
-//    ignore its atomics, so every wait runs inside a WaitingCall: a TSan
-//    fiber of its own, the fiber's ParkScope's or a thread's. TSan models the user's mutex in its interceptor; the
-//    hooks' atomics order what the mutex protects for it too.
+//    (read_lock_hooks_switch(), hooks/hook_support.cpp; docs/locks.md).
+//    ASan intercepts these calls and calls the next definition, libweft's.
+//    What stays for TSan: libweft's own calls, which no interceptor sees,
+//    tell it what its interceptor would have (lock_call below), and every
+//    wait runs inside a WaitingCall, with a TSan fiber of its own.
 //
 // 6. fork(): the parking lot empties itself in the child; a mutex whose
 //    word still says "fibers parked" finds none there and clears it.

@@ -2,16 +2,15 @@
 
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "fiber_control.h"
+#include "log.h"
 #include "system_calls.h"
 
 namespace weft::detail {
@@ -21,18 +20,9 @@ struct sigaction previous_segv;
 struct sigaction previous_bus;
 std::once_flag installed;
 
-void write_all(const char* text, std::size_t size) noexcept {
-  while (size > 0) {
-    // The system call itself: libweft's write() hook is a checkpoint
-    // (hooks/hook_support.h), and this runs in a signal handler.
-    const ssize_t n = ::syscall(SYS_write, STDERR_FILENO, text, size);
-    if (n <= 0) return;
-    text += n;
-    size -= static_cast<std::size_t>(n);
-  }
-}
-
-void write_text(const char* text) noexcept { write_all(text, std::strlen(text)); }
+// Not through weft's log handler (runtime/log.h): this runs in a signal
+// handler.
+void write_text(const char* text) noexcept { write_stderr(text); }
 
 void write_number(std::uint64_t value) noexcept {
   char digits[24];
@@ -43,7 +33,7 @@ void write_number(std::uint64_t value) noexcept {
   } while (value != 0);
   char out[24];
   for (int i = 0; i < n; ++i) out[i] = digits[n - 1 - i];
-  write_all(out, static_cast<std::size_t>(n));
+  write_stderr(out, static_cast<std::size_t>(n));
 }
 
 // Hands a fault that is not ours to whoever handled it before us.

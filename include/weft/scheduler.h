@@ -26,6 +26,7 @@
 
 #include "config.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 #include "fiber.h"
 #include "snapshot.h"
 
@@ -36,11 +37,12 @@ struct SpawnOptions;
 namespace detail {
 class SchedulerCore;
 struct FiberControl;
-FiberControl* prepare_fiber(SchedulerCore& core, const SpawnOptions& options, std::size_t size, std::size_t align);
-void abandon_fiber(SchedulerCore& core, FiberControl* fiber) noexcept;
-void* fiber_callable(FiberControl* fiber) noexcept;
-Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, void (*body)(void*)) noexcept;
-SchedulerCore& current_scheduler(const char* what);
+WEFT_API FiberControl* prepare_fiber(SchedulerCore& core, const SpawnOptions& options, std::size_t size,
+                                     std::size_t align);
+WEFT_API void abandon_fiber(SchedulerCore& core, FiberControl* fiber) noexcept;
+WEFT_API void* fiber_callable(FiberControl* fiber) noexcept;
+WEFT_API Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, void (*body)(void*)) noexcept;
+WEFT_API SchedulerCore& current_scheduler(const char* what);
 }  // namespace detail
 
 struct SpawnOptions {
@@ -48,7 +50,7 @@ struct SpawnOptions {
   std::size_t stack_size = 0;  // usable bytes; 0: Config::stack_size
 };
 
-class Scheduler {
+class WEFT_API Scheduler {
  public:
   explicit Scheduler(Config config = Config{});
   ~Scheduler();

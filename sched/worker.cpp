@@ -684,9 +684,10 @@ FiberControl* Worker::wait_for_work() {
       return nullptr;
     }
     if (FiberControl* fiber = pick_next()) {
-      idle.cancel_sleep(idle_slot_);
-      // Rule 3: publishers may have skipped their wake while we searched.
-      if (last_searcher && work_visible()) idle.notify_work();
+      // Rule 3: publishers may have skipped their wake while we searched,
+      // or woken this worker, listed but awake, in place of a sleeper.
+      const bool took_a_wake = idle.cancel_sleep(idle_slot_);
+      if ((last_searcher || took_a_wake) && work_visible()) idle.notify_work();
       return fiber;
     }
     // Fibers wait on fds or timers: one sleeper sleeps in epoll_wait

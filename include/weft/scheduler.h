@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "config.h"
+#include "detail/fiber_body.h"
 #include "detail/require_cxx20.h"
 #include "fiber.h"
 #include "snapshot.h"
@@ -39,7 +40,7 @@ struct FiberControl;
 FiberControl* prepare_fiber(SchedulerCore& core, const SpawnOptions& options, std::size_t size, std::size_t align);
 void abandon_fiber(SchedulerCore& core, FiberControl* fiber) noexcept;
 void* fiber_callable(FiberControl* fiber) noexcept;
-Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, void (*body)(void*)) noexcept;
+Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, FiberBody body) noexcept;
 SchedulerCore& current_scheduler(const char* what);
 }  // namespace detail
 
@@ -77,7 +78,8 @@ class Scheduler {
 
 namespace detail {
 
-// The callable lives at the top of the fiber's own stack: no allocation.
+// The callable lives in the fiber's control block if it fits, else at the
+// top of the fiber's own stack: no allocation of its own.
 template <class F>
 Fiber spawn_on(SchedulerCore& core, const SpawnOptions& options, F&& fn) {
   using Fn = std::decay_t<F>;
@@ -89,13 +91,13 @@ Fiber spawn_on(SchedulerCore& core, const SpawnOptions& options, F&& fn) {
     abandon_fiber(core, fiber);
     throw;
   }
-  return launch_fiber(core, fiber, [](void* callable) {
+  return launch_fiber(core, fiber, [](void* callable, bool run) {
     Fn* body = static_cast<Fn*>(callable);
     struct Destroy {
       Fn* fn;
       ~Destroy() { fn->~Fn(); }
     } destroy{body};
-    std::invoke(*body);
+    if (run) std::invoke(*body);
   });
 }
 

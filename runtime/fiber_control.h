@@ -161,9 +161,8 @@ struct FiberControl {
   char name_[48] = {};  // empty: the default name
 
  public:
-  // Last, so that the fields above keep their offsets. Its size makes the
-  // whole block 512 bytes on x86-64: a lambda that captures a few pointers
-  // or a std::string fits.
+  // Last, so that the fields above keep their offsets (gdb's layout). A
+  // lambda that captures a few pointers, or a std::string, fits.
   static constexpr std::size_t kInlineCallableSize = 64;
   static constexpr std::size_t kInlineCallableAlign = 16;
   alignas(kInlineCallableAlign) unsigned char callable_storage[kInlineCallableSize];

@@ -47,13 +47,6 @@ constexpr std::string_view kOkClose =
 constexpr std::string_view kTooLarge =
     "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
-[[noreturn]] void usage(const char* error) {
-  if (error != nullptr) std::fprintf(stderr, "backend: %s\n", error);
-  std::fprintf(stderr, "usage: backend --port Q [--delay-ms 100] [--threads 4096] [--pool fibers|threads]\n");
-  std::exit(2);
-}
-void usage_and_exit(const char* error) { usage(error); }
-
 bool write_all(int fd, std::string_view data) {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());
@@ -138,23 +131,16 @@ int main(int argc, char** argv) {
   int port = 0;
   unsigned delay_ms = 100, threads = 4096;
   weft::RunMode mode = weft::RunMode::fibers;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + arg).c_str());
-    if (arg == "--port")
-      port = weft::bench::parse_count<int>(argv[++i], "--port", 1, 65535, usage_and_exit);
-    else if (arg == "--delay-ms")
-      delay_ms = weft::bench::parse_count<unsigned>(argv[++i], "--delay-ms", 0, 60000, usage_and_exit);
-    else if (arg == "--threads")
-      threads = weft::bench::parse_count<unsigned>(argv[++i], "--threads", 1, 100000, usage_and_exit);
-    else if (arg == "--pool") {
-      const std::string value = argv[++i];
-      if (value != "fibers" && value != "threads") usage(("--pool takes fibers or threads, not " + value).c_str());
-      mode = value == "fibers" ? weft::RunMode::fibers : weft::RunMode::threads;
-    } else
-      usage(("unknown option " + arg).c_str());
-  }
-  if (port == 0) usage("--port is required");
+  std::string pool_mode = "fibers";
+  CLI::App app{"backend: the gateway benchmark's HTTP backend, plain blocking code on a weft::Pool", "backend"};
+  weft::bench::add_count(app, "--port", port, 1, 65535, "port on 127.0.0.1")->required();
+  weft::bench::add_count(app, "--delay-ms", delay_ms, 0u, 60'000u, "delay before each answer");
+  weft::bench::add_count(app, "--threads", threads, 1u, 100'000u, "the pool's size: connections served at once");
+  app.add_option("--pool", pool_mode, "fibers, or threads for std::threads")
+      ->check(CLI::IsMember({"fibers", "threads"}))
+      ->capture_default_str();
+  weft::bench::parse(app, argc, argv);
+  mode = pool_mode == "fibers" ? weft::RunMode::fibers : weft::RunMode::threads;
   weft::bench::raise_fd_limit();
 
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

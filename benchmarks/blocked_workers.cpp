@@ -28,14 +28,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli.h"
 #include "sched/blocking_call.h"
 
 namespace {
@@ -246,30 +245,16 @@ double mutex_threads(int waiters) {
   return took;
 }
 
-int parse(const char* flag, const char* value, int max) {
-  const int n = std::atoi(value);
-  if (n <= 0 || n > max) {
-    std::fprintf(stderr, "blocked_workers: %s must be 1 to %d, got %s\n", flag, max, value);
-    std::exit(2);
-  }
-  return n;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int block_ms = 500;
   int waiters = 1000;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--block-ms") == 0 && i + 1 < argc) {
-      block_ms = parse("--block-ms", argv[++i], 60'000);
-    } else if (std::strcmp(argv[i], "--waiters") == 0 && i + 1 < argc) {
-      waiters = parse("--waiters", argv[++i], 5'000);
-    } else {
-      std::fprintf(stderr, "usage: blocked_workers [--block-ms N] [--waiters N]\nunknown argument: %s\n", argv[i]);
-      return 2;
-    }
-  }
+  CLI::App app{"blocked_workers: fibers beside workers blocked in the kernel, and a std::mutex held across a park",
+               "blocked_workers"};
+  weft::bench::add_count(app, "--block-ms", block_ms, 1, 60'000, "how long each worker stays blocked");
+  weft::bench::add_count(app, "--waiters", waiters, 1, 5'000, "fibers (and threads) waiting on the std::mutex");
+  weft::bench::parse(app, argc, argv);
   std::printf(
       "2 workers (or threads), both blocked %d ms in a nanosleep system call; a 1 ms ticker (ticks in %lld ms) and "
       "%d fibers sleeping 1 ms in a loop (lateness)\n",

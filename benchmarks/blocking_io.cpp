@@ -253,30 +253,17 @@ void bench_ticker() {
   }
 }
 
-void usage(const char* error) {
-  if (error != nullptr) std::fprintf(stderr, "blocking_io: %s\n", error);
-  std::fprintf(stderr, "usage: blocking_io [dns|blocking|fsync|pread|write|ticker]... [--seconds N] [--writers N]\n");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, also into a pipe
   std::vector<std::string> cases;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--seconds" && i + 1 < argc) {
-      seconds = weft::bench::parse_count(argv[++i], "--seconds", 1, 600, usage);
-    } else if (arg == "--writers" && i + 1 < argc) {
-      writers = weft::bench::parse_count(argv[++i], "--writers", 1, 10'000, usage);
-    } else if (arg == "dns" || arg == "blocking" || arg == "fsync" || arg == "pread" || arg == "ticker" ||
-               arg == "write") {
-      cases.push_back(arg);
-    } else {
-      usage(("unknown argument: " + arg).c_str());
-      return 2;
-    }
-  }
+  CLI::App app{"blocking_io: calls that are not sockets, from fibers and from threads", "blocking_io"};
+  app.add_option("cases", cases, "the cases to run (all by default)")
+      ->check(CLI::IsMember({"dns", "blocking", "fsync", "pread", "write", "ticker"}));
+  weft::bench::add_count(app, "--seconds", seconds, 1, 600, "how long the fsync case runs");
+  weft::bench::add_count(app, "--writers", writers, 1, 10'000, "fibers (and threads) of the fsync case");
+  weft::bench::parse(app, argc, argv);
   if (cases.empty()) cases = {"dns", "blocking", "fsync", "pread", "write", "ticker"};
   auto wanted = [&](const char* name) { return std::find(cases.begin(), cases.end(), name) != cases.end(); };
   if (wanted("dns")) {

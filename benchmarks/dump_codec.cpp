@@ -27,11 +27,6 @@ namespace {
 constexpr int kFrames = 6;
 constexpr int kSites = 40;
 
-void usage(const char* error) {
-  if (error != nullptr) std::fprintf(stderr, "dump_codec: %s\n", error);
-  std::fprintf(stderr, "usage: dump_codec [--fibers N] [--runs R] [--save FILE]\n");
-}
-
 weft::ProcessSnapshot make_snapshot(std::size_t fibers) {
   weft::ProcessSnapshot process;
   process.pid = 4242;
@@ -92,17 +87,12 @@ int main(int argc, char** argv) {
   std::size_t fibers = 100'000;
   int runs = 5;
   std::string save;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--fibers" && i + 1 < argc)
-      fibers = weft::bench::parse_count<std::size_t>(argv[++i], "--fibers", 1, 10'000'000, usage);
-    else if (arg == "--save" && i + 1 < argc)
-      save = argv[++i];
-    else if (arg == "--runs" && i + 1 < argc)
-      runs = weft::bench::parse_count<int>(argv[++i], "--runs", 1, 1000, usage);
-    else
-      return usage(("unknown argument " + arg).c_str()), 2;
-  }
+  CLI::App app{"dump_codec: weft-dump's wire format, encoded (server) and decoded (CLI), for a big snapshot",
+               "dump_codec"};
+  weft::bench::add_count(app, "--fibers", fibers, std::size_t{1}, std::size_t{10'000'000}, "fibers in the snapshot");
+  weft::bench::add_count(app, "--runs", runs, 1, 1000, "encode and decode runs");
+  app.add_option("--save", save, "also write the first run's encoded dump to this file");
+  weft::bench::parse(app, argc, argv);
   const weft::ProcessSnapshot process = make_snapshot(fibers);
   std::vector<double> encode_ms, decode_ms;
   std::size_t bytes = 0;

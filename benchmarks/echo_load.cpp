@@ -9,9 +9,9 @@
 //
 // Every connection first completes one round trip, then the rest of
 // --warmup passes, then the measured interval of --seconds starts: only
-// echoes completed inside it count. Prints messages/s, the round trip's p50
-// and p99, and with --server-pid the server's CPU time per message over the
-// same interval (the sum over its threads of /proc/PID/task/*/schedstat, in
+// echoes completed inside it count. Prints messages/s, the round trip's
+// p50, p99, p99.9 and max, and with --server-pid the server's CPU time per
+// message over the same interval (the sum over its threads of /proc/PID/task/*/schedstat, in
 // ns; /proc/PID/stat's utime+stime in clock ticks as a cross-check).
 //
 // Exits 1 if an echo differs from what was sent, a connection fails or
@@ -94,22 +94,27 @@ class Histogram {
   void add(std::uint64_t value) {
     ++counts_[index(value)];
     ++total_;
+    max_ = std::max(max_, value);
   }
   void merge(const Histogram& other) {
     for (std::size_t i = 0; i < kBuckets; ++i) counts_[i] += other.counts_[i];
     total_ += other.total_;
+    max_ = std::max(max_, other.max_);
   }
   std::uint64_t total() const { return total_; }
-  // The middle of the bucket holding the sample of rank ceil(q * total).
+  std::uint64_t max() const { return max_; }  // exact
+  // The middle of the bucket holding the sample of rank ceil(q * total),
+  // and never above the largest sample.
   double quantile(double q) const {
     if (total_ == 0) return 0;
     const std::uint64_t rank = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(q * total_)));
     std::uint64_t seen = 0;
-    for (std::size_t i = 0; i < kBuckets; ++i) {
+    std::size_t i = 0;
+    for (; i + 1 < kBuckets; ++i) {
       seen += counts_[i];
-      if (seen >= rank) return middle(i);
+      if (seen >= rank) break;
     }
-    return middle(kBuckets - 1);
+    return std::min(middle(i), static_cast<double>(max_));
   }
 
  private:
@@ -128,6 +133,7 @@ class Histogram {
 
   std::uint64_t counts_[kBuckets] = {};
   std::uint64_t total_ = 0;
+  std::uint64_t max_ = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -402,67 +408,31 @@ int connect_one(std::uint16_t port, std::int64_t deadline, std::string& error) {
   return fd;
 }
 
-double parse_seconds(const char* text, const char* option, double min, void (*usage)(const char*)) {
-  char* end = nullptr;
-  errno = 0;
-  const double value = std::strtod(text, &end);
-  if (errno != 0 || end == text || *end != '\0' || !(value >= min) || value > 3600) {
-    usage((std::string(option) + " needs seconds from " + std::to_string(min) + " to 3600").c_str());
-  }
-  return value;
-}
-
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "%s: %s\n", kProgram, message);
-  std::fprintf(stderr,
-               "usage: echo_load --port PORT [--connections C] [--seconds S] [--message-bytes N] [--threads T]\n"
-               "                 [--warmup S] [--server-pid PID] [--json]\n"
-               "  --port PORT        the echo server on 127.0.0.1\n"
-               "  --connections C    connections, each one message in flight (default 100, at most 20000)\n"
-               "  --seconds S        measured interval (default 3; fractions allowed)\n"
-               "  --warmup S         after every connection's first echo, before the interval (default 0.5)\n"
-               "  --message-bytes N  bytes per message (default 64, at most 65536)\n"
-               "  --threads T        epoll threads driving the connections (default 1)\n"
-               "  --server-pid PID   also report the server's CPU time per message\n"
-               "  --json             one JSON object on stdout instead of the text\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options options;
-  bool port_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage((std::string(arg) + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (arg == "--port") {
-      options.port = weft::bench::parse_count<std::uint16_t>(value(), "--port", 1, 65535, usage);
-      port_given = true;
-    } else if (arg == "--connections") {
-      options.connections = weft::bench::parse_count<std::size_t>(value(), "--connections", 1, 20000, usage);
-    } else if (arg == "--seconds") {
-      options.seconds = parse_seconds(value(), "--seconds", 0.01, usage);
-    } else if (arg == "--warmup") {
-      options.warmup = parse_seconds(value(), "--warmup", 0, usage);
-    } else if (arg == "--message-bytes") {
-      options.message_bytes = weft::bench::parse_count<std::size_t>(value(), "--message-bytes", 1, 65536, usage);
-    } else if (arg == "--threads") {
-      options.threads = weft::bench::parse_count<unsigned>(value(), "--threads", 1, 64, usage);
-    } else if (arg == "--server-pid") {
-      options.server_pid = weft::bench::parse_count<long>(value(), "--server-pid", 1, 1L << 30, usage);
-    } else if (arg == "--json") {
-      options.json = true;
-    } else if (arg == "--help" || arg == "-h") {
-      usage(nullptr);
-    } else {
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-    }
-  }
-  if (!port_given) usage("--port is required");
+  long server_pid = 0;
+  CLI::App app{"echo_load: closed-loop load on an echo server; messages per second and latency", "echo_load"};
+  weft::bench::add_count(app, "--port", options.port, std::uint16_t{1}, std::uint16_t{65535},
+                         "the echo server on 127.0.0.1")
+      ->required();
+  weft::bench::add_count(app, "--connections", options.connections, std::size_t{1}, std::size_t{20'000},
+                         "connections, each one message in flight");
+  app.add_option("--seconds", options.seconds, "measured interval (fractions allowed)")
+      ->check(CLI::Range(0.01, 3600.0))
+      ->capture_default_str();
+  app.add_option("--warmup", options.warmup, "after every connection's first echo, before the interval")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  weft::bench::add_count(app, "--message-bytes", options.message_bytes, std::size_t{1}, std::size_t{65536},
+                         "bytes per message");
+  weft::bench::add_count(app, "--threads", options.threads, 1u, 64u, "epoll threads driving the connections");
+  CLI::Option* pid_option = weft::bench::add_count(app, "--server-pid", server_pid, 1L, 1L << 30,
+                                                   "also report the server's CPU time per message");
+  app.add_flag("--json", options.json, "one JSON object on stdout instead of the text");
+  weft::bench::parse(app, argc, argv);
+  if (pid_option->count() != 0) options.server_pid = server_pid;
   options.threads = static_cast<unsigned>(std::min<std::size_t>(options.threads, options.connections));
   if (options.server_pid && !read_server_cpu(*options.server_pid).stat_ok) {
     std::fprintf(stderr, "%s: cannot read /proc/%ld/stat: is --server-pid right?\n", kProgram, *options.server_pid);
@@ -545,6 +515,8 @@ int main(int argc, char** argv) {
   const double rate = static_cast<double>(messages) / seconds;
   const double p50_us = all.quantile(0.50) / 1e3;
   const double p99_us = all.quantile(0.99) / 1e3;
+  const double p999_us = all.quantile(0.999) / 1e3;
+  const double max_us = static_cast<double>(all.max()) / 1e3;
   const double load_cpu_us =
       static_cast<double>(load_cpu_after - load_cpu_before) / 1e3 / static_cast<double>(messages);
 
@@ -577,12 +549,13 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"port\": %u, \"connections\": %zu, \"threads\": %u, \"message_bytes\": %zu, \"seconds\": %.3f, "
         "\"messages\": %" PRIu64
-        ", \"messages_per_s\": %.1f, \"p50_us\": %.2f, \"p99_us\": %.2f, "
-        "\"server_cpu_us_per_msg\": %s, \"server_cpu_source\": %s, \"server_tasks\": %zu, "
+        ", \"messages_per_s\": %.1f, \"p50_us\": %.2f, \"p99_us\": %.2f, \"p999_us\": %.2f, "
+        "\"max_us\": %.2f, \"server_cpu_us_per_msg\": %s, \"server_cpu_source\": %s, \"server_tasks\": %zu, "
         "\"server_tasks_ended\": %zu, \"server_stat_cpu_us_per_msg\": %s, \"load_cpu_us_per_msg\": %.4f}\n",
         static_cast<unsigned>(options.port), options.connections, options.threads, options.message_bytes, seconds,
-        messages, rate, p50_us, p99_us, number_or_null(server_cpu_us).c_str(), server_cpu_us ? "\"schedstat\"" : "null",
-        server_tasks, server_tasks_ended, number_or_null(server_stat_cpu_us).c_str(), load_cpu_us);
+        messages, rate, p50_us, p99_us, p999_us, max_us, number_or_null(server_cpu_us).c_str(),
+        server_cpu_us ? "\"schedstat\"" : "null", server_tasks, server_tasks_ended,
+        number_or_null(server_stat_cpu_us).c_str(), load_cpu_us);
   } else {
     std::printf("echo_load: 127.0.0.1:%u, %zu connections, %zu-byte messages, %u thread%s, %.2f s measured\n",
                 static_cast<unsigned>(options.port), options.connections, options.message_bytes, options.threads,
@@ -591,6 +564,8 @@ int main(int argc, char** argv) {
     std::printf("  messages/s      %.0f\n", rate);
     std::printf("  round trip p50  %.1f us\n", p50_us);
     std::printf("  round trip p99  %.1f us\n", p99_us);
+    std::printf("  round trip p99.9 %.1f us\n", p999_us);
+    std::printf("  round trip max  %.1f us\n", max_us);
     if (server_cpu_us) {
       std::printf("  server CPU      %.3f us/message (schedstat, %zu threads", *server_cpu_us, server_tasks);
       if (server_tasks_ended > 0) std::printf(", %zu ended uncounted", server_tasks_ended);

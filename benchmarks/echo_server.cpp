@@ -37,10 +37,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -480,52 +478,29 @@ int run_fibers(std::uint16_t port, unsigned workers, bool hooked) {
 
 // ---------------------------------------------------------------------------
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "%s: %s\n", kProgram, message);
-  std::fprintf(stderr,
-               "usage: echo_server --mode weft|thread|epoll|hooked --port PORT [--workers N]\n"
-               "  --mode       thread: a thread per connection; epoll: an edge-triggered epoll loop per worker;\n"
-               "               weft: a fiber per connection over weft::io; hooked: a fiber per connection,\n"
-               "               blocking calls through libweft's libc hooks\n"
-               "  --port PORT  on 127.0.0.1; 0 picks a free port. Prints \"listening on 127.0.0.1:PORT\"\n"
-               "  --workers N  epoll, weft, hooked: threads (default: one per core)\n"
-               "Serves until SIGINT or SIGTERM.\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode;
-  std::optional<std::uint16_t> port;
+  std::uint16_t port = 0;
   const unsigned cores = std::thread::hardware_concurrency();
   unsigned workers = cores == 0 ? 1 : cores;
-  bool workers_given = false;
 
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage((std::string(arg) + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (arg == "--mode") {
-      mode = value();
-      if (mode != "weft" && mode != "thread" && mode != "epoll" && mode != "hooked")
-        usage(("unknown mode \"" + mode + "\"").c_str());
-    } else if (arg == "--port") {
-      port = weft::bench::parse_count<std::uint16_t>(value(), "--port", 0, 65535, usage);
-    } else if (arg == "--workers") {
-      workers = weft::bench::parse_count<unsigned>(value(), "--workers", 1, 1024, usage);
-      workers_given = true;
-    } else if (arg == "--help" || arg == "-h") {
-      usage(nullptr);
-    } else {
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-    }
-  }
-  if (mode.empty()) usage("--mode is required");
-  if (!port) usage("--port is required (0 for a free one)");
-  if (workers_given && mode == "thread") usage("--workers does not apply to --mode thread");
+  CLI::App app{"echo_server: a TCP echo server on 127.0.0.1, serving until SIGINT or SIGTERM", "echo_server"};
+  app.add_option("--mode", mode,
+                 "thread: a thread per connection; epoll: an edge-triggered epoll loop per worker; weft: a fiber "
+                 "per connection over weft::io; hooked: a fiber per connection, blocking calls through libweft's "
+                 "libc hooks")
+      ->check(CLI::IsMember({"weft", "thread", "epoll", "hooked"}))
+      ->required();
+  weft::bench::add_count(app, "--port", port, std::uint16_t{0}, std::uint16_t{65535},
+                         "on 127.0.0.1; 0 picks a free one. Prints \"listening on 127.0.0.1:PORT\"")
+      ->required();
+  CLI::Option* workers_option = weft::bench::add_count(app, "--workers", workers, 1u, 1024u,
+                                                       "epoll, weft, hooked: threads (default: one per core)");
+  weft::bench::parse(app, argc, argv);
+  if (workers_option->count() != 0 && mode == "thread")
+    weft::bench::usage_error(app, "--workers does not apply to --mode thread");
 
   weft::bench::raise_fd_limit();
   // A client that leaves mid-write must cost its connection, not the server.
@@ -538,7 +513,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  if (mode == "thread") return run_thread(*port);
-  if (mode == "epoll") return run_epoll(*port, workers);
-  return run_fibers(*port, workers, mode == "hooked");
+  if (mode == "thread") return run_thread(port);
+  if (mode == "epoll") return run_epoll(port, workers);
+  return run_fibers(port, workers, mode == "hooked");
 }

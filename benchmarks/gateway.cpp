@@ -23,7 +23,6 @@
 #include <weft/weft.h>
 
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,14 +33,6 @@
 #include "http_pool_queue.h"
 
 namespace {
-
-[[noreturn]] void usage(const char* error) {
-  if (error != nullptr) std::fprintf(stderr, "gateway: %s\n", error);
-  std::fprintf(stderr,
-               "usage: gateway --port P --backend-port Q [--threads N] [--backend-client keep-alive|per-request]\n");
-  std::exit(2);
-}
-void usage_and_exit(const char* error) { usage(error); }
 
 // Idle keep-alive clients to the backend. The std::mutex is held only to
 // take or return one, never across the GET, so it is as safe on fibers as
@@ -88,24 +79,17 @@ int main(int argc, char** argv) {
   int port = 0, backend_port = 0;
   unsigned threads = 8;
   bool keep_alive = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + arg).c_str());
-    if (arg == "--port")
-      port = weft::bench::parse_count<int>(argv[++i], "--port", 1, 65535, usage_and_exit);
-    else if (arg == "--backend-port")
-      backend_port = weft::bench::parse_count<int>(argv[++i], "--backend-port", 1, 65535, usage_and_exit);
-    else if (arg == "--threads")
-      threads = weft::bench::parse_count<unsigned>(argv[++i], "--threads", 1, 100000, usage_and_exit);
-    else if (arg == "--backend-client") {
-      const std::string value = argv[++i];
-      if (value != "keep-alive" && value != "per-request")
-        usage(("--backend-client takes keep-alive or per-request, not " + value).c_str());
-      keep_alive = value == "keep-alive";
-    } else
-      usage(("unknown option " + arg).c_str());
-  }
-  if (port == 0 || backend_port == 0) usage("--port and --backend-port are required");
+  std::string backend_client = "keep-alive";
+  CLI::App app{"gateway: the seed's cpp-httplib gateway, its handlers on a weft::Pool", "gateway"};
+  weft::bench::add_count(app, "--port", port, 1, 65535, "port on 127.0.0.1")->required();
+  weft::bench::add_count(app, "--backend-port", backend_port, 1, 65535, "the backend's port on 127.0.0.1")->required();
+  weft::bench::add_count(app, "--threads", threads, 1u, 100'000u, "the handlers' pool size");
+  app.add_option("--backend-client", backend_client,
+                 "keep-alive: idle backend connections are kept; per-request: a connection per request")
+      ->check(CLI::IsMember({"keep-alive", "per-request"}))
+      ->capture_default_str();
+  weft::bench::parse(app, argc, argv);
+  keep_alive = backend_client == "keep-alive";
 
   httplib::Server server;
   server.new_task_queue = [threads] { return new weft::bench::PoolQueue("gateway", "gateway", threads); };

@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,15 +26,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void usage(const char* problem) {
-  std::fprintf(stderr,
-               "usage: grpc_unary [--clients N] [--calls N] [--runs N]\n"
-               "  --clients N  clients at once (default: 10, then 100)\n"
-               "  --calls N    calls per run, shared among the clients (default 10000)\n"
-               "  --runs N     runs per mode, alternating (default 5)\n");
-  if (problem != nullptr) std::fprintf(stderr, "grpc_unary: %s\n", problem);
-}
 
 // This process's CPU time (user and system, all threads), in ms.
 double cpu_ms() {
@@ -95,20 +85,15 @@ double median(std::vector<double> values) {
 int main(int argc, char** argv) {
   std::vector<int> client_counts = {10, 100};
   int calls = 10'000;
+  int clients = 0;
   int runs = 5;
-  for (int i = 1; i < argc; ++i) {
-    const bool has_value = i + 1 < argc;
-    if (std::strcmp(argv[i], "--clients") == 0 && has_value) {
-      client_counts = {weft::bench::parse_count<int>(argv[++i], "--clients", 1, 1000, usage)};
-    } else if (std::strcmp(argv[i], "--calls") == 0 && has_value) {
-      calls = weft::bench::parse_count<int>(argv[++i], "--calls", 1, 10'000'000, usage);
-    } else if (std::strcmp(argv[i], "--runs") == 0 && has_value) {
-      runs = weft::bench::parse_count<int>(argv[++i], "--runs", 1, 101, usage);
-    } else {
-      usage((std::string("unknown argument: ") + argv[i]).c_str());
-      return 2;
-    }
-  }
+  CLI::App app{"grpc_unary: gRPC's sync unary client on fibers and on threads, against an echo server", "grpc_unary"};
+  weft::bench::add_count(app, "--clients", clients, 1, 1000, "clients at once (default: 10, then 100)")
+      ->default_str("");
+  weft::bench::add_count(app, "--calls", calls, 1, 10'000'000, "calls per run, shared among the clients");
+  weft::bench::add_count(app, "--runs", runs, 1, 101, "runs per mode, alternating");
+  weft::bench::parse(app, argc, argv);
+  if (clients != 0) client_counts = {clients};
   const weft::test::EchoServerProcess server(WEFT_GRPC_ECHO_SERVER);
   const auto channel = ::grpc::CreateChannel(server.target(), ::grpc::InsecureChannelCredentials());
   const auto stub = weft::echo::Echo::NewStub(channel);

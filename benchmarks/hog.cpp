@@ -15,15 +15,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "cli.h"
 
 namespace {
 
@@ -102,12 +102,6 @@ Result run(bool preemption, double seconds) {
   return result;
 }
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "hog: %s\n", message);
-  std::fprintf(stderr, "usage: hog [--seconds S] [--json]\n");
-  std::exit(2);
-}
-
 void print_json_side(const char* name, const Result& r, bool last) {
   std::printf("\"%s\": {\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f, \"preempts\": %llu}%s", name, r.p50_ms,
               r.p99_ms, r.max_ms, static_cast<unsigned long long>(r.preempts), last ? "" : ", ");
@@ -118,18 +112,12 @@ void print_json_side(const char* name, const Result& r, bool last) {
 int main(int argc, char** argv) {
   double seconds = 1.0;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--seconds" && i + 1 < argc) {
-      char* end = nullptr;
-      seconds = std::strtod(argv[++i], &end);
-      if (end == nullptr || *end != '\0' || !(seconds > 0 && seconds <= 600)) usage("--seconds needs 0 to 600");
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-    }
-  }
+  CLI::App app{"hog: a CPU-bound fiber beside a ticker, with and without preemption", "hog"};
+  app.add_option("--seconds", seconds, "how long each run lasts")
+      ->check(CLI::Range(0.001, 600.0))
+      ->capture_default_str();
+  app.add_flag("--json", json, "print one JSON object on stdout");
+  weft::bench::parse(app, argc, argv);
   const Result on = run(true, seconds);
   const Result off = run(false, seconds);
   const long long slice_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kSlice).count();

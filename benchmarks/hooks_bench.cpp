@@ -1,6 +1,6 @@
 // hooks: what libweft's libc hooks add to a call that does not park (a
 // plain thread, or no scheduler at all): the hooked read() against the
-// real read() behind it (io/real_calls.h), on the same 1-byte read of
+// real read() behind it (hooks/real_calls.h), on the same 1-byte read of
 // /dev/zero, and fcntl(F_GETFD), the cheapest tracked call. The
 // difference per call is the hook's cost; the target is <= 5 ns
 // (docs/io.md, docs/benchmarks.md). A system call's own noise on a loaded
@@ -22,7 +22,7 @@
 
 #include "bench_support.h"
 #include "hooks/hook_support.h"
-#include "io/real_calls.h"
+#include "hooks/real_calls.h"
 
 namespace {
 

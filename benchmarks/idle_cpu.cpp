@@ -11,14 +11,14 @@
 #include <weft/weft.h>
 
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "cli.h"
 
 namespace {
 
@@ -29,34 +29,17 @@ double cpu_seconds() {
          static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "idle_cpu: %s\n", message);
-  std::fprintf(stderr, "usage: idle_cpu [--seconds N] [--tick-ms N] [--json]\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   unsigned seconds = 2;
   unsigned tick_ms = 10;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--seconds" && i + 1 < argc) {
-      const char* text = argv[++i];
-      const auto [ptr, ec] = std::from_chars(text, text + std::strlen(text), seconds);
-      if (ec != std::errc() || *ptr != '\0' || seconds == 0 || seconds > 3600) usage("--seconds needs 1 to 3600");
-    } else if (arg == "--tick-ms" && i + 1 < argc) {
-      const char* text = argv[++i];
-      const auto [ptr, ec] = std::from_chars(text, text + std::strlen(text), tick_ms);
-      if (ec != std::errc() || *ptr != '\0' || tick_ms > 60'000) usage("--tick-ms needs 0 to 60000");
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-    }
-  }
+  CLI::App app{"idle_cpu: the CPU an idle scheduler costs, as % of one core", "idle_cpu"};
+  weft::bench::add_count(app, "--seconds", seconds, 1u, 3600u, "how long to measure");
+  weft::bench::add_count(app, "--tick-ms", tick_ms, 0u, 60'000u, "one fiber sleeps this long in a loop (0: none)");
+  app.add_flag("--json", json, "print one JSON object on stdout");
+  weft::bench::parse(app, argc, argv);
 
   weft::Config config;
   config.name = "idle_cpu";

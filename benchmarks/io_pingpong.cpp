@@ -49,13 +49,6 @@ struct Options {
   std::uint64_t pairs = 1;
 };
 
-void usage(const char* error) {
-  if (error != nullptr) std::fprintf(stderr, "io_pingpong: %s\n", error);
-  std::fprintf(stderr,
-               "usage: io_pingpong [--mode all|fiber|thread] [--workers N] [--rounds N] [--pairs N]\n"
-               "  rounds: round trips per pair (thread mode in --mode all: a tenth)\n");
-}
-
 [[noreturn]] void fail(const char* what) {
   std::fprintf(stderr, "io_pingpong: %s: %s\n", what, std::strerror(errno));
   std::exit(1);
@@ -178,35 +171,16 @@ double ns_per_round_trip(double ms, std::uint64_t pairs, std::uint64_t rounds) {
 
 int main(int argc, char** argv) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        usage((std::string(arg) + " needs a value").c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--mode") {
-      options.mode = value();
-      if (options.mode != "all" && options.mode != "fiber" && options.mode != "thread") {
-        usage(("unknown mode " + options.mode).c_str());
-        return 2;
-      }
-    } else if (arg == "--workers") {
-      options.workers = weft::bench::parse_count<unsigned>(value(), "--workers", 1, 256, usage);
-    } else if (arg == "--rounds") {
-      options.rounds = weft::bench::parse_count<std::uint64_t>(value(), "--rounds", 1, 1'000'000'000, usage);
-    } else if (arg == "--pairs") {
-      options.pairs = weft::bench::parse_count<std::uint64_t>(value(), "--pairs", 1, 4096, usage);
-    } else if (arg == "--help" || arg == "-h") {
-      usage(nullptr);
-      return 0;
-    } else {
-      usage(("unknown argument " + std::string(arg)).c_str());
-      return 2;
-    }
-  }
+  CLI::App app{"io_pingpong: a byte back and forth over socket pairs, fibers parked in the netpoller or threads",
+               "io_pingpong"};
+  app.add_option("--mode", options.mode, "fiber, thread, or all (thread mode there with a tenth of the rounds)")
+      ->check(CLI::IsMember({"all", "fiber", "thread"}))
+      ->capture_default_str();
+  weft::bench::add_count(app, "--workers", options.workers, 1u, 256u, "fiber mode: worker threads");
+  weft::bench::add_count(app, "--rounds", options.rounds, std::uint64_t{1}, std::uint64_t{1'000'000'000},
+                         "round trips per pair");
+  weft::bench::add_count(app, "--pairs", options.pairs, std::uint64_t{1}, std::uint64_t{4096}, "socket pairs");
+  weft::bench::parse(app, argc, argv);
   std::printf("%-10s %6s %9s %10s %15s %15s\n", "mode", "pairs", "rounds", "ms", "ns/round trip", "CPU ns/trip");
   double cpu_before = cpu_ms();
   auto row = [&](const std::string& mode, std::uint64_t rounds, double ms) {

@@ -282,12 +282,6 @@ Row run(unsigned workers, Load load, std::size_t samples) {
   return row;
 }
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "latency: %s\n", message);
-  std::fprintf(stderr, "usage: latency [--samples N] [--pair-trials N] [--only-pair] [--json]\n");
-  std::exit(2);
-}
-
 void print_json(const char* name, const Summary& s, bool last) {
   std::printf("\"%s\": {\"p50_us\": %.1f, \"p99_us\": %.1f, \"max_us\": %.1f, \"samples\": %zu}%s", name, s.p50_us,
               s.p99_us, s.max_us, s.samples, last ? "" : ", ");
@@ -300,20 +294,13 @@ int main(int argc, char** argv) {
   std::size_t pair_trials = 200;
   bool only_pair = false;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--samples" && i + 1 < argc) {
-      samples = weft::bench::parse_count<std::size_t>(argv[++i], "--samples", 10, 1'000'000, usage);
-    } else if (arg == "--pair-trials" && i + 1 < argc) {
-      pair_trials = weft::bench::parse_count<std::size_t>(argv[++i], "--pair-trials", 1, 1'000'000, usage);
-    } else if (arg == "--only-pair") {
-      only_pair = true;
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-    }
-  }
+  CLI::App app{"latency: how late timers fire and how long a woken fiber waits to run", "latency"};
+  weft::bench::add_count(app, "--samples", samples, std::size_t{10}, std::size_t{1'000'000}, "per measurement");
+  weft::bench::add_count(app, "--pair-trials", pair_trials, std::size_t{1}, std::size_t{1'000'000},
+                         "trials of the idle pair");
+  app.add_flag("--only-pair", only_pair, "measure only the idle pair");
+  app.add_flag("--json", json, "print one JSON object on stdout");
+  weft::bench::parse(app, argc, argv);
   std::vector<Row> rows;
   if (!only_pair) {
     for (unsigned workers : {1u, 2u})

@@ -20,11 +20,9 @@
 #include <weft/weft.h>
 
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <fstream>
 #include <memory>
@@ -60,18 +58,6 @@ std::string read_first_line(const char* path) {
   return line.empty() ? "unknown" : line;
 }
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "park_memory: %s\n", message);
-  std::fprintf(stderr,
-               "usage: park_memory [--fibers N] [--workers N] [--stack-kib N] [--json] [--hold]\n"
-               "  --fibers N      fibers to park (default 100000)\n"
-               "  --workers N     worker threads (default: one per core)\n"
-               "  --stack-kib N   usable stack per fiber, at least 16 (default: weft's, 256)\n"
-               "  --json          print one JSON object on stdout\n"
-               "  --hold          once all are parked, print \"parked\" and wait for a line on stdin\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,28 +65,18 @@ int main(int argc, char** argv) {
   weft::Config config;
   config.name = "park_memory";
   bool json = false, hold = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage((std::string(arg) + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (arg == "--fibers")
-      fibers = weft::bench::parse_count<std::uint64_t>(value(), "--fibers", 1, 100'000'000, usage);
-    else if (arg == "--workers")
-      config.workers =
-          static_cast<unsigned>(weft::bench::parse_count<std::uint64_t>(value(), "--workers", 1, 1024, usage));
-    else if (arg == "--stack-kib")
-      config.stack_size = weft::bench::parse_count<std::uint64_t>(value(), "--stack-kib", 16, 1 << 20, usage) * 1024;
-    else if (arg == "--json")
-      json = true;
-    else if (arg == "--hold")
-      hold = true;
-    else if (arg == "--help" || arg == "-h")
-      usage(nullptr);
-    else
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-  }
+  unsigned workers = config.workers;
+  std::size_t stack_kib = config.stack_size / 1024;
+  CLI::App app{"park_memory: the resident memory of a parked fiber", "park_memory"};
+  weft::bench::add_count(app, "--fibers", fibers, std::uint64_t{1}, std::uint64_t{100'000'000}, "fibers to park");
+  weft::bench::add_count(app, "--workers", workers, 1u, 1024u, "worker threads (default: one per core)");
+  weft::bench::add_count(app, "--stack-kib", stack_kib, std::size_t{16}, std::size_t{1} << 20,
+                         "usable stack per fiber in KiB, at least 16 (default: weft's)");
+  app.add_flag("--json", json, "print one JSON object on stdout");
+  app.add_flag("--hold", hold, "once all are parked, print \"parked\" and wait for a line on stdin");
+  weft::bench::parse(app, argc, argv);
+  config.workers = workers;
+  config.stack_size = stack_kib * 1024;
 
   weft::Scheduler sched{config};
   // The handles' vector first, so that its memory is in the baseline.

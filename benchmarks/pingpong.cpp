@@ -22,15 +22,12 @@
 // compares ns per round trip.
 #include <weft/weft.h>
 
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -147,58 +144,33 @@ void print_json(const std::vector<Result>& results) {
   std::fflush(stdout);
 }
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "pingpong: %s\n", message);
-  std::fprintf(stderr,
-               "usage: pingpong [--mode fiber|thread|std|all] [--workers N] [--rounds N] [--slow-rounds N] [--json]\n"
-               "  --mode         fiber (default), thread, std, or all (fiber x1, fiber x2, thread, std)\n"
-               "  --workers N    fiber mode: worker threads (default 1)\n"
-               "  --rounds N     round trips (default 1000000)\n"
-               "  --slow-rounds N  round trips for thread and std in --mode all (default rounds/100, at least 1000)\n"
-               "  --json         print one JSON array on stdout instead of the table\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = "fiber";
   unsigned workers = 1;
-  bool workers_given = false;
   std::uint64_t rounds = 1'000'000;
-  std::optional<std::uint64_t> slow_rounds;
+  std::uint64_t slow_rounds = 0;
   bool json = false;
 
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage((std::string(arg) + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (arg == "--mode") {
-      mode = value();
-      if (mode != "fiber" && mode != "thread" && mode != "std" && mode != "all")
-        usage(("unknown mode \"" + mode + "\"").c_str());
-    } else if (arg == "--workers") {
-      const std::uint64_t n =
-          weft::bench::parse_count<std::uint64_t>(value(), "--workers", 1, 1'000'000'000'000, usage);
-      if (n > 1024) usage("--workers: at most 1024");
-      workers = static_cast<unsigned>(n);
-      workers_given = true;
-    } else if (arg == "--rounds") {
-      rounds = weft::bench::parse_count<std::uint64_t>(value(), "--rounds", 1, 1'000'000'000'000, usage);
-    } else if (arg == "--slow-rounds") {
-      slow_rounds = weft::bench::parse_count<std::uint64_t>(value(), "--slow-rounds", 1, 1'000'000'000'000, usage);
-    } else if (arg == "--json") {
-      json = true;
-    } else if (arg == "--help" || arg == "-h") {
-      usage(nullptr);
-    } else {
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-    }
-  }
-  if (workers_given && mode != "fiber") usage("--workers applies to --mode fiber only");
-  if (slow_rounds && mode != "all") usage("--slow-rounds applies to --mode all only");
+  CLI::App app{"PingPong: two tasks pass one token through two blocking queues; ns per round trip", "pingpong"};
+  app.add_option("--mode", mode, "fiber, thread, std, or all (fiber x1, fiber x2, thread, std)")
+      ->check(CLI::IsMember({"fiber", "thread", "std", "all"}))
+      ->capture_default_str();
+  CLI::Option* workers_option =
+      weft::bench::add_count(app, "--workers", workers, 1u, 1024u, "fiber mode: worker threads");
+  weft::bench::add_count(app, "--rounds", rounds, std::uint64_t{1}, std::uint64_t{1'000'000'000'000}, "round trips");
+  CLI::Option* slow_option =
+      app.add_option("--slow-rounds", slow_rounds,
+                     "round trips for thread and std in --mode all (default rounds/100, at least 1000)")
+          ->transform(weft::bench::decimal)
+          ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1'000'000'000'000}));
+  app.add_flag("--json", json, "print one JSON array on stdout instead of the table");
+  weft::bench::parse(app, argc, argv);
+  if (workers_option->count() != 0 && mode != "fiber")
+    weft::bench::usage_error(app, "--workers applies to --mode fiber only");
+  if (slow_option->count() != 0 && mode != "all")
+    weft::bench::usage_error(app, "--slow-rounds applies to --mode all only");
 
   std::vector<Result> results;
   auto record = [&](Result r) {
@@ -207,7 +179,7 @@ int main(int argc, char** argv) {
   };
 
   if (mode == "all") {
-    const std::uint64_t slow = slow_rounds.value_or(std::max<std::uint64_t>(rounds / 100, 1000));
+    const std::uint64_t slow = slow_option->count() != 0 ? slow_rounds : std::max<std::uint64_t>(rounds / 100, 1000);
     if (!json) {
       std::printf("PingPong: %llu round trips for fibers, %llu for threads (see --slow-rounds)\n",
                   static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(slow));

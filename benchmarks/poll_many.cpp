@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "cli.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -130,20 +132,11 @@ double median(std::vector<double> values) {
 
 int main(int argc, char** argv) {
   Options options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const int value = std::atoi(argv[i + 1]);
-    if (flag == "--fds" && value > 0) {
-      options.fds = value;
-    } else if (flag == "--events" && value > 0) {
-      options.events = value;
-    } else if (flag == "--runs" && value > 0) {
-      options.runs = value;
-    } else {
-      std::fprintf(stderr, "usage: poll_many [--fds N] [--events N] [--runs N]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"poll_many: one poll(2) over many fds, in a fiber and on a plain thread; us per event", "poll_many"};
+  weft::bench::add_count(app, "--fds", options.fds, 1, 100'000, "socketpairs polled at once");
+  weft::bench::add_count(app, "--events", options.events, 1, 10'000'000, "bytes written, one event each");
+  weft::bench::add_count(app, "--runs", options.runs, 1, 101, "runs of each side (the median is printed)");
+  weft::bench::parse(app, argc, argv);
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);
   if (limit.rlim_cur < rlim_t(2 * options.fds + 64)) {

@@ -14,11 +14,9 @@
 #include <sys/resource.h>
 #include <weft/weft.h>
 
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -53,17 +51,6 @@ double peak_rss_mib() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB
 }
 
-[[noreturn]] void usage(const char* message) {
-  if (message != nullptr) std::fprintf(stderr, "skynet: %s\n", message);
-  std::fprintf(stderr,
-               "usage: skynet [--workers N] [--stack-kib N] [--stack-pool N] [--json]\n"
-               "  --workers N     worker threads (default: one per core)\n"
-               "  --stack-kib N   usable stack per fiber, at least 16 (default 16)\n"
-               "  --stack-pool N  finished fibers' stacks kept for reuse (default: weft's Config::stack_pool_size)\n"
-               "  --json          print one JSON object on stdout\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,25 +60,20 @@ int main(int argc, char** argv) {
   // smaller stack is fewer pages to fault in and to keep in the pool.
   config.stack_size = 16 * 1024;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage((std::string(arg) + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (arg == "--workers")
-      config.workers = weft::bench::parse_count<unsigned>(value(), "--workers", 1, 1024, usage);
-    else if (arg == "--stack-kib")
-      config.stack_size = weft::bench::parse_count<unsigned>(value(), "--stack-kib", 16, 1 << 20, usage) * 1024ull;
-    else if (arg == "--stack-pool")
-      config.stack_pool_size = weft::bench::parse_count<unsigned>(value(), "--stack-pool", 0, 1 << 24, usage);
-    else if (arg == "--json")
-      json = true;
-    else if (arg == "--help" || arg == "-h")
-      usage(nullptr);
-    else
-      usage(("unknown argument \"" + std::string(arg) + "\"").c_str());
-  }
+  unsigned workers = config.workers;
+  std::size_t stack_kib = config.stack_size / 1024;
+  std::size_t stack_pool = config.stack_pool_size;
+  CLI::App app{"skynet: a tree of 1,111,111 fibers, each spawning ten and summing their ids", "skynet"};
+  weft::bench::add_count(app, "--workers", workers, 1u, 1024u, "worker threads (default: one per core)");
+  weft::bench::add_count(app, "--stack-kib", stack_kib, std::size_t{16}, std::size_t{1} << 20,
+                         "usable stack per fiber in KiB, at least 16");
+  weft::bench::add_count(app, "--stack-pool", stack_pool, std::size_t{0}, std::size_t{1} << 24,
+                         "finished fibers' stacks kept for reuse (Config::stack_pool_size)");
+  app.add_flag("--json", json, "print one JSON object on stdout");
+  weft::bench::parse(app, argc, argv);
+  config.workers = workers;
+  config.stack_size = stack_kib * 1024;
+  config.stack_pool_size = stack_pool;
 
   std::uint64_t sum = 0;
   double ms = 0;

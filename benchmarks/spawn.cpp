@@ -8,22 +8,19 @@
 // exits 2 on bad arguments.
 #include <weft/weft.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
-  CLI::App app{"spawn N fibers that do nothing, then join them all"};
+  CLI::App app{"spawn: spawn N fibers that do nothing, then join them all; ns per fiber", "spawn"};
   unsigned workers = 1;
   unsigned tasks = 1'000'000;
-  app.add_option("--workers", workers, "worker threads")->check(CLI::Range(1, 1024));
-  app.add_option("--tasks", tasks, "fibers to spawn and join")->check(CLI::Range(1u, 100'000'000u));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  weft::bench::add_count(app, "--workers", workers, 1u, 1024u, "worker threads");
+  weft::bench::add_count(app, "--tasks", tasks, 1u, 100'000'000u, "fibers to spawn and join");
+  weft::bench::parse(app, argc, argv);
 
   weft::Config config;
   config.name = "spawn";

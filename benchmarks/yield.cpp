@@ -8,21 +8,18 @@
 // exits 2 on bad arguments.
 #include <weft/weft.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
-  CLI::App app{"two fibers that yield to each other"};
+  CLI::App app{"yield: two fibers that yield to each other; ns per yield", "yield"};
   unsigned workers = 1;
   unsigned per_fiber = 5'000'000;
-  app.add_option("--workers", workers, "worker threads")->check(CLI::Range(1, 1024));
-  app.add_option("--per-fiber", per_fiber, "yields per fiber")->check(CLI::Range(1u, 1'000'000'000u));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  weft::bench::add_count(app, "--workers", workers, 1u, 1024u, "worker threads");
+  weft::bench::add_count(app, "--per-fiber", per_fiber, 1u, 1'000'000'000u, "yields per fiber");
+  weft::bench::parse(app, argc, argv);
 
   weft::Config config;
   config.name = "yield";

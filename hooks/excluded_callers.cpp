@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../io/real_calls.h"
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
+#include "real_calls.h"
 
 namespace weft::detail {
 
@@ -309,6 +309,9 @@ void forget_callers() noexcept {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 // The object, or one it needs, may be listed. Looked at before the call
 // returns, so before the caller can hand out a pointer into the object:
@@ -334,4 +337,5 @@ int dlclose(void* handle) {
   return result;
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

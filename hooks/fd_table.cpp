@@ -8,7 +8,9 @@
 #include <cerrno>
 
 #include "../io/netpoller.h"
-#include "../io/real_calls.h"
+#include "description_sharing.h"
+#include "real_calls.h"
+#include "signal_handlers.h"
 
 namespace weft::detail {
 namespace {
@@ -29,6 +31,7 @@ constinit std::atomic<std::uint32_t> timeout_changes{1};
 FdRecord* classified_fd_state(int fd) noexcept {
   FdRecord* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::unknown) return state;
+  fd_renew_if_changed(*state);
   const int saved = errno;
   struct stat st {};
   FdKind kind = FdKind::unpollable;
@@ -56,7 +59,12 @@ FdRecord* classified_fd_state(int fd) noexcept {
   return state;
 }
 
-void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream) noexcept {
+void fd_changed_in_handler(int fd) noexcept {
+  if (FdRecord* state = fd_state(fd)) state->flags.store(FdRecord::changed_in_handler_bit, std::memory_order_relaxed);
+}
+
+void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth& birth, bool stream) noexcept {
+  if (in_signal_handler()) return fd_changed_in_handler(fd);
   FdRecord* state = fd_state(fd);
   if (state == nullptr) return;
   // The number's previous fd may have closed where no hook saw it (inside
@@ -68,9 +76,14 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream) noexcept {
   state->flags.store(
       std::uint32_t(kind) | (user_nonblock ? FdRecord::user_nonblock_bit : 0) | (stream ? FdRecord::stream_bit : 0),
       std::memory_order_relaxed);
+  description_made_here(*state, birth);
 }
 
 void fd_duplicated(int from, int to) noexcept {
+  if (in_signal_handler()) {
+    description_passed(fd_records().find(from));  // one atomic bit: no lock
+    return fd_changed_in_handler(to);
+  }
   FdRecord* source = fd_state(from);
   FdRecord* target = fd_state(to);
   if (target == nullptr) return;
@@ -83,13 +96,15 @@ void fd_duplicated(int from, int to) noexcept {
   // The flip is the source's moment, not the copy's.
   target->flags.store(source->flags.load(std::memory_order_relaxed) & ~FdRecord::flipped_bit,
                       std::memory_order_relaxed);
+  // Another fd now names the description: a flip through one of them is
+  // not seen by the other's record.
+  description_passed(source);
+  description_passed(target);
 }
 
 void fd_description_reset(FdRecord& record) noexcept {
   record.flags.store(0, std::memory_order_relaxed);
-  record.lock.lock();
-  record.timeouts_read_at = 0;
-  record.lock.unlock();
+  record.forget_timeouts();
 }
 
 std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) noexcept {
@@ -118,6 +133,7 @@ std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) 
 void timeouts_changed() noexcept { timeout_changes.fetch_add(1, std::memory_order_release); }
 
 void fd_forgotten(int fd) noexcept {
+  if (in_signal_handler()) return fd_changed_in_handler(fd);
   FdRecord* state = fd_records().find(fd);
   if (state == nullptr) return;
   fd_renewed(fd);

@@ -15,6 +15,7 @@
 
 #include "../io/fd_records.h"
 #include "../io/netpoller.h"
+#include "description_sharing.h"
 
 namespace weft::detail {
 
@@ -26,8 +27,10 @@ inline FdRecord* fd_state(int fd) noexcept { return fd_records().get(fd); }
 // fd_state(), classified if it was unknown (a fiber is about to use it).
 FdRecord* classified_fd_state(int fd) noexcept;
 
-// A new fd the hooks saw created. `stream`: a SOCK_STREAM socket.
-void fd_created(int fd, FdKind kind, bool user_nonblock, bool stream = false) noexcept;
+// A new fd the hooks saw created, with a new open file description made by
+// this process, `birth` read before the call that made it
+// (hooks/description_sharing.h). `stream`: a SOCK_STREAM socket.
+void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth& birth, bool stream = false) noexcept;
 
 // The socket's SO_RCVTIMEO (read) or SO_SNDTIMEO (write) in nanoseconds,
 // 0 for none and for an fd that is not a socket. The timeout belongs to
@@ -46,6 +49,13 @@ void fd_duplicated(int from, int to) noexcept;
 // `fd` is being closed, or its number was reused where no hook saw the
 // old one close: its record goes back to unknown, with a new generation.
 void fd_forgotten(int fd) noexcept;
+
+// In a signal handler, where no lock may be taken (the code it interrupted
+// may hold the record's): `fd` was closed, or a new fd took its number. The
+// record is marked (FdRecord::changed_in_handler), and renewed at its next
+// use outside a handler (fd_renew_if_changed). fd_created, fd_duplicated
+// and fd_forgotten call it themselves in a handler.
+void fd_changed_in_handler(int fd) noexcept;
 
 // The user's view only, back to unknown (what fd_forgotten does besides
 // renewing the netpoller's state).

@@ -1,8 +1,8 @@
 #include "hook_support.h"
 
-#include "../io/real_calls.h"
 #include "../sched/current.h"
 #include "fd_table.h"
+#include "real_calls.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define WEFT_HOOKS_TSAN 1

@@ -19,6 +19,7 @@
 #include "../io/netpoller.h"
 #include "../runtime/fiber_control.h"
 #include "excluded_callers.h"
+#include "signal_handlers.h"
 
 namespace weft::detail {
 
@@ -30,17 +31,19 @@ bool hooks_enabled() noexcept;
 bool in_forked_child() noexcept;
 
 // True when a blocking call should park the calling fiber: a fiber made
-// it, and not from an excluded library (excluded_callers.h). `caller` and
-// `frame` say where the call was made: their defaults are evaluated in the
-// function that calls parking_enabled(), as its own return address and
-// frame, so that a hook's gate, `if (!parking_enabled()) return
-// real::read()(...)`, asks about the hook's caller, and a gate in one of
-// weft's helpers is followed out to it. The caller's check comes last: it
-// is the only one that may do more than a load (dladdr, once per call
-// site).
+// it, not in a signal handler (hooks/signal_handlers.h), where every hook
+// is libc's call, and not from an excluded library (excluded_callers.h).
+// `caller` and `frame` say where the call was made: their defaults are
+// evaluated in the function that calls parking_enabled(), as its own
+// return address and frame, so that a hook's gate, `if
+// (!parking_enabled()) return real::read()(...)`, asks about the hook's
+// caller, and a gate in one of weft's helpers is followed out to it. The
+// caller's check comes last: it is the only one that may do more than a
+// load (dladdr, once per call site).
 inline bool parking_enabled(const void* caller = __builtin_return_address(0),
                             const void* frame = __builtin_frame_address(0)) noexcept {
-  return current_fiber() != nullptr && hooks_enabled() && !in_forked_child() && !caller_excluded(caller, frame);
+  return !in_signal_handler() && current_fiber() != nullptr && hooks_enabled() && !in_forked_child() &&
+         !caller_excluded(caller, frame);
 }
 
 // Held by a hook around every park (wait_for_fd, sleep_parked, the
@@ -132,7 +135,7 @@ class [[nodiscard]] ErrnoHome {
 //
 // Rule for weft's own code: a call that must not yield (made with a lock
 // held, from the netpoller, from a signal handler) goes to the real
-// function (real::read() and so on, io/real_calls.h), not to the hook.
+// function (real::read() and so on, hooks/real_calls.h), not to the hook.
 //
 // The calls that take any fd (read, readv, write, writev) name it: they are
 // checkpoints only on the fds the hooks can park on (sockets, pipes, other

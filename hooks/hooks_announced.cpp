@@ -24,12 +24,15 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include "../io/real_calls.h"
 #include "announced.h"
+#include "real_calls.h"
 
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 int flock(int fd, int operation) {
   return announced([&] { return real::flock()(fd, operation); });
@@ -124,4 +127,5 @@ int semtimedop(int set, sembuf* operations, size_t count, const timespec* timeou
   return announced([&] { return real::semtimedop()(set, operations, count, timeout); });
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

@@ -14,6 +14,7 @@
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,10 +25,12 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "../io/real_calls.h"
 #include "announced.h"
+#include "description_sharing.h"
 #include "fd_table.h"
 #include "hook_support.h"
+#include "real_calls.h"
+#include "signal_handlers.h"
 
 namespace weft::detail {
 namespace {
@@ -37,6 +40,7 @@ bool is_stream(int type) noexcept { return (type & ~(SOCK_NONBLOCK | SOCK_CLOEXE
 
 void before_close(int fd) noexcept {
   if (fd < 0) return;
+  if (in_signal_handler()) return fd_changed_in_handler(fd);
   // In a forked child too: the child forgot its parent's pollers at the
   // fork (io/netpoller.cpp), so this deletes from its own only.
   fd_closing(fd);
@@ -63,28 +67,41 @@ bool is_timeout_option(int option) {
   return false;
 }
 
+// The user's F_SETFL or FIONBIO: `set()` makes it, and if it succeeds the
+// record takes `nonblock`. Under the flip lock, so that a connect or accept
+// flip in flight, which restores the flags it read, cannot overwrite them;
+// but not in a signal handler, which must take no lock the code it
+// interrupted may hold (a flip that code then ends puts back the flags it
+// read, as any F_SETFL of its own would).
+template <class Set>
+int set_user_nonblock(FdRecord* state, bool nonblock, Set&& set) {
+  if (state == nullptr) return set();
+  const bool locking = !in_signal_handler();
+  if (locking) state->flip_lock.lock();
+  const int result = set();
+  if (result == 0) state->set_bit(FdRecord::user_nonblock_bit, nonblock);
+  if (locking) state->flip_lock.unlock();
+  return result;
+}
+
 // fcntl and fcntl64 share everything but the real function.
 template <class Real>
 int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
   switch (cmd) {
-    case F_SETFL: {
-      FdRecord* state = fd_state(fd);
-      if (state == nullptr) return real_fcntl(fd, cmd, arg);
-      // Under the flip lock: a connect/accept in flight restores the
-      // flags it read, and must not overwrite these.
-      state->flip_lock.lock();
-      const int result = real_fcntl(fd, cmd, arg);
-      if (result == 0)
-        state->set_bit(FdRecord::user_nonblock_bit, int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK);
-      state->flip_lock.unlock();
-      return result;
-    }
+    case F_SETFL:
+      return set_user_nonblock(fd_state(fd), int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK,
+                               [&] { return real_fcntl(fd, cmd, arg); });
     case F_GETFL: {
       const int result = real_fcntl(fd, cmd, arg);
       const FdRecord* state = fd_state(fd);
       // During a flip the kernel's flag is weft's; report the user's.
       if (result >= 0 && state != nullptr && state->flipped())
         return state->user_nonblock() ? (result | O_NONBLOCK) : (result & ~O_NONBLOCK);
+      return result;
+    }
+    case F_SETFD: {
+      const int result = real_fcntl(fd, cmd, arg);
+      if (result == 0) cloexec_changed(fd_records().find(fd), int(reinterpret_cast<std::intptr_t>(arg)) & FD_CLOEXEC);
       return result;
     }
     case F_DUPFD:
@@ -108,36 +125,43 @@ int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 int socket(int domain, int type, int protocol) noexcept {
+  const DescriptionBirth birth = description_birth(type & SOCK_CLOEXEC);
   const int fd = real::socket()(domain, type, protocol);
-  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
+  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
   return fd;
 }
 
 int socketpair(int domain, int type, int protocol, int fds[2]) noexcept {
+  const DescriptionBirth birth = description_birth(type & SOCK_CLOEXEC);
   const int result = real::socketpair()(domain, type, protocol, fds);
   if (result == 0) {
-    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
-    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, is_stream(type));
+    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
+    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
   }
   return result;
 }
 
 int pipe(int fds[2]) noexcept {
+  const DescriptionBirth birth = description_birth(false);
   const int result = real::pipe()(fds);
   if (result == 0) {
-    fd_created(fds[0], FdKind::pollable, false);
-    fd_created(fds[1], FdKind::pollable, false);
+    fd_created(fds[0], FdKind::pollable, false, birth);
+    fd_created(fds[1], FdKind::pollable, false, birth);
   }
   return result;
 }
 
 int pipe2(int fds[2], int flags) noexcept {
+  const DescriptionBirth birth = description_birth(flags & O_CLOEXEC);
   const int result = real::pipe2()(fds, flags);
   if (result == 0) {
-    fd_created(fds[0], FdKind::pollable, flags & O_NONBLOCK);
-    fd_created(fds[1], FdKind::pollable, flags & O_NONBLOCK);
+    fd_created(fds[0], FdKind::pollable, flags & O_NONBLOCK, birth);
+    fd_created(fds[1], FdKind::pollable, flags & O_NONBLOCK, birth);
   }
   return result;
 }
@@ -185,13 +209,33 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
   va_start(args, request);
   void* arg = va_arg(args, void*);
   va_end(args);
-  if (request != FIONBIO) return real::ioctl()(fd, request, arg);
-  FdRecord* state = fd_state(fd);
-  if (state == nullptr) return real::ioctl()(fd, request, arg);
-  state->flip_lock.lock();
-  const int result = real::ioctl()(fd, request, arg);
-  if (result == 0 && arg != nullptr) state->set_bit(FdRecord::user_nonblock_bit, *static_cast<const int*>(arg) != 0);
-  state->flip_lock.unlock();
+  if (request == FIOCLEX || request == FIONCLEX) {
+    const int result = real::ioctl()(fd, request, arg);
+    if (result == 0) cloexec_changed(fd_records().find(fd), request == FIOCLEX);
+    return result;
+  }
+  if (request != FIONBIO || arg == nullptr) return real::ioctl()(fd, request, arg);
+  return set_user_nonblock(fd_state(fd), *static_cast<const int*>(arg) != 0,
+                           [&] { return real::ioctl()(fd, request, arg); });
+}
+
+// A spawned child holds every description that is not close-on-exec, and
+// the one a dup2 action names (hooks/description_sharing.h).
+int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
+                const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
+  child_spawning();
+  return real::posix_spawn()(pid, path, actions, attributes, argv, envp);
+}
+
+int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
+                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
+  child_spawning();
+  return real::posix_spawnp()(pid, file, actions, attributes, argv, envp);
+}
+
+int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t* actions, int fd, int target) noexcept {
+  const int result = real::posix_spawn_file_actions_adddup2()(actions, fd, target);
+  if (result == 0) description_passed(fd_records().find(fd));
   return result;
 }
 
@@ -230,6 +274,7 @@ int shutdown(int fd, int how) noexcept {
   return real::shutdown()(fd, how);
 }
 
+#pragma GCC visibility pop
 }  // extern "C"
 
 // The calls that make an fd of a kind the hooks do not track. They are
@@ -259,6 +304,9 @@ mode_t mode_argument(int flags, va_list args) {
 }  // namespace weft::detail
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 int open(const char* path, int flags, ...) {
   va_list args;
@@ -302,4 +350,5 @@ int signalfd(int fd, const sigset_t* mask, int flags) noexcept { return forget_n
 int inotify_init() noexcept { return forget_new(real::inotify_init()()); }
 int inotify_init1(int flags) noexcept { return forget_new(real::inotify_init1()(flags)); }
 
+#pragma GCC visibility pop
 }  // extern "C"

@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "../io/file_ring.h"
-#include "../io/real_calls.h"
 #include "../sched/current.h"
 #include "../sched/scheduler_core.h"
 #include "announced.h"
@@ -37,6 +36,7 @@
 #include "file_io.h"
 #include "hook_support.h"
 #include "iovecs.h"
+#include "real_calls.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -137,6 +137,9 @@ int sync_hooked(int fd, bool data_only) {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 ssize_t pread(int fd, void* buf, size_t n, off_t offset) { return pread_hooked(fd, buf, n, offset); }
 ssize_t pread64(int fd, void* buf, size_t n, off_t offset) { return pread_hooked(fd, buf, n, offset); }
@@ -173,4 +176,5 @@ int sync_file_range(int fd, off_t offset, off_t length, unsigned int flags) {
   return int(result);
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

@@ -11,7 +11,10 @@
 // flag, likewise; one that refuses it is waited for first and then called.
 // connect and accept have no such flag either: they set O_NONBLOCK for the
 // duration of the one non-blocking call, under the fd's flip lock, and put
-// the user's flags back before parking.
+// the user's flags back before parking; only on a description this process
+// alone holds (hooks/description_sharing.h). On any other, accept parks
+// until the listener is readable and then makes the blocking call, and
+// connect makes the blocking call, both announced (sched/blocking_call.h).
 //
 // A user O_NONBLOCK fd or a MSG_DONTWAIT call is passed straight through:
 // it returns EAGAIN as before and never parks.
@@ -28,12 +31,13 @@
 #include <cstring>
 #include <vector>
 
-#include "../io/real_calls.h"
 #include "announced.h"
+#include "description_sharing.h"
 #include "fd_table.h"
 #include "file_io.h"
 #include "hook_support.h"
 #include "iovecs.h"
+#include "real_calls.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -294,25 +298,35 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
 }
 
 // Runs `call` with O_NONBLOCK set on the open file description, and the
-// user's flags back afterwards. Only for calls that never block then.
+// user's flags back afterwards, if this process alone holds the description
+// (hooks/description_sharing.h); else, another process would see the flag
+// (its blocking accept would fail with EAGAIN), and `call` is made as it
+// is, blocking, and announced. Only for calls that never block with the
+// flag set.
 template <class Call>
 auto with_nonblock(int fd, FdRecord& state, Call&& call) {
-  state.flip_lock.lock();
-  const int flags = real::fcntl()(fd, F_GETFL);
-  if (flags < 0) {
-    state.flip_lock.unlock();
-    return decltype(call())(-1);
+  {
+    const FlipWindow window(state);
+    if (window.description_private()) {
+      state.flip_lock.lock();
+      const int flags = real::fcntl()(fd, F_GETFL);
+      if (flags < 0) {
+        state.flip_lock.unlock();
+        return decltype(call())(-1);
+      }
+      state.flips.fetch_add(1, std::memory_order_relaxed);
+      state.set_bit(FdRecord::flipped_bit, true);
+      real::fcntl()(fd, F_SETFL, flags | O_NONBLOCK);
+      auto result = call();
+      const int error = errno_value();
+      real::fcntl()(fd, F_SETFL, flags);
+      state.set_bit(FdRecord::flipped_bit, false);
+      state.flip_lock.unlock();
+      set_errno(error);
+      return result;
+    }
   }
-  state.flips.fetch_add(1, std::memory_order_relaxed);
-  state.set_bit(FdRecord::flipped_bit, true);
-  real::fcntl()(fd, F_SETFL, flags | O_NONBLOCK);
-  auto result = call();
-  const int error = errno_value();
-  real::fcntl()(fd, F_SETFL, flags);
-  state.set_bit(FdRecord::flipped_bit, false);
-  state.flip_lock.unlock();
-  set_errno(error);
-  return result;
+  return announced(call);
 }
 
 // A plain thread whose blocking accept met a moment when a fiber had the
@@ -331,10 +345,52 @@ bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
   return true;
 }
 
+// accept on a blocking listener that another process may hold too, whose
+// O_NONBLOCK weft must not touch: park until it is readable, then make the
+// blocking call, announced. If another process took the connection
+// between the two, the worker's thread waits in accept as a thread would
+// (sysmon hands its other fibers on), until the next connection or the
+// listener's SO_RCVTIMEO (counted afresh there, as a thread's would be). Of
+// this process's fibers, one at a time makes that call (the record's
+// `accepting`): one connection then holds at most one worker, however many
+// fibers it woke.
+int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_len, int flags) {
+  const ErrnoHome home;
+  const int saved = errno_value();
+  const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, listener, FdDirection::read));
+  for (;;) {
+    if (const int failed = park_on(fd, listener, FdDirection::read, deadline)) {
+      set_errno(failed);
+      return -1;
+    }
+    if (listener.accepting.exchange(true, std::memory_order_acquire)) {
+      // Another fiber is taking this one: wait for its accept to end.
+      sleep_parked(Clock::now() + std::chrono::microseconds(100));
+      continue;
+    }
+    int result = -1;
+    pollfd ready{fd, POLLIN, 0};
+    if (real::poll()(&ready, 1, 0) == 1) {
+      result = announced([&] { return real::accept4()(fd, addr, addr_len, flags); });
+    } else {
+      set_errno(EAGAIN);  // taken meanwhile: wait again
+    }
+    listener.accepting.store(false, std::memory_order_release);
+    if (result >= 0) {
+      set_errno(saved);
+      return result;
+    }
+    if (!would_block(errno_value()) || ready.revents != 0) return -1;
+  }
+}
+
 int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
+  const DescriptionBirth birth = description_birth(flags & SOCK_CLOEXEC);
   FdRecord* listener = parkable(fd);
   int result;
-  if (listener == nullptr || listener->kind() != FdKind::socket) {
+  if (listener != nullptr && listener->kind() == FdKind::socket && !description_private(*listener)) {
+    result = accept_shared(fd, *listener, addr, addr_len, flags);
+  } else if (listener == nullptr || listener->kind() != FdKind::socket) {
     const FdRecord* known = fd_state(fd);
     for (;;) {
       const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
@@ -353,7 +409,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
     // clones the socket; socket_timeout_ns reads them), not its file
     // status flags.
     const FdRecord* from = fd_state(fd);
-    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK, from && from->stream());
+    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK, birth, from && from->stream());
   }
   return result;
 }
@@ -361,6 +417,9 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
 int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   FdRecord* state = parkable(fd);
   if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
+  // Another holder would see a flip: the thread's blocking connect, errno
+  // and timeout (SO_SNDTIMEO: EINPROGRESS) as the kernel's.
+  if (!description_private(*state)) return announced([&] { return real::connect()(fd, addr, addr_len); });
   const ErrnoHome home;
   const int saved = errno_value();
   const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, *state, FdDirection::write));
@@ -410,10 +469,10 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
                          [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
 }
 
-// Fds passed with SCM_RIGHTS are new fds the kernel made: their numbers
-// may have closed where no hook saw it, as for fd_created.
-void fds_received(const msghdr* msg) noexcept {
-  if (msg == nullptr || msg->msg_controllen == 0) return;
+// Calls `visit(fd)` for each fd the message carries with SCM_RIGHTS.
+template <class Visit>
+void for_each_fd_carried(const msghdr* msg, Visit&& visit) noexcept {
+  if (msg == nullptr || msg->msg_control == nullptr || msg->msg_controllen == 0) return;
   for (const cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr;
        c = CMSG_NXTHDR(const_cast<msghdr*>(msg), const_cast<cmsghdr*>(c))) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -421,9 +480,20 @@ void fds_received(const msghdr* msg) noexcept {
     for (std::size_t i = 0; i < count; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      fd_forgotten(fd);
+      visit(fd);
     }
   }
+}
+
+// Fds passed with SCM_RIGHTS are new fds the kernel made: their numbers
+// may have closed where no hook saw it, as for fd_created.
+void fds_received(const msghdr* msg) noexcept {
+  for_each_fd_carried(msg, [](int fd) { fd_forgotten(fd); });
+}
+
+// Fds sent with SCM_RIGHTS: their descriptions are the receiver's too.
+void fds_sent(const msghdr* msg) noexcept {
+  for_each_fd_carried(msg, [](int fd) { description_passed(fd_records().find(fd)); });
 }
 
 }  // namespace
@@ -432,6 +502,9 @@ void fds_received(const msghdr* msg) noexcept {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
@@ -563,6 +636,7 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* add
 }
 
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  fds_sent(msg);
   if (!parking_enabled()) return real::sendmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
@@ -571,6 +645,7 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 }
 
 int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
+  for (unsigned int i = 0; msgs != nullptr && i < count; ++i) fds_sent(&msgs[i].msg_hdr);
   if (!parking_enabled()) return real::sendmmsg()(fd, msgs, count, flags);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
@@ -611,4 +686,5 @@ ssize_t __recvfrom_chk(int fd, void* buf, size_t n, size_t buf_len, int flags, s
   return recvfrom(fd, buf, n, flags, addr, addr_len);
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

@@ -29,9 +29,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../io/real_calls.h"
 #include "fd_table.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -319,6 +319,9 @@ bool valid(const timespec* ts) {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 int poll(pollfd* fds, nfds_t count, int timeout_ms) {
   if (!parking_enabled()) return real::poll()(fds, count, timeout_ms);
@@ -398,4 +401,5 @@ int epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout
   });
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

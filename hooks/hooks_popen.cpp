@@ -34,9 +34,9 @@
 #include <cstdio>
 #include <mutex>
 
-#include "../io/real_calls.h"
 #include "child_processes.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 extern char** environ;
 
@@ -180,6 +180,9 @@ FILE* open_pipe_stream(const char* command, const char* mode) {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 FILE* popen(const char* command, const char* mode) {
   if (!hooks_enabled()) return real::popen()(command, mode);
@@ -194,4 +197,5 @@ int pclose(FILE* stream) {
   return std::fclose(stream);
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

@@ -33,11 +33,11 @@
 #include <cerrno>
 #include <mutex>
 
-#include "../io/real_calls.h"
 #include "announced.h"
 #include "child_processes.h"
 #include "fd_table.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 extern char** environ;
 
@@ -193,6 +193,9 @@ int run_shell(const char* command) {
 }  // namespace
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 pid_t waitpid(pid_t pid, int* status, int options) {
   if (!parking_enabled()) return real::waitpid()(pid, status, options);
@@ -236,4 +239,5 @@ int system(const char* command) {
   return run_shell(command);
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

@@ -22,8 +22,8 @@
 #include <cerrno>
 #include <type_traits>
 
-#include "../io/real_calls.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 namespace weft::detail {
 namespace {
@@ -83,6 +83,9 @@ bool only_formats(char* service, socklen_t service_len, int flags) noexcept {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 // Checkpoints (CheckpointOnReturn), apart from the three that return a
 // static result: in a fiber they always park on the helper thread anyway,
@@ -139,4 +142,5 @@ int gethostbyaddr_r(const void* addr, socklen_t len, int type, hostent* host, ch
   return offloaded([&] { return real::gethostbyaddr_r()(addr, len, type, host, buf, buf_len, result, host_error); });
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

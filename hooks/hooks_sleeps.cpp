@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <chrono>
 
-#include "../io/real_calls.h"
 #include "hook_support.h"
+#include "real_calls.h"
 
 namespace weft::detail {
 namespace {
@@ -34,6 +34,9 @@ void sleep_for(const timespec& ts) {
 using namespace weft::detail;
 
 extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
 
 int nanosleep(const timespec* request, timespec* remaining) {
   if (!parking_enabled()) return real::nanosleep()(request, remaining);
@@ -96,4 +99,5 @@ int usleep(useconds_t microseconds) {
   return 0;
 }
 
+#pragma GCC visibility pop
 }  // extern "C"

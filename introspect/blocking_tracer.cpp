@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../runtime/fast_clock.h"
+#include "../runtime/log.h"
 #include "../sched/scheduler_core.h"
 #include "../sched/wait_owner.h"
 #include "../sched/worker.h"
@@ -36,8 +37,8 @@ long threshold_ms() {
     char* end = nullptr;
     const long value = std::strtol(text, &end, 10);
     if (*end != '\0' || value <= 0 || value > 3'600'000) {
-      std::fprintf(stderr, "weft: WEFT_TRACE_BLOCKING=%s is not a number of milliseconds (1 to 3600000); ignored\n",
-                   text);
+      log_message(LogLevel::warning,
+                  "weft: WEFT_TRACE_BLOCKING=%s is not a number of milliseconds (1 to 3600000); ignored", text);
       return 0L;
     }
     return value;
@@ -64,7 +65,7 @@ class BlockingTracer {
       stopping_ = false;
       thread_ = std::thread([this] { run(); });
     } catch (const std::system_error& e) {
-      std::fprintf(stderr, "weft: WEFT_TRACE_BLOCKING is off: cannot start its thread: %s\n", e.what());
+      log_message(LogLevel::warning, "weft: WEFT_TRACE_BLOCKING is off: cannot start its thread: %s", e.what());
     }
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   }
@@ -165,7 +166,8 @@ class BlockingTracer {
       else
         text += " (" + s.module.substr(s.module.rfind('/') + 1) + ")\n";
     }
-    std::fputs(text.c_str(), stderr);
+    text.pop_back();  // the last line's newline: a message has none
+    log_message(LogLevel::warning, "%s", text.c_str());
   }
 
   std::mutex lock_;  // everything below; held while sampling

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../pool/pool_registry.h"
+#include "../runtime/log.h"
 #include "../sched/scheduler_core.h"
 #include "deadlocks.h"
 #include "dump_clients.h"
@@ -205,7 +206,7 @@ class DumpServer {
     if (running_) return true;
     const std::string error = start();
     if (error.empty()) return true;
-    std::fprintf(stderr, "weft: weft-dump is off for %s: %s\n", who.c_str(), error.c_str());
+    log_message(LogLevel::warning, "weft: weft-dump is off for %s: %s", who.c_str(), error.c_str());
     return false;
   }
 
@@ -283,7 +284,7 @@ class DumpServer {
       const int ready = ::poll(fds, watched, pause_listening ? kOutOfFilesPauseMs : -1);
       if (ready < 0) {
         if (errno == EINTR) continue;
-        std::fprintf(stderr, "weft: weft-dump server stopped: poll: %s\n", std::strerror(errno));
+        log_message(LogLevel::error, "weft: weft-dump server stopped: poll: %s", std::strerror(errno));
         return;
       }
       pause_listening = false;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../runtime/log.h"
 #include "dump_protocol.h"
 
 namespace weft::detail {
@@ -67,7 +68,8 @@ std::string DumpSocket::choose_directory(std::string& why) {
     if (problem.empty()) problem = prepare_directory(directory);
     if (problem.empty()) {
       if (!skipped.empty())
-        std::fprintf(stderr, "weft: weft-dump: not using %s; serving from %s\n", skipped.c_str(), directory.c_str());
+        log_message(LogLevel::warning, "weft: weft-dump: not using %s; serving from %s", skipped.c_str(),
+                    directory.c_str());
       return directory;
     }
     skipped += (skipped.empty() ? "" : "; ") + directory + " (" + problem + ")";
@@ -80,7 +82,7 @@ std::string DumpSocket::choose_directory(std::string& why) {
     why = "not using " + skipped + ", and cannot create " + name + ": " + std::strerror(errno);
     return {};
   }
-  std::fprintf(stderr, "weft: weft-dump: not using %s; serving from %s\n", skipped.c_str(), name.c_str());
+  log_message(LogLevel::warning, "weft: weft-dump: not using %s; serving from %s", skipped.c_str(), name.c_str());
   own_directory_ = name;
   return name;
 }

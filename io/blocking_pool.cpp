@@ -10,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "../runtime/log.h"
 #include "../sched/current.h"
 #include "../sched/scheduler_core.h"
 
@@ -142,8 +143,8 @@ void BlockingPool::helper_main(unsigned index) {
       job.call(job.arg);
     } catch (...) {
       // Nobody could receive it: weft::blocking catches for its callers.
-      std::fprintf(stderr, "weft: a call run by %s's blocking pool threw; run_blocking's calls must not throw\n",
-                   name_.c_str());
+      log_message(LogLevel::fatal, "weft: a call run by %s's blocking pool threw; run_blocking's calls must not throw",
+                  name_.c_str());
       std::terminate();
     }
     busy_.fetch_sub(1, std::memory_order_relaxed);

@@ -68,6 +68,17 @@ struct alignas(64) FdRecord {
   static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
   static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket: a short read drained it
   static constexpr std::uint32_t no_nowait_bit = 32;     // refuses RWF_NOWAIT: waited for, then called
+  // The fd was closed, or a new fd took its number, in a signal handler,
+  // where the record's lock could not be taken (the code the handler
+  // interrupted may hold it): the rest of the record is stale until
+  // fd_renew_if_changed (io/netpoller.h). Stored alone, so the kind reads
+  // unknown meanwhile.
+  static constexpr std::uint32_t changed_in_handler_bit = 64;
+  // Whether this process alone may hold the open file description
+  // (hooks/description_sharing.h): made here and never passed on since;
+  // with FD_CLOEXEC since before any posix_spawn after that.
+  static constexpr std::uint32_t made_here_bit = 128;
+  static constexpr std::uint32_t cloexec_bit = 256;
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
@@ -84,11 +95,19 @@ struct alignas(64) FdRecord {
   // Serialises weft's O_NONBLOCK flips (connect, accept) with each other
   // and with the user's F_SETFL, so a flip never restores stale flags.
   SpinLock flip_lock;
+  // The process's forks and posix_spawns when the description was made
+  // here (made_here_bit).
+  std::atomic<std::uint32_t> made_at_forks{0};
+  std::atomic<std::uint32_t> made_at_spawns{0};
+  // A fiber of this process is in the blocking accept of a listener that
+  // may be shared (hooks_io_calls.cpp, accept_shared): the others wait.
+  std::atomic<bool> accepting{false};
 
   FdKind kind() const noexcept { return FdKind(flags.load(std::memory_order_relaxed) & kind_mask); }
   bool user_nonblock() const noexcept { return flags.load(std::memory_order_relaxed) & user_nonblock_bit; }
   bool flipped() const noexcept { return flags.load(std::memory_order_relaxed) & flipped_bit; }
   bool stream() const noexcept { return flags.load(std::memory_order_relaxed) & stream_bit; }
+  bool changed_in_handler() const noexcept { return flags.load(std::memory_order_relaxed) & changed_in_handler_bit; }
   void set_bit(std::uint32_t bit, bool on) noexcept {
     if (on)
       flags.fetch_or(bit, std::memory_order_relaxed);
@@ -112,6 +131,13 @@ struct alignas(64) FdRecord {
     poller_id = 0;
     in_other_pollers = false;
     set_bit(flipped_bit, false);
+    accepting.store(false, std::memory_order_relaxed);
+  }
+  // The cached timeouts are read again at the next wait.
+  void forget_timeouts() noexcept {
+    lock.lock();
+    timeouts_read_at = 0;
+    lock.unlock();
   }
   void set_kind(FdKind kind) noexcept {
     std::uint32_t old = flags.load(std::memory_order_relaxed);

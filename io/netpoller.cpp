@@ -450,6 +450,7 @@ FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::tim
   FiberControl* self = current_fiber();
   if (self == nullptr) return wait_fd_on_thread(fd, direction, deadline);
 
+  fd_renew_if_changed(record);
   const int d = index_of(direction);
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   const WaitSite site{kFdWaitKind, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(fd)),
@@ -545,11 +546,22 @@ void fd_renewed(int fd) noexcept {
   if (record != nullptr) retire(*record);
 }
 
+void fd_renew_if_changed(FdRecord& record) noexcept {
+  if (!record.changed_in_handler()) [[likely]]
+    return;
+  // The mark is taken before the renewal: a handler that changes the fd
+  // again meanwhile marks it afresh, for the next call.
+  if (!(record.flags.exchange(0, std::memory_order_relaxed) & FdRecord::changed_in_handler_bit)) return;
+  record.forget_timeouts();
+  retire(record);
+}
+
 void fd_set_mark(FdSetWait* entries, std::size_t count) noexcept {
   for (std::size_t i = 0; i < count; ++i) {
     FdSetWait& entry = entries[i];
     entry.record = entry.fd >= 0 ? fd_records().get(entry.fd) : nullptr;
     if (entry.record == nullptr) continue;
+    fd_renew_if_changed(*entry.record);
     for (int d = 0; d < 2; ++d) entry.seen[d] = entry.record->events[d].load(std::memory_order_acquire);
   }
 }

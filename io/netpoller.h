@@ -196,6 +196,13 @@ void fd_closing(int fd) noexcept;
 // is added afresh on its first wait.
 void fd_renewed(int fd) noexcept;
 
+// If a signal handler changed the record's fd (FdRecord::changed_in_handler:
+// closed it, or made a new fd with its number), does now what the handler
+// could not: as fd_renewed, and the fd's description forgotten (its kind is
+// classified again on its next use). wait_fd and fd_set_mark call it; one
+// load otherwise.
+void fd_renew_if_changed(FdRecord& record) noexcept;
+
 // The poller of a new scheduler: SchedulerParts::make_poller.
 std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core);
 

@@ -1,3 +1,4 @@
+#include <fnmatch.h>
 #include <weft/fiber_list.h>
 
 #include <cstdlib>
@@ -15,6 +16,11 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// fnmatch(3) with no flags: `*` and `?` match any character, `/` and a
+// leading `.` too (names are not paths); glibc reads an unclosed `[` or a
+// trailing `\` as itself.
+bool matches(const std::string& glob, const char* name) noexcept { return ::fnmatch(glob.c_str(), name, 0) == 0; }
+
 // Built by appending: GCC 12 draws a false -Wrestrict from
 // `"'" + std::string(...)`, which inserts at the front.
 [[noreturn]] void bad_entry(std::string_view spec, std::string_view entry, std::string_view why) {
@@ -25,30 +31,6 @@ std::string_view trim(std::string_view s) {
 }
 
 }  // namespace
-
-bool glob_match(std::string_view glob, std::string_view text) noexcept {
-  // Iterative matching with one backtrack point, the last `*` seen: on a
-  // mismatch that star absorbs one more character. Linear in practice and
-  // never exponential, unlike the recursive form.
-  std::size_t g = 0, t = 0;
-  std::size_t star = std::string_view::npos, star_text = 0;
-  while (t < text.size()) {
-    if (g < glob.size() && (glob[g] == '?' || glob[g] == text[t])) {
-      ++g;
-      ++t;
-    } else if (g < glob.size() && glob[g] == '*') {
-      star = g++;
-      star_text = t;
-    } else if (star != std::string_view::npos) {
-      g = star + 1;
-      t = ++star_text;
-    } else {
-      return false;
-    }
-  }
-  while (g < glob.size() && glob[g] == '*') ++g;
-  return g == glob.size();
-}
 
 FiberList FiberList::parse(std::string_view spec) {
   FiberList list;
@@ -72,9 +54,9 @@ FiberList FiberList::parse(std::string_view spec) {
       }
       bad_entry(spec, entry, "missing 'name:'");
     }
-    const std::string_view glob = trim(entry.substr(prefix.size()));
+    const std::string glob(trim(entry.substr(prefix.size())));
     if (glob.empty()) bad_entry(spec, entry, "empty name pattern");
-    list.globs_.emplace_back(glob);
+    list.globs_.push_back(glob);
   }
   return list;
 }
@@ -103,8 +85,10 @@ const FiberList& FiberList::from_environment() {
 }
 
 bool FiberList::lists(std::string_view name) const {
+  if (globs_.empty()) return false;
+  const std::string text(name);  // fnmatch reads C strings (a name holding a NUL byte: up to it)
   for (const std::string& glob : globs_)
-    if (glob_match(glob, name)) return true;
+    if (matches(glob, text.c_str())) return true;
   return false;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <typeinfo>
 
+#include "../runtime/log.h"
 #include "pool_core.h"
 #include "thread_registry.h"
 
@@ -74,7 +75,7 @@ PoolCore::~PoolCore() {
   try {
     shutdown();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    log_message(LogLevel::fatal, "%s", e.what());
     std::terminate();
   }
 }
@@ -176,12 +177,12 @@ void PoolCore::report(std::exception_ptr error) noexcept {
       options_.on_exception(options_.name, error);
       return;
     } catch (...) {
-      std::fprintf(stderr, "weft::Pool '%s': the on_exception handler threw (%s)\n", options_.name.c_str(),
-                   describe(std::current_exception()).c_str());
+      log_message(LogLevel::error, "weft::Pool '%s': the on_exception handler threw (%s)", options_.name.c_str(),
+                  describe(std::current_exception()).c_str());
     }
   }
-  std::fprintf(stderr, "weft::Pool '%s': a posted task threw %s; the pool carries on\n", options_.name.c_str(),
-               describe(error).c_str());
+  log_message(LogLevel::error, "weft::Pool '%s': a posted task threw %s; the pool carries on", options_.name.c_str(),
+              describe(error).c_str());
 }
 
 void PoolCore::enqueue(Task task) {

@@ -2,16 +2,16 @@
 
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "fiber_control.h"
+#include "log.h"
+#include "system_calls.h"
 
 namespace weft::detail {
 namespace {
@@ -20,18 +20,9 @@ struct sigaction previous_segv;
 struct sigaction previous_bus;
 std::once_flag installed;
 
-void write_all(const char* text, std::size_t size) noexcept {
-  while (size > 0) {
-    // The system call itself: libweft's write() hook is a checkpoint
-    // (hooks/hook_support.h), and this runs in a signal handler.
-    const ssize_t n = ::syscall(SYS_write, STDERR_FILENO, text, size);
-    if (n <= 0) return;
-    text += n;
-    size -= static_cast<std::size_t>(n);
-  }
-}
-
-void write_text(const char* text) noexcept { write_all(text, std::strlen(text)); }
+// Not through weft's log handler (runtime/log.h): this runs in a signal
+// handler.
+void write_text(const char* text) noexcept { write_stderr(text); }
 
 void write_number(std::uint64_t value) noexcept {
   char digits[24];
@@ -42,7 +33,7 @@ void write_number(std::uint64_t value) noexcept {
   } while (value != 0);
   char out[24];
   for (int i = 0; i < n; ++i) out[i] = digits[n - 1 - i];
-  write_all(out, static_cast<std::size_t>(n));
+  write_stderr(out, static_cast<std::size_t>(n));
 }
 
 // Hands a fault that is not ours to whoever handled it before us.
@@ -61,7 +52,7 @@ void forward(int signal, siginfo_t* info, void* context) noexcept {
   struct sigaction fallback {};
   fallback.sa_handler = SIG_DFL;
   sigemptyset(&fallback.sa_mask);
-  ::sigaction(signal, &fallback, nullptr);
+  sys::sigaction(signal, &fallback, nullptr);
 }
 
 // The interrupted stack pointer; null where it is not known.
@@ -116,8 +107,8 @@ void install_overflow_handler() {
     action.sa_sigaction = &on_fault;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
-    ::sigaction(SIGSEGV, &action, &previous_segv);
-    ::sigaction(SIGBUS, &action, &previous_bus);
+    sys::sigaction(SIGSEGV, &action, &previous_segv);
+    sys::sigaction(SIGBUS, &action, &previous_bus);
   });
 }
 

@@ -8,7 +8,14 @@
 
 #include <cerrno>
 
+// glibc exports it (GLIBC_2.2.5) without declaring it.
+extern "C" int __sigaction(int signal, const struct sigaction* action, struct sigaction* old) noexcept;
+
 namespace weft::detail::sys {
+
+int sigaction(int signal, const struct sigaction* action, struct sigaction* old) noexcept {
+  return ::__sigaction(signal, action, old);
+}
 
 int open_read_only(const char* path) noexcept {
   return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));

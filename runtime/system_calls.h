@@ -15,6 +15,7 @@
 #pragma once
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/types.h>
 #include <time.h>
@@ -38,6 +39,12 @@ int epoll_create1(int flags) noexcept;
 int epoll_wait(int epoll_fd, epoll_event* events, int max_events, int timeout_ms) noexcept;
 // Fails with ENOSYS before Linux 5.11.
 int epoll_pwait2(int epoll_fd, epoll_event* events, int max_events, const timespec* timeout) noexcept;
+
+// libc's sigaction under its internal name, which no hook interposes
+// (hooks/ wraps the handlers given to sigaction: hooks_signals.cpp). Not a
+// system call of its own: rt_sigaction needs the return trampoline
+// (sa_restorer) that only libc has.
+int sigaction(int signal, const struct sigaction* action, struct sigaction* old) noexcept;
 
 // Sleeps the calling thread until `deadline` on CLOCK_MONOTONIC (whole, across
 // signals).

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "../runtime/fiber_control.h"
+#include "../runtime/log.h"
 #include "scheduler_core.h"
 #include "wait_owner.h"
 
@@ -32,8 +33,9 @@ void Fiber::release() noexcept {
 Fiber& Fiber::operator=(Fiber&& other) noexcept {
   if (this != &other) {
     if (joinable()) {
-      std::fprintf(stderr, "weft: a joinable weft::Fiber (#%llu) was assigned over; join or detach it first\n",
-                   static_cast<unsigned long long>(id_));
+      detail::log_message(LogLevel::fatal,
+                          "weft: a joinable weft::Fiber (#%llu) was assigned over; join or detach it first",
+                          static_cast<unsigned long long>(id_));
       std::terminate();
     }
     release();
@@ -48,8 +50,9 @@ Fiber& Fiber::operator=(Fiber&& other) noexcept {
 
 Fiber::~Fiber() {
   if (joinable()) {
-    std::fprintf(stderr, "weft: a joinable weft::Fiber (#%llu \"%s\") was destroyed; join or detach it first\n",
-                 static_cast<unsigned long long>(id_), control_->name().c_str());
+    detail::log_message(LogLevel::fatal,
+                        "weft: a joinable weft::Fiber (#%llu \"%s\") was destroyed; join or detach it first",
+                        static_cast<unsigned long long>(id_), control_->name().c_str());
     std::terminate();
   }
   release();

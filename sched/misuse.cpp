@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "../runtime/fiber_control.h"
+#include "../runtime/log.h"
 
 namespace weft::detail {
 
@@ -44,9 +45,8 @@ void abort_destroyed_while_waited_on(const char* kind, const void* object, const
       used += static_cast<std::size_t>(std::snprintf(named + used, sizeof named - used, "%s", who));
     }
   }
-  std::fprintf(stderr, "weft: %s@%p destroyed by %s while %zu caller(s) wait on it: %s%s\n", kind, object, caller,
-               count, named, count > kNamed ? ", ..." : "");
-  std::fflush(stderr);
+  log_message(LogLevel::fatal, "weft: %s@%p destroyed by %s while %zu caller(s) wait on it: %s%s", kind, object, caller,
+              count, named, count > kNamed ? ", ..." : "");
   std::abort();
 }
 

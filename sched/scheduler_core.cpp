@@ -11,6 +11,7 @@
 #include <string>
 #include <system_error>
 
+#include "../runtime/log.h"
 #include "../runtime/overflow_handler.h"
 #include "run_latency.h"
 #include "trace.h"
@@ -343,7 +344,7 @@ void SchedulerCore::report_unhandled(FiberControl* fiber) noexcept {
       config_.on_unhandled_exception(name, fiber->id, fiber->exception);
       return;
     } catch (...) {
-      std::fprintf(stderr, "weft: the unhandled-exception handler threw\n");
+      log_message(LogLevel::fatal, "weft: the unhandled-exception handler threw");
       std::terminate();
     }
   }
@@ -354,9 +355,8 @@ void SchedulerCore::report_unhandled(FiberControl* fiber) noexcept {
     what = e.what();
   } catch (...) {
   }
-  std::fprintf(stderr, "weft: uncaught exception in detached fiber \"%s\" #%llu: %s\n", name.c_str(),
-               static_cast<unsigned long long>(fiber->id), what.c_str());
-  std::fflush(stderr);
+  log_message(LogLevel::fatal, "weft: uncaught exception in detached fiber \"%s\" #%llu: %s", name.c_str(),
+              static_cast<unsigned long long>(fiber->id), what.c_str());
   std::terminate();
 }
 
@@ -392,8 +392,9 @@ void SchedulerCore::report_stuck_fibers() {
   for (const auto& [site, count] : by_site) report += "  " + std::to_string(count) + " " + site + "\n";
   report += config_.shutdown_policy == ShutdownPolicy::abort ? "weft: aborting (ShutdownPolicy::abort)\n"
                                                              : "weft: still waiting (ShutdownPolicy::wait)\n";
-  std::fputs(report.c_str(), stderr);
-  std::fflush(stderr);
+  report.pop_back();  // the last newline: a message has none
+  log_message(config_.shutdown_policy == ShutdownPolicy::abort ? LogLevel::fatal : LogLevel::error, "%s",
+              report.c_str());
 }
 
 // Any number of threads may call this at once, and again later: the first
@@ -403,8 +404,9 @@ void SchedulerCore::report_stuck_fibers() {
 void SchedulerCore::shutdown() {
   if (in_forked_child()) return;  // the workers are the parent's threads
   if (own_worker() != nullptr) {
-    std::fprintf(stderr, "weft: scheduler \"%s\" shut down from one of its own fibers: it would wait for itself\n",
-                 config_.name.c_str());
+    log_message(LogLevel::fatal,
+                "weft: scheduler \"%s\" shut down from one of its own fibers: it would wait for itself",
+                config_.name.c_str());
     std::terminate();
   }
   {

@@ -1,8 +1,8 @@
 #include "spares.h"
 
-#include <cstdio>
 #include <new>
 
+#include "../runtime/log.h"
 #include "futex.h"
 #include "scheduler_core.h"
 #include "worker.h"
@@ -82,12 +82,11 @@ void Spares::set_short_of_threads(bool short_of_threads) noexcept {
   limit_reported_ = true;
   // The one place that says it, so that a log sink can take it over.
   const Config& config = core_.config();
-  std::fprintf(stderr,
-               "weft: scheduler \"%s\" reached its thread limit, Config::max_threads = %u (%u workers and %u spare "
-               "threads): fibers queued behind threads blocked in the kernel now wait for one of them to return. "
-               "Raise Config::max_threads (WEFT_MAX_THREADS for the default scheduler); docs/sysmon.md\n",
-               config.name.c_str(), config.max_threads, config.workers, capacity_);
-  std::fflush(stderr);
+  log_message(LogLevel::warning,
+              "weft: scheduler \"%s\" reached its thread limit, Config::max_threads = %u (%u workers and %u spare "
+              "threads): fibers queued behind threads blocked in the kernel now wait for one of them to return. "
+              "Raise Config::max_threads (WEFT_MAX_THREADS for the default scheduler); docs/sysmon.md",
+              config.name.c_str(), config.max_threads, config.workers, capacity_);
 }
 
 void Spares::tidy() noexcept {

@@ -8,6 +8,7 @@
 #include <exception>
 #include <string>
 
+#include "../runtime/log.h"
 #include "asymmetric_fence.h"
 #include "kernel_call.h"
 #include "scheduler_core.h"
@@ -388,7 +389,7 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     if (found == nullptr) continue;
     Watch& watch = *found;
     Worker& worker = core_.worker(i);
-    if (!watch.holding_up || !worker.has_work_to_hand_off()) continue;
+    if (!watch.holding_up || !worker.has_work_to_hand_off(watch.in_kernel)) continue;
     if (watch.in_kernel) held_up_work = true;
     // The global queue is a hand-off only if some thread will take from
     // it: an idle worker (woken below), a spare about to start, or a
@@ -411,7 +412,7 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
       if (takers == 0) continue;
       --takers;
     }
-    if (worker.hand_off_queued(scratch_) != 0) acted = true;
+    if (worker.hand_off_queued(scratch_, watch.in_kernel) != 0) acted = true;
     // For what moved, and for what thieves may now take (its spawns, which
     // stay): at every look while they wait, since a thief that searched
     // before the worker was marked stuck went back to sleep without them.
@@ -511,7 +512,7 @@ void Sysmon::report_stuck(Worker& worker, Watch& watch, Clock::time_point now) {
   try {
     config.on_stuck_worker(report);
   } catch (...) {
-    std::fprintf(stderr, "weft: the on_stuck_worker handler of scheduler \"%s\" threw\n", config.name.c_str());
+    log_message(LogLevel::fatal, "weft: the on_stuck_worker handler of scheduler \"%s\" threw", config.name.c_str());
     std::terminate();
   }
 }

@@ -140,11 +140,17 @@ void Worker::flush_to_global() noexcept {
 }
 
 std::uint32_t Worker::queue_length() const noexcept {
-  return run_queue_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1) + inbox_length();
+  return run_queue_.size() + static_cast<std::uint32_t>(spawned_.size()) + (next_.empty() ? 0 : 1) + in_inbox();
+}
+
+std::uint32_t Worker::in_inbox() const noexcept {
+  const std::int32_t n = inbox_count_.load(std::memory_order_relaxed);  // may dip below 0 for a moment
+  return n > 0 ? static_cast<std::uint32_t>(n) : 0;
 }
 
 std::uint32_t Worker::inbox_length() const noexcept {
-  const std::int32_t n = inbox_count_.load(std::memory_order_relaxed);  // may dip below 0 for a moment
+  const std::int32_t n =
+      inbox_count_.load(std::memory_order_relaxed) - placed_in_inbox_.load(std::memory_order_relaxed);
   return n > 0 ? static_cast<std::uint32_t>(n) : 0;
 }
 
@@ -155,7 +161,7 @@ std::uint32_t Worker::pinned_count() const noexcept {
 
 bool Worker::has_stealable_work() const noexcept { return run_queue_.size() != 0 || spawned_.stealable(stuck()); }
 
-std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept {
+std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch, bool blocked) noexcept {
   std::size_t moved = 0;
   // The next slot never holds a pinned fiber (ready() sends those to the
   // inbox, which stays here).
@@ -174,6 +180,24 @@ std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept {
     while (FiberControl* fiber = owner.pop().fiber()) batch[n++] = fiber;
     core_.push_global_bulk(batch, n);
     moved += n;
+  }
+  // Fibers a peer placed in the inbox have not started either, so they may
+  // run anywhere: off a blocked thread they go too. The inbox's pinned
+  // fibers stay.
+  if (blocked && placed_in_inbox_.load(std::memory_order_relaxed) > 0) {
+    FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);  // as release_hook_pinned
+    while (stack != nullptr) {
+      FiberControl* fiber = stack;
+      stack = fiber->link;
+      inbox_count_.fetch_sub(1, std::memory_order_relaxed);
+      if (!not_pinned(fiber)) {
+        push_inbox(fiber);
+        continue;
+      }
+      placed_in_inbox_.fetch_sub(1, std::memory_order_relaxed);
+      core_.push_global(fiber);
+      ++moved;
+    }
   }
   // Spawned fibers that have not started stay: idle thieves take them, the
   // newest included while the worker is marked stuck, and run each at once,
@@ -579,6 +603,7 @@ FiberControl* Worker::steal() {
     // A held spawn is left to its worker (its spawner still runs there),
     // unless that one is stuck.
     if (FiberControl* fiber = victim.spawned_.steal(victim.stuck())) {
+      if (placed_elsewhere(fiber)) continue;
       bump(counters_.steals);
       if (tracing()) [[unlikely]]
         trace_steal(fiber->id, victim.index());
@@ -675,6 +700,7 @@ FiberControl* Worker::pick_queued() {
     inbox_fifo_ = fiber->link;
     fiber->link = nullptr;
     inbox_count_.fetch_sub(1, std::memory_order_relaxed);
+    if (not_pinned(fiber)) placed_in_inbox_.fetch_sub(1, std::memory_order_relaxed);
     return fiber;
   }
   if (FiberControl* fiber = run_queue_.owner().pop().fiber()) {
@@ -682,11 +708,53 @@ FiberControl* Worker::pick_queued() {
       bump(fiber->counters.steal_fail, pinned_steal_fails_.exchange(0, std::memory_order_relaxed));
     return fiber;
   }
-  if (FiberControl* fiber = spawned_.pop()) return fiber;
+  while (FiberControl* fiber = spawned_.pop()) {
+    if (!placed_elsewhere(fiber)) return fiber;
+  }
   if (!core_.global_empty()) {
     if (FiberControl* fiber = pick_global()) return fiber;
   }
   return steal();
+}
+
+// Where a fiber starts. A fiber that has never run may start on any
+// worker, but where it starts is usually where it stays: once it parks in a
+// hooked call it is pinned to that worker's thread until the call returns
+// (the caller's cached &errno; hooks/hook_support.h), and a fiber that
+// lives in hooked calls, as a connection's does, is never anywhere else.
+// Left to who takes it first, a burst of spawns (a server accepting its
+// connections) all started on the worker that was on a CPU at the time:
+// under CPU load, an idle peer asleep in epoll_wait was woken too late to
+// steal any, and all 500 connections of an echo server stayed on one
+// worker, up to 472 of them runnable, while the other ran nothing
+// (tests/placement_test.cpp, docs/benchmarks.md, "Echo beside CPU
+// burners"). So a worker about to start a fresh fiber, if it holds more
+// fibers than the lightest peer that can take one by more than the slack,
+// places the fiber in that peer's inbox and wakes it. "Holds" counts the
+// fibers pinned to a worker and those in its inbox (home_load), so that a
+// burst is split evenly however late the peer wakes. A peer in an
+// announced blocking call is passed over; one blocked in the kernel
+// otherwise has its placed fibers handed off by sysmon (hand_off_queued).
+// One that runs a long fiber is not passed over: it runs them at its next
+// switch, while passing it over gave a long-running acceptor's spawns all
+// to its idle peer. Spares neither place nor receive: they retire.
+bool Worker::place_on_lighter_peer(FiberControl* fresh, std::uint32_t mine) noexcept {
+  Worker* lightest = nullptr;
+  std::uint32_t least = mine;
+  for (unsigned i = 0, workers = core_.config().workers; i < workers; ++i) {
+    Worker& peer = core_.worker(i);
+    if (&peer == this || (peer.blocking_call() & 1) != 0 || peer.state() == WorkerState::stopped) continue;
+    const std::uint32_t load = peer.home_load();
+    if (load < least) {
+      least = load;
+      lightest = &peer;
+    }
+  }
+  if (lightest == nullptr || mine <= least + kPlacementSlack + least / 8) return false;
+  // Counted first: the peer's pick may take the fiber at once.
+  lightest->placed_in_inbox_.fetch_add(1, std::memory_order_relaxed);
+  lightest->push_inbox(fresh);
+  return true;
 }
 
 bool Worker::work_visible() const noexcept {

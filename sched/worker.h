@@ -97,8 +97,12 @@ class Worker {
   void count_pin(int delta) noexcept { pinned_here_.fetch_add(delta, std::memory_order_relaxed); }
 
   // --- any thread -------------------------------------------------------
-  // Hands a pinned fiber to this worker, the only one allowed to run it.
+  // Hands a pinned fiber to this worker, the only one allowed to run it, or
+  // a fiber that has not run yet placed here (placed_elsewhere).
   void push_inbox(FiberControl* fiber) noexcept;
+  // What placement weighs (worker.cpp, "Where a fiber starts"): the fibers
+  // pinned here and those waiting in the inbox, which only this worker runs.
+  std::uint32_t home_load() const noexcept { return pinned_count() + in_inbox(); }
   IdleSlot& idle_slot() noexcept { return idle_slot_; }
 
   // --- sysmon (sched/sysmon.h) ------------------------------------------
@@ -127,18 +131,24 @@ class Worker {
   // spawns but one held for this worker (all of them while it is stuck).
   // The next slot is not stealable (only sysmon's hand-off seizes it).
   bool has_stealable_work() const noexcept;
-  // What sysmon's hand-off would move, or let thieves take.
-  bool has_work_to_hand_off() const noexcept { return !next_.empty() || has_stealable_work(); }
+  // What sysmon's hand-off would move, or let thieves take; `blocked`: the
+  // worker's thread is blocked in the kernel (see hand_off_queued).
+  bool has_work_to_hand_off(bool blocked) const noexcept {
+    return !next_.empty() || has_stealable_work() || (blocked && placed_in_inbox_.load(std::memory_order_relaxed) > 0);
+  }
   // Set while one fiber has run longer than the hand-off delay: thieves
   // then take even the newest spawned fiber.
   void set_stuck(bool stuck) noexcept {
     if (stuck_.load(std::memory_order_relaxed) != stuck) stuck_.store(stuck, std::memory_order_relaxed);
   }
   bool stuck() const noexcept { return stuck_.load(std::memory_order_relaxed); }
-  // Moves the next slot and the run queue's unpinned prefix to the global queue,
-  // through `scratch` (an empty queue of sysmon's own). Any thread; returns
-  // how many fibers moved.
-  std::size_t hand_off_queued(RunQueue<RunQueueEntry>& scratch) noexcept;
+  // Moves the next slot and the run queue's unpinned prefix to the global
+  // queue, through `scratch` (an empty queue of sysmon's own), and, if
+  // `blocked` (its thread is blocked in the kernel), the fibers placed in
+  // its inbox. A worker that burns CPU in one fiber keeps those: it runs
+  // them at its next switch, a time slice away at most when that fiber
+  // reaches a checkpoint. Any thread; returns how many fibers moved.
+  std::size_t hand_off_queued(RunQueue<RunQueueEntry>& scratch, bool blocked) noexcept;
   // For a worker whose thread is blocked in the kernel: the fibers in its
   // inbox and its run queue that only a libc hook pins here (parked, or
   // preempted at the hook's checkpoint) go to the global queue, their pins
@@ -184,8 +194,11 @@ class Worker {
   const OsThread& os_thread() const noexcept { return os_thread_; }
   // Fibers waiting to run here: ring, next slot, spawns and inbox.
   std::uint32_t queue_length() const noexcept;
-  // Of those, the pinned fibers in the inbox, which only this worker may run.
+  // Of those, the pinned fibers in the inbox, which only this worker may
+  // run (the inbox also holds fibers placed here before their first run).
   std::uint32_t inbox_length() const noexcept;
+  // Every fiber in the inbox.
+  std::uint32_t in_inbox() const noexcept;
   // Fibers pinned to this worker, in any state (this_fiber::pin, the hooks).
   std::uint32_t pinned_count() const noexcept;
   const WorkerCounters& counters() const noexcept { return counters_; }
@@ -237,6 +250,17 @@ class Worker {
   void spill_half_of_spawns();
   // Whether a fiber waits in this worker's run queue, spawn deque or inbox.
   bool has_local_waiting() const noexcept;
+  // `fresh`, a fiber that has never run, is about to start here: true if it
+  // went to a peer that holds markedly fewer fibers instead (worker.cpp,
+  // "Where a fiber starts"). Two loads when this worker holds few.
+  bool placed_elsewhere(FiberControl* fresh) noexcept {
+    const std::uint32_t mine = home_load();
+    return !spare_ && mine > kPlacementSlack && place_on_lighter_peer(fresh, mine);
+  }
+  bool place_on_lighter_peer(FiberControl* fresh, std::uint32_t mine) noexcept;
+  // The imbalance placement tolerates, in fibers, beside an eighth of the
+  // lighter worker's load.
+  static constexpr std::uint32_t kPlacementSlack = 8;
   FiberControl* steal();
   // Whether a fiber waits in the global queue or in any worker's queues
   // (this one's included): sched/idle.h's rules 2 and 3.
@@ -291,8 +315,9 @@ class Worker {
   // them (start_or_pick_again), linked through FiberControl::link.
   FiberControl* unstarted_ = nullptr;
   unsigned next_streak_ = 0;                          // consecutive runs from next_
-  std::atomic<FiberControl*> inbox_{nullptr};         // pinned fibers (LIFO stack)
+  std::atomic<FiberControl*> inbox_{nullptr};         // pinned and placed fibers (LIFO stack)
   std::atomic<std::int32_t> inbox_count_{0};          // in inbox_ and inbox_fifo_, for the dump
+  std::atomic<std::int32_t> placed_in_inbox_{0};      // of those, unpinned: placed here by a peer
   bool preempting_ = false;                           // preempt_current's switch, for a trace
   FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head

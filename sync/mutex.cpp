@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "../runtime/fiber_control.h"
+#include "../runtime/log.h"
 #include "../sched/current.h"
 #include "../sched/wait_owner.h"
 
@@ -40,8 +41,8 @@ std::uintptr_t caller_identity() noexcept {
 [[noreturn]] void report_bad_unlock(const Mutex* mutex, bool locked) noexcept {
   char caller[96];
   detail::describe_caller(caller, sizeof caller);
-  std::fprintf(stderr, "weft: weft::Mutex@%p unlocked by %s, %s\n", static_cast<const void*>(mutex), caller,
-               locked ? "which does not own it" : "but it was not locked");
+  detail::log_message(LogLevel::fatal, "weft: weft::Mutex@%p unlocked by %s, %s", static_cast<const void*>(mutex),
+                      caller, locked ? "which does not own it" : "but it was not locked");
   std::abort();
 }
 

@@ -15,26 +15,37 @@
 namespace weft {
 namespace {
 
-TEST(GlobMatch, StarAndQuestionMark) {
-  EXPECT_TRUE(glob_match("rpc-*", "rpc-handler"));
-  EXPECT_TRUE(glob_match("rpc-*", "rpc-"));
-  EXPECT_FALSE(glob_match("rpc-*", "rpc"));
-  EXPECT_FALSE(glob_match("rpc-*", "xrpc-1"));
-  EXPECT_TRUE(glob_match("db?", "db1"));
-  EXPECT_FALSE(glob_match("db?", "db"));
-  EXPECT_FALSE(glob_match("db?", "db12"));
-  EXPECT_TRUE(glob_match("*Handler*", "DubboServerHandler-3"));
-  EXPECT_FALSE(glob_match("*Handler*", "DubboServerhandler-3"));  // case matters, as in Wisp
-  EXPECT_TRUE(glob_match("a*b*c", "a-x-b-y-b-c"));
-  EXPECT_FALSE(glob_match("a*b*c", "a-x-b-y-b-"));
-  EXPECT_TRUE(glob_match("*", ""));
-  EXPECT_TRUE(glob_match("", ""));
-  EXPECT_FALSE(glob_match("", "x"));
-  EXPECT_TRUE(glob_match("exact", "exact"));
-  EXPECT_FALSE(glob_match("exact", "exactly"));
-  EXPECT_TRUE(glob_match("**?", "a"));
+// One `name:<glob>` entry's verdict on `text`.
+bool glob_lists(const std::string& glob, std::string_view text) { return FiberList::parse("name:" + glob).lists(text); }
+
+TEST(FiberList, GlobsAreFnmatchPatterns) {
+  EXPECT_TRUE(glob_lists("rpc-*", "rpc-handler"));
+  EXPECT_TRUE(glob_lists("rpc-*", "rpc-"));
+  EXPECT_FALSE(glob_lists("rpc-*", "rpc"));
+  EXPECT_FALSE(glob_lists("rpc-*", "xrpc-1"));
+  EXPECT_TRUE(glob_lists("db?", "db1"));
+  EXPECT_FALSE(glob_lists("db?", "db"));
+  EXPECT_FALSE(glob_lists("db?", "db12"));
+  EXPECT_TRUE(glob_lists("*Handler*", "DubboServerHandler-3"));
+  EXPECT_FALSE(glob_lists("*Handler*", "DubboServerhandler-3"));  // case matters, as in Wisp
+  EXPECT_TRUE(glob_lists("a*b*c", "a-x-b-y-b-c"));
+  EXPECT_FALSE(glob_lists("a*b*c", "a-x-b-y-b-"));
+  EXPECT_TRUE(glob_lists("*", ""));
+  EXPECT_TRUE(glob_lists("exact", "exact"));
+  EXPECT_FALSE(glob_lists("exact", "exactly"));
+  EXPECT_TRUE(glob_lists("**?", "a"));
+  // Names are not paths: `*` and `?` take '/' and a leading '.'.
+  EXPECT_TRUE(glob_lists("rpc*", "rpc/eu-1"));
+  EXPECT_TRUE(glob_lists("?hidden", ".hidden"));
+  // Sets, ranges, negation and escapes, as fnmatch(3) reads them.
+  EXPECT_TRUE(glob_lists("db[12]", "db2"));
+  EXPECT_FALSE(glob_lists("db[12]", "db3"));
+  EXPECT_TRUE(glob_lists("worker-[0-9]", "worker-7"));
+  EXPECT_FALSE(glob_lists("worker-[!0-9]", "worker-7"));
+  EXPECT_TRUE(glob_lists("a\\*", "a*"));
+  EXPECT_FALSE(glob_lists("a\\*", "ab"));
   // No exponential backtracking: this returns at once.
-  EXPECT_FALSE(glob_match("*a*a*a*a*a*a*a*a*a*b", std::string(200, 'a')));
+  EXPECT_FALSE(glob_lists("*a*a*a*a*a*a*a*a*a*b", std::string(200, 'a')));
 }
 
 TEST(FiberList, ParsesWispStyleEntries) {

@@ -38,7 +38,7 @@
 #include <tuple>
 #include <vector>
 
-#include "io/real_calls.h"
+#include "libc.h"
 #include "test_support.h"
 #include "ticker.h"
 
@@ -78,7 +78,7 @@ std::pair<int, int> socket_pair(Fds& owner, int flags = 0) {
 }
 
 // The set-up and upkeep of a loop (filling what a read takes, draining what
-// a write leaves) go to libc's functions behind the hooks (io/real_calls.h):
+// a write leaves) go to libc's functions behind the hooks (libc.h):
 // only the call under test may be a checkpoint.
 
 // Refills `fd` with a block of 'x' whenever the reader has taken it all:
@@ -86,7 +86,8 @@ std::pair<int, int> socket_pair(Fds& owner, int flags = 0) {
 constexpr std::size_t kBlock = 32 * 1024;
 void refill(int fd) {
   static const std::string block(kBlock, 'x');
-  if (detail::real::write()(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size())) fail("refill");
+  static const auto real_write = test::libc_function<decltype(::write)>("write");
+  if (real_write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size())) fail("refill");
 }
 
 // Takes what the writer has sent, so that its next writes have room: a
@@ -95,7 +96,8 @@ void refill(int fd) {
 constexpr int kDrainEvery = 32;
 void drain(int fd) {
   char sink[4096];
-  while (detail::real::recv()(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+  static const auto real_recv = test::libc_function<decltype(::recv)>("recv");
+  while (real_recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
   }
 }
 

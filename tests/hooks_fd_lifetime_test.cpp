@@ -6,7 +6,9 @@
 // keep the other fiber from running, and the test fails by its bound (an
 // SO_RCVTIMEO), never by a hang.
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +24,8 @@
 #include <vector>
 
 #include "hooks_test_support.h"
+
+extern char** environ;
 
 namespace weft {
 namespace {
@@ -51,6 +55,18 @@ void read_banner_parked(Scheduler& sched, const int fds[2]) {
   ASSERT_EQ(write(fds[1], "220 weft\r\n", 10), 10);
   reader.join();
   EXPECT_EQ(banner, "220 weft\r\n");
+}
+
+// A fiber of `sched` that reads one byte of `fd`, its result in `got` and
+// its errno in `error`, once it is parked on `fd`.
+Fiber parked_read(Scheduler& sched, int fd, ssize_t& got, int& error) {
+  Fiber reader = sched.spawn([fd, &got, &error] {
+    char c;
+    got = read(fd, &c, 1);
+    error = errno;
+  });
+  EXPECT_TRUE(io_waiters_reach(sched, 1));
+  return reader;
 }
 
 // A way of closing that does not go through close(2)'s hook. `place`
@@ -102,12 +118,7 @@ TEST(HooksFdLifetime, EveryWayOfClosingWakesAParkedReaderWithEbadf) {
     set_receive_timeout(pair[0], 10s);
     ssize_t got = -2;
     int error = 0;
-    Fiber reader = sched.spawn([&] {
-      char c;
-      got = read(pair[0], &c, 1);
-      error = errno;
-    });
-    ASSERT_TRUE(io_waiters_reach(sched, 1));
+    Fiber reader = parked_read(sched, pair[0], got, error);
     sched.spawn([&] { closer.close_fd(pair[0]); }).join();
     reader.join();
     EXPECT_EQ(got, -1) << closer.name;
@@ -141,12 +152,7 @@ TEST(HooksFdLifetime, ANewFdWithTheNumberOfOneClosedBehindCloseIsWoken) {
       GTEST_SKIP() << "the new socket did not get fd " << number;
     }
     set_receive_timeout(second[0], 10s);
-    Fiber reader = sched.spawn([&] {
-      char c;
-      got = read(second[0], &c, 1);
-      error = errno;
-    });
-    ASSERT_TRUE(io_waiters_reach(sched, 1));
+    Fiber reader = parked_read(sched, second[0], got, error);
     ASSERT_EQ(write(second[1], "2", 1), 1);
     reader.join();
     EXPECT_EQ(got, 1) << closer.name << ": " << std::strerror(error);
@@ -197,6 +203,57 @@ TEST(HooksFdLifetime, ATimeoutSetThroughADupEndsAReadOnTheOriginal) {
   close(copy);
   close(pair[0]);
   close(pair[1]);
+}
+
+// A child process that closes its copy of an fd a fiber of the parent is
+// parked on: by a posix_spawn close action, by exec (close-on-exec) after
+// posix_spawn, and by exec after fork. The child's copy is gone, the
+// parent's is not: its fiber still wakes for the data, as a thread's read
+// would, and the registration in the parent's poller is left alone (issue
+// 27, item 4).
+TEST(HooksFdLifetime, AChildClosingItsCopyLeavesTheParentsWaitAlone) {
+  struct Way {
+    const char* name;
+    int socket_flags;  // SOCK_CLOEXEC: the child's exec closes it
+    bool close_action;
+    bool by_fork;
+  };
+  char true_path[] = "/bin/true";
+  char* const argv[] = {true_path, nullptr};
+  for (const Way& way :
+       {Way{"posix_spawn close action", 0, true, false}, Way{"posix_spawn, close-on-exec", SOCK_CLOEXEC, false, false},
+        Way{"fork and exec, close-on-exec", SOCK_CLOEXEC, false, true}}) {
+    Scheduler sched = one_worker();
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | way.socket_flags, 0, pair), 0);
+    set_receive_timeout(pair[0], 10s);
+    ssize_t got = -2;
+    int error = 0;
+    Fiber reader = parked_read(sched, pair[0], got, error);
+    pid_t child = -1;
+    if (way.by_fork) {
+      child = fork();
+      ASSERT_GE(child, 0);
+      if (child == 0) {
+        execve(true_path, argv, environ);
+        _exit(127);
+      }
+    } else {
+      posix_spawn_file_actions_t actions;
+      posix_spawn_file_actions_init(&actions);
+      if (way.close_action) posix_spawn_file_actions_addclose(&actions, pair[0]);
+      ASSERT_EQ(posix_spawn(&child, true_path, &actions, nullptr, argv, environ), 0);
+      posix_spawn_file_actions_destroy(&actions);
+    }
+    int status = -1;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << way.name;
+    ASSERT_EQ(write(pair[1], "x", 1), 1);
+    reader.join();
+    EXPECT_EQ(got, 1) << way.name << ": " << std::strerror(error);
+    close(pair[0]);
+    close(pair[1]);
+  }
 }
 
 }  // namespace

@@ -25,25 +25,19 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT_UNDER_TSAN 1
-#endif
+// AddressSanitizer's allocator is not fork-safe before LLVM 18
+// (llvm/llvm-project#75290 added its pthread_atfork handler; GCC's
+// libasan up to 14 predates it): a child that allocates hangs for ever
+// when another thread of the parent was inside ASan's allocator at the
+// fork, holding one of its size-class locks. These children must
+// allocate (they make a scheduler).
+#if defined(WEFT_UNDER_ASAN) && ((defined(__clang__) && __clang_major__ < 18) || (!defined(__clang__) && __GNUC__ < 15))
+#define WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE 1
 #endif
 
 // ThreadSanitizer refuses threads in the child of a multi-threaded fork
 // ("starting new threads after multi-threaded fork is not supported"), and
 // these children make schedulers.
-#if defined(__SANITIZE_ADDRESS__)
-#define WEFT_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WEFT_UNDER_ASAN 1
-#endif
-#endif
-
 #ifdef WEFT_UNDER_TSAN
 #define SKIP_UNDER_TSAN() GTEST_SKIP() << "ThreadSanitizer does not support threads in a multi-threaded fork's child"
 #else
@@ -132,12 +126,12 @@ TEST(HooksFork, AChildsCloseDoesNotUnregisterTheParentsFd) {
 // item 2).
 TEST(HooksFork, ForksWhileOtherThreadsHoldTheHooksLocksLeaveNoChildHung) {
   SKIP_UNDER_TSAN();
-#ifdef WEFT_UNDER_ASAN
-  // Under GCC 12's AddressSanitizer 1 child in 40 still hung, where the
-  // release build hangs none in 6 runs of 40: most likely the sanitizer's
-  // own allocator, which that version does not lock across fork (not
-  // proven). Kept off there until that is found.
-  GTEST_SKIP() << "1 child in 40 hangs under GCC 12's AddressSanitizer (its allocator across fork, not proven)";
+#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
+  // Seen: 1 child in 40 hung in SizeClassAllocator64::GetFromAllocator's
+  // mutex, in its Scheduler's first new[] (gdb), the maker thread's
+  // allocations racing the fork; never in weft's own locks.
+  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
+                  "child that allocates can hang in it";
 #endif
   int pair[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "hooks_test_support.h"
-#include "io/real_calls.h"
+#include "libc.h"
 #include "socket_pair.h"
 
 namespace weft {
@@ -610,7 +610,7 @@ TEST(HooksPoll, AWokenPollReportsTheKernelsRevents) {
       ASSERT_EQ(write(pair.b(), "x", 1), 1);
     poller.join();
     pollfd kernel[2] = {fds[0], fds[1]};
-    ASSERT_EQ(detail::real::poll()(kernel, 2, 0), 1);
+    ASSERT_EQ(test::libc_function<decltype(::poll)>("poll")(kernel, 2, 0), 1);
     EXPECT_EQ(ready, 1) << "hang_up " << hang_up;
     EXPECT_EQ(one[0].revents, kernel[0].revents) << "hang_up " << hang_up;
     EXPECT_EQ(one[1].revents, 0);
@@ -859,7 +859,7 @@ TEST(HooksPipe, ALargePipeWriteParksAfterAPartialWrite) {
     if (finished.load()) return;
     std::vector<char> sink(1 << 16);
     for (;;) {  // ends at EOF: the writer closes its end once its write returns
-      const ssize_t n = weft::detail::real::read()(fds[0], sink.data(), sink.size());
+      const ssize_t n = test::libc_function<decltype(::read)>("read")(fds[0], sink.data(), sink.size());
       if (n <= 0) break;
       drained_by_watchdog += std::size_t(n);
     }

@@ -23,7 +23,7 @@
 #include <string>
 #include <thread>
 
-#include "io/real_calls.h"
+#include "hooks/real_calls.h"
 #include "test_support.h"
 
 extern char** environ;

@@ -10,35 +10,15 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
-namespace {
-
-long parse_rounds(int argc, char** argv) {
-  long rounds = 1'000'000;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const char* value = nullptr;
-    if (arg == "--rounds" && i + 1 < argc)
-      value = argv[++i];
-    else if (arg.rfind("--rounds=", 0) == 0)
-      value = argv[i] + std::strlen("--rounds=");
-    char* end = nullptr;
-    if (value != nullptr) rounds = std::strtol(value, &end, 10);
-    if (value == nullptr || *end != '\0' || rounds < 1) {
-      std::fprintf(stderr, "usage: pingpong_boost_fiber [--rounds N >= 1]\n");
-      std::exit(2);
-    }
-  }
-  return rounds;
-}
-
-}  // namespace
+#include "../cli.h"
 
 int main(int argc, char** argv) {
-  const long rounds = parse_rounds(argc, argv);
+  long rounds = 1'000'000;
+  CLI::App app{"pingpong_boost_fiber: Boost.Fiber's PingPong through two unbuffered channels; ns per round trip",
+               "pingpong_boost_fiber"};
+  weft::bench::add_count(app, "--rounds", rounds, 1L, 1'000'000'000'000L, "round trips");
+  weft::bench::parse(app, argc, argv);
   boost::fibers::unbuffered_channel<std::uint8_t> ping, pong;
   boost::fibers::fiber echo([&] {
     for (long i = 0; i < rounds; ++i) pong.push(ping.value_pop());

@@ -12,11 +12,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 #include <thread>
 #include <vector>
+
+#include "../cli.h"
 
 namespace {
 
@@ -36,29 +35,14 @@ void skynet(Channel& out, std::uint64_t num, std::uint64_t size) {
   out.push(sum);
 }
 
-unsigned parse_threads(int argc, char** argv) {
-  long threads = 2;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const char* value = nullptr;
-    if (arg == "--threads" && i + 1 < argc)
-      value = argv[++i];
-    else if (arg.rfind("--threads=", 0) == 0)
-      value = argv[i] + std::strlen("--threads=");
-    char* end = nullptr;
-    if (value != nullptr) threads = std::strtol(value, &end, 10);
-    if (value == nullptr || *end != '\0' || threads < 1 || threads > 1024) {
-      std::fprintf(stderr, "usage: skynet_boost_fiber [--threads N (1-1024)]\n");
-      std::exit(2);
-    }
-  }
-  return static_cast<unsigned>(threads);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const unsigned threads = parse_threads(argc, argv);
+  unsigned threads = 2;
+  CLI::App app{"skynet_boost_fiber: Boost.Fiber's skynet, 1,111,111 fibers on work-stealing threads",
+               "skynet_boost_fiber"};
+  weft::bench::add_count(app, "--threads", threads, 1u, 1024u, "threads, main included");
+  weft::bench::parse(app, argc, argv);
   constexpr std::uint64_t kLeaves = 1'000'000;
   constexpr std::uint64_t kExpected = kLeaves * (kLeaves - 1) / 2;
   // Every thread that takes part, main included, installs the scheduler;

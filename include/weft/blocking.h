@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
@@ -31,7 +32,7 @@ namespace detail {
 // Runs call(arg) on a helper thread of the calling fiber's scheduler and
 // parks the fiber until it has returned (io/blocking_pool.h); on a plain
 // thread, calls it right here. `call` must not throw.
-void run_blocking(void (*call)(void*), void* arg);
+WEFT_API void run_blocking(void (*call)(void*), void* arg);
 
 // What fn returned or threw, carried back from the helper thread.
 template <class R>

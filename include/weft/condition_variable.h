@@ -18,11 +18,12 @@
 #include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 #include "mutex.h"
 
 namespace weft {
 
-class ConditionVariable {
+class WEFT_API ConditionVariable {
  public:
   ConditionVariable() = default;
   ConditionVariable(const ConditionVariable&) = delete;

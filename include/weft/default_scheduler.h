@@ -21,6 +21,7 @@
 #pragma once
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 #include "scheduler.h"
 
 namespace weft {
@@ -28,6 +29,6 @@ namespace weft {
 // Starts it on the first call (thread-safe). Throws std::invalid_argument
 // naming the variable if WEFT_WORKERS is set but is not a whole number from
 // 1 to 1024, or WEFT_MAX_BLOCKING_THREADS one from 1 to 65536.
-Scheduler& default_scheduler();
+WEFT_API Scheduler& default_scheduler();
 
 }  // namespace weft

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 #include "snapshot.h"
 
 namespace weft {
@@ -21,7 +22,7 @@ struct FiberControl;
 struct FiberAccess;
 }  // namespace detail
 
-class Fiber {
+class WEFT_API Fiber {
  public:
   Fiber() noexcept = default;
   Fiber(Fiber&& other) noexcept : control_(other.control_), id_(other.id_), joinable_(other.joinable_) {

@@ -4,12 +4,12 @@
 //
 //   WEFT_FIBERS='name:rpc-*;name:DubboServerHandler*' ./server
 //
-// Entries are separated by ';' and each is `name:<glob>`, where `*` matches
-// any run of characters and `?` exactly one; `*` alone (or `name:*`) lists
-// every name. Blanks around entries are ignored, and so are empty entries.
-// A weft::Pool or weft::Thread whose name is listed runs on fibers; every
-// other one runs on plain threads, so an unset or empty WEFT_FIBERS turns
-// fibers off (docs/pools.md).
+// Entries are separated by ';' and each is `name:<glob>`, a fnmatch(3)
+// pattern: `*` matches any run of characters, `?` exactly one, `[ab]` and
+// `[a-z]` one of a set (`[!ab]` one outside it), and `\` makes the next
+// character literal; `*` alone (or `name:*`) lists every name. Blanks around entries are ignored, and so are empty
+// entries. A weft::Pool or weft::Thread whose name is listed runs on fibers; every other one runs on plain threads, so
+// an unset or empty WEFT_FIBERS turns fibers off (docs/pools.md).
 //
 //   weft::FiberList list = weft::FiberList::parse("name:rpc-*");
 //   list.lists("rpc-handler");  // true
@@ -21,10 +21,11 @@
 #include <vector>
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
-class FiberList {
+class WEFT_API FiberList {
  public:
   // The empty list: nothing runs on fibers.
   FiberList() = default;
@@ -48,10 +49,6 @@ class FiberList {
   std::vector<std::string> globs_;
 };
 
-// `*` matches any run of characters (also none), `?` exactly one; every
-// other character only itself.
-bool glob_match(std::string_view glob, std::string_view text) noexcept;
-
 // How a weft::Pool or weft::Thread picks between fibers and plain threads.
 enum class RunMode {
   by_name,  // fibers if WEFT_FIBERS lists the name, else threads (the default)
@@ -61,6 +58,6 @@ enum class RunMode {
 
 // The decision for `name`: `mode` itself unless it is by_name, else
 // FiberList::from_environment().lists(name).
-bool runs_on_fibers(RunMode mode, std::string_view name);
+WEFT_API bool runs_on_fibers(RunMode mode, std::string_view name);
 
 }  // namespace weft

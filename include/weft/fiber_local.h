@@ -15,14 +15,15 @@
 #include <cstddef>
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
 namespace detail {
-std::size_t allocate_fiber_local_slot() noexcept;
+WEFT_API std::size_t allocate_fiber_local_slot() noexcept;
 // The calling fiber's value in `slot`, or null; throws off a fiber.
-void* fiber_local_get(std::size_t slot);
-void fiber_local_set(std::size_t slot, void* value, void (*destroy)(void*));
+WEFT_API void* fiber_local_get(std::size_t slot);
+WEFT_API void fiber_local_set(std::size_t slot, void* value, void (*destroy)(void*));
 }  // namespace detail
 
 template <class T>

@@ -24,16 +24,17 @@
 
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft::detail {
 // The entry of every overload below: true when ready, false at the deadline.
-bool wait_fd_until(int fd, bool writable, Clock::time_point deadline);
+WEFT_API bool wait_fd_until(int fd, bool writable, Clock::time_point deadline);
 }  // namespace weft::detail
 
 namespace weft::io {
 
-bool wait_readable(int fd);
-bool wait_writable(int fd);
+WEFT_API bool wait_readable(int fd);
+WEFT_API bool wait_writable(int fd);
 
 // A timeout of zero or less polls once; duration::max() never times out.
 template <class Rep, class Period>

@@ -14,10 +14,11 @@
 #include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
-class Latch {
+class WEFT_API Latch {
  public:
   explicit Latch(std::int64_t expected);
   Latch(const Latch&) = delete;

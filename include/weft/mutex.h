@@ -27,6 +27,7 @@
 #include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
@@ -34,7 +35,7 @@ namespace detail {
 struct MutexInspection;  // sync/mutex.cpp: who holds it, for weft-dump
 }
 
-class Mutex {
+class WEFT_API Mutex {
  public:
   Mutex() = default;
   Mutex(const Mutex&) = delete;

@@ -50,6 +50,7 @@
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
 #include "detail/task.h"
+#include "detail/visibility.h"
 #include "fiber_list.h"
 #include "future.h"
 #include "snapshot.h"
@@ -88,7 +89,7 @@ template <class T>
 concept LoopIndex = std::integral<T> && !std::same_as<std::remove_cv_t<T>, bool>;
 }  // namespace detail
 
-class Pool {
+class WEFT_API Pool {
  public:
   // Throws std::invalid_argument for an empty name or threads == 0 (and
   // for a malformed WEFT_FIBERS or WEFT_WORKERS, when it consults them).

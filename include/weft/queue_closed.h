@@ -4,10 +4,11 @@
 #include <stdexcept>
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
-class QueueClosed : public std::runtime_error {
+class WEFT_API QueueClosed : public std::runtime_error {
  public:
   QueueClosed() : std::runtime_error("weft::BlockingQueue is closed") {}
 };

@@ -27,6 +27,7 @@
 #include "config.h"
 #include "detail/fiber_body.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 #include "fiber.h"
 #include "snapshot.h"
 
@@ -37,11 +38,12 @@ struct SpawnOptions;
 namespace detail {
 class SchedulerCore;
 struct FiberControl;
-FiberControl* prepare_fiber(SchedulerCore& core, const SpawnOptions& options, std::size_t size, std::size_t align);
-void abandon_fiber(SchedulerCore& core, FiberControl* fiber) noexcept;
-void* fiber_callable(FiberControl* fiber) noexcept;
-Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, FiberBody body) noexcept;
-SchedulerCore& current_scheduler(const char* what);
+WEFT_API FiberControl* prepare_fiber(SchedulerCore& core, const SpawnOptions& options, std::size_t size,
+                                     std::size_t align);
+WEFT_API void abandon_fiber(SchedulerCore& core, FiberControl* fiber) noexcept;
+WEFT_API void* fiber_callable(FiberControl* fiber) noexcept;
+WEFT_API Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, FiberBody body) noexcept;
+WEFT_API SchedulerCore& current_scheduler(const char* what);
 }  // namespace detail
 
 struct SpawnOptions {
@@ -49,7 +51,7 @@ struct SpawnOptions {
   std::size_t stack_size = 0;  // usable bytes; 0: Config::stack_size
 };
 
-class Scheduler {
+class WEFT_API Scheduler {
  public:
   explicit Scheduler(Config config = Config{});
   ~Scheduler();

@@ -16,10 +16,11 @@
 #include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
-class Semaphore {
+class WEFT_API Semaphore {
  public:
   explicit Semaphore(std::uint64_t initial = 0) : permits_(initial) {}
   Semaphore(const Semaphore&) = delete;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
@@ -14,7 +15,7 @@ namespace weft {
 // join() rethrows this. Spawn throws it for a fiber that takes its stack at
 // spawn: one with a SpawnOptions::stack_size other than Config::stack_size,
 // or a callable larger than 64 bytes (docs/usage.md, "Errors").
-class StackError : public std::runtime_error {
+class WEFT_API StackError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -20,22 +20,23 @@
 
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft::detail {
 // Parks until the deadline even if it has passed meanwhile: sleep_for with
 // a positive duration always lets the worker's other fibers run, as Go's
 // time.Sleep does, however slow the machine was between the two clock reads.
-void sleep_parked_until(std::chrono::steady_clock::time_point deadline);
+WEFT_API void sleep_parked_until(std::chrono::steady_clock::time_point deadline);
 }  // namespace weft::detail
 
 namespace weft::this_fiber {
 
-bool is_fiber() noexcept;
+WEFT_API bool is_fiber() noexcept;
 // Lets the other runnable fibers of this worker run first.
-void yield();
+WEFT_API void yield();
 // Parks the fiber until the deadline; it never wakes earlier. A deadline
 // already past returns at once (a preemption point, no park).
-void sleep_until(std::chrono::steady_clock::time_point deadline);
+WEFT_API void sleep_until(std::chrono::steady_clock::time_point deadline);
 
 // Durations and deadlines of any Rep and Period, saturated (a sleep of
 // hours::max() sleeps for ever; detail::deadline_after).
@@ -50,9 +51,9 @@ void sleep_until(const std::chrono::time_point<Clock, Duration>& deadline) {
   sleep_until(detail::to_deadline(deadline));
 }
 
-std::uint64_t id() noexcept;
-std::string name();
-void set_name(std::string_view name);
+WEFT_API std::uint64_t id() noexcept;
+WEFT_API std::string name();
+WEFT_API void set_name(std::string_view name);
 // A preemption point: yields if sysmon asked this fiber to, because it has
 // run longer than Config::time_slice (docs/sysmon.md). Costs a load and a
 // branch when nothing is pending; every weft call that does not wait
@@ -62,7 +63,7 @@ inline void checkpoint() noexcept { detail::checkpoint(); }
 // Keeps the calling fiber on its current worker for the guard's lifetime:
 // it may still park and yield, but no other worker will run it (so that
 // thread_locals stay the same). Nests.
-class [[nodiscard]] PinGuard {
+class [[nodiscard]] WEFT_API PinGuard {
  public:
   PinGuard(PinGuard&& other) noexcept : fiber_(other.fiber_) { other.fiber_ = nullptr; }
   PinGuard(const PinGuard&) = delete;
@@ -76,6 +77,6 @@ class [[nodiscard]] PinGuard {
   void* fiber_;
 };
 
-[[nodiscard]] PinGuard pin();
+[[nodiscard]] WEFT_API PinGuard pin();
 
 }  // namespace weft::this_fiber

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 #include "fiber.h"
 #include "fiber_list.h"
 #include "scheduler.h"
@@ -40,14 +41,14 @@ struct ThreadOptions {
 namespace detail {
 // The scheduler a Thread of these options runs on, or null for a
 // std::thread. Throws std::invalid_argument for an empty name.
-Scheduler* thread_scheduler(const ThreadOptions& options);
-void name_this_thread(std::string_view name) noexcept;
+WEFT_API Scheduler* thread_scheduler(const ThreadOptions& options);
+WEFT_API void name_this_thread(std::string_view name) noexcept;
 // Runs `body` on the calling (new) thread, named `name` and listed for
 // weft-dump while it runs (pool/thread_registry.h).
-void run_listed_thread(std::string_view name, void (*body)(void*), void* context) noexcept;
+WEFT_API void run_listed_thread(std::string_view name, void (*body)(void*), void* context) noexcept;
 }  // namespace detail
 
-class Thread {
+class WEFT_API Thread {
  public:
   Thread() noexcept = default;
   template <class F, class... Args>

@@ -18,10 +18,11 @@
 #include "detail/misuse.h"
 #include "detail/park.h"
 #include "detail/require_cxx20.h"
+#include "detail/visibility.h"
 
 namespace weft {
 
-class WaitGroup {
+class WEFT_API WaitGroup {
  public:
   WaitGroup() = default;
   WaitGroup(const WaitGroup&) = delete;

@@ -22,6 +22,7 @@
 #include "future.h"
 #include "io.h"
 #include "latch.h"
+#include "log.h"
 #include "mutex.h"
 #include "pool.h"
 #include "queue_closed.h"

@@ -25,15 +25,16 @@
 #include <cstdint>
 
 #include "require_cxx20.h"
+#include "visibility.h"
 
 namespace weft::detail {
 
 // Workers with a preemption request outstanding, over the whole process.
 // Written only by Worker::request_preempt and the clearing of a request.
-extern std::atomic<std::uint32_t> pending_preempt_requests;
+WEFT_API extern std::atomic<std::uint32_t> pending_preempt_requests;
 
 // Yields if sysmon asked the fiber running on this thread to.
-void checkpoint_slow() noexcept;
+WEFT_API void checkpoint_slow() noexcept;
 
 inline void checkpoint() noexcept {
   if (pending_preempt_requests.load(std::memory_order_relaxed) != 0) [[unlikely]]

@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "spin_lock.h"
+#include "visibility.h"
 #include "wait_list.h"
 
 namespace weft::detail {
@@ -16,8 +17,9 @@ void describe_caller(char* out, std::size_t size) noexcept;
 // Aborts naming `kind`@`object`, the caller and who waits in `waiters`
 // (and `more`, when the primitive has a second list). Call with the
 // primitive's lock held, from its destructor, once a list is not empty.
-[[noreturn]] void abort_destroyed_while_waited_on(const char* kind, const void* object, const WaitList& waiters,
-                                                  const WaitList* more = nullptr) noexcept;
+[[noreturn]] WEFT_API void abort_destroyed_while_waited_on(const char* kind, const void* object,
+                                                           const WaitList& waiters,
+                                                           const WaitList* more = nullptr) noexcept;
 
 // The destructors' check: cheap (one lock, two loads) when nobody waits.
 inline void check_no_waiters(const char* kind, const void* object, SpinLock& lock, const WaitList& waiters,

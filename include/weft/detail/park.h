@@ -34,6 +34,7 @@
 #include "checkpoint.h"
 #include "require_cxx20.h"
 #include "spin_lock.h"
+#include "visibility.h"
 #include "wait_list.h"
 
 namespace weft::detail {
@@ -44,10 +45,11 @@ constexpr Clock::time_point no_deadline = Clock::time_point::max();
 
 // Blocks the calling fiber or thread; see the contract above. `lock` may be
 // null when no waker needs one (a plain sleep).
-WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline = no_deadline);
+WEFT_API WakeReason park(Waiter& waiter, SpinLock* lock, const WaitSite& site,
+                         Clock::time_point deadline = no_deadline);
 
 // Wakes a parked waiter. False if it had already timed out (or been woken).
-bool unpark(Waiter& waiter) noexcept;
+WEFT_API bool unpark(Waiter& waiter) noexcept;
 
 // Sleeps the calling fiber until `deadline` (a fiber only).
 void park_until(Clock::time_point deadline, const WaitSite& site);

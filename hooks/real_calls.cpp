@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../runtime/log.h"
+
 namespace weft::detail::real {
 namespace {
 
@@ -388,10 +390,13 @@ void* raw_syscall_fallback(const char* name) noexcept {
 void* resolved_or_fallback(const char* name, void* found) noexcept {
   if (found != nullptr) return found;
   if (void* fn = raw_syscall_fallback(name)) return fn;
-  std::fprintf(stderr,
-               "weft: cannot find the real %s() behind weft's hook: no later object and no libc.so.6 defines it "
-               "(a static link, or a runtime that hides it), and it is no system call weft could make directly\n",
-               name);
+  // Not through weft's log handler (runtime/log.h): a hook may run in a
+  // signal handler, or before main.
+  write_stderr("weft: cannot find the real ");
+  write_stderr(name);
+  write_stderr(
+      "() behind weft's hook: no later object and no libc.so.6 defines it (a static link, or a runtime "
+      "that hides it), and it is no system call weft could make directly\n");
   std::abort();
 }
 

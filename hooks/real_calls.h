@@ -24,6 +24,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -131,6 +132,13 @@ WEFT_REAL_CALL(timerfd_create, int(int, int))
 WEFT_REAL_CALL(signalfd, int(int, const sigset_t*, int))
 WEFT_REAL_CALL(inotify_init, int())
 WEFT_REAL_CALL(inotify_init1, int(int))
+WEFT_REAL_CALL(sigaction, int(int, const struct sigaction*, struct sigaction*))
+WEFT_REAL_CALL(signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(bsd_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(ssignal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(sysv_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(__sysv_signal, sighandler_t(int, sighandler_t))
+WEFT_REAL_CALL(sigset, sighandler_t(int, sighandler_t))
 // Child processes (hooks/hooks_processes.cpp, hooks/hooks_popen.cpp).
 WEFT_REAL_CALL(waitpid, pid_t(pid_t, int*, int))
 WEFT_REAL_CALL(wait4, pid_t(pid_t, int*, int, struct rusage*))
@@ -175,6 +183,11 @@ WEFT_REAL_CALL(msgrcv, ssize_t(int, void*, size_t, long, int))
 WEFT_REAL_CALL(msgsnd, int(int, const void*, size_t, int))
 WEFT_REAL_CALL(semop, int(int, struct sembuf*, size_t))
 WEFT_REAL_CALL(semtimedop, int(int, struct sembuf*, size_t, const timespec*))
+WEFT_REAL_CALL(posix_spawn, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                                char* const*, char* const*))
+WEFT_REAL_CALL(posix_spawnp, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
+                                 char* const*, char* const*))
+WEFT_REAL_CALL(posix_spawn_file_actions_adddup2, int(posix_spawn_file_actions_t*, int, int))
 
 #undef WEFT_REAL_CALL
 

@@ -1,0 +1,317 @@
+// Sockets whose open file description another process holds too (a
+// pre-fork server's listener, a socket passed to a spawned child): weft's
+// connect and accept must not set O_NONBLOCK on them even for one call,
+// since the other process sees the flag (hooks/description_sharing.h). The
+// other process is tests/shared_listener_child, spawned with the sockets
+// inherited; it is not linked with weft.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hooks/description_sharing.h"
+#include "hooks/fd_table.h"
+#include "hooks_test_support.h"
+
+extern char** environ;
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A child running shared_listener_child with `args`, which inherits every
+// fd not close-on-exec; its stdin and stdout are pipes of ours.
+struct Child {
+  pid_t pid = -1;
+  int in = -1;   // its stdin: closed to end a watch
+  int out = -1;  // its stdout
+
+  explicit Child(const std::vector<std::string>& args) {
+    int to_child[2];
+    int from_child[2];
+    EXPECT_EQ(pipe2(to_child, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(from_child, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
+    std::vector<char*> argv{const_cast<char*>(WEFT_SHARED_LISTENER_CHILD)};
+    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid, WEFT_SHARED_LISTENER_CHILD, &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    close(to_child[0]);
+    close(from_child[1]);
+    in = to_child[1];
+    out = from_child[0];
+  }
+
+  // Ends its stdin, reads what it printed, and reaps it (killed after 30 s).
+  std::string finish() {
+    close(in);
+    std::string printed;
+    char buffer[256];
+    for (ssize_t n; (n = read(out, buffer, sizeof(buffer))) > 0;) printed.append(buffer, std::size_t(n));
+    close(out);
+    const auto until = Clock::now() + 30s;
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (Clock::now() >= until) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        ADD_FAILURE() << "shared_listener_child did not end";
+        break;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    return printed;
+  }
+};
+
+// A blocking TCP listener on 127.0.0.1, inheritable (no SOCK_CLOEXEC).
+int listen_on_loopback(sockaddr_in& address) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(listener, 0);
+  address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(address);
+  EXPECT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), len), 0);
+  EXPECT_EQ(listen(listener, 1024), 0);
+  EXPECT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &len), 0);
+  return listener;
+}
+
+// Connects `count` times to `address` from a plain thread, closing each
+// connection at once (20 s at most).
+void connect_many(const sockaddr_in& address, int count) {
+  const auto until = Clock::now() + 20s;
+  for (int i = 0; i < count && Clock::now() < until; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0)
+      ADD_FAILURE() << "connect: " << std::strerror(errno);
+    close(fd);
+  }
+}
+
+// Fibers that accept on `listener` until it is shut down, counting the
+// connections and the EAGAINs (none is right: the listener is blocking and
+// has no SO_RCVTIMEO).
+struct FiberAcceptors {
+  std::atomic<long> accepted{0};
+  std::atomic<long> eagain{0};
+  std::vector<Fiber> fibers;
+
+  FiberAcceptors(Scheduler& sched, int listener, int count) {
+    for (int i = 0; i < count; ++i) {
+      fibers.push_back(sched.spawn([this, listener] {
+        for (;;) {
+          const int fd = accept(listener, nullptr, nullptr);
+          if (fd >= 0) {
+            accepted.fetch_add(1);
+            close(fd);
+          } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            eagain.fetch_add(1);
+          } else if (errno != EINTR && errno != ECONNABORTED) {
+            return;  // shut down
+          }
+        }
+      }));
+    }
+  }
+  void join() {
+    for (Fiber& fiber : fibers) fiber.join();
+  }
+};
+
+// A pre-fork server's shape: weft's fibers and another process accept on
+// one listener. Before, every accept attempt of a fiber set O_NONBLOCK on
+// the listener for a moment, and the other process's blocking accept
+// failed with EAGAIN when it met one (issue 27, item 10: 108 times in
+// 20,000 connections).
+TEST(HooksSharedFd, AnotherProcessAcceptingOnTheListenerSeesNoEagain) {
+  sockaddr_in address;
+  const int listener = listen_on_loopback(address);
+  Child child({"accept", std::to_string(listener)});
+  {
+    Scheduler sched(test::config_with(2));
+    FiberAcceptors acceptors(sched, listener, 4);
+    connect_many(address, int(test::scaled(4000)));
+    ASSERT_EQ(shutdown(listener, SHUT_RDWR), 0);
+    acceptors.join();
+    long accepted = -1;
+    long eagain = -1;
+    const std::string printed = child.finish();
+    ASSERT_EQ(std::sscanf(printed.c_str(), "accepted %ld eagain %ld", &accepted, &eagain), 2) << printed;
+    EXPECT_EQ(eagain, 0) << "the other process's blocking accept failed with EAGAIN (it accepted " << accepted
+                         << ", weft's fibers " << acceptors.accepted.load() << ")";
+    EXPECT_EQ(acceptors.eagain.load(), 0);
+    EXPECT_GT(accepted + acceptors.accepted.load(), 0);
+  }
+  close(listener);
+}
+
+// The other process only looks: it reads the status flags of a listener
+// and of client sockets it shares with this one, while weft's fibers accept
+// on the one and connect the others. It must never see O_NONBLOCK.
+TEST(HooksSharedFd, AnotherProcessNeverSeesOnoblockOnSharedSockets) {
+  sockaddr_in address;
+  const int listener = listen_on_loopback(address);
+  const int kClients = 64;
+  std::vector<int> clients;
+  std::vector<std::string> args{"watch", std::to_string(listener)};
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(socket(AF_INET, SOCK_STREAM, 0));  // inheritable, blocking
+    ASSERT_GE(clients.back(), 0);
+    args.push_back(std::to_string(clients.back()));
+  }
+  Child child(args);
+  long reads = -1;
+  long nonblock = -1;
+  {
+    Scheduler sched(test::config_with(2));
+    FiberAcceptors acceptors(sched, listener, 2);
+    std::vector<Fiber> connectors;
+    for (int fd : clients) {
+      connectors.push_back(sched.spawn([fd, &address] {
+        if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0)
+          ADD_FAILURE() << "connect: " << std::strerror(errno);
+      }));
+    }
+    for (Fiber& fiber : connectors) fiber.join();
+    connect_many(address, int(test::scaled(2000)));
+    ASSERT_EQ(shutdown(listener, SHUT_RDWR), 0);
+    acceptors.join();
+    const std::string printed = child.finish();
+    ASSERT_EQ(std::sscanf(printed.c_str(), "reads %ld nonblock %ld", &reads, &nonblock), 2) << printed;
+    EXPECT_EQ(acceptors.eagain.load(), 0);
+  }
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(nonblock, 0) << "the other process saw O_NONBLOCK in " << nonblock << " of " << reads << " reads";
+  for (int fd : clients) close(fd);
+  close(listener);
+}
+
+// On a listener another holder shares (here a dup: the copy's record does
+// not see a flip), accept still parks instead of blocking the worker: on
+// one worker without spares, the fiber that connects runs while the
+// acceptor waits. A blocking accept would hold the thread until the
+// listener's SO_RCVTIMEO (10 s), and then fail with EAGAIN.
+TEST(HooksSharedFd, AnAcceptOnASharedListenerStillParks) {
+  sockaddr_in address;
+  const int listener = listen_on_loopback(address);
+  const int copy = dup(listener);
+  ASSERT_FALSE(detail::description_private(*detail::fd_state(listener)));
+  timeval timeout{10, 0};
+  ASSERT_EQ(setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  Scheduler sched = test::one_worker();
+  int accepted = -1;
+  int error = 0;
+  Fiber acceptor = sched.spawn([&] {
+    accepted = accept(listener, nullptr, nullptr);
+    error = errno;
+  });
+  ASSERT_TRUE(test::io_waiters_reach(sched, 1));
+  int connected = -1;
+  sched
+      .spawn([&] {
+        const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        connected = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+        close(fd);
+      })
+      .join();
+  acceptor.join();
+  EXPECT_EQ(connected, 0);
+  EXPECT_GE(accepted, 0) << std::strerror(error);
+  if (accepted >= 0) close(accepted);
+  close(copy);
+  close(listener);
+}
+
+// What proves a description private (hooks/description_sharing.h), and
+// what takes the proof away.
+TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {
+  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
+  const int fresh = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_TRUE(is_private(fresh)) << "made here";
+
+  const int copy = dup(fresh);
+  EXPECT_FALSE(is_private(fresh)) << "duplicated";
+  EXPECT_FALSE(is_private(copy)) << "a duplicate";
+
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  const int sent = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_TRUE(is_private(sent));
+  char byte = 'x';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* header = CMSG_FIRSTHDR(&msg);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(header), &sent, sizeof(int));
+  ASSERT_EQ(sendmsg(pair[0], &msg, 0), 1);
+  EXPECT_FALSE(is_private(sent)) << "sent with SCM_RIGHTS";
+
+  // A spawned child keeps what is not close-on-exec.
+  const int inherited = socket(AF_INET, SOCK_STREAM, 0);
+  const int closed_on_exec = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int marked_later = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(fcntl(marked_later, F_SETFD, FD_CLOEXEC), 0);
+  const int named_in_dup2 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_TRUE(is_private(inherited));
+  Child watcher({"watch", "0"});
+  EXPECT_FALSE(is_private(inherited)) << "inherited by a spawned child";
+  EXPECT_TRUE(is_private(closed_on_exec)) << "SOCK_CLOEXEC";
+  EXPECT_TRUE(is_private(marked_later)) << "FD_CLOEXEC before the spawn";
+  ASSERT_EQ(fcntl(marked_later, F_SETFD, 0), 0);
+  ASSERT_EQ(fcntl(marked_later, F_SETFD, FD_CLOEXEC), 0);
+  EXPECT_FALSE(is_private(marked_later)) << "FD_CLOEXEC cleared after a spawn, even if set again";
+  watcher.finish();
+
+  // posix_spawn_file_actions_adddup2 names it for a child.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  EXPECT_TRUE(is_private(named_in_dup2));
+  posix_spawn_file_actions_adddup2(&actions, named_in_dup2, 3);
+  EXPECT_FALSE(is_private(named_in_dup2)) << "named in a dup2 action";
+  posix_spawn_file_actions_destroy(&actions);
+
+  // A forked child holds every description.
+  const int before_fork = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_FALSE(is_private(before_fork)) << "held at a fork";
+  const int after_fork = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_TRUE(is_private(after_fork)) << "made after the fork";
+
+  for (int fd : {fresh, copy, pair[0], pair[1], sent, inherited, closed_on_exec, marked_later, named_in_dup2,
+                 before_fork, after_fork})
+    close(fd);
+}
+
+}  // namespace
+}  // namespace weft

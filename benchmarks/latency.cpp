@@ -8,10 +8,18 @@
 //   wake_fiber   a fiber releases a Semaphore that another fiber waits on:
 //                release -> the woken fiber runs
 //   wake_thread  the same, released by a plain thread (the global queue)
+//   idle pair    a plain thread spawns two CPU-bound fibers onto 2 workers
+//                that sleep: how long after the first the second starts
+//                (on the other worker); --pair-trials trials, half of them
+//                with one worker just back from a fiber (searching) when
+//                the two come, the spawns 0-3 us apart
 //
 //   latency                 # the table, p50/p99/max in microseconds
-//   latency --json          # {"results": [{"workers": 1, "load": "idle", "timer": {...}, ...}, ...]}
+//   latency --json          # {"idle_pair": {...}, "results": [{"workers": 1, "load": "idle", ...}, ...]}
 //   latency --samples 2000  # per measurement (default 300)
+//   latency --only-pair --pair-trials 200
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <weft/weft.h>
 
 #include <algorithm>
@@ -20,9 +28,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -157,6 +168,96 @@ Summary measure_wake(weft::Scheduler& sched, std::size_t samples, bool from_fibe
   return summarize(std::move(us));
 }
 
+// The idle pair: per trial, both workers asleep (or one of them just back
+// from a trivial fiber), a plain thread spawns two fibers that each spin
+// for kPairSpin; the gap between their starts. A wake that is lost
+// leaves the second behind the first until sysmon hands it to the
+// sleeping worker (milliseconds), or until the first one ends.
+constexpr auto kPairSpin = 5ms;
+
+// How long `task` (a thread id; 0: the calling thread) has waited for a CPU
+// while runnable, in ns: the second field of its schedstat. On a loaded
+// machine a woken worker waits there, which no scheduler can help.
+std::int64_t run_delay_ns(long task) {
+  const std::string path =
+      task == 0 ? "/proc/thread-self/schedstat" : "/proc/self/task/" + std::to_string(task) + "/schedstat";
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return 0;
+  long long ran = 0, waited = 0;
+  const int read = std::fscanf(file, "%lld %lld", &ran, &waited);
+  std::fclose(file);
+  return read == 2 ? waited : 0;
+}
+
+std::vector<long> process_threads() {
+  std::vector<long> threads;
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error))
+    threads.push_back(std::stol(task.path().filename().string()));
+  return threads;
+}
+
+struct PairResult {
+  Summary gap;          // the second start after the first
+  Summary unexplained;  // the same, less what the second's thread waited for a CPU meanwhile
+  std::size_t one_after_other = 0;
+};
+
+PairResult measure_idle_pair(std::size_t trials) {
+  weft::Config config;
+  config.workers = 2;
+  config.name = "idle-pair";
+  config.dump = false;
+  weft::Scheduler sched{config};
+  std::vector<double> us, net_us;
+  us.reserve(trials);
+  net_us.reserve(trials);
+  PairResult result;
+  for (std::size_t trial = 0; trial < trials; ++trial) {
+    std::this_thread::sleep_for(2ms);  // every worker asleep
+    if (trial % 2 == 1) {
+      std::atomic<bool> went{false};
+      sched.spawn([&] { went.store(true); }).detach();
+      const auto give_up = Clock::now() + 5s;
+      while (!went.load() && Clock::now() < give_up) {
+      }
+    }
+    std::map<long, std::int64_t> delay_before;
+    for (long task : process_threads()) delay_before[task] = run_delay_ns(task);
+    Clock::time_point start[2], end[2];
+    long thread_of[2] = {0, 0};
+    std::int64_t delay_at_start[2] = {0, 0};
+    auto spinner = [&](int i) {
+      return [&, i] {
+        start[i] = Clock::now();
+        thread_of[i] = static_cast<long>(::syscall(SYS_gettid));
+        delay_at_start[i] = run_delay_ns(0);
+        while (Clock::now() - start[i] < kPairSpin) {
+        }
+        end[i] = Clock::now();
+      };
+    };
+    weft::Fiber a = sched.spawn(spinner(0));
+    const auto gap_until = Clock::now() + std::chrono::microseconds(trial / 2 % 4);
+    while (Clock::now() < gap_until) {
+    }
+    weft::Fiber b = sched.spawn(spinner(1));
+    a.join();
+    b.join();
+    const int first = start[0] <= start[1] ? 0 : 1;
+    const int second = 1 - first;
+    if (start[second] >= end[first]) ++result.one_after_other;
+    const double gap = us_since(start[first], start[second]);
+    const auto before = delay_before.find(thread_of[second]);
+    const double waited = before == delay_before.end() ? 0 : (delay_at_start[second] - before->second) / 1e3;
+    us.push_back(gap);
+    net_us.push_back(std::max(0.0, gap - waited));
+  }
+  result.gap = summarize(std::move(us));
+  result.unexplained = summarize(std::move(net_us));
+  return result;
+}
+
 struct Row {
   unsigned workers;
   Load load;
@@ -190,16 +291,28 @@ void print_json(const char* name, const Summary& s, bool last) {
 
 int main(int argc, char** argv) {
   std::size_t samples = 300;
+  std::size_t pair_trials = 200;
+  bool only_pair = false;
   bool json = false;
   CLI::App app{"latency: how late timers fire and how long a woken fiber waits to run", "latency"};
   weft::bench::add_count(app, "--samples", samples, std::size_t{10}, std::size_t{1'000'000}, "per measurement");
+  weft::bench::add_count(app, "--pair-trials", pair_trials, std::size_t{1}, std::size_t{1'000'000},
+                         "trials of the idle pair");
+  app.add_flag("--only-pair", only_pair, "measure only the idle pair");
   app.add_flag("--json", json, "print one JSON object on stdout");
   weft::bench::parse(app, argc, argv);
   std::vector<Row> rows;
-  for (unsigned workers : {1u, 2u})
-    for (Load load : {Load::idle, Load::yield, Load::hog}) rows.push_back(run(workers, load, samples));
+  if (!only_pair) {
+    for (unsigned workers : {1u, 2u})
+      for (Load load : {Load::idle, Load::yield, Load::hog}) rows.push_back(run(workers, load, samples));
+  }
+  const PairResult pair = measure_idle_pair(pair_trials);
   if (json) {
-    std::printf("{\"samples\": %zu, \"results\": [", samples);
+    std::printf("{\"samples\": %zu, \"idle_pair\": {\"trials\": %zu, \"one_after_the_other\": %zu, ", samples,
+                pair.gap.samples, pair.one_after_other);
+    print_json("gap", pair.gap, false);
+    print_json("unexplained", pair.unexplained, true);
+    std::printf("}, \"results\": [");
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("{\"workers\": %u, \"load\": \"%s\", ", r.workers, name_of(r.load));
@@ -222,5 +335,11 @@ int main(int argc, char** argv) {
     std::printf("%-7u %-5s  %-26s  %-26s  %-26s\n", r.workers, name_of(r.load), cell(r.timer).c_str(),
                 cell(r.wake_fiber).c_str(), cell(r.wake_thread).c_str());
   }
+  std::printf(
+      "idle pair, %zu trials: the second of two fibers spawned onto 2 sleeping workers started %.1f / %.1f / %.1f "
+      "us (p50/p99/max) after the first; less its thread's wait for a CPU meanwhile, %.1f / %.1f / %.1f us; %zu ran "
+      "one after the other\n",
+      pair.gap.samples, pair.gap.p50_us, pair.gap.p99_us, pair.gap.max_us, pair.unexplained.p50_us,
+      pair.unexplained.p99_us, pair.unexplained.max_us, pair.one_after_other);
   return 0;
 }

@@ -29,6 +29,7 @@
 #include "dump_clients.h"
 #include "dump_format.h"
 #include "dump_protocol.h"
+#include "dump_requests.h"
 #include "dump_socket.h"
 #include "snapshot.h"
 #include "snapshot_queue.h"
@@ -41,46 +42,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Per client, from its accept: the time to send its request line, and the
-// time to take the whole answer. Deadlines, not per-call timeouts, so that
-// a byte every few seconds cannot hold a client's thread for longer.
-constexpr auto kRequestDeadline = std::chrono::seconds(2);
-constexpr auto kAnswerDeadline = std::chrono::seconds(60);
 // How long the server leaves the listening socket alone when the process
 // is out of file descriptors and it has no spare one to answer with: the
 // socket stays readable, and polling it at once again would spin.
 constexpr int kOutOfFilesPauseMs = 100;
-
-bool send_all(int fd, std::string_view data, Clock::time_point deadline) {
-  std::size_t sent = 0;
-  while (sent < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      if (!wait_for(fd, POLLOUT, deadline)) return false;
-      continue;
-    }
-    if (n <= 0) return false;
-    sent += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-// The request line, "" if none came whole by `deadline`.
-std::string read_request(int fd, Clock::time_point deadline) {
-  std::string request;
-  char buffer[64];
-  while (request.size() < kMaxDumpRequestBytes && request.find('\n') == std::string::npos) {
-    if (!wait_for(fd, POLLIN, deadline)) return {};
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) break;
-    request.append(buffer, static_cast<std::size_t>(n));
-  }
-  request.erase(std::find(request.begin(), request.end(), '\n'), request.end());
-  if (!request.empty() && request.back() == '\r') request.pop_back();
-  return request;
-}
 
 std::string process_name() {
   std::ifstream comm("/proc/self/comm");
@@ -197,7 +162,10 @@ class DumpServer {
   }
 
  private:
-  DumpServer() : clients_([this](int fd, Clock::time_point accepted) { serve(fd, accepted); }) {}
+  DumpServer()
+      : sources_{[this](SnapshotRequest& wanted) { return snapshots_.request(wanted); },
+                 [this] { return fiber_names(); }},
+        clients_([this](int fd, Clock::time_point accepted) { answer_dump_client(fd, accepted, sources_); }) {}
 
   // --- starting and stopping (lifecycle_lock_ held) ---------------------
 
@@ -309,106 +277,36 @@ class DumpServer {
       client = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (client < 0) return false;
       // Short enough for the socket's buffer: sent without waiting.
-      send_all(client,
-               error_json(std::string("the process is out of file descriptors (") +
-                          (why == EMFILE ? "EMFILE: its RLIMIT_NOFILE" : "ENFILE: the system's") +
-                          " limit is reached), so it cannot take a dump now"),
-               accepted);
+      send_answer(client,
+                  error_json(std::string("the process is out of file descriptors (") +
+                             (why == EMFILE ? "EMFILE: its RLIMIT_NOFILE" : "ENFILE: the system's") +
+                             " limit is reached), so it cannot take a dump now"),
+                  accepted);
       ::close(client);
       return true;
     }
     if (client < 0) return true;  // the peer gave up already, or a transient error
     if (!clients_.admit(client, accepted)) {
-      send_all(client,
-               error_json("the dump server is busy: " + std::to_string(kMaxDumpClients) +
-                          " clients are being served; try again"),
-               accepted);
+      send_answer(client,
+                  error_json("the dump server is busy: " + std::to_string(kMaxDumpClients) +
+                             " clients are being served; try again"),
+                  accepted);
       ::close(client);
     }
     return true;
   }
 
-  // --- a client's thread ------------------------------------------------
+  // --- what clients' answers read ---------------------------------------
 
-  void serve(int client, Clock::time_point accepted) {
-    const auto answer_deadline = accepted + kAnswerDeadline;
-    ucred peer{};
-    socklen_t size = sizeof(peer);
-    if (::getsockopt(client, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || peer.uid != ::geteuid()) {
-      send_all(
-          client,
-          error_json("permission denied: weft-dump serves only its own user (uid " + std::to_string(::geteuid()) + ")"),
-          answer_deadline);
-      return;
-    }
-    const std::string request = read_request(client, accepted + kRequestDeadline);
-    if (request.rfind(std::string(kDumpRequestTrace) + " ", 0) == 0) {
-      serve_trace(client, request.substr(kDumpRequestTrace.size() + 1), accepted);
-      return;
-    }
-    SnapshotRequest wanted;
-    if (request == kDumpRequestFull) {
-      wanted.detail = DumpDetail::full;
-    } else if (request == kDumpRequestSummary) {
-      wanted.detail = DumpDetail::summary;
-    } else if (request == kDumpRequestMetrics) {
-      wanted.detail = DumpDetail::metrics;
-    } else {
-      send_all(client,
-               error_json("unknown request \"" + request +
-                          "\" (expected \"dump\", \"summary\", \"metrics\" or \"trace <ms>\")"),
-               answer_deadline);
-      return;
-    }
-    if (!snapshots_.request(wanted)) return;  // the server is stopping: no answer, which weft-dump explains
-    if (!wanted.error.empty()) {
-      send_all(client, error_json("snapshot failed: " + wanted.error), answer_deadline);
-      return;
-    }
-    // Streamed: once a piece is sent there is no taking it back, so a
-    // failure from here on (out of memory) just ends the answer early,
-    // which the client reports as a dump cut short.
-    try {
-      write_json(wanted.process, wanted.detail,
-                 [&](std::string_view piece) { return send_all(client, piece, answer_deadline); });
-    } catch (const std::exception&) {
-    }
+  FiberNames fiber_names() {
+    FiberNames names;
+    std::lock_guard guard(schedulers_lock_);
+    for (SchedulerCore* core : schedulers_)
+      core->registry().for_each([&](const FiberControl& fiber) { names.emplace(fiber.id, fiber.name()); });
+    return names;
   }
 
-  // "trace <ms>": records on this client's thread, which is what the
-  // recording costs the server; a client that goes away, or a server that
-  // stops (it shuts the connection down), cuts it short.
-  void serve_trace(int client, const std::string& ms_text, Clock::time_point accepted) {
-    char* end = nullptr;
-    const long ms = std::strtol(ms_text.c_str(), &end, 10);
-    if (ms_text.empty() || *end != '\0' || ms < 1 || ms > kMaxTraceMs) {
-      send_all(client, error_json("bad trace length \"" + ms_text + "\" (1 to " + std::to_string(kMaxTraceMs) + " ms)"),
-               accepted + kAnswerDeadline);
-      return;
-    }
-    const auto answer_deadline = accepted + std::chrono::milliseconds(ms) + kAnswerDeadline;
-    const auto gone = [client] {
-      pollfd p{client, POLLRDHUP, 0};
-      return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-    };
-    const auto names = [this] {
-      FiberNames names;
-      std::lock_guard guard(schedulers_lock_);
-      for (SchedulerCore* core : schedulers_)
-        core->registry().for_each([&](const FiberControl& fiber) { names.emplace(fiber.id, fiber.name()); });
-      return names;
-    };
-    std::string trace;
-    try {
-      trace = record_trace(std::chrono::milliseconds(ms), gone, names);
-    } catch (const std::exception& e) {
-      send_all(client, error_json(std::string("no trace: ") + e.what()), answer_deadline);
-      return;
-    }
-    send_all(client, trace, answer_deadline);
-  }
-
-  // --- the snapshot (on the server's thread) ----------------------------
+  // On the server's thread (SnapshotQueue::serve).
 
   ProcessSnapshot snapshot(DumpDetail detail) {
     ProcessSnapshot process;
@@ -440,7 +338,8 @@ class DumpServer {
   DumpSocket socket_;
   ReserveFd reserve_;  // taken by start(), released by abandon(); the server's thread spends and retakes it
   SnapshotQueue snapshots_;
-  DumpClients clients_;
+  DumpSources sources_;
+  DumpClients clients_;  // last: its threads use the members above
 };
 
 DumpServer& the_dump_server() { return DumpServer::the_server(); }

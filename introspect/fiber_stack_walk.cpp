@@ -69,7 +69,9 @@ void ParkedStackWalker::add(const FiberControl& fiber, std::vector<std::uintptr_
   }
   e.call_site = fiber.park_call_site.load(std::memory_order_acquire);
   e.frame = fiber.park_frame.load(std::memory_order_acquire);
-  // Written once, before the fiber was registered: no race with its run.
+  // Written once, when it first ran (SchedulerCore::start_fiber), before
+  // the switch-in whose count we read with acquire above: a parked fiber
+  // has run.
   e.low = reinterpret_cast<std::uintptr_t>(fiber.context.stack_bottom);
   e.high = e.low + fiber.context.stack_size;
   if (e.call_site != 0 && e.frame % kWord == 0 && e.frame >= e.low && e.frame < e.high)

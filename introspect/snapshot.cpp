@@ -113,7 +113,9 @@ SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
         }
         for (const InKernel& k : in_kernel) {
           if (k.worker->current() != &fiber) continue;
-          // Its stack bounds were written before it was registered.
+          // Its stack bounds were written when it first ran, before the
+          // switch-in that counts it active (a release; this is its acquire).
+          if (fiber.counters.active.load(std::memory_order_acquire) == 0) continue;
           const auto low = reinterpret_cast<std::uintptr_t>(fiber.context.stack_bottom);
           f.stack = walk_blocked_stack(k.call.sp, k.call.pc, low, low + fiber.context.stack_size);
           if (k.worker->switch_tick() != k.tick) f.stack.clear();

@@ -6,6 +6,7 @@
 // last switch) and one for the weft::Fiber handle (dropped by join/detach).
 #pragma once
 
+#include <weft/detail/fiber_body.h>
 #include <weft/detail/spin_lock.h>
 #include <weft/detail/wait_list.h>
 #include <weft/snapshot.h>
@@ -121,10 +122,19 @@ struct FiberControl {
   alignas(8) unsigned char upper_slot[16] = {};
 
   // --- body -------------------------------------------------------------
+  // Where the callable lives: in callable_storage below, and then the
+  // fiber's stack is taken only when it first runs (SchedulerCore::
+  // start_fiber), from its worker's stack cache; or, for a callable too big
+  // for that and for a stack size other than the pool's, at the top of a
+  // stack taken at spawn (SchedulerCore::prepare_fiber). A fiber spawned
+  // and not yet run holds no stack.
   Stack stack;
-  void (*body)(void* callable) = nullptr;  // runs and destroys the callable
-  void* callable = nullptr;                // placed at the top of `stack`
-  std::vector<FiberLocalValue> locals;     // indexed by FiberLocal slot
+  FiberBody body = nullptr;  // runs (or only destroys) the callable
+  void* callable = nullptr;
+  std::vector<FiberLocalValue> locals;  // indexed by FiberLocal slot
+  // Whether the fiber has a context to switch to: false only for one whose
+  // stack is taken at its first run. Read by the worker about to run it.
+  bool has_context() const noexcept { return context.saved != nullptr; }
 
   // --- end of life ------------------------------------------------------
   enum EndFlags : std::uint32_t { finished = 1, detached = 2 };
@@ -149,6 +159,13 @@ struct FiberControl {
   friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the name
   mutable SpinLock name_lock_;
   char name_[48] = {};  // empty: the default name
+
+ public:
+  // Last, so that the fields above keep their offsets (gdb's layout). A
+  // lambda that captures a few pointers, or a std::string, fits.
+  static constexpr std::size_t kInlineCallableSize = 64;
+  static constexpr std::size_t kInlineCallableAlign = 16;
+  alignas(kInlineCallableAlign) unsigned char callable_storage[kInlineCallableSize];
 };
 
 FiberCounts read_counts(const FiberControl& fiber) noexcept;

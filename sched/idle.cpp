@@ -41,13 +41,14 @@ bool IdleWorkers::begin_poll(IdleSlot& slot) noexcept {
   return true;
 }
 
-void IdleWorkers::cancel_sleep(IdleSlot& slot) noexcept {
+bool IdleWorkers::cancel_sleep(IdleSlot& slot) noexcept {
   std::lock_guard guard(lock_);
   slot.polling = false;
-  if (!slot.listed) return;  // already woken: the wake is simply absorbed
+  if (!slot.listed) return true;  // already woken: the wake is absorbed here
   slot.listed = false;
   sleepers_.erase(std::find(sleepers_.begin(), sleepers_.end(), &slot));
   sleeping_.fetch_sub(1, std::memory_order_relaxed);
+  return false;
 }
 
 void IdleWorkers::wait(IdleSlot& slot) noexcept {

@@ -37,7 +37,14 @@
 //   3. searcher that finds nothing: it ends its search, registers as a
 //      sleeper (prepare_sleep), StoreLoad, re-checks every queue, and only
 //      then waits. If the re-check finds work and it was the last searcher,
-//      it wakes another, as in rule 2.
+//      it wakes another, as in rule 2. So it does if a publisher took its
+//      slot meanwhile (cancel_sleep says so): listed, it looked asleep, and
+//      the publisher's one wake went to a worker that was awake already and
+//      is about to run one fiber, while what the publisher made visible
+//      may be more (a plain thread's second spawn), and the workers that
+//      really sleep were left asleep (Go's wakep cannot pick such a worker:
+//      it takes an idle P and a parked M, and a thread in its re-check has
+//      given up its P but is not parked yet).
 // A publisher and a searcher form a Dekker pair on (queue, searching_): the
 // publisher sees searching_ == 0 or the searcher's re-check sees the fiber.
 // A publisher and a sleeper form one on (queue, sleeping_) likewise. So a
@@ -104,7 +111,9 @@ class IdleWorkers {
 
   // Sleeping: prepare, re-check the queues, then either cancel or wait.
   void prepare_sleep(IdleSlot& slot) noexcept;
-  void cancel_sleep(IdleSlot& slot) noexcept;
+  // True if a waker had taken the slot already: the wake it meant for a
+  // sleeper came to this worker, awake (rule 3).
+  bool cancel_sleep(IdleSlot& slot) noexcept;
   void wait(IdleSlot& slot) noexcept;
 
   void wake_all() noexcept;

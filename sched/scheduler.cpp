@@ -21,7 +21,7 @@ void abandon_fiber(SchedulerCore& core, FiberControl* fiber) noexcept { core.aba
 
 void* fiber_callable(FiberControl* fiber) noexcept { return fiber->callable; }
 
-Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, void (*body)(void*)) noexcept {
+Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, FiberBody body) noexcept {
   Fiber handle = FiberAccess::adopt(fiber);
   core.launch_fiber(fiber, body);
   checkpoint();  // spawn is a preemption point (docs/sysmon.md)

@@ -74,7 +74,7 @@ transfer_t fiber_main(transfer_t transfer) {
   FiberControl* self = current_worker()->current();
   complete_switch(self->context, transfer);
   try {
-    self->body(self->callable);
+    self->body(self->callable, true);
   } catch (...) {
     self->exception = std::current_exception();
   }
@@ -145,25 +145,35 @@ FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::siz
   try {
     if (options.stack_size != 0)
       check_stack_size(options.stack_size, "weft: SpawnOptions::stack_size (0: Config::stack_size)");
-    Stack stack = stacks_.acquire(options.stack_size, stack_cache(own));
-    // The callable lives at the top of the stack; at least a page must be
-    // left below it for the fiber to run on.
-    if (callable_size + callable_align + 4096 > stack.usable_size())
-      throw std::invalid_argument("weft: the fiber's callable (" + std::to_string(callable_size) +
-                                  " bytes) does not fit on its stack of " + std::to_string(stack.usable_size() / 1024) +
-                                  " KiB; capture less by value");
-    fiber = new FiberControl(*this, new_fiber_id());
-    fiber->stack = std::move(stack);
+    const bool pool_size = options.stack_size == 0 || options.stack_size == config_.stack_size;
+    if (pool_size && callable_size <= FiberControl::kInlineCallableSize &&
+        callable_align <= FiberControl::kInlineCallableAlign) {
+      // Its stack comes when it first runs (start_fiber): a fiber that
+      // waits to start holds only this block, and takes a stack that a
+      // finished fiber has just given back, hot.
+      fiber = new FiberControl(*this, new_fiber_id());
+      fiber->callable = fiber->callable_storage;
+    } else {
+      Stack stack = stacks_.acquire(options.stack_size, stack_cache(own));
+      // The callable lives at the top of the stack; at least a page must be
+      // left below it for the fiber to run on.
+      if (callable_size + callable_align + 4096 > stack.usable_size())
+        throw std::invalid_argument("weft: the fiber's callable (" + std::to_string(callable_size) +
+                                    " bytes) does not fit on its stack of " +
+                                    std::to_string(stack.usable_size() / 1024) + " KiB; capture less by value");
+      fiber = new FiberControl(*this, new_fiber_id());
+      fiber->stack = std::move(stack);
+      unpoison_stack(fiber->stack.bottom(), fiber->stack.usable_size());
+      auto top = reinterpret_cast<std::uintptr_t>(fiber->stack.top());
+      const std::size_t align = callable_align < 16 ? 16 : callable_align;
+      fiber->callable = reinterpret_cast<void*>((top - callable_size) & ~(align - 1));
+    }
   } catch (...) {
     delete fiber;
     fiber_exited();
     throw;
   }
   if (!options.name.empty()) fiber->set_name(options.name);
-  unpoison_stack(fiber->stack.bottom(), fiber->stack.usable_size());
-  auto top = reinterpret_cast<std::uintptr_t>(fiber->stack.top());
-  const std::size_t align = callable_align < 16 ? 16 : callable_align;
-  fiber->callable = reinterpret_cast<void*>((top - callable_size) & ~(align - 1));
   return fiber;
 }
 
@@ -173,12 +183,14 @@ void SchedulerCore::abandon_fiber(FiberControl* fiber) noexcept {
   fiber_exited();
 }
 
-void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexcept {
+void SchedulerCore::launch_fiber(FiberControl* fiber, FiberBody body) noexcept {
   fiber->body = body;
   mark_runnable(*fiber);
-  char* bottom = fiber->stack.bottom();
-  make_context(fiber->context, bottom, static_cast<std::size_t>(static_cast<char*>(fiber->callable) - bottom),
-               &fiber_main, fiber->stack.sanitizer_fiber());
+  if (fiber->stack) {  // its callable is at the top of its stack
+    char* bottom = fiber->stack.bottom();
+    make_context(fiber->context, bottom, static_cast<std::size_t>(static_cast<char*>(fiber->callable) - bottom),
+                 &fiber_main, fiber->stack.sanitizer_fiber());
+  }
   Worker* const own = own_worker();
   registry_.add(fiber, local_slot(own));
   if (own != nullptr) {
@@ -187,6 +199,26 @@ void SchedulerCore::launch_fiber(FiberControl* fiber, void (*body)(void*)) noexc
     push_global(fiber);
     idle_.notify_work();
   }
+}
+
+bool SchedulerCore::start_fiber(FiberControl& fiber, const Worker& worker) noexcept {
+  try {
+    fiber.stack = stacks_.acquire(0, stack_cache(&worker));
+  } catch (...) {
+    fiber.exception = std::current_exception();
+    return false;
+  }
+  unpoison_stack(fiber.stack.bottom(), fiber.stack.usable_size());
+  make_context(fiber.context, fiber.stack.bottom(), fiber.stack.usable_size(), &fiber_main,
+               fiber.stack.sanitizer_fiber());
+  return true;
+}
+
+void SchedulerCore::end_unstarted(FiberControl* fiber) noexcept {
+  fiber->body(fiber->callable, false);
+  end_fiber(fiber);
+  fiber->release_reference();
+  fiber_exited();
 }
 
 void SchedulerCore::ready(FiberControl* fiber) noexcept {
@@ -238,6 +270,11 @@ std::size_t SchedulerCore::pop_global_bulk(FiberControl** out, std::size_t max) 
 }
 
 transfer_t SchedulerCore::finish_fiber(FiberControl* fiber) noexcept {
+  end_fiber(fiber);
+  return current_worker()->exit_current(SwitchAction{&release_finished, fiber});
+}
+
+void SchedulerCore::end_fiber(FiberControl* fiber) noexcept {
   registry_.remove(fiber);
   std::uint32_t flags;
   {
@@ -247,7 +284,6 @@ transfer_t SchedulerCore::finish_fiber(FiberControl* fiber) noexcept {
     while (Waiter* joiner = fiber->joiners.pop_front()) unpark(*joiner);
   }
   if ((flags & FiberControl::detached) != 0 && fiber->exception) report_unhandled(fiber);
-  return current_worker()->exit_current(SwitchAction{&release_finished, fiber});
 }
 
 // After the fiber's last switch, on whatever runs next on its worker: its

@@ -122,15 +122,29 @@ class SchedulerCore {
   const Config& config() const noexcept { return config_; }
 
   // --- fibers' lives ----------------------------------------------------
-  // A new fiber with a stack and room for its callable (f->callable);
-  // throws StackError, std::invalid_argument for a bad stack size, or
+  // A new fiber with room for its callable (f->callable): in its control
+  // block, the stack to come when it first runs (start_fiber), if the
+  // callable fits there and the stack is of the pool's size; else at the
+  // top of a stack taken now. Throws StackError (only when it takes the
+  // stack now), std::invalid_argument for a bad stack size, or
   // std::logic_error once shutdown has begun (from outside the scheduler)
   // or ended.
   FiberControl* prepare_fiber(const SpawnOptions& options, std::size_t callable_size, std::size_t callable_align);
   // Undoes prepare_fiber when the callable could not be constructed.
   void abandon_fiber(FiberControl* fiber) noexcept;
   // Makes a prepared fiber runnable.
-  void launch_fiber(FiberControl* fiber, void (*body)(void*)) noexcept;
+  void launch_fiber(FiberControl* fiber, FiberBody body) noexcept;
+  // A fiber about to run on `worker` for the first time without a context
+  // (!has_context()): its stack, from the worker's cache, and its context.
+  // False if no stack could be had: the fiber then holds the StackError,
+  // and must be ended with end_unstarted.
+  bool start_fiber(FiberControl& fiber, const Worker& worker) noexcept;
+  // Ends a fiber that start_fiber could not start: destroys its callable,
+  // wakes its joiners (join() rethrows the StackError) or reports the error
+  // as unhandled if it was detached. The callable's destructor and the
+  // report are the user's code: on a worker, call it only from the
+  // worker's own stack, never from a fiber's that may be parking.
+  void end_unstarted(FiberControl* fiber) noexcept;
 
   // Makes a parked fiber runnable again, from any thread.
   void ready(FiberControl* fiber) noexcept;
@@ -197,6 +211,9 @@ class SchedulerCore {
 
  private:
   static void release_finished(void* fiber) noexcept;
+  // What every fiber's end does, run or not: off the registry, `finished`
+  // for its joiners, and an exception nobody will join reported.
+  void end_fiber(FiberControl* fiber) noexcept;
   void report_stuck_fibers();
   void fiber_exited() noexcept;
   // The calling thread's worker if it is one of this scheduler's, else null.

@@ -283,9 +283,12 @@ void Worker::run_loop() {
 
 void Worker::run_fibers() {
   for (;;) {
+    if (unstarted_ != nullptr) [[unlikely]]
+      end_set_aside();
     if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spares().retire_if_surplus()) return;
     FiberControl* next = pick_next();
     if (next == nullptr) {
+      if (unstarted_ != nullptr) continue;  // set aside by that pick: end it first
       // Idle: a spare that is still needed sleeps like a worker (it may be
       // the netpoller's blocker, the one that runs the timers); a surplus
       // one comes back here to retire.
@@ -336,7 +339,10 @@ void Worker::run_fibers() {
     if (last != nullptr) bump(next->counters.steal);
     next->worker.store(this, std::memory_order_relaxed);
   }
-  bump(next->counters.active);
+  // Release: a fiber's first run starts here, after start_fiber wrote its
+  // context; the dump's readers of its stack bounds load this count with
+  // acquire first (introspect/fiber_stack_walk.cpp, introspect/snapshot.cpp).
+  next->counters.active.store(next->counters.active.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   bump(counters_.fibers_run);
   next->state.store(FiberState::running, std::memory_order_relaxed);
   if (next->runnable_sampled) [[unlikely]]
@@ -367,20 +373,29 @@ void Worker::switch_away(SwitchAction action) {
   // Resumed, perhaps on another worker: `this` may no longer be ours.
 }
 
-void Worker::yield_current() {
+void Worker::requeue_via_loop() {
+  // A spare's loop retires and flushes the run queue to the global queue;
+  // a worker's ends unstarted_ and picks again.
   FiberControl* self = current();
+  self->state.store(FiberState::runnable, std::memory_order_relaxed);
+  if (tracing()) [[unlikely]]
+    trace_switch_to(nullptr);
+  current_.store(nullptr, std::memory_order_relaxed);
+  switch_context(self->context, loop_context_, SwitchAction{&requeue, self});
+}
+
+void Worker::yield_current() {
   if (leaving()) {
-    // Back to the loop, which retires; the fiber waits in the run queue, which
-    // the loop flushes to the global queue.
-    self->state.store(FiberState::runnable, std::memory_order_relaxed);
-    if (tracing()) [[unlikely]]
-      trace_switch_to(nullptr);
-    current_.store(nullptr, std::memory_order_relaxed);
-    switch_context(self->context, loop_context_, SwitchAction{&requeue, self});
+    requeue_via_loop();
     return;
   }
+  FiberControl* self = current();
   FiberControl* next = pick_next();
-  if (next == nullptr) return;  // nothing else wants this worker
+  if (next == nullptr) {
+    if (unstarted_ != nullptr) [[unlikely]]
+      requeue_via_loop();
+    return;  // nothing else wants this worker
+  }
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   switch_in(next);
   switch_context(self->context, next->context, SwitchAction{&requeue, self});
@@ -427,11 +442,17 @@ void Worker::preempt_current() {
       share -= static_cast<std::int64_t>(n);
     }
   }
-  if (next == nullptr)
+  if (next == nullptr) {
     next = pick_next();
-  else
-    release_held_spawn();       // as pick_next does: the spawner is switching out
-  if (next == nullptr) return;  // nothing else to run: the fiber keeps the worker
+  } else {
+    release_held_spawn();  // as pick_next does: the spawner is switching out
+    if (!next->has_context()) next = start_or_pick_again(next);
+  }
+  if (next == nullptr) {
+    if (unstarted_ != nullptr) [[unlikely]]
+      requeue_via_loop();
+    return;  // nothing else to run: the fiber keeps the worker
+  }
   bump(self->counters.preempt);
   bump(counters_.preempts);
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
@@ -610,7 +631,37 @@ FiberControl* Worker::pick_next() {
   // else to run: a spawn it left held is no longer about to run here
   // (a pop of it has released it already).
   release_held_spawn();
+  // Its first run: its stack is taken now (SchedulerCore::start_fiber).
+  if (fiber != nullptr && !fiber->has_context()) return start_or_pick_again(fiber);
   return fiber;
+}
+
+// Out of line: a PingPong's picks pay only the test above.
+[[gnu::noinline]] FiberControl* Worker::start_or_pick_again(FiberControl* fiber) {
+  for (;;) {
+    if (core_.start_fiber(*fiber, *this)) return fiber;
+    // No stack: it ends with the StackError, which runs the user's code
+    // (its callable's destructor, maybe the unhandled-exception handler).
+    // Not on a fiber's stack, which may be parking with its primitive's
+    // lock held: there it waits for the loop, to which the caller goes.
+    if (current() != nullptr) {
+      fiber->link = unstarted_;
+      unstarted_ = fiber;
+      return nullptr;
+    }
+    core_.end_unstarted(fiber);
+    fiber = pick_queued();
+    release_held_spawn();
+    if (fiber == nullptr || fiber->has_context()) return fiber;
+  }
+}
+
+[[gnu::noinline, gnu::cold]] void Worker::end_set_aside() noexcept {
+  while (FiberControl* fiber = unstarted_) {
+    unstarted_ = fiber->link;
+    fiber->link = nullptr;
+    core_.end_unstarted(fiber);
+  }
 }
 
 [[gnu::noinline, gnu::cold]] void Worker::publish_held_spawn() noexcept {
@@ -752,9 +803,10 @@ FiberControl* Worker::wait_for_work() {
       return nullptr;
     }
     if (FiberControl* fiber = pick_next()) {
-      idle.cancel_sleep(idle_slot_);
-      // Rule 3: publishers may have skipped their wake while we searched.
-      if (last_searcher && work_visible()) idle.notify_work();
+      // Rule 3: publishers may have skipped their wake while we searched,
+      // or woken this worker, listed but awake, in place of a sleeper.
+      const bool took_a_wake = idle.cancel_sleep(idle_slot_);
+      if ((last_searcher || took_a_wake) && work_visible()) idle.notify_work();
       return fiber;
     }
     // Fibers wait on fds or timers: one sleeper sleeps in epoll_wait

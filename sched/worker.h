@@ -222,6 +222,17 @@ class Worker {
   // global queue, then stealing. Null if there is nothing.
   FiberControl* pick_next();
   FiberControl* pick_queued();  // pick_next's search, before the held spawn's release
+  // pick_next's slow path: `fiber` has never run and has no stack yet
+  // (SchedulerCore::start_fiber). Returns it with one, or, if none could be
+  // had, ends it (on this worker's own stack) or sets it aside in
+  // unstarted_ (on a fiber's) and picks again; null where pick_next would
+  // be null, and when a fiber was set aside on a fiber's stack: then the
+  // caller goes back to the loop, which ends it (end_set_aside).
+  FiberControl* start_or_pick_again(FiberControl* fiber);
+  void end_set_aside() noexcept;
+  // The running fiber waits in the run queue while this worker goes back to
+  // its own stack: a spare that retires, or unstarted_ to end.
+  void requeue_via_loop();
   // Ends the hold on the newest spawn (sched/spawn_deque.h) once the fiber
   // that spawned it stops running, and publishes it: from then on a thief
   // may take every spawn waiting here.
@@ -300,6 +311,9 @@ class Worker {
   // Set while this worker's idle loop polls: the fibers the poll readies
   // are pushed without a wake each; run_after_poll() wakes once for all.
   bool polling_here_ = false;
+  // Fibers that never ran and got no stack, waiting for the loop to end
+  // them (start_or_pick_again), linked through FiberControl::link.
+  FiberControl* unstarted_ = nullptr;
   unsigned next_streak_ = 0;                          // consecutive runs from next_
   std::atomic<FiberControl*> inbox_{nullptr};         // pinned and placed fibers (LIFO stack)
   std::atomic<std::int32_t> inbox_count_{0};          // in inbox_ and inbox_fifo_, for the dump

@@ -902,9 +902,12 @@ TEST(Dump, ShowsAFiberParkedOnASocketAndThePoller) {
 // A worker blocked in a raw read: the dump names the call and the fd, in
 // the JSON and in the STUCK line, and shows the blocking pool once used.
 TEST(Dump, TheStuckLineNamesTheSystemCall) {
-  Scheduler sched{test::config_with(1)};
+  // The pipe before the scheduler: its dump server's lock, taken by both
+  // after it, orders the pipe before the dump thread's fstat for TSan,
+  // which tracks fds (no fiber's first run carries that order).
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
+  Scheduler sched{test::config_with(1)};
   std::atomic<bool> started{false};
   Fiber pool_user = sched.spawn([] { EXPECT_EQ(blocking([] { return 3; }), 3); });
   pool_user.join();

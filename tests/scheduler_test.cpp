@@ -521,9 +521,21 @@ TEST(SchedulerDeathTest, ShutdownReportOfManyStuckFibersIsBounded) {
         config.shutdown_grace = 100ms;
         config.shutdown_policy = ShutdownPolicy::abort;
         BlockingQueue<int> never;  // outlives the scheduler
+        std::atomic<int> started{0};
         Scheduler s{config};
-        for (int i = 0; i < 200; ++i) s.spawn({.name = "stuck"}, [] { this_fiber::sleep_for(1h); }).detach();
-        s.spawn({.name = "taker"}, [&] { never.take(); }).detach();
+        for (int i = 0; i < 200; ++i)
+          s.spawn({.name = "stuck"}, [&] {
+             started.fetch_add(1);
+             this_fiber::sleep_for(1h);
+           }).detach();
+        s.spawn({.name = "taker"}, [&] {
+           started.fetch_add(1);
+           never.take();
+         }).detach();
+        // Each at its wait site before the grace begins: a fiber takes its
+        // stack when it first runs, which under TSan costs a TSan fiber
+        // (milliseconds) each.
+        test::wait_until([&] { return started.load() == 201; });
       },
       "201 fiber\\(s\\) are still alive.*\\.\\.\\. and 169 more\n"
       "weft: by wait site:\n  1 weft::BlockingQueue \\(take\\)\n  200 weft::this_fiber \\(sleep\\)\n");

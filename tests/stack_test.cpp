@@ -2,14 +2,18 @@
 #include "runtime/stack.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 #include <weft/weft.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "stack_frames.h"
 #include "test_support.h"
@@ -257,6 +261,88 @@ TEST(StackDeathTest, OutOfAddressSpaceIsAClearError) {
   if (kSanitized) GTEST_SKIP() << "the sanitizers reserve address space of their own";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(spawn_beyond_address_space(), ::testing::ExitedWithCode(3), "cannot map a fiber stack of 4194304 KiB");
+}
+
+// The process's address space (VmSize), in bytes.
+std::size_t address_space() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A fiber takes its stack when it first runs (SchedulerCore::start_fiber),
+// so fibers spawned and not yet run hold none: here 10,000 of them, behind
+// their spawner on the one worker. With a stack each taken at spawn they
+// took 320 KiB of address space each (the stack and its guard).
+TEST(Stack, FibersThatHaveNotRunHoldNoStack) {
+  Scheduler s{test::config_with(1)};
+  s.spawn([] {
+     constexpr std::size_t kFibers = 10'000;
+     std::vector<Fiber> fibers;
+     fibers.reserve(kFibers);
+     const std::size_t before = address_space();
+     for (std::size_t i = 0; i < kFibers; ++i) fibers.push_back(weft::spawn([] {}));
+     const std::size_t grown = address_space() - before;
+     EXPECT_LT(grown, kFibers * Config{}.stack_size / 10) << grown / 1024 << " KiB more address space";
+     for (Fiber& fiber : fibers) fiber.join();
+   }).join();
+}
+
+// Runs in the death test's child: a scheduler whose default stacks can no
+// longer be mapped. Fibers of that size are spawned, and fail only when
+// they would first run: each ends with the StackError, which join()
+// rethrows (or, detached, goes to the unhandled-exception handler), its
+// callable destroyed without being called. Exits 3 if all went so.
+void start_beyond_address_space() {
+  Config config = test::config_with(1);
+  config.stack_size = 4ull << 30;  // 4 GiB: cannot map below the limit
+  std::atomic<int> reported{0};
+  config.on_unhandled_exception = [&](std::string_view, std::uint64_t, std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const StackError&) {
+      reported.fetch_add(1);
+    } catch (...) {
+    }
+  };
+  Scheduler s{config};
+  const rlimit limit{1ull << 30, 1ull << 30};  // 1 GiB of address space
+  setrlimit(RLIMIT_AS, &limit);
+  auto token = std::make_shared<int>(0);  // each callable holds a copy
+  std::atomic<int> ran{0}, failed{0};
+  const auto expect_stack_error = [&](Fiber& fiber) {
+    try {
+      fiber.join();
+    } catch (const StackError& e) {
+      if (std::string(e.what()).find("cannot map a fiber stack of 4194304 KiB") != std::string::npos)
+        failed.fetch_add(1);
+    }
+  };
+  // From a plain thread: the spawn succeeds.
+  Fiber from_thread = s.spawn([token, &ran] { ran.fetch_add(1); });
+  expect_stack_error(from_thread);
+  // From a fiber on a stack of its own size (taken at spawn): the failed
+  // start is met on this fiber's stack, as it parks to join or yields.
+  s.spawn({.stack_size = 64 * 1024}, [&] {
+     Fiber joined = weft::spawn([token, &ran] { ran.fetch_add(1); });
+     expect_stack_error(joined);
+     Fiber yielded_to = weft::spawn([token, &ran] { ran.fetch_add(1); });
+     this_fiber::yield();
+     expect_stack_error(yielded_to);
+     weft::spawn([token, &ran] { ran.fetch_add(1); }).detach();
+   }).join();
+  test::wait_until([&] { return reported.load() == 1; });
+  std::fprintf(stderr, "ran %d, failed %d, reported %d, callables left %ld\n", ran.load(), failed.load(),
+               reported.load(), token.use_count() - 1);
+  std::exit(ran.load() == 0 && failed.load() == 3 && reported.load() == 1 && token.use_count() == 1 ? 3 : 1);
+}
+
+TEST(StackDeathTest, AStackThatCannotBeMappedAtTheFirstRunFailsTheJoin) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers reserve address space of their own";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(start_beyond_address_space(), ::testing::ExitedWithCode(3),
+              "ran 0, failed 3, reported 1, callables left 0");
 }
 
 }  // namespace

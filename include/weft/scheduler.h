@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "config.h"
+#include "detail/fiber_body.h"
 #include "detail/require_cxx20.h"
 #include "detail/visibility.h"
 #include "fiber.h"
@@ -41,7 +42,7 @@ WEFT_API FiberControl* prepare_fiber(SchedulerCore& core, const SpawnOptions& op
                                      std::size_t align);
 WEFT_API void abandon_fiber(SchedulerCore& core, FiberControl* fiber) noexcept;
 WEFT_API void* fiber_callable(FiberControl* fiber) noexcept;
-WEFT_API Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, void (*body)(void*)) noexcept;
+WEFT_API Fiber launch_fiber(SchedulerCore& core, FiberControl* fiber, FiberBody body) noexcept;
 WEFT_API SchedulerCore& current_scheduler(const char* what);
 }  // namespace detail
 
@@ -79,7 +80,8 @@ class WEFT_API Scheduler {
 
 namespace detail {
 
-// The callable lives at the top of the fiber's own stack: no allocation.
+// The callable lives in the fiber's control block if it fits, else at the
+// top of the fiber's own stack: no allocation of its own.
 template <class F>
 Fiber spawn_on(SchedulerCore& core, const SpawnOptions& options, F&& fn) {
   using Fn = std::decay_t<F>;
@@ -91,13 +93,13 @@ Fiber spawn_on(SchedulerCore& core, const SpawnOptions& options, F&& fn) {
     abandon_fiber(core, fiber);
     throw;
   }
-  return launch_fiber(core, fiber, [](void* callable) {
+  return launch_fiber(core, fiber, [](void* callable, bool run) {
     Fn* body = static_cast<Fn*>(callable);
     struct Destroy {
       Fn* fn;
       ~Destroy() { fn->~Fn(); }
     } destroy{body};
-    std::invoke(*body);
+    if (run) std::invoke(*body);
   });
 }
 

@@ -159,23 +159,17 @@ void sys_closefrom(int first) { syscall(SYS_close_range, unsigned(first), ~0u, 0
 int sys_shutdown(int fd, int how) { return int(syscall(SYS_shutdown, fd, how)); }
 bool takes_mode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
 int sys_openat(int dir, const char* path, int flags, ...) {
-  mode_t mode = 0;
-  if (takes_mode(flags)) {
-    va_list args;
-    va_start(args, flags);
-    mode = va_arg(args, mode_t);
-    va_end(args);
-  }
+  va_list args;
+  va_start(args, flags);  // the mode is there only when the flags create a file
+  const mode_t mode = takes_mode(flags) ? va_arg(args, mode_t) : 0;
+  va_end(args);
   return int(syscall(SYS_openat, dir, path, flags | O_LARGEFILE, mode));
 }
 int sys_open(const char* path, int flags, ...) {
-  mode_t mode = 0;
-  if (takes_mode(flags)) {
-    va_list args;
-    va_start(args, flags);
-    mode = va_arg(args, mode_t);
-    va_end(args);
-  }
+  va_list args;
+  va_start(args, flags);  // the mode is there only when the flags create a file
+  const mode_t mode = takes_mode(flags) ? va_arg(args, mode_t) : 0;
+  va_end(args);
   return sys_openat(AT_FDCWD, path, flags, mode);
 }
 int sys_creat(const char* path, mode_t mode) { return sys_openat(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }

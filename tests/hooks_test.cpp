@@ -1124,17 +1124,7 @@ TEST(HooksOff, WeftHooks0MakesEveryCallLibcs) {
     EXPECT_FALSE(ran_during_sleep);
     return;
   }
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    setenv("WEFT_HOOKS", "0", 1);
-    execl("/proc/self/exe", "hooks_test", "--gtest_filter=HooksOff.*", nullptr);
-    _exit(127);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  test::expect_pass_in_child_with("WEFT_HOOKS", "0", "HooksOff.*");
 }
 
 // The fortified entry points are hooks too, whatever the compiler chose above.

@@ -1048,17 +1048,7 @@ TEST(LockHooksOff, WeftHookLocks0MakesEveryLockCallGlibcs) {
     expect_lock_blocks_the_thread(sched, [] { return 0; });
     return;
   }
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    setenv("WEFT_HOOK_LOCKS", "0", 1);
-    execl("/proc/self/exe", "locks_test", "--gtest_filter=LockHooksOff.*", nullptr);
-    _exit(127);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  test::expect_pass_in_child_with("WEFT_HOOK_LOCKS", "0", "LockHooksOff.*");
 }
 
 }  // namespace

@@ -4,11 +4,15 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <weft/weft.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <thread>
 
 namespace weft::test {
@@ -58,5 +62,23 @@ inline std::string worker_count_name(const ::testing::TestParamInfo<unsigned>& i
 
 #define WEFT_WORKER_COUNTS(Fixture) \
   INSTANTIATE_TEST_SUITE_P(Workers, Fixture, ::testing::Values(1u, 2u, 4u, 8u), ::weft::test::worker_count_name)
+
+// Runs the tests `filter` names in a new process of this test binary with
+// `variable`=`value` in its environment, and expects them to pass: weft
+// reads its switches (WEFT_HOOKS, WEFT_HOOK_LOCKS) once, at start.
+inline void expect_pass_in_child_with(const char* variable, const char* value, const char* filter) {
+  const std::string filter_flag = std::string("--gtest_filter=") + filter;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setenv(variable, value, 1);
+    execl("/proc/self/exe", program_invocation_short_name, filter_flag.c_str(), nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << filter << " with " << variable << "=" << value;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << filter << " with " << variable << "=" << value;
+}
 
 }  // namespace weft::test

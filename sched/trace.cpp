@@ -79,13 +79,21 @@ Buffer* buffer_or_null() noexcept {
   }
 }
 
-void record(const TraceRecord& r, Buffer* b = buffer_or_null()) noexcept {
-  if (b == nullptr) return;
+// The calling thread's buffer if it has room, else null (and the record
+// counted as dropped): asked before a record is made, so that a full
+// buffer costs a recording point little. Only the owner writes the
+// counts (the recorder reads them): no read-modify-write is needed.
+Buffer* buffer_with_room() noexcept {
+  Buffer* b = buffer_or_null();
+  if (b == nullptr) return nullptr;
+  if (b->count.load(std::memory_order_relaxed) < kCapacity) return b;
+  b->dropped.store(b->dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return nullptr;
+}
+
+// `b` is buffer_with_room()'s answer, not null.
+void record(const TraceRecord& r, Buffer* b) noexcept {
   const std::size_t n = b->count.load(std::memory_order_relaxed);
-  if (n == kCapacity) {
-    b->dropped.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
   b->records[n] = r;
   b->count.store(n + 1, std::memory_order_release);
 }
@@ -93,6 +101,8 @@ void record(const TraceRecord& r, Buffer* b = buffer_or_null()) noexcept {
 }  // namespace
 
 void trace_switch(FiberControl* left, TraceLeft why, FiberControl* fiber) noexcept {
+  Buffer* b = buffer_with_room();
+  if (b == nullptr) return;
   TraceRecord r{};
   r.ns = fast_now_ns();
   r.kind = TraceKind::switch_to;
@@ -109,11 +119,11 @@ void trace_switch(FiberControl* left, TraceLeft why, FiberControl* fiber) noexce
     r.flow = fiber->trace_flow;
     fiber->trace_flow = 0;
   }
-  record(r);
+  record(r, b);
 }
 
 void trace_wake(FiberControl& fiber) noexcept {
-  Buffer* b = buffer_or_null();
+  Buffer* b = buffer_with_room();
   if (b == nullptr) return;
   TraceRecord r{};
   r.ns = fast_now_ns();
@@ -126,17 +136,22 @@ void trace_wake(FiberControl& fiber) noexcept {
 }
 
 void trace_steal(std::uint64_t fiber, unsigned victim) noexcept {
-  record({fast_now_ns(), fiber, 0, 0, nullptr, nullptr, victim, TraceKind::steal, TraceLeft::none});
+  if (Buffer* b = buffer_with_room())
+    record({fast_now_ns(), fiber, 0, 0, nullptr, nullptr, victim, TraceKind::steal, TraceLeft::none}, b);
 }
 
 void trace_handoff(unsigned worker, std::size_t moved) noexcept {
-  record({fast_now_ns(), worker, 0, 0, nullptr, nullptr, static_cast<std::uint32_t>(moved), TraceKind::handoff,
-          TraceLeft::none});
+  if (Buffer* b = buffer_with_room())
+    record({fast_now_ns(), worker, 0, 0, nullptr, nullptr, static_cast<std::uint32_t>(moved), TraceKind::handoff,
+            TraceLeft::none},
+           b);
 }
 
 void trace_poll(int events) noexcept {
-  record(
-      {fast_now_ns(), 0, 0, 0, nullptr, nullptr, static_cast<std::uint32_t>(events), TraceKind::poll, TraceLeft::none});
+  if (Buffer* b = buffer_with_room())
+    record({fast_now_ns(), 0, 0, 0, nullptr, nullptr, static_cast<std::uint32_t>(events), TraceKind::poll,
+            TraceLeft::none},
+           b);
 }
 
 void start_trace_session() noexcept {

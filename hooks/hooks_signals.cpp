@@ -144,21 +144,31 @@ class [[nodiscard]] Installing {
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &caller_mask_);
     install_lock.lock();
+    held_here = true;
   }
   ~Installing() {
+    held_here = false;
     install_lock.unlock();
     pthread_sigmask(SIG_SETMASK, &caller_mask_, nullptr);
   }
   Installing(const Installing&) = delete;
   Installing& operator=(const Installing&) = delete;
 
+  // Whether this thread is inside an Installing: then a sigaction reached
+  // from the real call it makes (ThreadSanitizer's signal() calls
+  // sigaction, which is this library's) is that call's own work, already
+  // recorded, and must not take the lock again.
+  static bool held_by_this_thread() noexcept { return held_here; }
+
   // The caller's signal mask, which the destructor puts back: what a call
   // that reads or changes the mask (sigset) works on meanwhile.
   sigset_t& caller_mask() noexcept { return caller_mask_; }
 
  private:
+  static thread_local bool held_here;
   sigset_t caller_mask_;
 };
+thread_local bool Installing::held_here = false;
 
 [[gnu::constructor]] void register_fork_handler() {
   pthread_atfork([] { install_lock.lock(); }, [] { install_lock.unlock(); }, [] { install_lock.unlock(); });
@@ -252,7 +262,7 @@ constinit int wrapping = 0;
 }
 
 int sigaction_hooked(int signo, const struct sigaction* action, struct sigaction* old) noexcept {
-  if (!hooks_enabled()) return real::sigaction()(signo, action, old);
+  if (!hooks_enabled() || Installing::held_by_this_thread()) return real::sigaction()(signo, action, old);
   const Installing installing;
   return install(signo, action, old);
 }

@@ -184,6 +184,14 @@ inline WaitOwner wait_owner_of(int tag, const void* fiber) noexcept {
 // Whether a call made from `return_address` is libweft's own (3 above).
 bool called_from_weft(const void* return_address) noexcept;
 
+#ifdef WEFT_HOOKS_TSAN
+// Whether the real lock calls are TSan's interceptors (weft's objects
+// linked into an executable, which comes before libtsan in the lookup
+// order): they tell TSan themselves, and telling it twice breaks its
+// model of the mutex.
+bool real_calls_reach_tsan() noexcept;
+#endif
+
 // Under ThreadSanitizer: TSan models every pthread mutex in its
 // interceptors, which libweft's own calls skip (they bind straight to the
 // hooks). For those the hooks tell TSan what its interceptor would have,
@@ -196,7 +204,7 @@ template <class Call>
 int lock_call([[maybe_unused]] void* mutex, [[maybe_unused]] unsigned tsan_flags,
               [[maybe_unused]] const void* return_address, Call call) {
 #ifdef WEFT_HOOKS_TSAN
-  if (called_from_weft(return_address)) {
+  if (called_from_weft(return_address) && !real_calls_reach_tsan()) {
     __tsan_mutex_pre_lock(mutex, tsan_flags);
     const int result = call();
     __tsan_mutex_post_lock(
@@ -210,7 +218,7 @@ int lock_call([[maybe_unused]] void* mutex, [[maybe_unused]] unsigned tsan_flags
 template <class Call>
 int unlock_call([[maybe_unused]] void* mutex, [[maybe_unused]] const void* return_address, Call call) {
 #ifdef WEFT_HOOKS_TSAN
-  if (called_from_weft(return_address)) {
+  if (called_from_weft(return_address) && !real_calls_reach_tsan()) {
     __tsan_mutex_pre_unlock(mutex, 0);
     const int result = call();
     __tsan_mutex_post_unlock(mutex, 0);
@@ -224,7 +232,7 @@ int unlock_call([[maybe_unused]] void* mutex, [[maybe_unused]] const void* retur
 template <class Call>
 int wait_call([[maybe_unused]] void* mutex, [[maybe_unused]] const void* return_address, Call call) {
 #ifdef WEFT_HOOKS_TSAN
-  if (called_from_weft(return_address)) {
+  if (called_from_weft(return_address) && !real_calls_reach_tsan()) {
     __tsan_mutex_pre_unlock(mutex, 0);
     __tsan_mutex_post_unlock(mutex, 0);
     const int result = call();

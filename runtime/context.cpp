@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define WEFT_ASAN 1
@@ -84,7 +85,13 @@ void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, Context
 #ifdef WEFT_OWN_FCONTEXT
   ctx.saved = make_fcontext(static_cast<char*>(bottom) + size, size, entry);
 #else
-  ctx.saved = make_fcontext(static_cast<char*>(bottom) + size, size, &start_fresh_context);
+  // Boost's fresh frame has no return address a debugger can stop at: gdb
+  // reads on above it, so the top of the stack keeps a few zeroed words
+  // (with the stack taken at a fiber's first run, nothing else is there).
+  constexpr std::size_t kTopWords = 64;
+  char* top = static_cast<char*>(bottom) + size - kTopWords;
+  std::memset(top, 0, kTopWords);
+  ctx.saved = make_fcontext(top, size - kTopWords, &start_fresh_context);
 #endif
 }
 

@@ -350,8 +350,11 @@ TEST(Sysmon, AStopOfTheWholeProcessIsNotBlamedOnAFiber) {
   // What it shows: the run since sysmon watched again, not the stop. (The
   // report is also kept off by the CPU rule, the fiber's thread having
   // burned no CPU while stopped; running_ms is what only the restart
-  // gets right.)
-  EXPECT_LT(snap.workers[0].running_ms, 1000.0);
+  // gets right.) The stop alone is kPause; what follows it is a 100 ms
+  // spin and the hand-back, which a loaded machine (TSan beside other
+  // builds) stretched past a second: the bound stays well below the stop.
+  const double pause_ms = std::chrono::duration<double, std::milli>(kPause).count();
+  EXPECT_LT(snap.workers[0].running_ms, pause_ms * 2 / 3);
 }
 
 // Issue 15: with every worker blocked in the kernel there is nobody to hand

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <latch>
 #include <mutex>
 #include <new>
 #include <string>
@@ -131,7 +132,8 @@ class DumpServer {
   // own.
 
   void before_fork() {
-    lifecycle_lock_.lock();
+    lifecycle_lock_.lock();  // first: start() holds it while its thread takes sweep_lock_
+    sweep_lock_.lock();
     schedulers_lock_.lock();
     clients_.lock();
     snapshots_.lock();
@@ -140,6 +142,7 @@ class DumpServer {
     snapshots_.unlock();
     clients_.unlock();
     schedulers_lock_.unlock();
+    sweep_lock_.unlock();
     lifecycle_lock_.unlock();
   }
   void after_fork_in_child() {
@@ -158,6 +161,7 @@ class DumpServer {
     pools_ = 0;           // the parent's pools' threads did not come along
     clients_.unlock();
     schedulers_lock_.unlock();
+    sweep_lock_.unlock();
     lifecycle_lock_.unlock();
   }
 
@@ -203,13 +207,18 @@ class DumpServer {
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &previous);
+    // Returns once the thread holds the sweep's lock (run()): a fork()
+    // from here on waits for the sweep, and finds the thread past its
+    // start-up (SchedulerCore's constructor says why that matters).
+    std::latch started(1);
     try {
-      thread_ = std::thread([this] { run(); });
+      thread_ = std::thread([this, &started] { run(started); });
     } catch (const std::system_error& e) {
       pthread_sigmask(SIG_SETMASK, &previous, nullptr);
       return abandon(std::string("cannot start its thread: ") + e.what());
     }
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    started.wait();
     running_ = true;
     return {};
   }
@@ -242,9 +251,17 @@ class DumpServer {
 
   // --- the server's thread ----------------------------------------------
 
-  void run() {
+  void run(std::latch& started) {
     pthread_setname_np(pthread_self(), "weft-dump");
-    remove_stale_fallback_directories();
+    {
+      // A fork waits for the sweep (before_fork): the child would otherwise
+      // get opendir's buffer with no thread to free it (a leak to
+      // LeakSanitizer), or, under ASan, its allocator's lock held by a
+      // thread it does not have (the child hangs in its first malloc).
+      std::lock_guard sweeping(sweep_lock_);
+      started.count_down();
+      remove_stale_fallback_directories();
+    }
     bool pause_listening = false;
     for (;;) {
       pollfd fds[3] = {{stop_fd_, POLLIN, 0}, {snapshots_.fd(), POLLIN, 0}, {socket_.fd(), POLLIN, 0}};
@@ -328,6 +345,7 @@ class DumpServer {
     return process;
   }
 
+  std::mutex sweep_lock_;       // held by the server's thread while it sweeps stale directories
   std::mutex lifecycle_lock_;   // attach and detach, starting and stopping
   std::mutex schedulers_lock_;  // the list; held while a dump reads it
   std::vector<SchedulerCore*> schedulers_;

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <latch>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -113,8 +114,14 @@ SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
   for (auto make : parts.extensions) extensions_.push_back(make(config_));
   workers_.reserve(config_.workers);
   for (unsigned i = 0; i < config_.workers; ++i) workers_.push_back(std::make_unique<Worker>(*this, i));
-  for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start();
-  sysmon_.start();
+  // Returns once every thread has set itself up: a fork() right after
+  // construction then finds none of them in the middle of its start-up
+  // (allocating, under ASan, whose allocator GCC 12 does not lock for fork:
+  // the child would hang in its first malloc).
+  std::latch started(config_.workers + 1);
+  for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start(&started);
+  sysmon_.start(started);
+  started.wait();
   services_.attach(parts.services, *this);
 }
 

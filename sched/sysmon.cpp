@@ -60,9 +60,9 @@ const Sysmon::Watch* Sysmon::find_watch(std::size_t i) const noexcept {
   return spare_watches_[i - workers].load(std::memory_order_acquire);
 }
 
-void Sysmon::start() {
+void Sysmon::start(std::latch& started) {
   heavy_fence_available();  // registers for membarrier now, not in the middle of a hand-off
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this, &started] { run(started); });
 }
 
 void Sysmon::stop() noexcept {
@@ -97,9 +97,12 @@ void Sysmon::alert() noexcept {
   futex_wake(wake_word_);
 }
 
-void Sysmon::run() {
-  const std::string thread_name = (core_.config().name + "/sysmon").substr(0, 15);
-  pthread_setname_np(pthread_self(), thread_name.c_str());
+void Sysmon::run(std::latch& started) {
+  {
+    const std::string thread_name = (core_.config().name + "/sysmon").substr(0, 15);
+    pthread_setname_np(pthread_self(), thread_name.c_str());
+  }
+  started.count_down();
   std::chrono::microseconds delay = kMinTick;
   unsigned idle_rounds = 0;
   Clock::time_point last_look{};  // epoch: none since start or deep sleep

@@ -57,6 +57,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <latch>
 #include <memory>
 #include <thread>
 
@@ -75,7 +76,8 @@ class Sysmon {
   Sysmon& operator=(const Sysmon&) = delete;
   ~Sysmon();
 
-  void start();
+  // Starts sysmon's thread; counts `started` down once it has set itself up.
+  void start(std::latch& started);
   void stop() noexcept;
 
   // A worker back from idle sleep (after storing state running).
@@ -175,7 +177,7 @@ class Sysmon {
     unsigned idle = 0;         // workers searching or asleep
   };
 
-  void run();
+  void run(std::latch& started);
   // How long to sleep after a scan that found `tally`.
   std::chrono::microseconds next_delay(std::chrono::microseconds delay, const Tally& tally) noexcept;
   // One look at every worker, then the hand-offs and spares it calls for.

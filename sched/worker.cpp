@@ -104,8 +104,8 @@ Worker::Worker(SchedulerCore& core, unsigned index, bool spare)
       random_state_(0x9E3779B97F4A7C15ull * (index + 1)),
       spare_activations_(spare ? 1u : 0u) {}  // a spare starts without a thread
 
-void Worker::start() {
-  thread_ = std::thread([this] { run_loop(); });
+void Worker::start(std::latch* started) {
+  thread_ = std::thread([this, started] { run_loop(started); });
 }
 
 void Worker::join() {
@@ -262,7 +262,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexce
   return released;
 }
 
-void Worker::run_loop() {
+void Worker::run_loop(std::latch* started) {
   tls_worker = this;
   bind_running_fiber_cell(&current_);
   os_thread_.record_calling_thread();
@@ -270,6 +270,7 @@ void Worker::run_loop() {
   pthread_setname_np(pthread_self(), thread_name.c_str());
   adopt_thread_context(loop_context_);
   AltSignalStack alt_stack;
+  if (started != nullptr) started->count_down();
 
   if (!spare_)
     run_fibers();

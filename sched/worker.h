@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <latch>
 #include <thread>
 
 #include "../runtime/context.h"
@@ -66,7 +67,9 @@ class Worker {
   // its slow path (detail/checkpoint.h) after this scheduler is gone.
   ~Worker() { take_preempt_request(); }
 
-  void start();
+  // Starts the worker's thread; with `started`, counts it down once the
+  // thread has set itself up (SchedulerCore's constructor waits for that).
+  void start(std::latch* started = nullptr);
   void join();
 
   SchedulerCore& core() const noexcept { return core_; }
@@ -210,7 +213,7 @@ class Worker {
  private:
   friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the thread id
   friend class Spares;            // a spare's thread, its activations and retirement
-  void run_loop();
+  void run_loop(std::latch* started);
   // Runs fibers until the scheduler stops, or (a spare) until it retires.
   void run_fibers();
   // A spare that should stop running fibers at this switch: surplus, with

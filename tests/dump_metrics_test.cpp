@@ -54,9 +54,6 @@ Parsed parse_openmetrics(const std::string& text) {
   return parsed;
 }
 
-// Not under ThreadSanitizer, as dump_test's pool tests: pool_dump_child
-// hangs at exit there inside TSan's own race report.
-#if !defined(__SANITIZE_THREAD__)
 class DumpMetrics : public ReadyChildTest {
  protected:
   DumpMetrics() : ReadyChildTest(WEFT_POOL_DUMP_CHILD) {}
@@ -116,7 +113,6 @@ TEST_F(DumpMetrics, OpenMetricsTextThatAStandardParserReads) {
   EXPECT_GE(value("summary weft_pool_run_seconds mode=fibers,pool=rpc-handler,quantile=0.5"), 100e-6);
   EXPECT_GE(value("summary weft_pool_run_seconds_sum mode=fibers,pool=rpc-handler"), 100 * 100e-6);
 }
-#endif  // !defined(__SANITIZE_THREAD__)
 
 // A bad document fails the parser (so the test above can fail).
 TEST(DumpMetricsParser, RefusesWhatIsNotOpenMetrics) {

@@ -103,7 +103,8 @@ SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
       [&](const FiberControl& fiber) {
         if (snap.fibers.size() == snap.fibers.capacity()) walker.walk();
         FiberSnapshot& f = snap.fibers.emplace_back(take_snapshot(fiber));
-        if (const Worker* worker = fiber.worker.load(std::memory_order_relaxed))
+        // Acquire: the worker may be a spare made since (sched/worker.cpp).
+        if (const Worker* worker = fiber.worker.load(std::memory_order_acquire))
           f.worker = static_cast<int>(worker->index());
         if (f.wait_kind == kFdWaitKind) {
           // The site's object is the fd's number (io/netpoller.cpp). Described

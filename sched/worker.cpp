@@ -338,7 +338,9 @@ void Worker::run_fibers() {
   Worker* last = next->worker.load(std::memory_order_relaxed);
   if (last != this) {
     if (last != nullptr) bump(next->counters.steal);
-    next->worker.store(this, std::memory_order_relaxed);
+    // Release: a dump that loads the pointer with acquire may read the
+    // worker it names (a spare made moments ago by sysmon, on its thread).
+    next->worker.store(this, std::memory_order_release);
   }
   // Release: a fiber's first run starts here, after start_fiber wrote its
   // context; the dump's readers of its stack bounds load this count with

@@ -161,6 +161,17 @@ std::uint32_t Worker::pinned_count() const noexcept {
 
 bool Worker::has_stealable_work() const noexcept { return run_queue_.size() != 0 || spawned_.stealable(stuck()); }
 
+template <class Take>
+void Worker::drain_inbox(Take&& take) noexcept {
+  FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);
+  while (stack != nullptr) {
+    FiberControl* fiber = stack;
+    stack = fiber->link;
+    inbox_count_.fetch_sub(1, std::memory_order_relaxed);
+    if (!take(fiber)) push_inbox(fiber);
+  }
+}
+
 std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch, bool blocked) noexcept {
   std::size_t moved = 0;
   // The next slot never holds a pinned fiber (ready() sends those to the
@@ -185,19 +196,13 @@ std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch, bool block
   // run anywhere: off a blocked thread they go too. The inbox's pinned
   // fibers stay.
   if (blocked && placed_in_inbox_.load(std::memory_order_relaxed) > 0) {
-    FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);  // as release_hook_pinned
-    while (stack != nullptr) {
-      FiberControl* fiber = stack;
-      stack = fiber->link;
-      inbox_count_.fetch_sub(1, std::memory_order_relaxed);
-      if (!not_pinned(fiber)) {
-        push_inbox(fiber);
-        continue;
-      }
+    drain_inbox([&](FiberControl* fiber) {
+      if (!not_pinned(fiber)) return false;
       placed_in_inbox_.fetch_sub(1, std::memory_order_relaxed);
       core_.push_global(fiber);
       ++moved;
-    }
+      return true;
+    });
   }
   // Spawned fibers that have not started stay: idle thieves take them, the
   // newest included while the worker is marked stuck, and run each at once,
@@ -228,15 +233,8 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexce
     ++released;
     return true;
   };
-  // The owner drains the same stack by the same exchange: each fiber is
-  // taken by one of the two.
-  FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);
-  while (stack != nullptr) {
-    FiberControl* fiber = stack;
-    stack = fiber->link;
-    inbox_count_.fetch_sub(1, std::memory_order_relaxed);
-    if (!release(fiber)) push_inbox(fiber);  // pinned by its own code (this_fiber::pin): it stays
-  }
+  // A fiber pinned by its own code (this_fiber::pin) stays.
+  drain_inbox(release);
   // The run queue: a fiber preempted inside a hooked call that did not park
   // waits there, pinned by the hook (its checkpoint, hooks/hook_support.h).
   // Everything is taken, pinned or not, by the thief's side: the unpinned

@@ -261,6 +261,11 @@ class Worker {
     return !spare_ && mine > kPlacementSlack && place_on_lighter_peer(fresh, mine);
   }
   bool place_on_lighter_peer(FiberControl* fresh, std::uint32_t mine) noexcept;
+  // Sysmon's side of the inbox: takes the whole stack (the owner drains it
+  // by the same exchange, so each fiber is taken by one of the two) and
+  // offers each fiber to `take`; those it declines go back.
+  template <class Take>
+  void drain_inbox(Take&& take) noexcept;
   // The imbalance placement tolerates, in fibers, beside an eighth of the
   // lighter worker's load.
   static constexpr std::uint32_t kPlacementSlack = 8;

@@ -51,21 +51,8 @@ bool hooks_enabled() noexcept {
 
 [[gnu::visibility("hidden")]] constinit std::atomic<int> lock_hooks_state{-1};
 
-// Off under ThreadSanitizer (docs/locks.md, "Under the sanitizers"): TSan's
-// own interceptors of these calls read the user's object as plain memory
-// (its condition-variable wait reads the mutex's first word), which the
-// hooks, instrumented where glibc is not, write atomically from other
-// threads; TSan then reports a race that glibc's code would not show, and
-// its report, symbolizing through the I/O hooks, deadlocked. Under TSan a
-// program keeps glibc's locks, which TSan models.
-#ifdef WEFT_HOOKS_TSAN
-constexpr bool kLockHooksBuilt = false;
-#else
-constexpr bool kLockHooksBuilt = true;
-#endif
-
 bool read_lock_hooks_switch() noexcept {
-  const int state = kLockHooksBuilt && hooks_enabled() && !env_says_off("WEFT_HOOK_LOCKS") ? 1 : 0;
+  const int state = hooks_enabled() && !env_says_off("WEFT_HOOK_LOCKS") ? 1 : 0;
   lock_hooks_state.store(state, std::memory_order_relaxed);
   return state == 1;
 }

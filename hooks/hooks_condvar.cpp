@@ -43,7 +43,7 @@ using namespace pthread_layout;
 constexpr unsigned kWaiters = 1;
 
 void clear_waiters_if_none(pthread_cond_t* cond, const LotBucket& bucket) noexcept {
-  if (!bucket.has(cond)) cond_word(cond).fetch_and(~kWaiters, std::memory_order_relaxed);
+  if (!bucket.has(cond)) cond_word(cond).clear(kWaiters);
 }
 
 // What the parked waiter's action releases: a copy, taken before anything
@@ -73,7 +73,7 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
   ParkAction release_after{};
   bucket.lock.lock();
   bucket.push(waiter);
-  cond_word(cond).fetch_or(kWaiters, std::memory_order_relaxed);
+  cond_word(cond).set(kWaiters);
   if (mutex_is_ours) {
     release_after = ParkAction{&release_mutex, &release};
   } else if (const int error = real::pthread_mutex_unlock()(mutex); error != 0) {
@@ -195,7 +195,7 @@ extern "C" {
 [[gnu::noinline]] int pthread_cond_signal(pthread_cond_t* cond) {
   if (!lock_hooks_enabled()) return real::pthread_cond_signal()(cond);
   if (is_shared(cond)) return bridged_wake(cond, [cond] { return real::pthread_cond_signal()(cond); });
-  if ((pthread_layout::cond_word(cond).load(std::memory_order_relaxed) & kWaiters) == 0) return 0;
+  if ((pthread_layout::cond_word(cond).load() & kWaiters) == 0) return 0;
   LotBucket& bucket = lot_bucket(cond);
   std::lock_guard guard(bucket.lock);
   while (LotWaiter* waiter = bucket.first(cond)) {
@@ -209,14 +209,14 @@ extern "C" {
 [[gnu::noinline]] int pthread_cond_broadcast(pthread_cond_t* cond) {
   if (!lock_hooks_enabled()) return real::pthread_cond_broadcast()(cond);
   if (is_shared(cond)) return bridged_wake(cond, [cond] { return real::pthread_cond_broadcast()(cond); });
-  if ((pthread_layout::cond_word(cond).load(std::memory_order_relaxed) & kWaiters) == 0) return 0;
+  if ((pthread_layout::cond_word(cond).load() & kWaiters) == 0) return 0;
   LotBucket& bucket = lot_bucket(cond);
   std::lock_guard guard(bucket.lock);
   while (LotWaiter* waiter = bucket.first(cond)) {
     bucket.remove(*waiter);
     unpark(*waiter);
   }
-  pthread_layout::cond_word(cond).fetch_and(~kWaiters, std::memory_order_relaxed);
+  pthread_layout::cond_word(cond).clear(kWaiters);
   return 0;
 }
 

@@ -420,8 +420,9 @@ extern "C" {
 
 [[gnu::noinline]] int pthread_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime) {
   const void* return_address = __builtin_return_address(0);
-  return lock_call(mutex, kTsanTryLock, return_address,
-                   [&] { return clock_lock(mutex, clock, abstime, return_address); });
+  return lock_call(
+      mutex, kTsanTryLock, return_address, [&] { return clock_lock(mutex, clock, abstime, return_address); },
+      /*seen_by_tsan=*/false);
 }
 
 [[gnu::noinline]] int pthread_mutex_unlock(pthread_mutex_t* mutex) {

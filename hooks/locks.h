@@ -200,10 +200,26 @@ bool real_calls_reach_tsan() noexcept;
 // exported call runs `call` (the whole call) through one of these; outside
 // TSan builds they are `call()`. `tsan_flags`: __tsan_mutex_try_lock for
 // the lock calls that may fail by design.
+//
+//
+// A lock call that TSan does not intercept at all (GCC 12's TSan has no
+// pthread_mutex_clocklock, which std::timed_mutex::try_lock_for makes) is
+// told for every caller (`seen_by_tsan` false), once it has the mutex, as
+// a trylock that succeeded: TSan ignores the caller's accesses and
+// synchronisation between its pre_lock and post_lock, and a user's call
+// may park in between, its worker's switches then unseen.
 template <class Call>
 int lock_call([[maybe_unused]] void* mutex, [[maybe_unused]] unsigned tsan_flags,
-              [[maybe_unused]] const void* return_address, Call call) {
+              [[maybe_unused]] const void* return_address, Call call, [[maybe_unused]] bool seen_by_tsan = true) {
 #ifdef WEFT_HOOKS_TSAN
+  if (!seen_by_tsan && !called_from_weft(return_address)) {
+    const int result = call();
+    if (result == 0) {
+      __tsan_mutex_pre_lock(mutex, __tsan_mutex_try_lock);
+      __tsan_mutex_post_lock(mutex, __tsan_mutex_try_lock, 0);
+    }
+    return result;
+  }
   if (called_from_weft(return_address) && !real_calls_reach_tsan()) {
     __tsan_mutex_pre_lock(mutex, tsan_flags);
     const int result = call();

@@ -12,7 +12,8 @@
 // Every field is reached through std::atomic_ref: the hooks' own state is
 // atomic, and the owner fields are read by callers that do not own the
 // object (an error-checking mutex's "do I own it?"), which glibc does with
-// plain loads, and a sanitizer would call a race.
+// plain loads, and a sanitizer would call a race. The condition variable's
+// word is the exception (CondWord, below).
 #pragma once
 
 #include <pthread.h>
@@ -20,6 +21,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+
+#include "tsan.h"
 
 namespace weft::detail::pthread_layout {
 
@@ -68,10 +71,27 @@ inline unsigned cond_flags(const pthread_cond_t* c) noexcept {
   return std::atomic_ref(const_cast<unsigned&>(c->__data.__wrefs)).load(std::memory_order_relaxed);
 }
 // The hooks' word: the low half of glibc's waiter sequence, zero in every
-// initializer (hooks/hooks_condvar.cpp).
-inline std::atomic_ref<unsigned> cond_word(pthread_cond_t* c) noexcept {
-  return std::atomic_ref(c->__data.__wseq.__value32.__low);
-}
+// initializer (hooks/hooks_condvar.cpp), read and written relaxed.
+//
+// ThreadSanitizer's interceptors of pthread_cond_wait, _signal and
+// _broadcast read a condition variable's first eight bytes as plain memory
+// before they call the next definition, libweft's: glibc, not
+// instrumented, writes them unseen. Seen, the hooks' atomic writes there
+// would be a race with that read in every other thread's call. So, in a
+// TSan build, the word is reached out of line and uninstrumented, as
+// glibc's code reaches it; it carries no data between threads (the parking
+// lot's bucket lock and the mutex do, and TSan sees both).
+class CondWord {
+ public:
+  explicit CondWord(pthread_cond_t* c) noexcept : word_(&c->__data.__wseq.__value32.__low) {}
+  WEFT_UNSEEN_BY_TSAN unsigned load() const noexcept { return __atomic_load_n(word_, __ATOMIC_RELAXED); }
+  WEFT_UNSEEN_BY_TSAN void set(unsigned bits) const noexcept { __atomic_fetch_or(word_, bits, __ATOMIC_RELAXED); }
+  WEFT_UNSEEN_BY_TSAN void clear(unsigned bits) const noexcept { __atomic_fetch_and(word_, ~bits, __ATOMIC_RELAXED); }
+
+ private:
+  unsigned* word_;
+};
+inline CondWord cond_word(pthread_cond_t* c) noexcept { return CondWord(c); }
 static_assert(offsetof(pthread_cond_t, __data.__wseq) == 0);
 
 // --- pthread_rwlock_t -----------------------------------------------------

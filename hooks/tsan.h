@@ -26,3 +26,12 @@
 #else
 #define WEFT_TSAN_SWITCHES [[gnu::no_sanitize_thread]]
 #endif
+
+// For a function whose memory accesses TSan must not see (hooks/
+// pthread_layout.h, CondWord): out of line, so that no instrumented caller
+// inlines it, and not instrumented, atomics included. Nothing outside TSan.
+#ifdef WEFT_HOOKS_TSAN
+#define WEFT_UNSEEN_BY_TSAN [[gnu::noinline]] WEFT_TSAN_SWITCHES
+#else
+#define WEFT_UNSEEN_BY_TSAN
+#endif

@@ -125,9 +125,14 @@ std::string syncs(const std::string& path) {
   out << "sync_file_range " << ::sync_file_range(fd, 0, 4096, SYNC_FILE_RANGE_WRITE) << "\n";
   errno = 0;
   out << "sync_file_range bad flags " << ::sync_file_range(fd, 0, 4096, 0x80) << " errno " << errno << "\n";
+  // A closed fd far above the others: the kernel gives out the lowest free
+  // number, so no other thread's new fd (the scheduler's, the sanitizer's)
+  // can take this one before the call.
+  const int closed = ::fcntl(fd, F_DUPFD, 1000);
   ::close(fd);
+  ::close(closed);
   errno = 0;
-  out << "fsync closed " << ::fsync(fd) << " errno " << errno << "\n";
+  out << "fsync closed " << ::fsync(closed) << " errno " << errno << "\n";
   int pipe_fds[2];
   EXPECT_EQ(::pipe(pipe_fds), 0);
   errno = 0;

@@ -18,7 +18,8 @@
 //   one; a waiter queued later is behind them and never takes their wake.
 //   A woken waiter never touches the condition variable again (it may be
 //   destroyed right after the wake: glibc allows that), and there are no
-//   spurious wake-ups but timeouts.
+//   spurious wake-ups but timeouts and a pthread_cancel() of a plain thread
+//   that has cancellation disabled (hooks/cancellable_wait.h).
 // - A process-shared condition variable is glibc's. With a taken-over
 //   mutex, its wait goes through a bridge: the waiter holds a glibc mutex
 //   of a small table (keyed by the condition variable's address) from
@@ -30,7 +31,9 @@
 
 #include <cerrno>
 #include <mutex>
+#include <optional>
 
+#include "cancellable_wait.h"
 #include "locks.h"
 #include "pthread_layout.h"
 #include "real_calls.h"
@@ -60,7 +63,8 @@ void release_mutex(void* arg) noexcept {
 
 // The wait of a condition variable the hooks take over.
 int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline, const void* return_address) {
-  const WaitingCall call(how_call_waits(return_address));
+  const Waits waits = how_call_waits(return_address);
+  const WaitingCall call(waits);
   const Caller me = current_caller();
   const bool mutex_is_ours = mutex_taken_over(mutex);
   if (mutex_is_ours) {
@@ -69,6 +73,15 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
   LotBucket& bucket = lot_bucket(cond);
   LotWaiter waiter;
   waiter.key = cond;
+  // A plain thread's wait is a cancellation point (hooks/cancellable_wait.h):
+  // registered first, so that a pthread_cancel() is either seen by the
+  // test below, with the mutex still held, or marks the wait.
+  std::optional<CancellableWait> cancellable;
+  if (waits == Waits::block_thread) {
+    cancellable.emplace(&waiter.state);
+    pthread_testcancel();
+  }
+  const std::atomic<bool>* cancelled = cancellable ? &cancellable->requested() : nullptr;
   MutexRelease release{mutex, me};
   ParkAction release_after{};
   bucket.lock.lock();
@@ -85,8 +98,8 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
     bucket.lock.unlock();
     return error;
   }
-  const bool notified =
-      wait_in_lot(bucket, waiter, {"std::condition_variable", cond, "wait"}, deadline, call.parks(), release_after);
+  const bool notified = wait_in_lot(bucket, waiter, {"std::condition_variable", cond, "wait"}, deadline, call.parks(),
+                                    release_after, cancelled);
   if (!notified) {
     std::lock_guard guard(bucket.lock);
     bucket.remove(waiter);
@@ -95,6 +108,11 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
   const int relocked =
       mutex_is_ours ? mutex_lock(mutex, me, call.parks(), Deadline::never()) : real::pthread_mutex_lock()(mutex);
   if (relocked != 0) return relocked;  // EOWNERDEAD and the like, from glibc's own mutexes
+  if (!notified && cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {
+    cancellable.reset();
+    pthread_testcancel();  // acts, the mutex held, unless cancellation is disabled
+    return 0;              // then a spurious wake-up
+  }
   return notified ? 0 : ETIMEDOUT;
 }
 

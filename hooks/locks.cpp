@@ -210,7 +210,7 @@ int futex_wake(void* word, int count) noexcept {
 // --- the parking lot --------------------------------------------------------
 
 bool wait_in_lot(LotBucket& bucket, LotWaiter& waiter, const WaitSite& site, const Deadline& deadline, bool park,
-                 ParkAction after_release) noexcept {
+                 ParkAction after_release, const std::atomic<bool>* cancelled) noexcept {
   if (park) return park_then(waiter, &bucket.lock, site, deadline.steady(), after_release) == WakeReason::notified;
   // A thread, or a fiber that may not park, sleeps on its waiter's futex
   // as park() has a thread do (unpark() wakes that futex), but with the
@@ -222,6 +222,11 @@ bool wait_in_lot(LotBucket& bucket, LotWaiter& waiter, const WaitSite& site, con
   for (;;) {
     const std::uint32_t state = waiter.state.load(std::memory_order_acquire);
     if (state != Waiter::waiting) return state == Waiter::notified;
+    if (cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {
+      std::uint32_t expected = Waiter::waiting;
+      if (waiter.state.compare_exchange_strong(expected, Waiter::timed_out, std::memory_order_acq_rel)) return false;
+      continue;  // notified meanwhile: the wake is taken, the cancellation acts later
+    }
     if (futex_wait(&waiter.state, Waiter::waiting, deadline) == ETIMEDOUT) {
       std::uint32_t expected = Waiter::waiting;
       if (waiter.state.compare_exchange_strong(expected, Waiter::timed_out, std::memory_order_acq_rel)) return false;

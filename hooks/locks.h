@@ -337,9 +337,11 @@ int futex_wake(void* word, int count) noexcept;
 // (which a WaitingCall has pinned), else blocks the thread on the waiter's
 // own futex, with the deadline's clock. The bucket is released once the
 // caller can no longer run, and `after_release` runs right after that
-// (ParkAction, include/weft/detail/park.h).
+// (ParkAction, include/weft/detail/park.h). A blocked thread also stops
+// waiting (false, as a timeout) once `cancelled` is set
+// (hooks/cancellable_wait.h).
 bool wait_in_lot(LotBucket& bucket, LotWaiter& waiter, const WaitSite& site, const Deadline& deadline, bool park,
-                 ParkAction after_release = {}) noexcept;
+                 ParkAction after_release = {}, const std::atomic<bool>* cancelled = nullptr) noexcept;
 
 // --- the mutex, for the condition variable --------------------------------
 

@@ -896,6 +896,76 @@ TEST(LockFork, AChildLocksWhatItsParentsFibersWereParkedOn) {
 
 // A condition variable may be destroyed as soon as its waiters are woken:
 // a woken waiter never touches it again (ASan sees any access).
+// --- thread cancellation ------------------------------------------------
+
+// A plain thread that waits on a condition variable until `done`, its
+// cancellation cleanup recording whether it held the mutex.
+struct CancelledWaiter {
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+  bool disable_cancellation = false;
+  std::atomic<bool> waiting{false};
+  std::atomic<int> held_in_cleanup{-1};
+  bool done = false;  // under mutex
+};
+
+void record_cleanup(void* arg) {
+  auto* waiter = static_cast<CancelledWaiter*>(arg);
+  // A normal mutex the caller holds answers EBUSY; a free one is taken.
+  waiter->held_in_cleanup = pthread_mutex_trylock(&waiter->mutex) == EBUSY ? 1 : 0;
+  pthread_mutex_unlock(&waiter->mutex);
+}
+
+void* wait_until_done(void* arg) {
+  auto* waiter = static_cast<CancelledWaiter*>(arg);
+  if (waiter->disable_cancellation) pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, nullptr);
+  pthread_mutex_lock(&waiter->mutex);
+  pthread_cleanup_push(record_cleanup, waiter);
+  waiter->waiting = true;
+  while (!waiter->done) pthread_cond_wait(&waiter->cond, &waiter->mutex);
+  pthread_cleanup_pop(1);
+  return nullptr;
+}
+
+// pthread_cond_wait is a cancellation point (POSIX), as glibc's: a thread
+// cancelled while it sleeps there ends, its cleanup run with the mutex held.
+TEST(LockCancellation, ACancelledThreadLeavesItsConditionWaitHoldingTheMutex) {
+  CancelledWaiter waiter;
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, nullptr, &wait_until_done, &waiter), 0);
+  while (!waiter.waiting.load()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms);  // asleep in the wait by now
+  ASSERT_EQ(pthread_cancel(thread), 0);
+  void* result = nullptr;
+  completes_within(
+      30s, [&] { pthread_join(thread, &result); }, "pthread_join of the cancelled waiter");
+  EXPECT_EQ(result, PTHREAD_CANCELED);
+  EXPECT_EQ(waiter.held_in_cleanup.load(), 1);
+}
+
+// With cancellation disabled the wait goes on (at most a spurious wake-up,
+// which the caller's loop absorbs) and ends when signalled.
+TEST(LockCancellation, AThreadWithCancellationDisabledKeepsWaiting) {
+  CancelledWaiter waiter;
+  waiter.disable_cancellation = true;
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, nullptr, &wait_until_done, &waiter), 0);
+  while (!waiter.waiting.load()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(pthread_cancel(thread), 0);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(waiter.held_in_cleanup.load(), -1) << "the waiter ended though cancellation was disabled";
+  pthread_mutex_lock(&waiter.mutex);
+  waiter.done = true;
+  pthread_cond_signal(&waiter.cond);
+  pthread_mutex_unlock(&waiter.mutex);
+  void* result = nullptr;
+  completes_within(
+      30s, [&] { pthread_join(thread, &result); }, "pthread_join of the signalled waiter");
+  EXPECT_EQ(result, nullptr);
+  EXPECT_EQ(waiter.held_in_cleanup.load(), 1);  // the normal exit's cleanup, with the mutex held
+}
+
 TEST(LockLifetime, ACondvarDestroyedRightAfterNotifyAllIsNotTouchedAgain) {
   Scheduler sched(test::config_with(2));
   for (int round = 0; round < 20; ++round) {

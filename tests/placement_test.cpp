@@ -140,15 +140,6 @@ struct Clients {
 };
 
 TEST(Placement, EchoConnectionsSpreadOverWorkersBesideCpuBurners) {
-  if (test::kSlowdown > 1)
-    // With or without the burners, and on the code before placement too:
-    // a worker that waits 100 ms for ThreadSanitizer's own lock looks to
-    // sysmon like a thread blocked on a std::mutex, sysmon releases the
-    // hook pins of the fibers queued on it (docs/io.md, "What is not
-    // interposed"), and ErrnoHome's copy of errno to their first thread is
-    // a cross-thread write that TSan reports, then hangs in reporting (both
-    // workers in __tsan::ReportRace, waiting for its thread registry).
-    GTEST_SKIP() << "hangs in ThreadSanitizer's race report after a hook pin release (see the comment)";
   Config config = test::config_with(2);
   config.name = "placement";
   // No spares: they run fibers only while a worker is blocked in the kernel,

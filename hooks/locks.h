@@ -201,7 +201,6 @@ bool real_calls_reach_tsan() noexcept;
 // TSan builds they are `call()`. `tsan_flags`: __tsan_mutex_try_lock for
 // the lock calls that may fail by design.
 //
-//
 // A lock call that TSan does not intercept at all (GCC 12's TSan has no
 // pthread_mutex_clocklock, which std::timed_mutex::try_lock_for makes) is
 // told for every caller (`seen_by_tsan` false), once it has the mutex, as

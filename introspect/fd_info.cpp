@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -12,24 +11,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "../runtime/system_calls.h"
+
 namespace weft::detail {
 namespace {
 
-// The fd looked at belongs to a fiber that may close it at any moment: the
-// description is a look from outside, which takes no part in the program's
-// use of the fd. So each call is a raw system call, which neither libweft's
-// hooks nor a sanitizer's interceptors see (ThreadSanitizer models an fd's
-// close as a write that races any other thread's fstat of it).
-int look_fstat(int fd, struct stat* info) noexcept { return static_cast<int>(::syscall(SYS_fstat, fd, info)); }
-int look_getsockname(int fd, sockaddr* address, socklen_t* length) noexcept {
-  return static_cast<int>(::syscall(SYS_getsockname, fd, address, length));
-}
-int look_getpeername(int fd, sockaddr* address, socklen_t* length) noexcept {
-  return static_cast<int>(::syscall(SYS_getpeername, fd, address, length));
-}
-int look_getsockopt(int fd, int level, int name, void* value, socklen_t* length) noexcept {
-  return static_cast<int>(::syscall(SYS_getsockopt, fd, level, name, value, length));
-}
+// Each look at the fd is a raw system call (runtime/system_calls.h): the fd
+// belongs to a fiber that may close it at any moment.
 
 // "127.0.0.1:41234", "[::1]:80", "unix /run/x.sock"; empty if unknown.
 std::string address_text(const sockaddr_storage& address, socklen_t length) {
@@ -60,12 +48,12 @@ std::string address_text(const sockaddr_storage& address, socklen_t length) {
 std::string describe_socket(int fd) {
   sockaddr_storage local{};
   socklen_t local_length = sizeof(local);
-  if (look_getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) != 0) return "socket";
+  if (sys::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) != 0) return "socket";
   std::string here = address_text(local, local_length);
   if (here.empty()) return "socket";
   sockaddr_storage peer{};
   socklen_t peer_length = sizeof(peer);
-  if (look_getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0) {
+  if (sys::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) == 0) {
     const std::string there = address_text(peer, peer_length);
     // An unnamed unix socket (a socketpair) on both ends says nothing more.
     if (here == "unix" && there == "unix") return "unix socket";
@@ -73,7 +61,7 @@ std::string describe_socket(int fd) {
   }
   int listening = 0;
   socklen_t flag_length = sizeof(listening);
-  if (look_getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_length) == 0 && listening != 0)
+  if (sys::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_length) == 0 && listening != 0)
     return "listening " + here;
   return here;
 }
@@ -92,7 +80,7 @@ std::string link_target(int fd) {
 
 std::string describe_fd(int fd) {
   struct stat info {};
-  if (look_fstat(fd, &info) != 0) return "closed";
+  if (sys::fstat(fd, &info) != 0) return "closed";
   if (S_ISSOCK(info.st_mode)) return describe_socket(fd);
   if (S_ISFIFO(info.st_mode)) return "pipe";
   const std::string target = link_target(fd);

@@ -27,6 +27,20 @@ ssize_t write(int fd, const void* buffer, std::size_t size) noexcept { return ::
 
 int close(int fd) noexcept { return static_cast<int>(::syscall(SYS_close, fd)); }
 
+int fstat(int fd, struct stat* info) noexcept { return static_cast<int>(::syscall(SYS_fstat, fd, info)); }
+
+int getsockname(int fd, sockaddr* address, socklen_t* length) noexcept {
+  return static_cast<int>(::syscall(SYS_getsockname, fd, address, length));
+}
+
+int getpeername(int fd, sockaddr* address, socklen_t* length) noexcept {
+  return static_cast<int>(::syscall(SYS_getpeername, fd, address, length));
+}
+
+int getsockopt(int fd, int level, int name, void* value, socklen_t* length) noexcept {
+  return static_cast<int>(::syscall(SYS_getsockopt, fd, level, name, value, length));
+}
+
 ssize_t read_small_file(const char* path, char* buffer, std::size_t size) noexcept {
   if (size == 0) return -1;
   const int fd = open_read_only(path);

@@ -10,6 +10,12 @@
 // libc through its real_calls, which resolve the next definition with
 // dlsym (docs/architecture.md, "Calls into the kernel").
 //
+// introspect/ makes its looks at a fiber's fd (fstat, getsockname, ...)
+// through these too: a description from outside, which neither the hooks
+// nor a sanitizer's interceptors should see as a use of the fd
+// (ThreadSanitizer models a close as a write that races any other thread's
+// fstat of the same fd).
+//
 // Each returns what the system call returns, with errno set on failure, as
 // libc's function of the same name does.
 #pragma once
@@ -17,6 +23,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -29,6 +37,10 @@ int open_read_only(const char* path) noexcept;
 ssize_t read(int fd, void* buffer, std::size_t size) noexcept;
 ssize_t write(int fd, const void* buffer, std::size_t size) noexcept;
 int close(int fd) noexcept;
+int fstat(int fd, struct stat* info) noexcept;
+int getsockname(int fd, sockaddr* address, socklen_t* length) noexcept;
+int getpeername(int fd, sockaddr* address, socklen_t* length) noexcept;
+int getsockopt(int fd, int level, int name, void* value, socklen_t* length) noexcept;
 // A small file (/proc/...) read with one read(2) into `buffer`, which is
 // NUL-terminated: the bytes read, or -1 (nothing read, or an error).
 ssize_t read_small_file(const char* path, char* buffer, std::size_t size) noexcept;

@@ -211,9 +211,13 @@ bool release_to_parked(pthread_mutex_t* mutex) noexcept {
 [[gnu::noinline]] int release_slow(pthread_mutex_t* mutex, int value) noexcept {
   auto word = mutex_word(mutex);
   for (;;) {
-    if ((value & kParked) != 0 && release_to_parked(mutex)) return 0;
-    value = word.load(std::memory_order_relaxed);
-    if ((value & kParked) != 0) continue;
+    if ((value & kParked) != 0) {
+      if (release_to_parked(mutex)) return 0;
+      value = word.load(std::memory_order_relaxed);
+      continue;
+    }
+    // `value` is fresh (the caller's failed CAS, or this one's): another
+    // load of the contended word would cost a cache miss for nothing.
     if (word.compare_exchange_weak(value, 0, std::memory_order_release, std::memory_order_relaxed)) {
       if ((value & kLockedBits) == kSleepers) futex_wake(&mutex->__data.__lock, 1);
       return 0;
@@ -244,6 +248,18 @@ inline int unlock_unchecked(pthread_mutex_t* mutex) noexcept {
   return kind == kNormal || kind == kAdaptive ? unlock_unchecked(mutex) : unlock_checked(mutex);
 }
 
+// The lock of a taken-over mutex of `type` that the caller found taken:
+// waits for it (parks, or blocks the thread), then records the owner.
+int lock_waiting(pthread_mutex_t* mutex, int type, const Caller& me, const void* return_address,
+                 const Deadline& deadline) {
+  {
+    const WaitingCall call(how_call_waits(return_address));
+    if (const int error = acquire_slow(mutex, type, me, call.parks(), deadline); error != 0) return error;
+  }
+  record_acquired(mutex, type, me);
+  return 0;
+}
+
 // pthread_mutex_lock and its timed forms on a taken-over mutex of `type`,
 // past the fast path of a normal one.
 int lock(pthread_mutex_t* mutex, int type, Caller me, const void* return_address, const Deadline& deadline) {
@@ -255,12 +271,17 @@ int lock(pthread_mutex_t* mutex, int type, Caller me, const void* return_address
   if (type == kErrorCheck && owned_by(mutex, me)) return EDEADLK;
   int value = 0;
   if (!mutex_word(mutex).compare_exchange_strong(value, kLocked, std::memory_order_acquire, std::memory_order_relaxed))
-      [[unlikely]] {
-    const WaitingCall call(how_call_waits(return_address));
-    if (const int error = acquire_slow(mutex, type, me, call.parks(), deadline); error != 0) return error;
-  }
+      [[unlikely]]
+    return lock_waiting(mutex, type, me, return_address, deadline);
   record_acquired(mutex, type, me);
   return 0;
+}
+
+// pthread_mutex_lock of a normal mutex whose fast path found it taken (and
+// no checkpoint pending): straight to the wait, without a second CAS on the
+// contended word.
+[[gnu::noinline]] int lock_contended(pthread_mutex_t* mutex, const void* return_address) {
+  return lock_waiting(mutex, kNormal, current_caller(), return_address, Deadline::never());
 }
 
 // pthread_mutex_lock past its fast path: every call tail-calls here, so
@@ -392,7 +413,7 @@ extern "C" {
     int value = 0;
     if (!pthread_layout::mutex_word(mutex).compare_exchange_strong(value, kLocked, std::memory_order_acquire,
                                                                    std::memory_order_relaxed)) [[unlikely]]
-      return lock_untimed(mutex, kind, return_address);
+      return lock_contended(mutex, return_address);
     // current_caller(), with its one system call (a thread's first lock)
     // out of this function, so that the fast path saves no register.
     if (FiberControl* fiber = current_fiber()) {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../runtime/system_calls.h"
 #include "../sched/current.h"
 #include "tsan.h"
 
@@ -185,7 +186,6 @@ Clock::time_point Deadline::steady() const noexcept {
 // --- futexes -----------------------------------------------------------------
 
 int futex_wait(void* word, unsigned expected, const Deadline& deadline) noexcept {
-  const int saved = errno;
   int op = FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
   const timespec* timeout = nullptr;
   if (!deadline.none) {
@@ -194,16 +194,12 @@ int futex_wait(void* word, unsigned expected, const Deadline& deadline) noexcept
     if (deadline.clock == CLOCK_REALTIME) op |= FUTEX_CLOCK_REALTIME;
     timeout = &deadline.at;
   }
-  const long result = ::syscall(SYS_futex, word, op, expected, timeout, nullptr, FUTEX_BITSET_MATCH_ANY);
-  const int error = result == 0 ? 0 : errno;
-  errno = saved;
-  return error;
+  const long result = sys::futex(word, op, expected, timeout, FUTEX_BITSET_MATCH_ANY);
+  return result < 0 ? static_cast<int>(-result) : 0;
 }
 
 int futex_wake(void* word, int count) noexcept {
-  const int saved = errno;
-  const long woken = ::syscall(SYS_futex, word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, count, nullptr, nullptr, 0);
-  errno = saved;
+  const long woken = sys::futex(word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, static_cast<std::uint32_t>(count), nullptr, 0);
   return woken > 0 ? static_cast<int>(woken) : 0;
 }
 

@@ -25,12 +25,39 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
+#include <cstdint>
 
 namespace weft::detail::sys {
+
+// futex(2), inline and without errno: the kernel's result, or -errno. For
+// the lock hooks' contended paths, where a futex call is most of the cost
+// and libc's syscall() adds a call, its argument shuffle and errno's store.
+inline long futex(void* word, int op, std::uint32_t value, const timespec* timeout, std::uint32_t value3) noexcept {
+#if defined(__x86_64__)
+  long result;
+  register const timespec* r10 asm("r10") = timeout;
+  register void* r8 asm("r8") = nullptr;
+  register long r9 asm("r9") = value3;
+  asm volatile("syscall"
+               : "=a"(result)
+               : "0"(static_cast<long>(SYS_futex)), "D"(word), "S"(op), "d"(value), "r"(r10), "r"(r8), "r"(r9)
+               : "rcx", "r11", "memory");
+  return result;
+#else
+  const int saved = errno;
+  const long result = ::syscall(SYS_futex, word, op, value, timeout, nullptr, value3);
+  const long error = errno;
+  errno = saved;
+  return result >= 0 ? result : -error;
+#endif
+}
 
 // open(path, O_RDONLY | O_CLOEXEC).
 int open_read_only(const char* path) noexcept;

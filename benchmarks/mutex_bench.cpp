@@ -24,6 +24,7 @@ class GlibcMutex {
  public:
   void lock() { weft::detail::real::pthread_mutex_lock()(&mutex_); }
   void unlock() { weft::detail::real::pthread_mutex_unlock()(&mutex_); }
+  pthread_mutex_t* native() { return &mutex_; }
 
  private:
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
@@ -220,5 +221,55 @@ void BM_StdQueueThreadConsumers(benchmark::State& state) {
       });
 }
 BENCHMARK(BM_StdQueueThreadConsumers)->UseRealTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+
+// Pairs of plain threads, each pair passing a turn back and forth over its
+// own mutex and condition variable: the hooks' condvar wait on a thread
+// against glibc's own. The pairs share nothing, so a process-wide lock in
+// the wait would show as the gap (hooks/cancellable_wait.cpp).
+constexpr int kCondvarPairs = 8;
+constexpr int kCondvarRounds = 5'000;
+
+// glibc's own pthread_cond_wait and _signal, as GlibcMutex.
+class GlibcCondvar {
+ public:
+  void wait(std::unique_lock<GlibcMutex>& lock) {
+    weft::detail::real::pthread_cond_wait()(&cond_, lock.mutex()->native());
+  }
+  void notify_one() { weft::detail::real::pthread_cond_signal()(&cond_); }
+
+ private:
+  pthread_cond_t cond_ = PTHREAD_COND_INITIALIZER;
+};
+
+template <class M, class C>
+void condvar_pairs(benchmark::State& state) {
+  struct Pair {
+    M mu;
+    C cv;
+    int turn = 0;
+  };
+  for (auto _ : state) {
+    std::vector<Pair> pairs(kCondvarPairs);
+    std::vector<std::thread> threads;
+    for (Pair& pair : pairs)
+      for (int side = 0; side < 2; ++side)
+        threads.emplace_back([&pair, side] {
+          for (int i = 0; i < kCondvarRounds; ++i) {
+            std::unique_lock lock(pair.mu);
+            while (pair.turn != side) pair.cv.wait(lock);
+            pair.turn = 1 - side;
+            pair.cv.notify_one();
+          }
+        });
+    for (auto& t : threads) t.join();
+  }
+  state.counters["per_handoff"] = weft_bench::time_per(2.0 * kCondvarPairs * kCondvarRounds * state.iterations());
+}
+
+void BM_StdCondvarPairsThreads(benchmark::State& state) { condvar_pairs<std::mutex, std::condition_variable>(state); }
+BENCHMARK(BM_StdCondvarPairsThreads)->UseRealTime()->MinTime(0.5)->Unit(benchmark::kMillisecond);
+
+void BM_GlibcCondvarPairsThreads(benchmark::State& state) { condvar_pairs<GlibcMutex, GlibcCondvar>(state); }
+BENCHMARK(BM_GlibcCondvarPairsThreads)->UseRealTime()->MinTime(0.5)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "cancellable_wait.h"
 
 #include <climits>
+#include <cstdint>
 #include <mutex>
 #include <new>
 
@@ -11,42 +12,60 @@
 namespace weft::detail::locks {
 namespace {
 
-// The registered waits: a list of the waiters' own objects, which live in
-// their frames. Invariant: an object is linked exactly while its
+// The registered waits, in buckets by thread: a wait takes only its own
+// thread's bucket lock, so the condition-variable waits of different plain
+// threads rarely meet there (one list under one lock made every such wait
+// in the process take the same lock twice). Each bucket is a doubly linked
+// list of the waiters' own objects, which live in their frames.
+// Invariant: an object is linked in its thread's bucket exactly while its
 // constructor has returned and its destructor has not, so wake() may touch
-// any linked one under the lock.
-RawMutex registry_lock;
-CancellableWait* registered = nullptr;
+// any linked one under the bucket's lock.
+struct Bucket {
+  RawMutex lock;
+  CancellableWait* head = nullptr;  // guarded by lock
+};
+constexpr unsigned kBucketBits = 6;
+struct alignas(64) PaddedBucket : Bucket {};
+PaddedBucket buckets[1U << kBucketBits];
+
+Bucket& bucket_of(pthread_t thread) noexcept {
+  // Fibonacci hashing: pthread_t is the address of the thread's control
+  // block, whose low bits are alike from thread to thread.
+  const std::uint64_t key = static_cast<std::uint64_t>(thread) * 0x9E3779B97F4A7C15ULL;
+  return buckets[key >> (64 - kBucketBits)];
+}
 
 // A forked child has only the forking thread: the others' waits, and a lock
 // one of them may have held, are gone.
 void forget_in_child() noexcept {
-  new (&registry_lock) RawMutex();
-  registered = nullptr;
+  for (PaddedBucket& bucket : buckets) {
+    new (&bucket.lock) RawMutex();
+    bucket.head = nullptr;
+  }
 }
 [[gnu::constructor]] void register_fork_handler() { pthread_atfork(nullptr, nullptr, &forget_in_child); }
 
 }  // namespace
 
 CancellableWait::CancellableWait(std::atomic<std::uint32_t>* word) noexcept : thread_(pthread_self()), word_(word) {
-  const std::lock_guard guard(registry_lock);
-  next_ = registered;
-  registered = this;
+  Bucket& bucket = bucket_of(thread_);
+  const std::lock_guard guard(bucket.lock);
+  next_ = bucket.head;
+  if (next_ != nullptr) next_->prev_ = this;
+  bucket.head = this;
 }
 
 CancellableWait::~CancellableWait() {
-  const std::lock_guard guard(registry_lock);
-  for (CancellableWait** link = &registered; *link != nullptr; link = &(*link)->next_) {
-    if (*link == this) {
-      *link = next_;
-      break;
-    }
-  }
+  Bucket& bucket = bucket_of(thread_);
+  const std::lock_guard guard(bucket.lock);
+  (prev_ != nullptr ? prev_->next_ : bucket.head) = next_;
+  if (next_ != nullptr) next_->prev_ = prev_;
 }
 
 void CancellableWait::wake(pthread_t thread) noexcept {
-  const std::lock_guard guard(registry_lock);
-  for (CancellableWait* wait = registered; wait != nullptr; wait = wait->next_) {
+  Bucket& bucket = bucket_of(thread);
+  const std::lock_guard guard(bucket.lock);
+  for (CancellableWait* wait = bucket.head; wait != nullptr; wait = wait->next_) {
     if (pthread_equal(wait->thread_, thread) == 0) continue;
     wait->requested_.store(true, std::memory_order_release);
     futex_wake(wait->word_, INT_MAX);

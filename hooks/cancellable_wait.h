@@ -46,7 +46,9 @@ class CancellableWait {
   const pthread_t thread_;
   std::atomic<std::uint32_t>* const word_;
   std::atomic<bool> requested_{false};
-  CancellableWait* next_ = nullptr;  // in the registry, under its lock
+  // In the registry's bucket of thread_, under the bucket's lock.
+  CancellableWait* prev_ = nullptr;
+  CancellableWait* next_ = nullptr;
 };
 
 }  // namespace weft::detail::locks

@@ -1104,7 +1104,18 @@ TEST(LockHooksOff, WeftHookLocks0MakesEveryLockCallGlibcs) {
     expect_lock_blocks_the_thread(sched, [] { return 0; });
     return;
   }
-  test::expect_pass_in_child_with("WEFT_HOOK_LOCKS", "0", "LockHooksOff.*");
+  test::expect_pass_in_child_with("WEFT_HOOK_LOCKS", "0", "LockHooksOff.WeftHookLocks0*");
+}
+
+// WEFT_HOOKS=0 turns the lock hooks off with the rest.
+TEST(LockHooksOff, WeftHooks0TurnsTheLockHooksOffToo) {
+  const char* value = std::getenv("WEFT_HOOKS");
+  if (value != nullptr && std::strcmp(value, "0") == 0) {
+    Scheduler sched(test::config_with(1));
+    expect_lock_blocks_the_thread(sched, [] { return 0; });
+    return;
+  }
+  test::expect_pass_in_child_with("WEFT_HOOKS", "0", "LockHooksOff.WeftHooks0*");
 }
 
 }  // namespace

@@ -8,28 +8,39 @@
 //   2    kParked: fibers may be queued in the parking lot under the
 //        mutex's address;
 //   3    kThreadsNext: with both kinds waiting, the next release goes to a
-//        sleeping thread (set when one went to a fiber).
+//        sleeping thread (set when one was handed to a starving fiber).
 //
 // Invariants:
 // - kParked is set and cleared only under the mutex's bucket lock, and is
 //   set while a fiber is queued there (it may outlive the last one, who
 //   timed out; the next look under the lock clears it).
-// - A queued fiber is woken only with the mutex handed to it: the word
-//   stays locked from its last owner to it, so nobody can take it between
-//   (on fibers that never preempt each other, a releaser that relocked at
-//   once would otherwise keep a woken fiber from ever getting it). Its
-//   owner fields are written before it is woken.
+// - A queued fiber is woken in one of two ways (Go's sync.Mutex has the
+//   same two modes), told by its LotWaiter::intent:
+//   - to compete (barging, the rule): the word is freed first and the
+//     first queued fiber woken; running callers may take the mutex before
+//     it runs, and if one did, it queues again, first in line. A mutex
+//     handed to a fiber stays held while that fiber waits in a run queue,
+//     and every caller behind it waits too (a lock convoy).
+//   - handed over, once the fiber is starving (it was woken to compete and
+//     lost, more than 1 ms after it first queued): the word stays locked
+//     from its last owner to it, so nobody can take it between (on fibers
+//     that never preempt each other, a releaser that relocks at once would
+//     otherwise keep it from ever getting the mutex). Its owner fields are
+//     written before it is woken.
 // - A sleeping thread is woken to compete, as glibc wakes it: the word is
 //   freed first and running callers may take it meanwhile; a thread that
 //   then finds it taken sleeps again. A thread that takes the word in its
 //   slow path leaves 2 in it, since others may still sleep (glibc's rule).
+//   So a release that frees the word while threads sleep wakes one of them
+//   (the fibers' barging turn too: freeing the word drops its 2).
 // - With both kinds waiting, releases alternate between a woken thread and
 //   a fiber handed the mutex (kThreadsNext), so neither kind starves.
 // - The mutex is never left free with fibers queued and nobody bound to
-//   take it: a release that frees it while they queue (the threads' turn)
-//   wakes a sleeping thread, which takes it, or loses it to a barger,
-//   and either one's release serves the fibers; if no thread was asleep
-//   after all, the releaser takes the mutex back and hands it to a fiber.
+//   take it: a release that frees it while they queue wakes the first
+//   fiber or a sleeping thread, which takes it, or loses it to a barger,
+//   and either one's release serves the fibers; if the one it woke was not
+//   there after all (no thread asleep, or the fiber timed out), the
+//   releaser takes the mutex back and serves the next.
 // - Only the owner writes __count and __nusers; __owner and the owner's
 //   fiber are written by the owner, or by the releaser that hands the
 //   mutex over, and read by anybody (atomically).
@@ -40,6 +51,7 @@
 #include <cerrno>
 #include <mutex>
 
+#include "../runtime/fast_clock.h"
 #include "../sched/current.h"
 #include "locks.h"
 #include "pthread_layout.h"
@@ -72,6 +84,19 @@ constexpr unsigned kTsanTryLock = 0;
 constexpr int kAdaptiveSpins = 100;
 
 bool is_locked(int word) noexcept { return (word & kLockedBits) != 0; }
+
+// A queued fiber's LotWaiter::intent: how it waits, then how its releaser
+// woke it.
+constexpr std::uint32_t kQueued = 0;          // to be woken to compete
+constexpr std::uint32_t kStarving = 1;        // to be handed the mutex
+constexpr std::uint32_t kHandedOver = 2;      // woken as the owner
+constexpr std::uint32_t kWokenToCompete = 3;  // woken to try again
+
+// A fiber that was woken to compete and lost, having waited this long
+// since it first queued, waits to be handed the mutex instead (Go's
+// sync.Mutex: starvation mode after 1 ms), so that one that keeps losing
+// to running callers still gets it.
+constexpr std::int64_t kStarvingAfterNs = 1'000'000;
 
 WaitSite wait_site(const pthread_mutex_t* mutex, int type) noexcept {
   return {type == kRecursive ? "std::recursive_mutex" : "std::mutex", mutex, "lock"};
@@ -120,7 +145,8 @@ int acquire_blocking(pthread_mutex_t* mutex, const Deadline& deadline) noexcept 
 }
 
 // A fiber queues in the parking lot and parks until a releaser hands it the
-// mutex, or until the deadline.
+// mutex or wakes it to compete for it (then it tries again, and queues
+// again if it loses), or until the deadline.
 int acquire_parked(pthread_mutex_t* mutex, int type, const Caller& me, const Deadline& deadline) noexcept {
   auto word = mutex_word(mutex);
   LotBucket& bucket = lot_bucket(mutex);
@@ -128,27 +154,43 @@ int acquire_parked(pthread_mutex_t* mutex, int type, const Caller& me, const Dea
   waiter.key = mutex;
   waiter.payload = me.fiber;  // the owner to be, named by the releaser that hands it over
   waiter.amount = static_cast<std::uint32_t>(me.tag);
-  bucket.lock.lock();
   for (;;) {
-    int value = word.load(std::memory_order_relaxed);
-    if (!is_locked(value)) {
-      if (word.compare_exchange_weak(value, value | kLocked, std::memory_order_acquire, std::memory_order_relaxed)) {
-        bucket.lock.unlock();
-        return 0;
+    bucket.lock.lock();
+    for (;;) {
+      int value = word.load(std::memory_order_relaxed);
+      if (!is_locked(value)) {
+        if (word.compare_exchange_weak(value, value | kLocked, std::memory_order_acquire, std::memory_order_relaxed)) {
+          bucket.lock.unlock();
+          return 0;
+        }
+        continue;
       }
-      continue;
+      // Announced before the last look: a releaser either saw the mutex free
+      // above, or sees kParked and takes this bucket's lock, after us.
+      if ((value & kParked) != 0 || word.compare_exchange_weak(value, value | kParked, std::memory_order_relaxed))
+        break;
     }
-    // Announced before the last look: a releaser either saw the mutex free
-    // above, or sees kParked and takes this bucket's lock, after us.
-    if ((value & kParked) != 0 || word.compare_exchange_weak(value, value | kParked, std::memory_order_relaxed)) break;
+    waiter.state.store(Waiter::waiting, std::memory_order_relaxed);
+    if (waiter.queued_ns == 0) {
+      waiter.queued_ns = fast_now_ns();
+      waiter.intent = kQueued;
+      bucket.push(waiter);
+    } else {
+      // It was woken to compete and lost: first in line again, and handed
+      // the mutex next time once it has waited long enough.
+      waiter.intent = fast_now_ns() - waiter.queued_ns >= kStarvingAfterNs ? kStarving : kQueued;
+      bucket.push_front(waiter);
+    }
+    if (wait_in_lot(bucket, waiter, wait_site(mutex, type), deadline, true)) {
+      if (waiter.intent == kHandedOver) return 0;
+      continue;  // woken to compete: unlinked by its releaser
+    }
+    bucket.lock.lock();
+    bucket.remove(waiter);
+    if (!bucket.has(mutex)) clear_parked(mutex);
+    bucket.lock.unlock();
+    return ETIMEDOUT;
   }
-  bucket.push(waiter);
-  if (wait_in_lot(bucket, waiter, wait_site(mutex, type), deadline, true)) return 0;  // handed over
-  bucket.lock.lock();
-  bucket.remove(waiter);
-  if (!bucket.has(mutex)) clear_parked(mutex);
-  bucket.lock.unlock();
-  return ETIMEDOUT;
 }
 
 int acquire_slow(pthread_mutex_t* mutex, int type, const Caller& me, bool park, const Deadline& deadline) noexcept {
@@ -197,9 +239,29 @@ bool release_to_parked(pthread_mutex_t* mutex) noexcept {
       continue;
     }
     const bool more = bucket.next_after(*first) != nullptr;
+    if (first->intent != kStarving) {
+      // The fibers' turn, in barging mode: the word is freed and the first
+      // fiber woken to compete for it, so that the mutex is not held by a
+      // fiber that waits in a run queue meanwhile (and everybody behind
+      // it). A sleeping thread is woken too: freeing the word drops its 2.
+      if (!word.compare_exchange_weak(value, more ? kParked : 0, std::memory_order_release, std::memory_order_relaxed))
+        continue;
+      bucket.remove(*first);
+      first->intent = kWokenToCompete;
+      if (sleepers) futex_wake(&mutex->__data.__lock, 1);
+      if (unpark(*first) || !more) return true;
+      // It timed out meanwhile and leaves: nobody may be bound to take the
+      // mutex for the fibers still queued. Take it back to serve them,
+      // unless a barger has it, whose release serves them.
+      value = kParked;
+      if (!word.compare_exchange_strong(value, kParked | kLocked, std::memory_order_acquire, std::memory_order_relaxed))
+        return true;
+      continue;
+    }
     const int handed = (value & kLockedBits) | (more ? kParked : 0) | (sleepers ? kThreadsNext : 0);
     if (!word.compare_exchange_weak(value, handed, std::memory_order_release, std::memory_order_relaxed)) continue;
     bucket.remove(*first);
+    first->intent = kHandedOver;
     owner_of(mutex).set(Caller{static_cast<FiberControl*>(first->payload), static_cast<int>(first->amount)});
     if (unpark(*first)) return true;
     // It timed out meanwhile: the mutex is still this caller's to release.

@@ -14,7 +14,8 @@
 //
 // Invariants, kept under the bucket's lock:
 // - a waiter is linked in exactly the bucket of its key, in arrival order
-//   among the waiters of that key;
+//   among the waiters of that key, but for one its object put first
+//   (push_front);
 // - a waiter is linked from its push until a waker pops it (to unpark it)
 //   or it unlinks itself after a timeout; nobody touches it after that.
 //
@@ -31,10 +32,11 @@
 namespace weft::detail {
 
 // A waiter in the lot: whose, and what it asks for (its object's meaning:
-// a reader or a writer).
+// a reader or a writer; for a mutex, how its releaser woke it).
 struct LotWaiter : Waiter {
   const void* key = nullptr;
   std::uint32_t intent = 0;
+  std::int64_t queued_ns = 0;  // when it first queued (runtime/fast_clock.h), if its object keeps it
 };
 
 class LotBucket {
@@ -45,6 +47,9 @@ class LotBucket {
 
   // All below: with `lock` held.
   void push(LotWaiter& waiter) noexcept { waiters_.push_back(waiter); }
+  // Ahead of every other waiter: for one that its object lets go first
+  // (a mutex's fiber that was woken to compete and lost).
+  void push_front(LotWaiter& waiter) noexcept { waiters_.push_front(waiter); }
   void remove(LotWaiter& waiter) noexcept { waiters_.remove(waiter); }
   // The longest-waiting waiter of `key`, or null.
   LotWaiter* first(const void* key) const noexcept { return next_of(key, waiters_.front()); }

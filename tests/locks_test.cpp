@@ -299,6 +299,39 @@ TEST(LockHooks, TheDumpShowsWhatAParkedFiberWaitsOn) {
 }
 
 // A fiber that pinned itself behaves as a thread: it blocks its worker.
+// A mutex released while the fiber queued for it cannot run yet (its only
+// worker is busy) is free at once: the fiber is woken to compete for it,
+// and others take it meanwhile. Handing it to that fiber made everybody
+// behind it wait until the fiber's turn to run came (a lock convoy: the
+// bounded queue of issue 22 ran up to 10x slower in some runs).
+TEST(LockHooks, AMutexReleasedToAFiberThatCannotRunYetIsFreeForOthers) {
+  completes_within(
+      60s,
+      [] {
+        Scheduler sched(one_worker_config());
+        std::mutex mu;
+        std::unique_lock held(mu);
+        Fiber waiter = sched.spawn([&] { std::lock_guard guard(mu); });
+        ASSERT_TRUE(test::wait_until_parked_on(sched, "std::mutex"));
+        std::atomic<bool> spin{true};
+        std::atomic<bool> spinning{false};
+        Fiber hog = sched.spawn([&] {  // holds the only worker, without a checkpoint
+          spinning = true;
+          while (spin.load()) {
+          }
+        });
+        while (!spinning.load()) std::this_thread::sleep_for(1ms);
+        held.unlock();
+        const bool taken = mu.try_lock();
+        if (taken) mu.unlock();
+        spin = false;
+        hog.join();
+        waiter.join();
+        EXPECT_TRUE(taken) << "the released mutex was held for a fiber that could not run";
+      },
+      "a mutex released to a fiber that cannot run yet");
+}
+
 TEST(LockHooks, APinnedFiberBlocksItsThreadInsteadOfParking) {
   Scheduler sched(test::config_with(2));
   expect_lock_blocks_the_thread(sched, [] { return this_fiber::pin(); });

@@ -1128,27 +1128,26 @@ TEST(LockTargets, ABoundedQueueFeedsAHundredFiberConsumersFromFourThreads) {
 
 // --- WEFT_HOOK_LOCKS=0 --------------------------------------------------------
 
-// With WEFT_HOOK_LOCKS=0 a contended std::mutex blocks the fiber's thread,
-// as glibc's; read once, so the test re-runs this binary with it set.
-TEST(LockHooksOff, WeftHookLocks0MakesEveryLockCallGlibcs) {
-  const char* value = std::getenv("WEFT_HOOK_LOCKS");
+// With `variable`=0 a contended std::mutex blocks the fiber's thread, as
+// glibc's. The environment is read once, so the test re-runs this binary
+// with it set, on the test that `filter` names.
+void expect_lock_hooks_off_with(const char* variable, const char* filter) {
+  const char* value = std::getenv(variable);
   if (value != nullptr && std::strcmp(value, "0") == 0) {
     Scheduler sched(test::config_with(1));
     expect_lock_blocks_the_thread(sched, [] { return 0; });
     return;
   }
-  test::expect_pass_in_child_with("WEFT_HOOK_LOCKS", "0", "LockHooksOff.WeftHookLocks0*");
+  test::expect_pass_in_child_with(variable, "0", filter);
+}
+
+TEST(LockHooksOff, WeftHookLocks0MakesEveryLockCallGlibcs) {
+  expect_lock_hooks_off_with("WEFT_HOOK_LOCKS", "LockHooksOff.WeftHookLocks0*");
 }
 
 // WEFT_HOOKS=0 turns the lock hooks off with the rest.
 TEST(LockHooksOff, WeftHooks0TurnsTheLockHooksOffToo) {
-  const char* value = std::getenv("WEFT_HOOKS");
-  if (value != nullptr && std::strcmp(value, "0") == 0) {
-    Scheduler sched(test::config_with(1));
-    expect_lock_blocks_the_thread(sched, [] { return 0; });
-    return;
-  }
-  test::expect_pass_in_child_with("WEFT_HOOKS", "0", "LockHooksOff.WeftHooks0*");
+  expect_lock_hooks_off_with("WEFT_HOOKS", "LockHooksOff.WeftHooks0*");
 }
 
 }  // namespace

@@ -364,6 +364,46 @@ TEST_P(MixedLocks, AStdMutexContendedByThreadsAndFibersAtOnceCountsExactly) {
   EXPECT_EQ(counter, static_cast<long>(per_caller) * (kThreads + kFibers));
 }
 
+// Timed locks that give up while others are woken to compete, hand the
+// mutex over to a starving fiber, or take it back from a waiter that timed
+// out: whatever the interleaving, one owner at a time and every lock
+// counted. Callers hold it across a park now and then, so that fibers queue.
+TEST_P(MixedLocks, TimedLocksGivingUpAmidWakesKeepOneOwnerAtATime) {
+  Scheduler sched(test::config_with(GetParam()));
+  std::timed_mutex mu;
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<long> taken{0};
+  long counter = 0;
+  const int per_caller = static_cast<int>(scaled(2'000));
+  constexpr int kThreads = 3;
+  constexpr int kFibers = 24;
+  auto body = [&](int seed) {
+    for (int i = 0; i < per_caller; ++i) {
+      if ((i + seed) % 3 == 0) {
+        if (!mu.try_lock_for(std::chrono::microseconds(10 + (i * 7 + seed) % 150))) continue;
+      } else {
+        mu.lock();
+      }
+      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      ++counter;
+      if (i % 16 == 0) std::this_thread::sleep_for(20us);  // a fiber parks holding it
+      inside.fetch_sub(1);
+      taken.fetch_add(1);
+      mu.unlock();
+    }
+  };
+  std::vector<std::thread> threads;
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < kThreads; ++i) threads.emplace_back(body, i);
+  for (int i = 0; i < kFibers; ++i) fibers.push_back(sched.spawn([&body, i] { body(kThreads + i); }));
+  for (auto& t : threads) t.join();
+  for (auto& f : fibers) f.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(counter, taken.load());
+  EXPECT_GT(taken.load(), 0);
+}
+
 TEST_P(MixedLocks, ACondvarWaitedOnByFibersIsSignalledByAThreadAndTheReverse) {
   Scheduler sched(test::config_with(GetParam()));
   std::mutex mu;

@@ -20,13 +20,12 @@ namespace {
 // Invariant: an object is linked in its thread's bucket exactly while its
 // constructor has returned and its destructor has not, so wake() may touch
 // any linked one under the bucket's lock.
-struct Bucket {
+struct alignas(64) Bucket {  // a cache line each: threads' waits meet in none
   RawMutex lock;
   CancellableWait* head = nullptr;  // guarded by lock
 };
 constexpr unsigned kBucketBits = 6;
-struct alignas(64) PaddedBucket : Bucket {};
-PaddedBucket buckets[1U << kBucketBits];
+Bucket buckets[1U << kBucketBits];
 
 Bucket& bucket_of(pthread_t thread) noexcept {
   // Fibonacci hashing: pthread_t is the address of the thread's control
@@ -38,7 +37,7 @@ Bucket& bucket_of(pthread_t thread) noexcept {
 // A forked child has only the forking thread: the others' waits, and a lock
 // one of them may have held, are gone.
 void forget_in_child() noexcept {
-  for (PaddedBucket& bucket : buckets) {
+  for (Bucket& bucket : buckets) {
     new (&bucket.lock) RawMutex();
     bucket.head = nullptr;
   }

@@ -210,6 +210,16 @@ int acquire_slow(pthread_mutex_t* mutex, int type, const Caller& me, bool park, 
   return acquire_blocking(mutex, deadline);
 }
 
+// A release freed the word (kParked kept) for someone who then was not
+// there to take it, while fibers still queue: the releaser takes the mutex
+// back to serve them. False if a barger has it meanwhile, whose release
+// serves them. With the bucket lock held.
+bool take_back_for_fibers(pthread_mutex_t* mutex) noexcept {
+  int value = kParked;
+  return mutex_word(mutex).compare_exchange_strong(value, kParked | kLocked, std::memory_order_acquire,
+                                                   std::memory_order_relaxed);
+}
+
 // Releases the word of a mutex some fiber waits for (kParked seen), with
 // its bucket lock: hands it to the first queued fiber, or frees it and
 // wakes a sleeping thread if it is the threads' turn. False if no fiber is
@@ -231,11 +241,8 @@ bool release_to_parked(pthread_mutex_t* mutex) noexcept {
       if (!word.compare_exchange_weak(value, kParked, std::memory_order_release, std::memory_order_relaxed)) continue;
       if (futex_wake(&mutex->__data.__lock, 1) != 0) return true;  // it takes the mutex, or a barger does
       // Nobody slept after all (a 2 outlives its sleepers): nobody would
-      // take the mutex and serve the fibers. Take it back to hand it to
-      // them, unless a barger has it, whose release serves them.
-      value = kParked;
-      if (!word.compare_exchange_strong(value, kParked | kLocked, std::memory_order_acquire, std::memory_order_relaxed))
-        return true;
+      // take the mutex and serve the fibers.
+      if (!take_back_for_fibers(mutex)) return true;
       continue;
     }
     const bool more = bucket.next_after(*first) != nullptr;
@@ -251,11 +258,8 @@ bool release_to_parked(pthread_mutex_t* mutex) noexcept {
       if (sleepers) futex_wake(&mutex->__data.__lock, 1);
       if (unpark(*first) || !more) return true;
       // It timed out meanwhile and leaves: nobody may be bound to take the
-      // mutex for the fibers still queued. Take it back to serve them,
-      // unless a barger has it, whose release serves them.
-      value = kParked;
-      if (!word.compare_exchange_strong(value, kParked | kLocked, std::memory_order_acquire, std::memory_order_relaxed))
-        return true;
+      // mutex for the fibers still queued.
+      if (!take_back_for_fibers(mutex)) return true;
       continue;
     }
     const int handed = (value & kLockedBits) | (more ? kParked : 0) | (sleepers ? kThreadsNext : 0);

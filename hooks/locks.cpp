@@ -215,18 +215,19 @@ bool wait_in_lot(LotBucket& bucket, LotWaiter& waiter, const WaitSite& site, con
   waiter.may_time_out = !deadline.none;
   bucket.lock.unlock();
   if (after_release.run != nullptr) after_release.run(after_release.arg);
+  // Ends the wait unless a wake-up came first (then it is taken).
+  const auto give_up = [&waiter] {
+    std::uint32_t expected = Waiter::waiting;
+    return waiter.state.compare_exchange_strong(expected, Waiter::timed_out, std::memory_order_acq_rel);
+  };
   for (;;) {
     const std::uint32_t state = waiter.state.load(std::memory_order_acquire);
     if (state != Waiter::waiting) return state == Waiter::notified;
     if (cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {
-      std::uint32_t expected = Waiter::waiting;
-      if (waiter.state.compare_exchange_strong(expected, Waiter::timed_out, std::memory_order_acq_rel)) return false;
+      if (give_up()) return false;
       continue;  // notified meanwhile: the wake is taken, the cancellation acts later
     }
-    if (futex_wait(&waiter.state, Waiter::waiting, deadline) == ETIMEDOUT) {
-      std::uint32_t expected = Waiter::waiting;
-      if (waiter.state.compare_exchange_strong(expected, Waiter::timed_out, std::memory_order_acq_rel)) return false;
-    }
+    if (futex_wait(&waiter.state, Waiter::waiting, deadline) == ETIMEDOUT && give_up()) return false;
   }
 }
 

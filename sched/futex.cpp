@@ -1,11 +1,9 @@
 #include "futex.h"
 
 #include <linux/futex.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
-#include <climits>
+#include "../runtime/system_calls.h"
 
 namespace weft::detail {
 
@@ -23,13 +21,11 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, Clock:
     ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
     timeout = &ts;
   }
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected,
-            timeout, nullptr, FUTEX_BITSET_MATCH_ANY);
+  sys::futex(&word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, timeout, FUTEX_BITSET_MATCH_ANY);
 }
 
 void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE | FUTEX_PRIVATE_FLAG,
-            count == INT_MAX ? INT_MAX : count, nullptr, nullptr, 0);
+  sys::futex(&word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, static_cast<std::uint32_t>(count), nullptr, 0);
 }
 
 }  // namespace weft::detail

@@ -133,6 +133,19 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
   return result;
 }
 
+// A write the hooks pass straight through: a regular file's, which may wait
+// for the disk, is announced; one to an fd the user made non-blocking
+// cannot block, and is not: announcing it kept sysmon looking every 100 us
+// for as long as fibers wrote to their sockets, and made a worker that the
+// machine preempted inside the call look blocked in it, starting spares
+// for nothing (docs/benchmarks.md, "Echo: a write that cannot block").
+template <class Call>
+auto write_through(int fd, Call&& call) {
+  const FdRecord* state = fd_state(fd);
+  if (state != nullptr && state->user_nonblock()) return call();
+  return announced(call);
+}
+
 // A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
 // blocking call. Another reader may take what made it ready, and then the
 // call blocks this worker as it would block a thread (docs/io.md): so it
@@ -553,9 +566,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
   FdRecord* state = parkable(fd, 0, true);
-  // A regular file's write (or one to a user's non-blocking fd, where the
-  // announcement costs a few nanoseconds and never matters).
-  if (state == nullptr) return announced([&] { return real::write()(fd, buf, n); });
+  if (state == nullptr) return write_through(fd, [&] { return real::write()(fd, buf, n); });
   if (state->kind() == FdKind::socket) {
     const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
@@ -569,7 +580,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
   FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return announced([&] { return real::writev()(fd, iov, count); });
+  if (state == nullptr) return write_through(fd, [&] { return real::writev()(fd, iov, count); });
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};

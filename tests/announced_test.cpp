@@ -9,7 +9,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <weft/weft.h>
@@ -189,6 +191,47 @@ TEST(Announced, SigtimedwaitGivesWhatAPlainThreadGets) {
   EXPECT_EQ(fiber_error, thread_error);
   EXPECT_EQ(thread_error, EAGAIN);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+// A write to an fd the user made non-blocking cannot sleep, so it is not
+// announced: when it was, fibers writing to their own non-blocking sockets
+// (an event loop, weft::io, libcurl's multi interface) kept sysmon looking
+// every 100 us, and a worker the machine preempted inside such a write
+// looked blocked and had spares started for it. A regular file's write is
+// still announced. The worker's call counter grows by 2 per announcement.
+TEST(Announced, AWriteToANonBlockingFdIsNotButAFilesIs) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  ASSERT_EQ(::fcntl(pair[0], F_SETFL, ::fcntl(pair[0], F_GETFL) | O_NONBLOCK), 0);
+  const std::string path = temp_file();
+  const int file = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(file, 0);
+  std::uint32_t socket_calls = 0;
+  std::uint32_t file_calls = 0;
+  {
+    Scheduler sched{test::config_with(1)};
+    sched
+        .spawn([&] {
+          const detail::Worker* worker = detail::current_worker();
+          const char byte = 'x';
+          const iovec one{const_cast<char*>(&byte), 1};
+          std::uint32_t before = worker->blocking_call();
+          EXPECT_EQ(::write(pair[0], &byte, 1), 1);
+          EXPECT_EQ(::writev(pair[0], &one, 1), 1);
+          socket_calls = worker->blocking_call() - before;
+          before = worker->blocking_call();
+          EXPECT_EQ(::write(file, &byte, 1), 1);
+          EXPECT_EQ(::writev(file, &one, 1), 1);
+          file_calls = worker->blocking_call() - before;
+        })
+        .join();
+  }
+  EXPECT_EQ(socket_calls, 0u);
+  EXPECT_EQ(file_calls, 4u);
+  ::close(file);
+  ::unlink(path.c_str());
+  ::close(pair[0]);
+  ::close(pair[1]);
 }
 
 }  // namespace

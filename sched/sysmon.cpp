@@ -227,6 +227,11 @@ Sysmon::Tally Sysmon::scan(Clock::time_point now) {
     watch.holding_up = false;
     watch.in_kernel = false;
     watch.short_run = false;
+    watch.switched_before = watch.switched;
+    watch.switched = false;
+    watch.awake_before = watch.judged && !watch.asleep;
+    watch.judged = false;
+    watch.asleep = false;
     const WorkerState state = worker.state();
     if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
       tally.all_sleeping = false;
@@ -282,6 +287,7 @@ bool Sysmon::switched_in(Worker& worker, Watch& watch, Clock::time_point now) no
   watch.since = now;
   watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
   watch.short_run = true;
+  watch.switched = true;
   return true;
 }
 
@@ -339,6 +345,8 @@ void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, 
   // std::mutex, those reads made every scan take milliseconds).
   const bool still = watch.kernel_since != Clock::time_point{} && cpu_before > 0 && watch.look_cpu_ns == cpu_before;
   const bool asleep = still || (!burning && in_kernel_sleep(worker.os_thread().state()));
+  watch.judged = true;
+  watch.asleep = asleep;
   if (!asleep)
     watch.kernel_since = {};
   else if (watch.kernel_since == Clock::time_point{})
@@ -429,12 +437,23 @@ int Sysmon::count_free_runners() noexcept {
   int free_runners = 0;
   for (std::size_t i = 0; i < span; ++i) {
     // Switched within the hand-off delay and not asleep in the kernel now
-    // (a fiber that blocked at once is not running fibers), nor in an
-    // announced blocking call.
+    // (a fiber that blocked at once is not running fibers: two workers
+    // looping in raw 20 ms sleeps would have their fibers handed between
+    // them), nor in an announced blocking call. The state comes from
+    // /proc (three system calls; at a thousand connections these reads
+    // were a third of sysmon's CPU time) only when the looks have not told
+    // it already: a fiber that did not switch was judged by judge_hold_up,
+    // and a worker that switched since a look that found it switching or
+    // awake (a thread the machine had preempted) runs fibers one after
+    // another. One that blocks right after such a look counts once too
+    // often, and is judged blocked at the looks after.
     const Watch* watch = find_watch(i);
-    if (watch != nullptr && watch->short_run && watch->call == 0 &&
-        !in_kernel_sleep(core_.worker(i).os_thread().state()))
-      ++free_runners;
+    if (watch == nullptr || !watch->short_run || watch->call != 0) continue;
+    const bool known_awake = watch->switched && (watch->switched_before || watch->awake_before);
+    const bool asleep = !watch->switched ? watch->asleep
+                        : known_awake    ? false
+                                         : in_kernel_sleep(core_.worker(i).os_thread().state());
+    if (!asleep) ++free_runners;
   }
   return free_runners;
 }

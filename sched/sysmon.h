@@ -157,6 +157,17 @@ class Sysmon {
     bool holding_up = false;
     bool in_kernel = false;
     bool short_run = false;
+    // Whether its switch tick moved since the look before this one, and
+    // whether it had moved by that look too: a worker switching at both is
+    // running fibers one after another (count_free_runners).
+    bool switched = false;
+    bool switched_before = false;
+    // Whether this look judged a fiber that did not switch (judge_hold_up),
+    // and found its thread asleep in the kernel; whether the look before
+    // judged it awake (on a CPU, or waiting for one).
+    bool judged = false;
+    bool asleep = false;
+    bool awake_before = false;
     // The announced blocking call seen at the last looks (odd; 0: none),
     // and since when.
     std::uint32_t call = 0;

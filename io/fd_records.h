@@ -60,6 +60,12 @@ struct alignas(64) FdRecord {
   bool in_other_pollers = false;
   // The poller this fd was added to, by its never-reused id (0: none).
   std::uint64_t poller_id = 0;
+  // The last waiter linked in waiters[0] (read) and its fiber's control
+  // block, stored at its link: a poller prefetches them with the record
+  // (Poller::poll), before it takes the lock. Only ever prefetched, never
+  // followed: they may be long gone.
+  std::atomic<const void*> read_waiter_hint{nullptr};
+  std::atomic<const void*> read_fiber_hint{nullptr};
 
   // --- the fd's description, kept by the libc hooks (hooks/fd_table.h) ------
 

@@ -269,13 +269,27 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
   polls_.fetch_add(1, std::memory_order_relaxed);
   if (n > 0 && tracing()) [[unlikely]]
     trace_poll(n);
-  // With many connections the records are cold: ask for all of them
-  // before the first is locked, so that their misses overlap.
+  // With many connections the records are cold, and so are the waiters,
+  // on their parked fibers' stacks: ask for all of them before the first
+  // record is locked, so that their misses overlap (the records' first,
+  // then their hints' waiters).
   FdRecord* records[kEventBatch];
   for (int i = 0; i < n; ++i) {
     const std::uint64_t data = events[i].data.u64;
     records[i] = data == kWakeTag ? nullptr : fd_records().find(static_cast<int>(data & 0xffffffffu));
-    if (records[i] != nullptr) __builtin_prefetch(records[i], 1);
+    if (records[i] != nullptr) {
+      __builtin_prefetch(records[i], 1);
+      __builtin_prefetch(&records[i]->read_waiter_hint, 0);
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    if (records[i] == nullptr || (events[i].events & kReadEvents) == 0) continue;
+    if (const void* waiter = records[i]->read_waiter_hint.load(std::memory_order_relaxed))
+      __builtin_prefetch(waiter, 1);
+    // The control block's first lines: its context, state, pins and worker,
+    // and the wake's stamps.
+    if (const auto* fiber = static_cast<const char*>(records[i]->read_fiber_hint.load(std::memory_order_relaxed)))
+      for (int line = 0; line < 3; ++line) __builtin_prefetch(fiber + 64 * line, 1);
   }
   bool readied = false;
   for (int i = 0; i < n; ++i) {
@@ -484,6 +498,10 @@ FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::tim
     }
     Waiter waiter;
     waiter.payload = &poller;
+    if (d == 0) {
+      record.read_waiter_hint.store(&waiter, std::memory_order_relaxed);
+      record.read_fiber_hint.store(self, std::memory_order_relaxed);
+    }
     poller.waiter_parking();
     const bool woken = wait_in(record.waiters[d], record.lock, waiter, site, deadline);
     poller.waiter_back();

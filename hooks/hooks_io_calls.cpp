@@ -133,14 +133,15 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
   return result;
 }
 
-// A write the hooks pass straight through: a regular file's, which may wait
-// for the disk, is announced; one to an fd the user made non-blocking
-// cannot block, and is not: announcing it kept sysmon looking every 100 us
-// for as long as fibers wrote to their sockets, and made a worker that the
-// machine preempted inside the call look blocked in it, starting spares
-// for nothing (docs/benchmarks.md, "Echo: a write that cannot block").
+// A call the hooks pass straight through: one that may sleep (a regular
+// file's write, a blocking non-socket's accept) is announced; one on an fd
+// the user made non-blocking cannot, and is not: announcing it kept sysmon
+// looking every 100 us for as long as fibers wrote to their own
+// non-blocking sockets, and made a worker that the machine preempted
+// inside the call look blocked in it, starting spares for nothing
+// (docs/benchmarks.md, "Echo: a write that cannot block").
 template <class Call>
-auto write_through(int fd, Call&& call) {
+auto passed_through(int fd, Call&& call) {
   const FdRecord* state = fd_state(fd);
   if (state != nullptr && state->user_nonblock()) return call();
   return announced(call);
@@ -409,7 +410,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
       const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
       // A blocking non-socket (an fd that is not what its record said)
       // sleeps here: announced in a fiber.
-      result = announced([&] { return real::accept4()(fd, addr, addr_len, flags); });
+      result = passed_through(fd, [&] { return real::accept4()(fd, addr, addr_len, flags); });
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
@@ -566,7 +567,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
   FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return write_through(fd, [&] { return real::write()(fd, buf, n); });
+  if (state == nullptr) return passed_through(fd, [&] { return real::write()(fd, buf, n); });
   if (state->kind() == FdKind::socket) {
     const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
@@ -580,7 +581,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
   FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return write_through(fd, [&] { return real::writev()(fd, iov, count); });
+  if (state == nullptr) return passed_through(fd, [&] { return real::writev()(fd, iov, count); });
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};

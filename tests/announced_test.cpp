@@ -7,6 +7,7 @@
 // (it gives up after a bound, and the test fails). Results are compared
 // with the same call on a plain thread.
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -193,21 +194,30 @@ TEST(Announced, SigtimedwaitGivesWhatAPlainThreadGets) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
-// A write to an fd the user made non-blocking cannot sleep, so it is not
-// announced: when it was, fibers writing to their own non-blocking sockets
-// (an event loop, weft::io, libcurl's multi interface) kept sysmon looking
-// every 100 us, and a worker the machine preempted inside such a write
-// looked blocked and had spares started for it. A regular file's write is
-// still announced. The worker's call counter grows by 2 per announcement.
-TEST(Announced, AWriteToANonBlockingFdIsNotButAFilesIs) {
+// A call on an fd the user made non-blocking cannot sleep, so it is not
+// announced: when write, writev and accept were, fibers writing to their
+// own non-blocking sockets (an event loop, weft::io, libcurl's multi
+// interface) kept sysmon looking every 100 us, and a worker the machine
+// preempted inside such a write looked blocked and had spares started for
+// it. A regular file's write is still announced. The worker's call
+// counter grows by 2 per announcement.
+TEST(Announced, ACallOnANonBlockingFdIsNotButAFilesWriteIs) {
   int pair[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
   ASSERT_EQ(::fcntl(pair[0], F_SETFL, ::fcntl(pair[0], F_GETFL) | O_NONBLOCK), 0);
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
   const std::string path = temp_file();
   const int file = ::open(path.c_str(), O_WRONLY);
   ASSERT_GE(file, 0);
   std::uint32_t socket_calls = 0;
   std::uint32_t file_calls = 0;
+  int accept_error = 0;
   {
     Scheduler sched{test::config_with(1)};
     sched
@@ -218,6 +228,8 @@ TEST(Announced, AWriteToANonBlockingFdIsNotButAFilesIs) {
           std::uint32_t before = worker->blocking_call();
           EXPECT_EQ(::write(pair[0], &byte, 1), 1);
           EXPECT_EQ(::writev(pair[0], &one, 1), 1);
+          EXPECT_EQ(::accept(listener, nullptr, nullptr), -1);  // nobody connects
+          accept_error = errno;
           socket_calls = worker->blocking_call() - before;
           before = worker->blocking_call();
           EXPECT_EQ(::write(file, &byte, 1), 1);
@@ -226,10 +238,12 @@ TEST(Announced, AWriteToANonBlockingFdIsNotButAFilesIs) {
         })
         .join();
   }
+  EXPECT_EQ(accept_error, EAGAIN);
   EXPECT_EQ(socket_calls, 0u);
   EXPECT_EQ(file_calls, 4u);
   ::close(file);
   ::unlink(path.c_str());
+  ::close(listener);
   ::close(pair[0]);
   ::close(pair[1]);
 }

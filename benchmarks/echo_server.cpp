@@ -13,6 +13,10 @@
 //   weft    one fiber per connection on a weft::Scheduler (--workers N):
 //           blocking loops over non-blocking sockets that park the fiber in
 //           weft::io::wait_readable / wait_writable
+// epoll and weft, written against sockets, make the socket calls (recv,
+// send with MSG_NOSIGNAL), as tokio's TcpStream does: read and write go
+// through the VFS (fdget_pos, vfs_read), which costs a socket more. thread
+// and hooked are plain blocking code, read and write.
 //   hooked  one fiber per connection doing plain blocking read/write on a
 //           blocking socket, as thread does: libweft's libc hooks park the
 //           fiber (docs/io.md)
@@ -149,7 +153,7 @@ void serve_blocking(int fd) {
 void serve_parked(int fd) {
   char buffer[kConnBufferBytes];
   for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
     if (n == 0) return;
     if (n < 0) {
       if (errno == EAGAIN) {
@@ -160,7 +164,7 @@ void serve_parked(int fd) {
       continue;
     }
     for (const char* data = buffer; data < buffer + n;) {
-      const ssize_t w = ::write(fd, data, static_cast<std::size_t>(buffer + n - data));
+      const ssize_t w = ::send(fd, data, static_cast<std::size_t>(buffer + n - data), MSG_NOSIGNAL);
       if (w >= 0) {
         data += w;
       } else if (errno == EAGAIN) {
@@ -331,7 +335,7 @@ class EpollWorker {
   bool flush(Conn* conn) {
     std::size_t done = 0;
     while (done < conn->pending.size()) {
-      const ssize_t n = ::write(conn->fd, conn->pending.data() + done, conn->pending.size() - done);
+      const ssize_t n = ::send(conn->fd, conn->pending.data() + done, conn->pending.size() - done, MSG_NOSIGNAL);
       if (n >= 0) {
         done += static_cast<std::size_t>(n);
       } else if (errno == EAGAIN) {
@@ -350,12 +354,12 @@ class EpollWorker {
     if ((events & EPOLLERR) != 0) return drop(conn);
     if (!conn->pending.empty() && !flush(conn)) return;
     for (;;) {
-      const ssize_t n = ::read(conn->fd, buffer_.get(), kWorkerBufferBytes);
+      const ssize_t n = ::recv(conn->fd, buffer_.get(), kWorkerBufferBytes, 0);
       if (n > 0) {
         const std::size_t size = static_cast<std::size_t>(n);
         std::size_t written = 0;
         while (written < size) {
-          const ssize_t w = ::write(conn->fd, buffer_.get() + written, size - written);
+          const ssize_t w = ::send(conn->fd, buffer_.get() + written, size - written, MSG_NOSIGNAL);
           if (w >= 0) {
             written += static_cast<std::size_t>(w);
           } else if (errno == EAGAIN) {

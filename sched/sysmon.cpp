@@ -450,9 +450,9 @@ int Sysmon::count_free_runners() noexcept {
     const Watch* watch = find_watch(i);
     if (watch == nullptr || !watch->short_run || watch->call != 0) continue;
     const bool known_awake = watch->switched && (watch->switched_before || watch->awake_before);
-    const bool asleep = !watch->switched ? watch->asleep
-                        : known_awake    ? false
-                                         : in_kernel_sleep(core_.worker(i).os_thread().state());
+    const bool asleep = watch->judged ? watch->asleep
+                        : known_awake ? false
+                                      : in_kernel_sleep(core_.worker(i).os_thread().state());
     if (!asleep) ++free_runners;
   }
   return free_runners;

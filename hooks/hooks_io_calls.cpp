@@ -134,16 +134,19 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
 }
 
 // A call the hooks pass straight through: one that may sleep (a regular
-// file's write, a blocking non-socket's accept) is announced; one on an fd
-// the user made non-blocking cannot, and is not: announcing it kept sysmon
-// looking every 100 us for as long as fibers wrote to their own
-// non-blocking sockets, and made a worker that the machine preempted
+// file's write, a blocking non-socket's accept) is announced; one on a
+// socket or pipe the user made non-blocking cannot, and is not: announcing
+// it kept sysmon looking every 100 us for as long as fibers wrote to their
+// own non-blocking sockets, and made a worker that the machine preempted
 // inside the call look blocked in it, starting spares for nothing
-// (docs/benchmarks.md, "Echo: a write that cannot block").
+// (docs/benchmarks.md, "Echo: a write that cannot block"). O_NONBLOCK does
+// not keep a regular file's write from waiting for the disk: announced.
 template <class Call>
 auto passed_through(int fd, Call&& call) {
   const FdRecord* state = fd_state(fd);
-  if (state != nullptr && state->user_nonblock()) return call();
+  const bool cannot_sleep = state != nullptr && state->user_nonblock() &&
+                            (state->kind() == FdKind::socket || state->kind() == FdKind::pollable);
+  if (cannot_sleep) return call();
   return announced(call);
 }
 

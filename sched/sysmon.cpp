@@ -227,10 +227,8 @@ Sysmon::Tally Sysmon::scan(Clock::time_point now) {
     watch.holding_up = false;
     watch.in_kernel = false;
     watch.short_run = false;
-    watch.switched_before = watch.switched;
-    watch.switched = false;
-    watch.awake_before = watch.judged && !watch.asleep;
-    watch.judged = false;
+    watch.switching_busily = false;
+    watch.state_known = false;
     watch.asleep = false;
     const WorkerState state = worker.state();
     if (state != WorkerState::sleeping && state != WorkerState::stopped && state != WorkerState::spare)
@@ -279,15 +277,19 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
 bool Sysmon::switched_in(Worker& worker, Watch& watch, Clock::time_point now) noexcept {
   const std::uint64_t tick = worker.switch_tick();
   if (watch.watching && tick == watch.tick) return false;
+  const std::uint64_t switches = tick - watch.tick;
+  const bool busily = watch.watching && switches >= kBusySwitches &&
+                      now - watch.tick_time <= static_cast<std::int64_t>(switches) * kBusySwitchGap;
   // A fiber switched in since the last look: it started no earlier than
   // that look, so counting from now never preempts one too soon.
   forget(worker, watch);
   watch.watching = true;
   watch.tick = tick;
+  watch.tick_time = now;
   watch.since = now;
   watch.running_since_ns.store(to_ns(now), std::memory_order_relaxed);
   watch.short_run = true;
-  watch.switched = true;
+  watch.switching_busily = busily;
   return true;
 }
 
@@ -345,7 +347,7 @@ void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, 
   // std::mutex, those reads made every scan take milliseconds).
   const bool still = watch.kernel_since != Clock::time_point{} && cpu_before > 0 && watch.look_cpu_ns == cpu_before;
   const bool asleep = still || (!burning && in_kernel_sleep(worker.os_thread().state()));
-  watch.judged = true;
+  watch.state_known = still || !burning;
   watch.asleep = asleep;
   if (!asleep)
     watch.kernel_since = {};
@@ -441,18 +443,16 @@ int Sysmon::count_free_runners() noexcept {
     // looping in raw 20 ms sleeps would have their fibers handed between
     // them), nor in an announced blocking call. The state comes from
     // /proc (three system calls; at a thousand connections these reads
-    // were a third of sysmon's CPU time) only when the looks have not told
-    // it already: a fiber that did not switch was judged by judge_hold_up,
-    // and a worker that switched since a look that found it switching or
-    // awake (a thread the machine had preempted) runs fibers one after
-    // another. One that blocks right after such a look counts once too
-    // often, and is judged blocked at the looks after.
+    // were a third of sysmon's CPU time) only when the look has not told
+    // it already: judge_hold_up read it for a fiber that did not switch,
+    // and a worker switching busily since the last look runs fibers one
+    // after another (one that blocks right after such a look counts once
+    // too often, and is judged blocked at the looks after).
     const Watch* watch = find_watch(i);
     if (watch == nullptr || !watch->short_run || watch->call != 0) continue;
-    const bool known_awake = watch->switched && (watch->switched_before || watch->awake_before);
-    const bool asleep = watch->judged ? watch->asleep
-                        : known_awake ? false
-                                      : in_kernel_sleep(core_.worker(i).os_thread().state());
+    const bool asleep = watch->state_known        ? watch->asleep
+                        : watch->switching_busily ? false
+                                                  : in_kernel_sleep(core_.worker(i).os_thread().state());
     if (!asleep) ++free_runners;
   }
   return free_runners;

@@ -124,6 +124,13 @@ class Sysmon {
   static constexpr std::chrono::milliseconds kReleaseHookPinsAfter{100};
   static constexpr unsigned kDeepSleepAfter = 50;
   static constexpr std::chrono::milliseconds kPollStaleAfter{10};
+  // A worker that switched this many times since the last look, at least
+  // once per this gap on average, runs fibers one after another: sysmon
+  // takes it for one that is not blocked without reading its state. A
+  // worker whose fibers each block for a while in a raw system call
+  // switches once per call at most, far less often.
+  static constexpr unsigned kBusySwitches = 2;
+  static constexpr std::chrono::microseconds kBusySwitchGap{100};
   // Sysmon counts itself paused when a look comes later than planned by
   // more than twice the slice (a stuck verdict needs two slices: one
   // unwatched stretch must not make it alone), and never less than this:
@@ -157,17 +164,16 @@ class Sysmon {
     bool holding_up = false;
     bool in_kernel = false;
     bool short_run = false;
-    // Whether its switch tick moved since the look before this one, and
-    // whether it had moved by that look too: a worker switching at both is
-    // running fibers one after another (count_free_runners).
-    bool switched = false;
-    bool switched_before = false;
-    // Whether this look judged a fiber that did not switch (judge_hold_up),
-    // and found its thread asleep in the kernel; whether the look before
-    // judged it awake (on a CPU, or waiting for one).
-    bool judged = false;
+    // When `tick` was seen. Whether the worker switched at least
+    // kBusySwitches times since that look, once per kBusySwitchGap or more
+    // often: it runs fibers one after another (count_free_runners).
+    Clock::time_point tick_time{};
+    bool switching_busily = false;
+    // This look's verdict on a fiber that did not switch (judge_hold_up),
+    // when it read the thread's state or found it still asleep: whether the
+    // thread is asleep in the kernel.
+    bool state_known = false;
     bool asleep = false;
-    bool awake_before = false;
     // The announced blocking call seen at the last looks (odd; 0: none),
     // and since when.
     std::uint32_t call = 0;

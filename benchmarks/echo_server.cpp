@@ -13,13 +13,14 @@
 //   weft    one fiber per connection on a weft::Scheduler (--workers N):
 //           blocking loops over non-blocking sockets that park the fiber in
 //           weft::io::wait_readable / wait_writable
+//   hooked  one fiber per connection doing plain blocking read/write on a
+//           blocking socket, as thread does: libweft's libc hooks park the
+//           fiber (docs/io.md)
+//
 // epoll and weft, written against sockets, make the socket calls (recv,
 // send with MSG_NOSIGNAL), as tokio's TcpStream does: read and write go
 // through the VFS (fdget_pos, vfs_read), which costs a socket more. thread
 // and hooked are plain blocking code, read and write.
-//   hooked  one fiber per connection doing plain blocking read/write on a
-//           blocking socket, as thread does: libweft's libc hooks park the
-//           fiber (docs/io.md)
 //
 // Runs until SIGINT or SIGTERM, then shuts every connection down and exits
 // 0.

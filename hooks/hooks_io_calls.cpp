@@ -56,16 +56,21 @@ int park_on(int fd, FdRecord& state, FdDirection direction, Clock::time_point de
   return failed;
 }
 
+// Whether an fd of this kind can be waited for on the netpoller.
+bool pollable_kind(FdKind kind) noexcept { return kind == FdKind::socket || kind == FdKind::pollable; }
+
+// `state` (classified_fd_state) if a fiber should park on its fd, or null
+// when the call must go straight to libc.
+FdRecord* parkable_record(FdRecord* state) noexcept {
+  return state != nullptr && !state->user_nonblock() && pollable_kind(state->kind()) ? state : nullptr;
+}
+
 // The record of an fd a fiber should park on for this call, or null when
 // the call must go straight to libc. `in_fiber`: parking_enabled() holds
 // (the hooks that return libc's call first when it does not ask once).
 FdRecord* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
   if ((!in_fiber && !parking_enabled()) || (flags & MSG_DONTWAIT)) return nullptr;
-  FdRecord* state = classified_fd_state(fd);
-  if (state == nullptr || state->user_nonblock()) return nullptr;
-  const FdKind kind = state->kind();
-  if (kind != FdKind::socket && kind != FdKind::pollable) return nullptr;
-  return state;
+  return parkable_record(classified_fd_state(fd));
 }
 
 // One socket call: `attempt()` makes it with MSG_DONTWAIT; on EAGAIN the
@@ -141,12 +146,10 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
 // inside the call look blocked in it, starting spares for nothing
 // (docs/benchmarks.md, "Echo: a write that cannot block"). O_NONBLOCK does
 // not keep a regular file's write from waiting for the disk: announced.
+// `state` is the fd's record (null: none), as the caller looked it up.
 template <class Call>
-auto passed_through(int fd, Call&& call) {
-  const FdRecord* state = fd_state(fd);
-  const bool cannot_sleep = state != nullptr && state->user_nonblock() &&
-                            (state->kind() == FdKind::socket || state->kind() == FdKind::pollable);
-  if (cannot_sleep) return call();
+auto passed_through(const FdRecord* state, Call&& call) {
+  if (state != nullptr && state->user_nonblock() && pollable_kind(state->kind())) return call();
   return announced(call);
 }
 
@@ -413,7 +416,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
       const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
       // A blocking non-socket (an fd that is not what its record said)
       // sleeps here: announced in a fiber.
-      result = passed_through(fd, [&] { return real::accept4()(fd, addr, addr_len, flags); });
+      result = passed_through(known, [&] { return real::accept4()(fd, addr, addr_len, flags); });
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
@@ -569,8 +572,9 @@ ssize_t readv(int fd, const iovec* iov, int count) {
 ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
   const CheckpointOnReturn at_return{fd};
-  FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return passed_through(fd, [&] { return real::write()(fd, buf, n); });
+  FdRecord* const record = classified_fd_state(fd);
+  FdRecord* state = parkable_record(record);
+  if (state == nullptr) return passed_through(record, [&] { return real::write()(fd, buf, n); });
   if (state->kind() == FdKind::socket) {
     const ssize_t result = send_all(fd, *state, buf, n, 0, nullptr, 0);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
@@ -583,8 +587,9 @@ ssize_t write(int fd, const void* buf, size_t n) {
 ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
   const CheckpointOnReturn at_return{fd};
-  FdRecord* state = parkable(fd, 0, true);
-  if (state == nullptr) return passed_through(fd, [&] { return real::writev()(fd, iov, count); });
+  FdRecord* const record = classified_fd_state(fd);
+  FdRecord* state = parkable_record(record);
+  if (state == nullptr) return passed_through(record, [&] { return real::writev()(fd, iov, count); });
   if (state->kind() == FdKind::socket) {
     if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
     msghdr msg{};

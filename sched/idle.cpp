@@ -1,5 +1,7 @@
 #include "idle.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <mutex>
 
@@ -23,8 +25,10 @@ void IdleWorkers::reserve_sleepers(unsigned sleepers) {
 
 void IdleWorkers::prepare_sleep(IdleSlot& slot) noexcept {
   slot.wake_word.store(0, std::memory_order_relaxed);
+  const int cpu = sched_getcpu();
   {
     std::lock_guard guard(lock_);
+    slot.cpu = cpu;
     slot.listed = true;
     sleepers_.push_back(&slot);
     sleeping_.fetch_add(1, std::memory_order_relaxed);
@@ -71,16 +75,24 @@ void IdleWorkers::wake_unlocked(IdleSlot& slot, bool polling) noexcept {
 }
 
 void IdleWorkers::wake_one() noexcept {
+  const int here = sched_getcpu();
   IdleSlot* slot;
   bool polling;
   {
     std::lock_guard guard(lock_);
     if (sleepers_.empty()) return;
-    // The most recent futex sleeper; the polling one only when it is the
+    // The most recent futex sleeper from another CPU, else the most recent
+    // futex sleeper (see the header); the polling one only when it is the
     // last, since it watches the fds where it is.
     auto it = sleepers_.end() - 1;
+    bool futex_sleeper_found = false;
     for (auto scan = sleepers_.rbegin(); scan != sleepers_.rend(); ++scan) {
-      if (!(*scan)->polling) {
+      if ((*scan)->polling) continue;
+      if (!futex_sleeper_found) {
+        it = std::next(scan).base();
+        futex_sleeper_found = true;
+      }
+      if ((*scan)->cpu != here) {
         it = std::next(scan).base();
         break;
       }

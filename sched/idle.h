@@ -58,6 +58,16 @@
 // sleeper, and marks its slot `polling` under the lock once it has
 // re-checked the queues; waking that slot writes the poller's eventfd.
 //
+// Which sleeper a publisher wakes: the most recent futex sleeper (its
+// caches are warmest) that went to sleep on another CPU than the
+// publisher's, if one did. Linux places a woken thread on the CPU it last
+// ran on or on the waker's, and looks for an idle one only while the
+// CPUs' recent load is low: a worker woken onto the publisher's own CPU
+// preempted the publisher there (a plain thread spawning two fibers: the
+// second spawn came 2-5 ms late, at the next tick, while the other CPU
+// sat idle; docs/benchmarks.md, "The idle pair"). The CPU is a hint, read
+// with sched_getcpu (rseq, a load) at sleep and at the wake.
+//
 // The lock guards only the list and the slots' flags, a few dozen
 // instructions: the system call that wakes a slot (futex or eventfd) is
 // made after it is released. Holding it across that call made the blocker,
@@ -82,6 +92,7 @@ struct IdleSlot {
   std::atomic<std::uint32_t> wake_word{0};  // futex: 1 once woken
   bool listed = false;                      // in the sleepers list (guarded by IdleWorkers)
   bool polling = false;                     // sleeps in epoll_wait, not on the futex (guarded likewise)
+  int cpu = -1;                             // the CPU it went to sleep on, -1 if unknown (guarded likewise)
 };
 
 class IdlePoller;

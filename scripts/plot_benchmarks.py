@@ -29,6 +29,7 @@ import argparse
 import json
 import statistics
 import sys
+import textwrap
 
 import matplotlib
 
@@ -148,7 +149,8 @@ def plot_peers_ratios(path, output):
         for i, ratio in enumerate(entry.get("ratio_to_best", [])):
             suffix = ["netpoller", "hooked"][i] if len(entry["ratio_to_best"]) > 1 else ""
             label = entry["label"].split(",")[0] + (f" {entry['row'].split('-')[-1]}" if "-" in entry["row"] else "")
-            labels.append(f"{label}{' ' + suffix if suffix else ''}\n(vs {names[entry['best_peer']]})")
+            name = textwrap.fill(f"{label}{' ' + suffix if suffix else ''}", 16)  # two lines rather than overlap
+            labels.append(f"{name}\n(vs {names[entry['best_peer']]})")
             # For requests/s higher is better: plot best / weft so that below 1 means ahead everywhere.
             value = 1 / ratio if entry["better"] == "higher" else ratio
             ratios.append(value)

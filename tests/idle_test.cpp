@@ -59,13 +59,20 @@ class CpuPinning {
 
 bool woken(const IdleSlot& slot) { return slot.wake_word.load() == 1; }
 
+class IdleWorkersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!pinning.two_cpus()) GTEST_SKIP() << "needs two CPUs to run on";
+  }
+  CpuPinning pinning;
+  CountingPoller poller;
+  IdleWorkers idle{2, 2};
+};
+
 // A plain thread spawning two fibers woke the worker that had last slept on
 // its own CPU: Linux put the worker there and ran it at once, and the
-// second spawn waited 2-5 ms for the CPU while the other one sat idle.
-TEST(IdleWorkers, WakesASleeperFromAnotherCpuBeforeAMoreRecentOneFromThisCpu) {
-  CpuPinning pinning;
-  if (!pinning.two_cpus()) GTEST_SKIP() << "needs two CPUs to run on";
-  IdleWorkers idle(2, 2);
+// second spawn waited for the next tick while the other CPU sat idle.
+TEST_F(IdleWorkersTest, WakesASleeperFromAnotherCpuBeforeAMoreRecentOneFromThisCpu) {
   IdleSlot elsewhere, here;
   pinning.move_to(1);
   idle.prepare_sleep(elsewhere);
@@ -78,10 +85,7 @@ TEST(IdleWorkers, WakesASleeperFromAnotherCpuBeforeAMoreRecentOneFromThisCpu) {
   EXPECT_TRUE(woken(here));
 }
 
-TEST(IdleWorkers, WithEverySleeperFromThisCpuWakesTheMostRecent) {
-  CpuPinning pinning;
-  if (!pinning.two_cpus()) GTEST_SKIP() << "needs two CPUs to run on";
-  IdleWorkers idle(2, 2);
+TEST_F(IdleWorkersTest, WithEverySleeperFromThisCpuWakesTheMostRecent) {
   IdleSlot older, recent;
   pinning.move_to(0);
   idle.prepare_sleep(older);
@@ -93,11 +97,7 @@ TEST(IdleWorkers, WithEverySleeperFromThisCpuWakesTheMostRecent) {
 
 // The polling sleeper watches the fds where it is: a futex sleeper is woken
 // before it even when only the polling one slept on another CPU.
-TEST(IdleWorkers, APollingSleeperIsWokenOnlyWhenNoOtherSleeps) {
-  CpuPinning pinning;
-  if (!pinning.two_cpus()) GTEST_SKIP() << "needs two CPUs to run on";
-  CountingPoller poller;
-  IdleWorkers idle(2, 2);
+TEST_F(IdleWorkersTest, APollingSleeperIsWokenOnlyWhenNoOtherSleeps) {
   idle.set_poller(&poller);
   IdleSlot polling, futex_sleeper;
   pinning.move_to(1);

@@ -62,12 +62,11 @@
 // caches are warmest) that went to sleep on another CPU than the
 // publisher's, if one did. Linux places a woken thread on the CPU it last
 // ran on or on the waker's, and does not always look for an idle one: a
-// worker woken onto the publisher's own CPU
-// preempted the publisher there (a plain thread spawning two fibers: the
-// second spawn came at the next tick, while the other CPU sat idle;
-// docs/benchmarks.md, "The idle pair: a wake onto the waker's CPU"). The
-// CPU is a hint, read with sched_getcpu (rseq, a load) at sleep and at
-// the wake.
+// worker woken onto the publisher's own CPU preempted the publisher there
+// (a plain thread spawning two fibers: the second spawn came at the next
+// tick, while the other CPU sat idle; docs/benchmarks.md, "The idle pair:
+// a wake onto the waker's CPU"). The CPU is a hint, read with sched_getcpu
+// (rseq, a load) at sleep and at the wake.
 //
 // The lock guards only the list and the slots' flags, a few dozen
 // instructions: the system call that wakes a slot (futex or eventfd) is

@@ -84,19 +84,12 @@ void IdleWorkers::wake_one() noexcept {
     // The most recent futex sleeper from another CPU, else the most recent
     // futex sleeper (see the header); the polling one only when it is the
     // last, since it watches the fds where it is.
-    auto it = sleepers_.end() - 1;
-    bool futex_sleeper_found = false;
-    for (auto scan = sleepers_.rbegin(); scan != sleepers_.rend(); ++scan) {
-      if ((*scan)->polling) continue;
-      if (!futex_sleeper_found) {
-        it = std::next(scan).base();
-        futex_sleeper_found = true;
-      }
-      if ((*scan)->cpu != here) {
-        it = std::next(scan).base();
-        break;
-      }
-    }
+    const auto newest = sleepers_.rbegin(), none = sleepers_.rend();
+    const auto newest_futex = std::find_if(newest, none, [](const IdleSlot* s) { return !s->polling; });
+    const auto elsewhere =
+        std::find_if(newest_futex, none, [here](const IdleSlot* s) { return !s->polling && s->cpu != here; });
+    const auto chosen = elsewhere != none ? elsewhere : newest_futex != none ? newest_futex : newest;
+    const auto it = std::next(chosen).base();
     slot = *it;
     sleepers_.erase(it);
     polling = take_locked(*slot);

@@ -20,6 +20,10 @@
 //                  The next slot is not stealable, so not visible: its
 //                  owner runs it at its next switch, or sysmon seizes it
 //                  from a stuck owner (sched/next_slot.h).
+//                  A yield's requeue publishes by placement instead: to a
+//                  sleeping peer's inbox, with that peer's wake (Worker::
+//                  push_yielded; a wake alone lost the race for the
+//                  fiber to the owner's next yield).
 //   2. searcher that finds work: it ends its search BEFORE it runs what it
 //      found (a seq_cst read-modify-write), and if it was the last searcher
 //      and work is still visible in a queue, it wakes another worker
@@ -111,6 +115,10 @@ class IdleWorkers {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (searching_.load(std::memory_order_relaxed) == 0 && sleeping_.load(std::memory_order_relaxed) > 0) wake_one();
   }
+  // Whether a worker sleeps, as far as this thread sees: a relaxed load, no
+  // fence, for a path that must stay cheap and can look again later
+  // (Worker::push_yielded).
+  bool seen_sleeping() const noexcept { return sleeping_.load(std::memory_order_relaxed) > 0; }
   // After publishing work only `slot`'s worker may run (a pinned fiber).
   void notify_worker(IdleSlot& slot) noexcept;
 

@@ -54,6 +54,10 @@ void requeue_and_notify(void* fiber) {
   mark_runnable(*static_cast<FiberControl*>(fiber));
   last_worker(fiber)->push_local(static_cast<FiberControl*>(fiber), true);
 }
+void requeue_yielded(void* fiber) {
+  mark_runnable(*static_cast<FiberControl*>(fiber));
+  last_worker(fiber)->push_yielded(static_cast<FiberControl*>(fiber));
+}
 }  // namespace
 
 // Not inlined, and with a compiler barrier: a fiber can resume on another
@@ -399,7 +403,7 @@ void Worker::yield_current() {
   }
   self->state.store(FiberState::runnable, std::memory_order_relaxed);
   switch_in(next);
-  switch_context(self->context, next->context, SwitchAction{&requeue, self});
+  switch_context(self->context, next->context, SwitchAction{&requeue_yielded, self});
 }
 
 void Worker::preempt_current() {
@@ -511,6 +515,39 @@ void Worker::push_local(FiberControl* fiber, bool notify) {
       push_inbox(half[i].fiber());
   }
   core_.push_global_bulk(movable, movable_count);
+}
+
+// A yield's requeue. While a peer sleeps, the yielder goes to it rather
+// than to the back of this run queue: a wake alone is not enough, since a
+// thief woken for it loses the race for it to the yields here (the queue
+// holds it only between one yield's requeue and the next one's pick), and
+// two yield loops shared this worker for good while the other slept
+// (sched/idle.h, rule 1; tests/scheduler_test.cpp). Without a sleeper in
+// sight, one relaxed load: a sleeper that listed itself unseen gets the
+// fiber at a later yield here, or is woken by a preempt (notify_work).
+void Worker::push_yielded(FiberControl* fiber) {
+  if (core_.idle().seen_sleeping() && not_pinned(fiber)) {
+    if (Worker* peer = sleeping_peer()) {
+      peer->accept_placed(fiber);
+      return;
+    }
+  }
+  push_local(fiber, false);
+}
+
+Worker* Worker::sleeping_peer() noexcept {
+  // Workers only: spares neither place nor receive (they retire).
+  for (unsigned i = 0, workers = core_.config().workers; i < workers; ++i) {
+    Worker& peer = core_.worker(i);
+    if (&peer != this && peer.state() == WorkerState::sleeping && (peer.blocking_call() & 1) == 0) return &peer;
+  }
+  return nullptr;
+}
+
+void Worker::accept_placed(FiberControl* fiber) noexcept {
+  // Counted first: this worker's pick may take the fiber at once.
+  placed_in_inbox_.fetch_add(1, std::memory_order_relaxed);
+  push_inbox(fiber);
 }
 
 void Worker::push_next(FiberControl* fiber) {
@@ -752,9 +789,7 @@ bool Worker::place_on_lighter_peer(FiberControl* fresh, std::uint32_t mine) noex
     }
   }
   if (lightest == nullptr || mine <= least + kPlacementSlack + least / 8) return false;
-  // Counted first: the peer's pick may take the fiber at once.
-  lightest->placed_in_inbox_.fetch_add(1, std::memory_order_relaxed);
-  lightest->push_inbox(fresh);
+  lightest->accept_placed(fresh);
   return true;
 }
 

@@ -89,6 +89,8 @@ class Worker {
   // Back of the run queue (spills half to global when full); `notify` wakes an
   // idle worker to steal it.
   void push_local(FiberControl* fiber, bool notify = true);
+  // A yield's requeue: to a sleeping peer if one is seen, else push_local.
+  void push_yielded(FiberControl* fiber);
   void push_next(FiberControl* fiber);  // run next: the fiber just woken
   // A fiber spawned here that has not run yet (sched/spawn_deque.h).
   void push_spawned(FiberControl* fiber);
@@ -261,6 +263,12 @@ class Worker {
     return !spare_ && mine > kPlacementSlack && place_on_lighter_peer(fresh, mine);
   }
   bool place_on_lighter_peer(FiberControl* fresh, std::uint32_t mine) noexcept;
+  // A worker (not a spare) that sleeps and is not in an announced call, or
+  // null; its state as last published, so it may be waking already.
+  Worker* sleeping_peer() noexcept;
+  // From another worker: `fiber` (not pinned) into this one's inbox, counted
+  // as placed, and this worker woken if it sleeps.
+  void accept_placed(FiberControl* fiber) noexcept;
   // Sysmon's side of the inbox: takes the whole stack (the owner drains it
   // by the same exchange, so each fiber is taken by one of the two) and
   // offers each fiber to `take`; those it declines go back.

@@ -129,6 +129,43 @@ TEST_P(WorkersTest, TwoYieldingFibersBothProgress) {
   EXPECT_EQ(b.load(), rounds);
 }
 
+TEST_P(WorkersTest, TwoYieldLoopsDoNotShareAWorkerWhileAnotherSleeps) {
+  // Two fibers that only yield, spawned by a plain thread onto sleeping
+  // workers: however the spawns land, an idle worker must end up taking
+  // one of them. A yield that queues a fiber a thief could take must wake
+  // a sleeper (sched/idle.h, rule 1), or the two loops can share one
+  // worker for good while the other sleeps.
+  if (workers() < 2) GTEST_SKIP() << "needs a second worker";
+  const int kTrials = 20;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    std::this_thread::sleep_for(5ms);  // the workers go back to sleep
+    std::atomic<bool> stop{false};
+    std::atomic<int> thread_of[2] = {0, 0};
+    std::vector<Fiber> loops;
+    for (int i = 0; i < 2; ++i) {
+      loops.push_back(sched().spawn([&, i] {
+        while (!stop.load(std::memory_order_relaxed)) {
+          thread_of[i].store(os_thread(), std::memory_order_relaxed);
+          this_fiber::yield();
+        }
+      }));
+    }
+    // Past the spawns' own placement, then up to 2 s for a moment at which
+    // the two run on different threads.
+    std::this_thread::sleep_for(20ms);
+    bool apart = false;
+    const auto give_up = std::chrono::steady_clock::now() + 2s;
+    while (!apart && std::chrono::steady_clock::now() < give_up) {
+      const int a = thread_of[0].load(), b = thread_of[1].load();
+      apart = a != 0 && b != 0 && a != b;
+      if (!apart) std::this_thread::sleep_for(1ms);
+    }
+    stop.store(true);
+    for (Fiber& loop : loops) loop.join();
+    ASSERT_TRUE(apart) << "trial " << trial << ": both yield loops ran on one worker for 2 s";
+  }
+}
+
 TEST_P(WorkersTest, SleepsNeverWakeEarly) {
   std::vector<Fiber> fibers;
   std::atomic<int> early{0};

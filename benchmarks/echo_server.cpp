@@ -6,21 +6,20 @@
 //   echo_server --mode weft --port 0 --workers 2
 //
 // Modes:
-//   thread  one std::thread per connection, blocking read/write
+//   thread  one std::thread per connection, blocking recv/send
 //   epoll   one edge-triggered epoll loop per worker thread (--workers N,
 //           default one per core), each with its own SO_REUSEPORT listener:
 //           the hand-written limit the others are measured against
 //   weft    one fiber per connection on a weft::Scheduler (--workers N):
 //           blocking loops over non-blocking sockets that park the fiber in
 //           weft::io::wait_readable / wait_writable
-//   hooked  one fiber per connection doing plain blocking read/write on a
+//   hooked  one fiber per connection doing plain blocking recv/send on a
 //           blocking socket, as thread does: libweft's libc hooks park the
 //           fiber (docs/io.md)
 //
-// epoll and weft, written against sockets, make the socket calls (recv,
-// send with MSG_NOSIGNAL), as tokio's TcpStream does: read and write go
-// through the VFS (fdget_pos, vfs_read), which costs a socket more. thread
-// and hooked are plain blocking code, read and write.
+// Every mode makes the socket calls (recv, send with MSG_NOSIGNAL), as
+// tokio's TcpStream does: read and write go through the VFS (fdget_pos,
+// vfs_read), which costs a socket more (docs/benchmarks.md).
 //
 // Runs until SIGINT or SIGTERM, then shuts every connection down and exits
 // 0.
@@ -120,7 +119,7 @@ void configure_accepted(int fd) { weft::bench::set_nodelay(fd); }
 
 bool write_all_blocking(int fd, const char* data, std::size_t size) {
   while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -136,7 +135,7 @@ bool write_all_blocking(int fd, const char* data, std::size_t size) {
 void serve_blocking(int fd) {
   char buffer[kConnBufferBytes];
   for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
     if (n > 0) {
       if (!write_all_blocking(fd, buffer, static_cast<std::size_t>(n))) return;
     } else if (n == 0 || errno != EINTR) {

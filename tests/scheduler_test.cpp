@@ -132,9 +132,10 @@ TEST_P(WorkersTest, TwoYieldingFibersBothProgress) {
 TEST_P(WorkersTest, TwoYieldLoopsDoNotShareAWorkerWhileAnotherSleeps) {
   // Two fibers that only yield, spawned by a plain thread onto sleeping
   // workers: however the spawns land, an idle worker must end up taking
-  // one of them. A yield that queues a fiber a thief could take must wake
-  // a sleeper (sched/idle.h, rule 1), or the two loops can share one
-  // worker for good while the other sleeps.
+  // one of them. A yield that leaves a fiber a thief could take while a
+  // worker sleeps must get it to that worker (sched/idle.h, rule 1; a wake
+  // alone is not enough: Worker::push_yielded), or the two loops can share
+  // one worker for good while the other sleeps.
   if (workers() < 2) GTEST_SKIP() << "needs a second worker";
   const int kTrials = 20;
   for (int trial = 0; trial < kTrials; ++trial) {

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <new>
 
+#include "block_chunks.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define WEFT_BLOCK_CACHE 0
 #elif defined(__has_feature)
@@ -25,11 +27,10 @@ struct FreeBlock {
   FreeBlock* next;
 };
 
-// A list of free blocks of one size.
+// A list of free blocks, all of the chunks' size.
 struct BlockList {
   FreeBlock* head = nullptr;
   std::size_t count = 0;
-  std::size_t size = 0;  // of every block in it; 0 while empty and unused
 
   void push(void* block) noexcept {
     head = ::new (block) FreeBlock{head};
@@ -45,10 +46,44 @@ struct BlockList {
   void move_to(BlockList& to, std::size_t n) noexcept {
     while (n-- > 0 && head != nullptr) to.push(pop());
   }
-  void free_all() noexcept {
-    while (head != nullptr) ::operator delete(pop());
+  // Gives up to `n` blocks back to `chunks`.
+  void give_back(BlockChunks& chunks, std::size_t n) noexcept {
+    void* batch[BlockCache::kCapacity];
+    while (n > 0 && head != nullptr) {
+      std::size_t count = 0;
+      while (count < std::size(batch) && n > 0 && head != nullptr) {
+        batch[count++] = pop();
+        --n;
+      }
+      chunks.free(batch, count);
+    }
   }
 };
+
+// The memory behind the lists: chunks of the first size asked for
+// (FiberControl's; runtime/block_chunks.h). Never destroyed: threads give
+// their blocks back as they exit, after static destructors may have run.
+std::atomic<BlockChunks*> chunks_made{nullptr};
+
+BlockChunks* chunks_for(std::size_t size) {
+  BlockChunks* chunks = chunks_made.load(std::memory_order_acquire);
+  if (chunks == nullptr) [[unlikely]] {
+    static BlockChunks* const made = [size] {
+      BlockChunks* first = BlockChunks::fits(size) ? new BlockChunks(size) : nullptr;
+      chunks_made.store(first, std::memory_order_release);
+      return first;
+    }();
+    chunks = made;
+  }
+  return chunks != nullptr && chunks->block_size() == size ? chunks : nullptr;
+}
+
+// Where a block of `size` that BlockCache handed out came from: the chunks,
+// or operator new.
+BlockChunks* chunks_holding(std::size_t size) noexcept {
+  BlockChunks* chunks = chunks_made.load(std::memory_order_acquire);
+  return chunks != nullptr && chunks->block_size() == size ? chunks : nullptr;
+}
 
 // Blocks freed by one thread are often allocated by another (a worker
 // spawns, another finishes the fiber): full caches hand half of their
@@ -63,18 +98,30 @@ std::atomic<std::size_t> shared_available;  // shared.count, to look without the
 
 // fork(): held across it, so that the child's copy of the shared list is
 // consistent and its lock free (the child's fibers allocate blocks too).
+// The chunks' lock likewise, taken after it (the only order they are held
+// in; elsewhere never both at once).
+void lock_for_fork() noexcept {
+  shared_lock.lock();
+  if (BlockChunks* chunks = chunks_made.load(std::memory_order_acquire)) chunks->lock_for_fork();
+}
+void unlock_after_fork() noexcept {
+  if (BlockChunks* chunks = chunks_made.load(std::memory_order_acquire)) chunks->unlock_after_fork();
+  shared_lock.unlock();
+}
 [[gnu::constructor]] void register_fork_handlers() {
-  pthread_atfork([] { shared_lock.lock(); }, [] { shared_lock.unlock(); }, [] { shared_lock.unlock(); });
+  pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 
 struct ThreadBlocks {
   BlockList list;
   ~ThreadBlocks() {
-    std::lock_guard guard(shared_lock);
-    if (shared.size == list.size && shared.count < kSharedCapacity)
-      list.move_to(shared, kSharedCapacity - shared.count);
-    shared_available.store(shared.count, std::memory_order_relaxed);
-    list.free_all();
+    {
+      std::lock_guard guard(shared_lock);
+      if (shared.count < kSharedCapacity) list.move_to(shared, kSharedCapacity - shared.count);
+      shared_available.store(shared.count, std::memory_order_relaxed);
+    }
+    // Not empty: blocks were allocated, so the chunks were made.
+    if (list.head != nullptr) list.give_back(*chunks_made.load(std::memory_order_acquire), list.count);
   }
 };
 
@@ -83,39 +130,44 @@ struct ThreadBlocks {
 }  // namespace
 
 void* BlockCache::allocate(std::size_t size) {
-  if (WEFT_BLOCK_CACHE) {
-    BlockList& mine = blocks.list;
-    if (mine.head == nullptr && shared_available.load(std::memory_order_relaxed) != 0) {
-      std::lock_guard guard(shared_lock);
-      if (shared.size == size) {  // `mine` is empty: it takes any size
-        mine.size = size;
-        shared.move_to(mine, kCapacity / 2);
-        shared_available.store(shared.count, std::memory_order_relaxed);
-      }
-    }
-    if (mine.head != nullptr && mine.size == size) return mine.pop();
+  BlockChunks* chunks = WEFT_BLOCK_CACHE ? chunks_for(size) : nullptr;
+  if (chunks == nullptr) return ::operator new(size);
+  // Every list holds blocks of the chunks' size only (free() below).
+  BlockList& mine = blocks.list;
+  if (mine.head == nullptr && shared_available.load(std::memory_order_relaxed) != 0) {
+    std::lock_guard guard(shared_lock);
+    shared.move_to(mine, kCapacity / 2);
+    shared_available.store(shared.count, std::memory_order_relaxed);
   }
-  return ::operator new(size);
+  if (mine.head == nullptr) {
+    void* batch[kCapacity / 2];
+    chunks->allocate(batch, std::size(batch));
+    for (void* block : batch) mine.push(block);
+  }
+  return mine.pop();
 }
 
 void BlockCache::free(void* block, std::size_t size) noexcept {
-  if (WEFT_BLOCK_CACHE && size >= sizeof(FreeBlock)) {
-    BlockList& mine = blocks.list;
-    if (mine.count == 0) mine.size = size;
-    if (mine.size == size) {
-      if (mine.count == kCapacity) {
-        std::lock_guard guard(shared_lock);
-        if (shared.count == 0) shared.size = size;
-        if (shared.size == size && shared.count < kSharedCapacity) mine.move_to(shared, kCapacity / 2);
-        shared_available.store(shared.count, std::memory_order_relaxed);
-      }
-      if (mine.count < kCapacity) {
-        mine.push(block);
-        return;
-      }
-    }
+  BlockChunks* chunks = WEFT_BLOCK_CACHE ? chunks_holding(size) : nullptr;
+  if (chunks == nullptr) {
+    ::operator delete(block);
+    return;
   }
-  ::operator delete(block);
+  BlockList& mine = blocks.list;
+  if (mine.count == kCapacity) {
+    // Half to the shared list if it has room, else back to the chunks.
+    bool moved = false;
+    {
+      std::lock_guard guard(shared_lock);
+      if (shared.count < kSharedCapacity) {
+        mine.move_to(shared, kCapacity / 2);
+        moved = true;
+      }
+      shared_available.store(shared.count, std::memory_order_relaxed);
+    }
+    if (!moved) mine.give_back(*chunks, kCapacity / 2);
+  }
+  mine.push(block);
 }
 
 }  // namespace weft::detail

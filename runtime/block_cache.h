@@ -6,8 +6,10 @@
 //
 // Blocks move between threads with their objects (a fiber spawned on one
 // worker may be freed on another, or by a plain thread's join); each thread
-// keeps at most kCapacity and frees the rest. Under AddressSanitizer it is
-// plain new and delete, so that a use after free is still caught.
+// keeps at most kCapacity, a shared list some more, and the rest goes back
+// to the chunks the blocks are carved from (runtime/block_chunks.h). Under
+// AddressSanitizer it is plain new and delete, so that a use after free is
+// still caught.
 #pragma once
 
 #include <cstddef>

@@ -46,9 +46,11 @@ struct BlockList {
   void move_to(BlockList& to, std::size_t n) noexcept {
     while (n-- > 0 && head != nullptr) to.push(pop());
   }
-  // Gives up to `n` blocks back to `chunks`.
+  // Gives up to `n` blocks back to `chunks`, in batches of BlockChunks::free's
+  // own size (one lock each): a bigger array would only take more of the
+  // stack of the fiber that frees, and take the lock no less often.
   void give_back(BlockChunks& chunks, std::size_t n) noexcept {
-    void* batch[BlockCache::kCapacity];
+    void* batch[BlockChunks::kFreeBatch];
     while (n > 0 && head != nullptr) {
       std::size_t count = 0;
       while (count < std::size(batch) && n > 0 && head != nullptr) {
@@ -65,24 +67,24 @@ struct BlockList {
 // their blocks back as they exit, after static destructors may have run.
 std::atomic<BlockChunks*> chunks_made{nullptr};
 
-BlockChunks* chunks_for(std::size_t size) {
-  BlockChunks* chunks = chunks_made.load(std::memory_order_acquire);
-  if (chunks == nullptr) [[unlikely]] {
-    static BlockChunks* const made = [size] {
-      BlockChunks* first = BlockChunks::fits(size) ? new BlockChunks(size) : nullptr;
-      chunks_made.store(first, std::memory_order_release);
-      return first;
-    }();
-    chunks = made;
-  }
-  return chunks != nullptr && chunks->block_size() == size ? chunks : nullptr;
-}
-
 // Where a block of `size` that BlockCache handed out came from: the chunks,
 // or operator new.
 BlockChunks* chunks_holding(std::size_t size) noexcept {
   BlockChunks* chunks = chunks_made.load(std::memory_order_acquire);
   return chunks != nullptr && chunks->block_size() == size ? chunks : nullptr;
+}
+
+// The same for a block about to be allocated: the first call makes the
+// chunks, for its size if they can carve it.
+BlockChunks* chunks_for(std::size_t size) {
+  if (chunks_made.load(std::memory_order_acquire) == nullptr) [[unlikely]] {
+    static const bool made = [size] {
+      if (BlockChunks::fits(size)) chunks_made.store(new BlockChunks(size), std::memory_order_release);
+      return true;
+    }();
+    (void)made;
+  }
+  return chunks_holding(size);
 }
 
 // Blocks freed by one thread are often allocated by another (a worker

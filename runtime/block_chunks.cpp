@@ -53,13 +53,12 @@ void BlockChunks::allocate(void** out, std::size_t n) {
 
 void BlockChunks::free(void* const* blocks, std::size_t n) noexcept {
   // Unmapped after the lock is released: a batch empties few chunks.
-  constexpr std::size_t kBatch = 32;
-  for (std::size_t start = 0; start < n; start += kBatch) {
-    Chunk* emptied[kBatch];
+  for (std::size_t start = 0; start < n; start += kFreeBatch) {
+    Chunk* emptied[kFreeBatch];
     std::size_t count = 0;
     {
       std::lock_guard guard(lock_);
-      for (std::size_t i = start; i < n && i < start + kBatch; ++i)
+      for (std::size_t i = start; i < n && i < start + kFreeBatch; ++i)
         if (Chunk* chunk = give_back(blocks[i])) emptied[count++] = chunk;
     }
     for (std::size_t i = 0; i < count; ++i) unmap_chunk(emptied[i]);

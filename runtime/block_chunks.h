@@ -31,6 +31,8 @@ namespace weft::detail {
 class BlockChunks {
  public:
   static constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
+  // free() takes the lock once per this many blocks.
+  static constexpr std::size_t kFreeBatch = 32;
 
   // `block_size`: one that fits() (checked: std::invalid_argument).
   explicit BlockChunks(std::size_t block_size);

@@ -23,4 +23,18 @@ auto announced(Call&& call) {
   return call();
 }
 
+// A hook whose whole body is one announced call: announced(), then the
+// hook's checkpoint (hook_support.h, CheckpointOnReturn) once the call is
+// over, as every hooked call has, so that a loop of them (a file written
+// block by block) shares its worker.
+//
+//   ssize_t pwrite(...) { return announced_hook([&] { return real::pwrite()(...); }); }
+template <class Call>
+auto announced_hook(Call&& call) {
+  if (!parking_enabled()) return call();
+  const CheckpointOnReturn at_return;
+  const BlockingCall in_the_kernel;
+  return call();
+}
+
 }  // namespace weft::detail

@@ -96,15 +96,11 @@ WEFT_TSAN_SWITCHES ParkScope::~ParkScope() {
   if (fiber_->pin_releases != releases_ && &errno != home_) *home_ = errno;
 }
 
-void CheckpointOnReturn::hook_checkpoint_slow(int fd) noexcept {
+void CheckpointOnReturn::hook_checkpoint_slow() noexcept {
   // Only a fiber whose worker was asked (the count is process-wide), and
   // not where the hooks pass everything through.
   if (!parking_enabled()) return;
   if (!preempt_requested_here()) return;
-  if (fd >= 0) {
-    const FdRecord* state = classified_fd_state(fd);
-    if (state == nullptr || (state->kind() != FdKind::socket && state->kind() != FdKind::pollable)) return;
-  }
   // The hooks' pin, not this_fiber::pin()'s: if the worker's thread blocks
   // in the kernel while this fiber waits in its queues, sysmon may release
   // it as it releases a parked hook (Worker::release_hook_pinned), and then

@@ -148,21 +148,19 @@ class [[nodiscard]] ErrnoHome {
 // held, from the netpoller, from a signal handler) goes to the real
 // function (real::read() and so on, hooks/real_calls.h), not to the hook.
 //
-// The calls that take any fd (read, readv, write, writev) name it: they are
-// checkpoints only on the fds the hooks can park on (sockets, pipes, other
-// pollable fds, also when the user made them non-blocking), not on a
-// regular file, which they pass straight through as before. A log line
-// written with write(2) under the logger's std::mutex would otherwise make
-// the next fiber on the thread block it on that mutex until sysmon frees
-// the writer (100 ms, below). glibc's own stdio never reaches the hooks (it
-// calls its internal write), so printf and fwrite are not checkpoints.
+// A regular file's calls are checkpoints too (read, write, pread, the
+// announced calls: hooks/announced.h): a fiber copying or logging to a file
+// in a loop otherwise kept its worker for as long as the loop ran. A fiber
+// preempted there while it holds a std::mutex is no worse off than at a
+// socket's call: the lock hooks park the fibers that want the mutex
+// (docs/locks.md), and a thread that blocks on one the hooks pass through
+// gets the holder released by sysmon (Worker::release_hook_pinned).
 class [[nodiscard]] CheckpointOnReturn {
  public:
   CheckpointOnReturn() = default;
-  explicit CheckpointOnReturn(int fd) noexcept : fd_(fd) {}
   ~CheckpointOnReturn() {
     if (pending_preempt_requests.load(std::memory_order_relaxed) != 0) [[unlikely]]
-      hook_checkpoint_slow(fd_);
+      hook_checkpoint_slow();
   }
   CheckpointOnReturn(const CheckpointOnReturn&) = delete;
   CheckpointOnReturn& operator=(const CheckpointOnReturn&) = delete;
@@ -170,11 +168,7 @@ class [[nodiscard]] CheckpointOnReturn {
   // Yields if sysmon asked this fiber to, on the thread the call was made
   // on and with errno as the call left it: the caller may hold errno's
   // address, or a thread_local's, from before the call (ParkScope, point 1).
-  // `fd` < 0: the call is a checkpoint whatever it waited on.
-  static void hook_checkpoint_slow(int fd) noexcept;
-
- private:
-  int fd_ = -1;
+  static void hook_checkpoint_slow() noexcept;
 };
 
 // A socket timeout in nanoseconds (0: none) as a deadline.

@@ -35,96 +35,96 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 int flock(int fd, int operation) {
-  return announced([&] { return real::flock()(fd, operation); });
+  return announced_hook([&] { return real::flock()(fd, operation); });
 }
 int lockf(int fd, int command, off_t length) {
-  return announced([&] { return real::lockf()(fd, command, length); });
+  return announced_hook([&] { return real::lockf()(fd, command, length); });
 }
 int lockf64(int fd, int command, off64_t length) {
-  return announced([&] { return real::lockf64()(fd, command, length); });
+  return announced_hook([&] { return real::lockf64()(fd, command, length); });
 }
 
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t offset) {
-  return announced([&] { return real::pwrite()(fd, buf, n, offset); });
+  return announced_hook([&] { return real::pwrite()(fd, buf, n, offset); });
 }
 ssize_t pwrite64(int fd, const void* buf, size_t n, off64_t offset) {
-  return announced([&] { return real::pwrite64()(fd, buf, n, offset); });
+  return announced_hook([&] { return real::pwrite64()(fd, buf, n, offset); });
 }
 ssize_t pwritev(int fd, const iovec* iov, int count, off_t offset) {
-  return announced([&] { return real::pwritev()(fd, iov, count, offset); });
+  return announced_hook([&] { return real::pwritev()(fd, iov, count, offset); });
 }
 ssize_t pwritev64(int fd, const iovec* iov, int count, off64_t offset) {
-  return announced([&] { return real::pwritev64()(fd, iov, count, offset); });
+  return announced_hook([&] { return real::pwritev64()(fd, iov, count, offset); });
 }
 int ftruncate(int fd, off_t length) {
-  return announced([&] { return real::ftruncate()(fd, length); });
+  return announced_hook([&] { return real::ftruncate()(fd, length); });
 }
 int ftruncate64(int fd, off64_t length) {
-  return announced([&] { return real::ftruncate64()(fd, length); });
+  return announced_hook([&] { return real::ftruncate64()(fd, length); });
 }
 int fallocate(int fd, int mode, off_t offset, off_t length) {
-  return announced([&] { return real::fallocate()(fd, mode, offset, length); });
+  return announced_hook([&] { return real::fallocate()(fd, mode, offset, length); });
 }
 int fallocate64(int fd, int mode, off64_t offset, off64_t length) {
-  return announced([&] { return real::fallocate64()(fd, mode, offset, length); });
+  return announced_hook([&] { return real::fallocate64()(fd, mode, offset, length); });
 }
 ssize_t copy_file_range(int in, off64_t* in_offset, int out, off64_t* out_offset, size_t n, unsigned int flags) {
-  return announced([&] { return real::copy_file_range()(in, in_offset, out, out_offset, n, flags); });
+  return announced_hook([&] { return real::copy_file_range()(in, in_offset, out, out_offset, n, flags); });
 }
 ssize_t sendfile(int out, int in, off_t* offset, size_t n) {
-  return announced([&] { return real::sendfile()(out, in, offset, n); });
+  return announced_hook([&] { return real::sendfile()(out, in, offset, n); });
 }
 ssize_t sendfile64(int out, int in, off64_t* offset, size_t n) {
-  return announced([&] { return real::sendfile64()(out, in, offset, n); });
+  return announced_hook([&] { return real::sendfile64()(out, in, offset, n); });
 }
 ssize_t splice(int in, off64_t* in_offset, int out, off64_t* out_offset, size_t n, unsigned int flags) {
-  return announced([&] { return real::splice()(in, in_offset, out, out_offset, n, flags); });
+  return announced_hook([&] { return real::splice()(in, in_offset, out, out_offset, n, flags); });
 }
 int msync(void* address, size_t length, int flags) {
-  return announced([&] { return real::msync()(address, length, flags); });
+  return announced_hook([&] { return real::msync()(address, length, flags); });
 }
 void sync() noexcept {
-  announced([&] { real::sync()(); });
+  announced_hook([&] { real::sync()(); });
 }
 int syncfs(int fd) noexcept {
-  return announced([&] { return real::syncfs()(fd); });
+  return announced_hook([&] { return real::syncfs()(fd); });
 }
 
 pid_t wait(int* status) {
-  return announced([&] { return real::wait()(status); });
+  return announced_hook([&] { return real::wait()(status); });
 }
 
 int pause() {
-  return announced([&] { return real::pause()(); });
+  return announced_hook([&] { return real::pause()(); });
 }
 int sigsuspend(const sigset_t* mask) {
-  return announced([&] { return real::sigsuspend()(mask); });
+  return announced_hook([&] { return real::sigsuspend()(mask); });
 }
 int sigwait(const sigset_t* set, int* signal) {
-  return announced([&] { return real::sigwait()(set, signal); });
+  return announced_hook([&] { return real::sigwait()(set, signal); });
 }
 int sigwaitinfo(const sigset_t* set, siginfo_t* info) {
-  return announced([&] { return real::sigwaitinfo()(set, info); });
+  return announced_hook([&] { return real::sigwaitinfo()(set, info); });
 }
 int sigtimedwait(const sigset_t* set, siginfo_t* info, const timespec* timeout) {
-  return announced([&] { return real::sigtimedwait()(set, info, timeout); });
+  return announced_hook([&] { return real::sigtimedwait()(set, info, timeout); });
 }
 
 int tcdrain(int fd) {
-  return announced([&] { return real::tcdrain()(fd); });
+  return announced_hook([&] { return real::tcdrain()(fd); });
 }
 
 ssize_t msgrcv(int queue, void* message, size_t size, long type, int flags) {
-  return announced([&] { return real::msgrcv()(queue, message, size, type, flags); });
+  return announced_hook([&] { return real::msgrcv()(queue, message, size, type, flags); });
 }
 int msgsnd(int queue, const void* message, size_t size, int flags) {
-  return announced([&] { return real::msgsnd()(queue, message, size, flags); });
+  return announced_hook([&] { return real::msgsnd()(queue, message, size, flags); });
 }
 int semop(int set, sembuf* operations, size_t count) {
-  return announced([&] { return real::semop()(set, operations, count); });
+  return announced_hook([&] { return real::semop()(set, operations, count); });
 }
 int semtimedop(int set, sembuf* operations, size_t count, const timespec* timeout) {
-  return announced([&] { return real::semtimedop()(set, operations, count, timeout); });
+  return announced_hook([&] { return real::semtimedop()(set, operations, count, timeout); });
 }
 
 #pragma GCC visibility pop

@@ -113,6 +113,7 @@ namespace {
 
 ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
   if (!parking_enabled() || !is_unpollable_file(fd)) return real::pread()(fd, buf, n, offset);
+  const CheckpointOnReturn at_return;
   if (offset < 0) return real::pread()(fd, buf, n, offset);  // EINVAL, as libc says it
   const iovec iov{buf, n};
   return read_file(fd, &iov, 1, offset);
@@ -121,7 +122,7 @@ ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
 // fsync and fdatasync on the ring.
 int sync_hooked(int fd, bool data_only) {
   FileRing* ring = parking_enabled() ? current_ring() : nullptr;
-  if (ring == nullptr) return announced([&] { return data_only ? real::fdatasync()(fd) : real::fsync()(fd); });
+  if (ring == nullptr) return announced_hook([&] { return data_only ? real::fdatasync()(fd) : real::fsync()(fd); });
   const ErrnoHome home;
   const int saved = errno_value();
   const ParkScope park;
@@ -156,6 +157,7 @@ ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t offset, size_t buf_len)
 ssize_t preadv(int fd, const iovec* iov, int count, off_t offset) {
   if (!parking_enabled() || offset < 0 || count <= 0 || !is_unpollable_file(fd))
     return real::preadv()(fd, iov, count, offset);
+  const CheckpointOnReturn at_return;
   return read_file(fd, iov, count, offset);
 }
 ssize_t preadv64(int fd, const iovec* iov, int count, off_t offset) { return preadv(fd, iov, count, offset); }
@@ -167,7 +169,7 @@ int sync_file_range(int fd, off_t offset, off_t length, unsigned int flags) {
   // The ring's request holds a 32-bit length (0: to the end of the file).
   const bool fits = length >= 0 && length <= off_t(UINT32_MAX);
   FileRing* ring = parking_enabled() && fits ? current_ring() : nullptr;
-  if (ring == nullptr) return announced([&] { return real::sync_file_range()(fd, offset, length, flags); });
+  if (ring == nullptr) return announced_hook([&] { return real::sync_file_range()(fd, offset, length, flags); });
   const ErrnoHome home;
   const int saved = errno_value();
   const ParkScope park;

@@ -528,7 +528,7 @@ extern "C" {
 
 ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
-  const CheckpointOnReturn at_return{fd};
+  const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, 0, true);
   if (state == nullptr) {
     if (is_unpollable_file(fd)) {
@@ -548,7 +548,7 @@ ssize_t read(int fd, void* buf, size_t n) {
 
 ssize_t readv(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::readv()(fd, iov, count);
-  const CheckpointOnReturn at_return{fd};
+  const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, 0, true);
   if (state == nullptr) {
     if (count > 0 && is_unpollable_file(fd)) return read_file(fd, iov, count, -1);
@@ -571,7 +571,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
 
 ssize_t write(int fd, const void* buf, size_t n) {
   if (!parking_enabled()) return real::write()(fd, buf, n);
-  const CheckpointOnReturn at_return{fd};
+  const CheckpointOnReturn at_return;
   FdRecord* const record = classified_fd_state(fd);
   FdRecord* state = parkable_record(record);
   if (state == nullptr) return passed_through(record, [&] { return real::write()(fd, buf, n); });
@@ -586,7 +586,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
 
 ssize_t writev(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::writev()(fd, iov, count);
-  const CheckpointOnReturn at_return{fd};
+  const CheckpointOnReturn at_return;
   FdRecord* const record = classified_fd_state(fd);
   FdRecord* state = parkable_record(record);
   if (state == nullptr) return passed_through(record, [&] { return real::writev()(fd, iov, count); });

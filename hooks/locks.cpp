@@ -123,7 +123,7 @@ Waits how_call_waits(const void* return_address) noexcept {
 }
 
 void lock_checkpoint_slow(const void* return_address) noexcept {
-  if (how_call_waits(return_address) == Waits::park) CheckpointOnReturn::hook_checkpoint_slow(-1);
+  if (how_call_waits(return_address) == Waits::park) CheckpointOnReturn::hook_checkpoint_slow();
 }
 
 WEFT_TSAN_SWITCHES WaitingCall::WaitingCall(Waits waits) noexcept : waits_(waits) {

@@ -17,7 +17,15 @@ Worker* enter_blocking_call() noexcept {
 }
 
 void exit_blocking_call(Worker* worker) noexcept {
-  if (worker != nullptr) worker->end_blocking_call();
+  if (worker == nullptr) return;
+  worker->end_blocking_call();
+  // Sysmon judged the call blocked and handed the worker off (Go's retake of
+  // a P in a system call): the fiber yields at its next checkpoint, the
+  // hook's own, as if preempted (Go's exitsyscall queues a goroutine whose P
+  // was taken). Otherwise a fiber making one long call after another kept
+  // its worker between them, and a timer's fiber waited for a slice.
+  if (worker->stuck() && worker->core().config().preemption) [[unlikely]]
+    worker->request_preempt(worker->switch_tick());
 }
 
 }  // namespace weft::detail

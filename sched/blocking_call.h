@@ -23,6 +23,11 @@
 // fenced: a sysmon that misses an announcement made just as it started a
 // long sleep sees the worker at its next look, within its running tick.
 //
+// When the call returns on a worker that sysmon judged blocked meanwhile
+// (Worker::stuck), the fiber is asked to yield at its next checkpoint, the
+// hook's (hooks/announced.h, announced_hook), as Go's exitsyscall makes a
+// goroutine whose P was retaken queue for one.
+//
 // Rules: the code inside must not switch fibers (no park, no yield, no
 // checkpoint): the mark belongs to the worker, and the exit clears the
 // mark of the worker it was made on. Announcements nest: an inner one,

@@ -1,8 +1,8 @@
 // The libc hooks as checkpoints (hooks/hook_support.h, hook_checkpoint): a
 // hooked call that does not park still lets a fiber that sysmon asked to
 // yield do so, so a loop on calls that never block (a socket that always
-// has data, a write with room, a poll of a ready fd; not a regular file) shares
-// its workers. Each case loops on one call family in several fibers beside
+// has data, a write with room, a poll of a ready fd, a regular file's read or
+// write) shares its workers. Each case loops on one call family in several fibers beside
 // a 1 ms ticker on the same workers, and checks that the ticker stays on
 // time, that every loop keeps getting the right results, and that errno is
 // still the fiber's own after the call (the yield happens inside the call,
@@ -152,6 +152,44 @@ Step drained_writes(WriteOne write_one) {
   };
 }
 
+// A regular file of its own, `size` bytes of 'x', unlinked at once (the
+// fd keeps it): the calls below reach the kernel's page cache and never
+// wait for the disk, so they never park.
+int regular_file(Fds& owner, std::size_t size) {
+  char path[] = "/tmp/weft-checkpoint-XXXXXX";
+  const int fd = owner.add(::mkstemp(path), "mkstemp");
+  ::unlink(path);
+  static const auto real_pwrite = test::libc_function<decltype(::pwrite)>("pwrite");
+  const std::string content(size, 'x');
+  if (real_pwrite(fd, content.data(), content.size(), 0) != static_cast<ssize_t>(content.size())) fail("pwrite");
+  return fd;
+}
+
+// One-byte reads or writes of a regular file at its position, which goes
+// back to the start (libc's lseek, not a hook) every kBlock bytes.
+template <class Call>
+Step at_the_file_position(Call call) {
+  auto fds = std::make_shared<Fds>();
+  const int fd = regular_file(*fds, kBlock);
+  auto done = std::make_shared<std::size_t>(0);
+  return [fds, fd, done, call](int mark) {
+    if (++*done % kBlock == 0 && ::lseek(fd, 0, SEEK_SET) != 0) return false;
+    errno = mark;
+    return call(fd) == 1 && errno == mark;
+  };
+}
+
+// One-byte positioned reads or writes at the start of a regular file.
+template <class Call>
+Step at_the_start(Call call) {
+  auto fds = std::make_shared<Fds>();
+  const int fd = regular_file(*fds, 1);
+  return [fds, fd, call](int mark) {
+    errno = mark;
+    return call(fd) == 1 && errno == mark;
+  };
+}
+
 std::vector<HookedLoop> hooked_loops() {
   return {
       {"ReadOnAReadableSocket",
@@ -235,6 +273,23 @@ std::vector<HookedLoop> hooked_loops() {
            return read(reader, &byte, 1) == -1 && errno == EAGAIN;
          });
        }},
+      // A loop of file calls (a logger, a copy) shares its worker too.
+      {"ReadOfARegularFile",
+       [] {
+         return at_the_file_position([](int fd) {
+           char byte = 0;
+           return read(fd, &byte, 1) == 1 && byte == 'x' ? 1 : -1;
+         });
+       }},
+      {"WriteOfARegularFile", [] { return at_the_file_position([](int fd) { return write(fd, "x", 1); }); }},
+      {"PreadOfARegularFile",
+       [] {
+         return at_the_start([](int fd) {
+           char byte = 0;
+           return pread(fd, &byte, 1, 0) == 1 && byte == 'x' ? 1 : -1;
+         });
+       }},
+      {"PwriteOfARegularFile", [] { return at_the_start([](int fd) { return pwrite(fd, "x", 1, 0); }); }},
       {"ZeroNanosleep",
        [] {
          return Step([](int mark) {

@@ -13,8 +13,9 @@
 //             from a thread
 //   write     a 4 KiB write into the page cache: ns per call, fiber vs thread
 //   ticker    a fiber sleeping 1 ms in a loop beside fibers doing file I/O
-//             with fsync, system() and popen(): its worst lateness, and the
-//             same ticker alone (the machine's own noise)
+//             with fsync, system() and popen(), and beside 4 fibers that
+//             only write files (2 in 64 KiB blocks, 2 in 4 KiB): its worst
+//             lateness, and the same ticker alone (the machine's own noise)
 //
 //   blocking_io                 # all
 //   blocking_io fsync pread     # some
@@ -193,9 +194,26 @@ void bench_pread() { fiber_vs_thread_ns("4 KiB cached pread", 200'000, pread_ns)
 
 void bench_write() { fiber_vs_thread_ns("4 KiB write (page cache)", 50'000, write_ns); }
 
+enum class TickerLoad { none, fsync_and_processes, writes };
+
+// A file of its own (unlinked when done) written block by block until `end`,
+// from its start again every 256 blocks.
+void write_blocks(const std::string& name, std::size_t block_size, Clock::time_point end) {
+  const std::string path = "/tmp/weft-bench-" + name + "-" + std::to_string(::getpid());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const std::vector<char> block(block_size, 'w');
+  for (long n = 1; fd >= 0 && Clock::now() < end; ++n) {
+    if (::write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size())) break;
+    if (n % 256 == 0 && (::ftruncate(fd, 0) != 0 || ::lseek(fd, 0, SEEK_SET) != 0)) break;
+  }
+  if (fd >= 0) ::close(fd);
+  ::unlink(path.c_str());
+}
+
 // A fiber sleeping 1 ms in a loop for --seconds, beside `load` (fibers
 // spawned on the same scheduler, or none); its worst lateness and ticks.
-void ticker_beside(const char* what, bool with_load) {
+void ticker_beside(const char* what, TickerLoad what_load) {
+  const bool with_load = what_load == TickerLoad::fsync_and_processes;
   weft::Scheduler sched{two_workers("ticker")};
   std::atomic<bool> stop{false};
   double worst = 0;
@@ -237,6 +255,9 @@ void ticker_beside(const char* what, bool with_load) {
         if (pipe != nullptr) ::pclose(pipe);
       }
     }));
+  } else if (what_load == TickerLoad::writes) {
+    for (int i = 0; i < 4; ++i)
+      load.push_back(sched.spawn([&, i] { write_blocks("writes-" + std::to_string(i), i < 2 ? 65536 : 4096, end); }));
   } else {
     std::this_thread::sleep_until(end);
   }
@@ -248,8 +269,9 @@ void ticker_beside(const char* what, bool with_load) {
 
 void bench_ticker() {
   for (int round = 0; round < 3; ++round) {
-    ticker_beside("1 ms ticker alone (the machine's own noise)", false);
-    ticker_beside("1 ms ticker beside fsync, system(), popen()", true);
+    ticker_beside("1 ms ticker alone (the machine's own noise)", TickerLoad::none);
+    ticker_beside("1 ms ticker beside fsync, system(), popen()", TickerLoad::fsync_and_processes);
+    ticker_beside("1 ms ticker beside 4 fibers writing files", TickerLoad::writes);
   }
 }
 

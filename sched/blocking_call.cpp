@@ -24,8 +24,13 @@ void exit_blocking_call(Worker* worker) noexcept {
   // hook's own, as if preempted (Go's exitsyscall queues a goroutine whose P
   // was taken). Otherwise a fiber making one long call after another kept
   // its worker between them, and a timer's fiber waited for a slice.
-  if (worker->stuck() && worker->core().config().preemption) [[unlikely]]
+  // Once per verdict: the flag is sysmon's, cleared at its next look after
+  // the switch, and each call returning before that look would otherwise
+  // yield again (two fibers making short calls swapped at every one).
+  if (worker->stuck() && worker->core().config().preemption) [[unlikely]] {
+    worker->set_stuck(false);
     worker->request_preempt(worker->switch_tick());
+  }
 }
 
 }  // namespace weft::detail

@@ -104,6 +104,7 @@ void fd_duplicated(int from, int to) noexcept {
 
 void fd_description_reset(FdRecord& record) noexcept {
   record.flags.store(0, std::memory_order_relaxed);
+  record.cached_reads.store(0, std::memory_order_relaxed);
   record.forget_timeouts();
 }
 

@@ -3,11 +3,14 @@
 // scheduler's io_uring (io/file_ring.h) while the fiber parks.
 //
 // A read first tries preadv2(RWF_NOWAIT), which returns what is cached
-// without waiting for the disk (EAGAIN if it would wait): a cached read
-// costs what pread costs, where an io_uring round trip costs more
-// (docs/benchmarks.md, "Regular files"). What is not cached (EAGAIN, or
-// the rest of a read that was cached in part) goes to the ring. A file
-// that does not support RWF_NOWAIT (EOPNOTSUPP) is read as before.
+// without waiting for the disk (EAGAIN if it would wait), where an
+// io_uring round trip costs more (docs/benchmarks.md, "Regular files").
+// What is not cached (EAGAIN, or the rest of a read that was cached in
+// part) goes to the ring. A file that does not support RWF_NOWAIT
+// (EOPNOTSUPP) is read as before. Once the cache has served an fd's last
+// FdRecord::kTrustCache reads whole, its reads are the plain pread or read,
+// announced, since preadv2's vectored path costs about a quarter more
+// than pread's ("Cached reads"), until sysmon judges one blocked.
 //
 // Writes are passed through: a buffered write copies into the page cache,
 // and measured here an io_uring write was slower than write(2) for small
@@ -57,9 +60,18 @@ long as_libc(int result) {
   return result;
 }
 
-// The blocking read: at `offset`, or at the file position (-1).
+// libc's read: at `offset`, or at the file position (-1); pread and read
+// for one buffer, whose kernel path is shorter than the vectored calls'.
+ssize_t plain_read(int fd, const iovec* iov, int count, off_t offset) {
+  if (count == 1)
+    return offset < 0 ? real::read()(fd, iov[0].iov_base, iov[0].iov_len)
+                      : real::pread()(fd, iov[0].iov_base, iov[0].iov_len, offset);
+  return offset < 0 ? real::readv()(fd, iov, count) : real::preadv()(fd, iov, count, offset);
+}
+
+// The blocking read, announced.
 ssize_t blocking_read(int fd, const iovec* iov, int count, off_t offset) {
-  return announced([&] { return offset < 0 ? real::readv()(fd, iov, count) : real::preadv()(fd, iov, count, offset); });
+  return announced([&] { return plain_read(fd, iov, count, offset); });
 }
 
 ssize_t total_length(const iovec* iov, int count) {
@@ -76,12 +88,30 @@ bool is_unpollable_file(int fd) noexcept {
 }
 
 ssize_t read_file(int fd, const iovec* iov, int count, off_t offset) {
+  FdRecord* record = fd_state(fd);  // not null: is_unpollable_file said what it is
+  std::atomic<std::uint8_t>& cached_reads = record->cached_reads;
+  const std::uint8_t served = cached_reads.load(std::memory_order_relaxed);
+  if (served >= FdRecord::kTrustCache) {
+    // The cache served this fd's last reads whole: the plain call, as a
+    // thread makes it, since preadv2's vectored path costs more than
+    // pread's (docs/benchmarks.md, "Cached reads"). Announced: if the
+    // cache does not have it after all, the worker's other fibers are
+    // handed off, and a read sysmon judged blocked sends the fd's next
+    // reads back to RWF_NOWAIT and the ring.
+    Worker* const worker = enter_blocking_call();
+    const ssize_t result = plain_read(fd, iov, count, offset);
+    if (exit_blocking_call(worker)) cached_reads.store(0, std::memory_order_relaxed);
+    return result;
+  }
   const ErrnoHome home;
   const int saved = errno_value();
   const ssize_t cached = real::preadv2()(fd, iov, count, offset, RWF_NOWAIT);
   if (cached >= 0) {
     const ssize_t wanted = total_length(iov, count);
-    if (cached == 0 || cached >= wanted) return cached;
+    if (cached == 0 || cached >= wanted) {
+      if (cached > 0) cached_reads.store(served + 1, std::memory_order_relaxed);
+      return cached;
+    }
   } else if (errno_value() != EAGAIN) {
     // EOPNOTSUPP (or EINVAL before Linux 4.14, ENOSYS before 4.6): no
     // RWF_NOWAIT for this file; anything else (EBADF, EISDIR...) is the
@@ -92,6 +122,7 @@ ssize_t read_file(int fd, const iovec* iov, int count, off_t offset) {
     return blocking_read(fd, iov, count, offset);
   }
   // The rest, past what the cache gave.
+  cached_reads.store(0, std::memory_order_relaxed);
   const ssize_t done = std::max<ssize_t>(cached, 0);
   std::vector<iovec> rest(iov, iov + count);
   drop_front(rest, size_t(done));

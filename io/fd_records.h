@@ -108,6 +108,11 @@ struct alignas(64) FdRecord {
   // A fiber of this process is in the blocking accept of a listener that
   // may be shared (hooks_io_calls.cpp, accept_shared): the others wait.
   std::atomic<bool> accepting{false};
+  // A regular file's reads in a row that the page cache served whole
+  // (hooks_files.cpp, read_file), up to kTrustCache; a hint, reset by a
+  // read it could not serve.
+  static constexpr std::uint8_t kTrustCache = 8;
+  std::atomic<std::uint8_t> cached_reads{0};
 
   FdKind kind() const noexcept { return FdKind(flags.load(std::memory_order_relaxed) & kind_mask); }
   bool user_nonblock() const noexcept { return flags.load(std::memory_order_relaxed) & user_nonblock_bit; }

@@ -16,8 +16,8 @@ Worker* enter_blocking_call() noexcept {
   return worker;
 }
 
-void exit_blocking_call(Worker* worker) noexcept {
-  if (worker == nullptr) return;
+bool exit_blocking_call(Worker* worker) noexcept {
+  if (worker == nullptr) return false;
   worker->end_blocking_call();
   // Sysmon judged the call blocked and handed the worker off (Go's retake of
   // a P in a system call): the fiber yields at its next checkpoint, the
@@ -30,7 +30,9 @@ void exit_blocking_call(Worker* worker) noexcept {
   if (worker->stuck() && worker->core().config().preemption) [[unlikely]] {
     worker->set_stuck(false);
     worker->request_preempt(worker->switch_tick());
+    return true;
   }
+  return false;
 }
 
 }  // namespace weft::detail

@@ -43,7 +43,9 @@ class Worker;
 // already marked (a nested announcement).
 Worker* enter_blocking_call() noexcept;
 // Ends the announcement that enter_blocking_call returned (null: nothing).
-void exit_blocking_call(Worker* worker) noexcept;
+// True if sysmon judged the call blocked meanwhile (and the fiber is then
+// asked to yield, above).
+bool exit_blocking_call(Worker* worker) noexcept;
 
 // The announcement as a scope.
 class [[nodiscard]] BlockingCall {

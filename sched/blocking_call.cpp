@@ -19,20 +19,23 @@ Worker* enter_blocking_call() noexcept {
 bool exit_blocking_call(Worker* worker) noexcept {
   if (worker == nullptr) return false;
   worker->end_blocking_call();
-  // Sysmon judged the call blocked and handed the worker off (Go's retake of
-  // a P in a system call): the fiber yields at its next checkpoint, the
-  // hook's own, as if preempted (Go's exitsyscall queues a goroutine whose P
-  // was taken). Otherwise a fiber making one long call after another kept
-  // its worker between them, and a timer's fiber waited for a slice.
-  // Once per verdict: the flag is sysmon's, cleared at its next look after
-  // the switch, and each call returning before that look would otherwise
-  // yield again (two fibers making short calls swapped at every one).
-  if (worker->stuck() && worker->core().config().preemption) [[unlikely]] {
-    worker->set_stuck(false);
+  if (!worker->stuck()) [[likely]]
+    return false;
+  // Sysmon judged the call blocked and handed the worker's queue off (Go's
+  // retake of a P in a system call). The verdict is this call's: cleared
+  // here, or each call returning before sysmon's next look would act on it
+  // again. If a timer is due, the fiber yields at its next checkpoint, the
+  // hook's own, as if preempted, and the worker fires the timer: while every
+  // worker runs fibers, timers fire only at their switches (sched/timers.h),
+  // so a fiber going from one long call to the next kept them waiting for a
+  // slice. Not whenever fibers wait: sysmon hands those to other threads,
+  // and a fiber that always yielded here made every call of a busy worker
+  // wait for a hand-off (docs/benchmarks.md, "Checkpoints at file calls").
+  worker->set_stuck(false);
+  SchedulerCore& core = worker->core();
+  if (core.config().preemption && core.timers().armed() && core.timers().earliest() <= Clock::now())
     worker->request_preempt(worker->switch_tick());
-    return true;
-  }
-  return false;
+  return true;
 }
 
 }  // namespace weft::detail

@@ -24,9 +24,10 @@
 // long sleep sees the worker at its next look, within its running tick.
 //
 // When the call returns on a worker that sysmon judged blocked meanwhile
-// (Worker::stuck), the fiber is asked to yield at its next checkpoint, the
-// hook's (hooks/announced.h, announced_hook), as Go's exitsyscall makes a
-// goroutine whose P was retaken queue for one.
+// (Worker::stuck) and a timer is due, the fiber is asked to yield at its
+// next checkpoint, the hook's (hooks/announced.h, announced_hook), so that
+// its worker fires the timer, as Go's exitsyscall makes a goroutine whose P
+// was retaken queue for one.
 //
 // Rules: the code inside must not switch fibers (no park, no yield, no
 // checkpoint): the mark belongs to the worker, and the exit clears the
@@ -43,8 +44,8 @@ class Worker;
 // already marked (a nested announcement).
 Worker* enter_blocking_call() noexcept;
 // Ends the announcement that enter_blocking_call returned (null: nothing).
-// True if sysmon judged the call blocked meanwhile (and the fiber is then
-// asked to yield, above).
+// True if sysmon judged the call blocked meanwhile (the fiber is then
+// asked to yield if a timer is due, above).
 bool exit_blocking_call(Worker* worker) noexcept;
 
 // The announcement as a scope.

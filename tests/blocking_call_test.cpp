@@ -102,20 +102,20 @@ TEST_P(AnnouncedCall, FibersQueuedBehindALongCallRunElsewhere) {
 INSTANTIATE_TEST_SUITE_P(Workers, AnnouncedCall, ::testing::Values(1u, 2u), ::weft::test::worker_count_name);
 
 // Go's exitsyscall: a fiber whose announced call sysmon judged blocked
-// (its worker was handed off) yields at its next checkpoint once the call
-// returns, as if preempted, so that what queued behind it meanwhile runs
-// first. Here nothing else can run that fiber (the other worker spins in a
-// fiber that never switches, and there are no spares), and the slice is a
-// second long: only the call's end can make the caller yield.
-TEST(BlockingCall, AFiberWhoseCallWasJudgedBlockedYieldsWhenItReturns) {
+// yields at its next checkpoint once the call returns if a timer is due
+// meanwhile, so that its worker fires it: while every worker runs fibers,
+// only their switches fire timers. Here nothing else would: the other
+// worker spins in a fiber that never switches, there are no spares, and
+// the slice (after which sysmon fires overdue timers itself) is a second.
+TEST(BlockingCall, AFiberWhoseCallWasJudgedBlockedLetsADueTimerFire) {
   Config config = test::config_with(2);
   config.max_threads = config.workers;  // no spares
   config.time_slice = 1s;
   Scheduler sched{config};
   std::atomic<bool> hog_running{false};
   std::atomic<bool> stop_hog{false};
-  std::atomic<bool> queued_ran{false};
-  bool ran_before_caller_went_on = false;
+  std::atomic<bool> sleeper_woke{false};
+  bool woke_before_caller_went_on = false;
   bool hog_elsewhere = false;
   Fiber hog = sched.spawn({.name = "hog"}, [&] {
     hog_running = true;
@@ -128,23 +128,27 @@ TEST(BlockingCall, AFiberWhoseCallWasJudgedBlockedYieldsWhenItReturns) {
     while (!hog_running.load() && Clock::now() < limit) this_fiber::yield();
     // The hog never switches: a fiber that runs now runs on the other worker.
     hog_elsewhere = hog_running.load();
-    Fiber queued = spawn({.name = "queued"}, [&] { queued_ran = true; });
+    Fiber sleeper = spawn({.name = "sleeper"}, [&] {
+      this_fiber::sleep_for(1ms);
+      sleeper_woke = true;
+    });
+    this_fiber::yield();  // the sleeper runs and parks, its timer armed
     {
       const detail::BlockingCall announced;
       const timespec long_call{0, 100'000'000};
       ::syscall(SYS_nanosleep, &long_call, nullptr);  // not the hook: the raw call
     }
     this_fiber::checkpoint();
-    ran_before_caller_went_on = queued_ran.load();
+    woke_before_caller_went_on = sleeper_woke.load();
     stop_hog = true;
-    queued.join();
+    sleeper.join();
   });
   caller.join();
   stop_hog = true;
   hog.join();
   ASSERT_TRUE(hog_elsewhere) << "the hog never ran: the test proved nothing";
-  EXPECT_TRUE(ran_before_caller_went_on)
-      << "the caller went on after its blocked call, ahead of the fiber queued behind it";
+  EXPECT_TRUE(woke_before_caller_went_on)
+      << "the caller went on after its blocked call, its worker's due timer unfired";
 }
 
 }  // namespace

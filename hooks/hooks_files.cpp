@@ -9,8 +9,9 @@
 // part) goes to the ring. A file that does not support RWF_NOWAIT
 // (EOPNOTSUPP) is read as before. Once the cache has served an fd's last
 // FdRecord::kTrustCache reads whole, its reads are the plain pread or read,
-// announced, since preadv2's vectored path costs about a quarter more
-// than pread's ("Cached reads"), until sysmon judges one blocked.
+// announced, since preadv2's vectored path costs about a fifth more in
+// the kernel than pread's ("Cached reads"), until sysmon judges one
+// blocked.
 //
 // Writes are passed through: a buffered write copies into the page cache,
 // and measured here an io_uring write was slower than write(2) for small

@@ -213,7 +213,6 @@ void write_blocks(const std::string& name, std::size_t block_size, Clock::time_p
 // A fiber sleeping 1 ms in a loop for --seconds, beside `load` (fibers
 // spawned on the same scheduler, or none); its worst lateness and ticks.
 void ticker_beside(const char* what, TickerLoad what_load) {
-  const bool with_load = what_load == TickerLoad::fsync_and_processes;
   weft::Scheduler sched{two_workers("ticker")};
   std::atomic<bool> stop{false};
   double worst = 0;
@@ -228,7 +227,7 @@ void ticker_beside(const char* what, TickerLoad what_load) {
   });
   const auto end = Clock::now() + std::chrono::seconds(seconds);
   std::vector<weft::Fiber> load;
-  if (with_load) {
+  if (what_load == TickerLoad::fsync_and_processes) {
     for (int i = 0; i < 8; ++i) {
       load.push_back(sched.spawn([&, i] {
         const std::string path = "/tmp/weft-bench-tick-" + std::to_string(::getpid()) + "-" + std::to_string(i);

@@ -9,13 +9,16 @@
 
 namespace weft::detail {
 
-// True if `fd` is a file epoll cannot watch (a regular file, a directory,
-// a block device, a device that refused epoll), classifying it if the
-// hooks have not yet.
-bool is_unpollable_file(int fd) noexcept;
+struct FdRecord;
 
-// preadv(fd, iov, count, offset) from a fiber; offset -1 reads at the file
-// position and advances it, as read() does. Libc's result and errno.
-ssize_t read_file(int fd, const iovec* iov, int count, off_t offset);
+// The record of `fd` if it is a file epoll cannot watch (a regular file, a
+// directory, a block device, a device that refused epoll), classifying it
+// if the hooks have not yet; else null.
+FdRecord* unpollable_file(int fd) noexcept;
+
+// preadv(fd, iov, count, offset) from a fiber, `file` being
+// unpollable_file(fd); offset -1 reads at the file position and advances
+// it, as read() does. Libc's result and errno.
+ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t offset);
 
 }  // namespace weft::detail

@@ -83,14 +83,13 @@ ssize_t total_length(const iovec* iov, int count) {
 
 }  // namespace
 
-bool is_unpollable_file(int fd) noexcept {
-  const FdRecord* state = classified_fd_state(fd);
-  return state != nullptr && state->kind() == FdKind::unpollable;
+FdRecord* unpollable_file(int fd) noexcept {
+  FdRecord* state = classified_fd_state(fd);
+  return state != nullptr && state->kind() == FdKind::unpollable ? state : nullptr;
 }
 
-ssize_t read_file(int fd, const iovec* iov, int count, off_t offset) {
-  FdRecord* record = fd_state(fd);  // not null: is_unpollable_file said what it is
-  std::atomic<std::uint8_t>& cached_reads = record->cached_reads;
+ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t offset) {
+  std::atomic<std::uint8_t>& cached_reads = file.cached_reads;
   const std::uint8_t served = cached_reads.load(std::memory_order_relaxed);
   if (served >= FdRecord::kTrustCache) {
     // The cache served this fd's last reads whole: the plain call, as a
@@ -144,11 +143,12 @@ ssize_t read_file(int fd, const iovec* iov, int count, off_t offset) {
 namespace {
 
 ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
-  if (!parking_enabled() || !is_unpollable_file(fd)) return real::pread()(fd, buf, n, offset);
+  FdRecord* const file = parking_enabled() ? unpollable_file(fd) : nullptr;
+  if (file == nullptr) return real::pread()(fd, buf, n, offset);
   const CheckpointOnReturn at_return;
   if (offset < 0) return real::pread()(fd, buf, n, offset);  // EINVAL, as libc says it
   const iovec iov{buf, n};
-  return read_file(fd, &iov, 1, offset);
+  return read_file(*file, fd, &iov, 1, offset);
 }
 
 // fsync and fdatasync on the ring.
@@ -187,10 +187,10 @@ ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t offset, size_t buf_len)
 }
 
 ssize_t preadv(int fd, const iovec* iov, int count, off_t offset) {
-  if (!parking_enabled() || offset < 0 || count <= 0 || !is_unpollable_file(fd))
-    return real::preadv()(fd, iov, count, offset);
+  FdRecord* const file = parking_enabled() && offset >= 0 && count > 0 ? unpollable_file(fd) : nullptr;
+  if (file == nullptr) return real::preadv()(fd, iov, count, offset);
   const CheckpointOnReturn at_return;
-  return read_file(fd, iov, count, offset);
+  return read_file(*file, fd, iov, count, offset);
 }
 ssize_t preadv64(int fd, const iovec* iov, int count, off_t offset) { return preadv(fd, iov, count, offset); }
 

@@ -531,9 +531,9 @@ ssize_t read(int fd, void* buf, size_t n) {
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, 0, true);
   if (state == nullptr) {
-    if (is_unpollable_file(fd)) {
+    if (FdRecord* file = unpollable_file(fd)) {
       const iovec iov{buf, n};
-      return read_file(fd, &iov, 1, -1);
+      return read_file(*file, fd, &iov, 1, -1);
     }
     return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
   }
@@ -551,7 +551,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, 0, true);
   if (state == nullptr) {
-    if (count > 0 && is_unpollable_file(fd)) return read_file(fd, iov, count, -1);
+    if (FdRecord* file = count > 0 ? unpollable_file(fd) : nullptr) return read_file(*file, fd, iov, count, -1);
     return real::readv()(fd, iov, count);
   }
   if (state->kind() == FdKind::socket) {

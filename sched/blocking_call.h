@@ -44,8 +44,10 @@ class Worker;
 // already marked (a nested announcement).
 Worker* enter_blocking_call() noexcept;
 // Ends the announcement that enter_blocking_call returned (null: nothing).
-// True if sysmon judged the call blocked meanwhile (the fiber is then
-// asked to yield if a timer is due, above).
+// True if sysmon's verdict on the worker (Worker::stuck: blocked in this
+// call, or, given before it, a fiber that has held the worker past the
+// hand-off delay) stood at the exit; the verdict is cleared, and the fiber
+// asked to yield if a timer is due (above).
 bool exit_blocking_call(Worker* worker) noexcept;
 
 // The announcement as a scope.

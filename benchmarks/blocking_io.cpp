@@ -12,6 +12,8 @@
 //   pread     a 4 KiB pread of a cached file: ns per call from a fiber vs
 //             from a thread
 //   write     a 4 KiB write into the page cache: ns per call, fiber vs thread
+//   file      a whole cached file of 100,000 bytes read: open, 64 KiB reads
+//             to the end, close; ns per file, fiber vs thread
 //   ticker    a fiber sleeping 1 ms in a loop beside fibers doing file I/O
 //             with fsync, system() and popen(), and beside 4 fibers that
 //             only write files (2 in 64 KiB blocks, 2 in 4 KiB): its worst
@@ -165,12 +167,30 @@ double write_ns(int fd, int calls) {
   return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / calls;
 }
 
-// `per_call(fd, calls)` on a 1 MiB file, from a fiber and from a thread in
-// turn, 5 rounds; prints the medians.
-void fiber_vs_thread_ns(const char* what, int calls, double (*per_call)(int, int)) {
+// Opens the file `fd` is open on again, reads it to the end in 64 KiB
+// reads and closes it, `calls` times (the last read of each is short).
+double whole_file_ns(int fd, int calls) {
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  std::vector<char> block(64 << 10);
+  const auto start = Clock::now();
+  for (int i = 0; i < calls; ++i) {
+    const int file = ::open(path.c_str(), O_RDONLY);
+    if (file < 0) std::abort();
+    ssize_t n;
+    while ((n = ::read(file, block.data(), block.size())) > 0) {
+    }
+    if (n < 0) std::abort();
+    ::close(file);
+  }
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / calls;
+}
+
+// `per_call(fd, calls)` on a file of `size` bytes, from a fiber and from a
+// thread in turn, 5 rounds; prints the medians.
+void fiber_vs_thread_ns(const char* what, int calls, double (*per_call)(int, int), std::size_t size = 1 << 20) {
   const std::string path = "/tmp/weft-bench-file-" + std::to_string(::getpid());
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-  std::vector<char> data(1 << 20, 'y');
+  std::vector<char> data(size, 'y');
   if (::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) std::abort();
   weft::Scheduler sched{two_workers("file")};
   std::vector<double> fibers, threads;
@@ -193,6 +213,8 @@ void fiber_vs_thread_ns(const char* what, int calls, double (*per_call)(int, int
 void bench_pread() { fiber_vs_thread_ns("4 KiB cached pread", 200'000, pread_ns); }
 
 void bench_write() { fiber_vs_thread_ns("4 KiB write (page cache)", 50'000, write_ns); }
+
+void bench_whole_file() { fiber_vs_thread_ns("a cached file read whole (100,000 bytes)", 20'000, whole_file_ns, 100'000); }
 
 enum class TickerLoad { none, fsync_and_processes, writes };
 
@@ -281,11 +303,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> cases;
   CLI::App app{"blocking_io: calls that are not sockets, from fibers and from threads", "blocking_io"};
   app.add_option("cases", cases, "the cases to run (all by default)")
-      ->check(CLI::IsMember({"dns", "blocking", "fsync", "pread", "write", "ticker"}));
+      ->check(CLI::IsMember({"dns", "blocking", "fsync", "pread", "write", "file", "ticker"}));
   weft::bench::add_count(app, "--seconds", seconds, 1, 600, "how long the fsync case runs");
   weft::bench::add_count(app, "--writers", writers, 1, 10'000, "fibers (and threads) of the fsync case");
   weft::bench::parse(app, argc, argv);
-  if (cases.empty()) cases = {"dns", "blocking", "fsync", "pread", "write", "ticker"};
+  if (cases.empty()) cases = {"dns", "blocking", "fsync", "pread", "write", "file", "ticker"};
   auto wanted = [&](const char* name) { return std::find(cases.begin(), cases.end(), name) != cases.end(); };
   if (wanted("dns")) {
     // Before any thread starts: the namespaces are the calling thread's.
@@ -298,6 +320,7 @@ int main(int argc, char** argv) {
   if (wanted("fsync")) bench_fsync();
   if (wanted("pread")) bench_pread();
   if (wanted("write")) bench_write();
+  if (wanted("file")) bench_whole_file();
   if (wanted("ticker")) bench_ticker();
   weft::test::DnsSandbox::stop();
 }

@@ -43,8 +43,13 @@ FdRecord* classified_fd_state(int fd) noexcept {
     } else {
       kind = FdKind::pollable;  // FIFOs, terminals, anonymous inodes (eventfd, epoll, timerfd)
     }
-    const int fl = real::fcntl()(fd, F_GETFL);
-    if (fl >= 0) state->set_bit(FdRecord::user_nonblock_bit, fl & O_NONBLOCK);
+    // The user's O_NONBLOCK matters only where a fiber would park on the fd
+    // (O_NONBLOCK does nothing to a regular file): no system call for a
+    // file's first read.
+    if (kind != FdKind::unpollable) {
+      const int fl = real::fcntl()(fd, F_GETFL);
+      if (fl >= 0) state->set_bit(FdRecord::user_nonblock_bit, fl & O_NONBLOCK);
+    }
     if (kind == FdKind::socket) {
       int type = 0;
       socklen_t len = sizeof(type);

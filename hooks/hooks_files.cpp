@@ -6,7 +6,7 @@
 // without waiting for the disk (EAGAIN if it would wait), where an
 // io_uring round trip costs more (docs/benchmarks.md, "Regular files").
 // What is not cached (EAGAIN, or the rest of a read that was cached in
-// part) goes to the ring. A file that does not support RWF_NOWAIT
+// part, unless the file ends there) goes to the ring. A file that does not support RWF_NOWAIT
 // (EOPNOTSUPP) is read as before. Once the cache has served an fd's last
 // FdRecord::kTrustCache reads whole, its reads are the plain pread or read,
 // announced, since preadv2's vectored path costs about a fifth more in
@@ -81,6 +81,18 @@ ssize_t total_length(const iovec* iov, int count) {
   return ssize_t(total);
 }
 
+// What is left of a read of `iov` at `offset` (-1: the file position)
+// after its first `done` bytes.
+struct Rest {
+  std::vector<iovec> iov;
+  off_t offset;
+};
+Rest rest_of(const iovec* iov, int count, off_t offset, ssize_t done) {
+  Rest rest{{iov, iov + count}, offset < 0 ? offset : offset + done};
+  drop_front(rest.iov, size_t(done));
+  return rest;
+}
+
 }  // namespace
 
 FdRecord* unpollable_file(int fd) noexcept {
@@ -105,9 +117,24 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
   }
   const ErrnoHome home;
   const int saved = errno_value();
-  const ssize_t cached = real::preadv2()(fd, iov, count, offset, RWF_NOWAIT);
+  ssize_t cached = real::preadv2()(fd, iov, count, offset, RWF_NOWAIT);
   if (cached >= 0) {
     const ssize_t wanted = total_length(iov, count);
+    // Short: the cache had only part of it, or the file ends there. The
+    // end of a file is the common case (every read of a whole file ends
+    // so), and another RWF_NOWAIT read tells them apart (0: the end) for a
+    // system call instead of a ring round trip that returns 0.
+    while (cached > 0 && cached < wanted) {
+      const Rest rest = rest_of(iov, count, offset, cached);
+      const ssize_t more = real::preadv2()(fd, rest.iov.data(), int(rest.iov.size()), rest.offset, RWF_NOWAIT);
+      if (more <= 0) {
+        if (more < 0) break;  // EAGAIN: the rest waits for the disk
+        set_errno(saved);
+        cached_reads.store(served + 1, std::memory_order_relaxed);
+        return cached;
+      }
+      cached += more;
+    }
     if (cached == 0 || cached >= wanted) {
       if (cached > 0) cached_reads.store(served + 1, std::memory_order_relaxed);
       return cached;
@@ -124,16 +151,14 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
   // The rest, past what the cache gave.
   cached_reads.store(0, std::memory_order_relaxed);
   const ssize_t done = std::max<ssize_t>(cached, 0);
-  std::vector<iovec> rest(iov, iov + count);
-  drop_front(rest, size_t(done));
-  const off_t at = offset < 0 ? offset : offset + done;
+  const Rest rest = rest_of(iov, count, offset, done);
   FileRing* ring = current_ring();
   ssize_t more;
   if (ring == nullptr) {
-    more = blocking_read(fd, rest.data(), int(rest.size()), at);
+    more = blocking_read(fd, rest.iov.data(), int(rest.iov.size()), rest.offset);
   } else {
     const ParkScope park;
-    more = as_libc(ring->readv(fd, rest.data(), unsigned(rest.size()), at));
+    more = as_libc(ring->readv(fd, rest.iov.data(), unsigned(rest.iov.size()), rest.offset));
   }
   if (more < 0) return done > 0 ? done : -1;  // a partial read, then an error: the count, as the kernel gives it
   set_errno(saved);

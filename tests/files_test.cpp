@@ -269,6 +269,38 @@ TEST(Files, AReadTheCacheCouldNotServeStartsTheCountAgain) {
   ::unlink(path.c_str());
 }
 
+// Reads that the end of a cached file cuts short are served by the cache,
+// not the ring: a read of the last bytes with room for more, a read at
+// the end, and read() in 3,000-byte steps to the end (a whole-file read,
+// whose last step is short). Each gives what it gives on a plain thread.
+std::string reads_to_the_end(const std::string& path) {
+  std::ostringstream out;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  std::vector<char> buf(4096);
+  ssize_t n = ::pread(fd, buf.data(), buf.size(), kFileSize - 100);
+  out << "pread last " << n << " " << checksum(buf.data(), n) << "\n";
+  n = ::pread(fd, buf.data(), buf.size(), kFileSize);
+  out << "pread at end " << n << "\n";
+  iovec iov[2] = {{buf.data(), 10}, {buf.data() + 10, 4000}};
+  n = ::preadv(fd, iov, 2, kFileSize - 1000);
+  out << "preadv last " << n << " " << checksum(buf.data(), n) << "\n";
+  std::uint64_t sum = 0;
+  ssize_t total = 0;
+  int calls = 0;
+  while ((n = ::read(fd, buf.data(), 3000)) > 0) {
+    sum += checksum(buf.data(), n);
+    total += n;
+    ++calls;
+  }
+  out << "read to end " << total << " in " << calls << " sum " << sum << " last " << n << "\n";
+  ::close(fd);
+  return out.str();
+}
+
+TEST(Files, ReadsThatTheEndOfAFileCutsShortStayOffTheRing) {
+  expect_same_on_thread_and_fiber(reads_to_the_end, Ring::unused);
+}
+
 // Many fibers reading and syncing at once: every result comes back to its
 // own fiber (the ring's lead passes between them).
 TEST(Files, ManyFibersShareTheRing) {

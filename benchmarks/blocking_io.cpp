@@ -214,7 +214,9 @@ void bench_pread() { fiber_vs_thread_ns("4 KiB cached pread", 200'000, pread_ns)
 
 void bench_write() { fiber_vs_thread_ns("4 KiB write (page cache)", 50'000, write_ns); }
 
-void bench_whole_file() { fiber_vs_thread_ns("a cached file read whole (100,000 bytes)", 20'000, whole_file_ns, 100'000); }
+void bench_whole_file() {
+  fiber_vs_thread_ns("a cached file read whole (100,000 bytes)", 20'000, whole_file_ns, 100'000);
+}
 
 enum class TickerLoad { none, fsync_and_processes, writes };
 

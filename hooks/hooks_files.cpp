@@ -6,12 +6,12 @@
 // without waiting for the disk (EAGAIN if it would wait), where an
 // io_uring round trip costs more (docs/benchmarks.md, "Regular files").
 // What is not cached (EAGAIN, or the rest of a read that was cached in
-// part, unless the file ends there) goes to the ring. A file that does not support RWF_NOWAIT
-// (EOPNOTSUPP) is read as before. Once the cache has served an fd's last
-// FdRecord::kTrustCache reads whole, its reads are the plain pread or read,
-// announced, since preadv2's vectored path costs about a fifth more in
-// the kernel than pread's ("Cached reads"), until sysmon judges one
-// blocked.
+// part, unless the file ends there) goes to the ring. A file that does not
+// support RWF_NOWAIT (EOPNOTSUPP) is read as before. Once the cache has
+// served an fd's last FdRecord::kTrustCache reads whole, its reads are the
+// plain pread or read, announced, since preadv2's vectored path costs
+// about a fifth more in the kernel than pread's ("Cached reads"), until
+// sysmon judges one blocked.
 //
 // Writes are passed through: a buffered write copies into the page cache,
 // and measured here an io_uring write was slower than write(2) for small

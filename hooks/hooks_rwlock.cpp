@@ -65,17 +65,18 @@ Ownership<unsigned long> writer_of(pthread_rwlock_t* lock) noexcept {
   return {rwlock_writer_tag(lock), rwlock_writer_fiber(lock)};
 }
 
-// Who writes an rwlock, for the fibers weft-dump finds parked on it
-// (sched/wait_owner.h), read quietly, since it may be gone; nobody when
-// readers hold it (they are not recorded).
-WaitOwner writer_owner(const void* object) noexcept {
+// Who holds an rwlock, for the fibers weft-dump finds parked on it
+// (sched/wait_owner.h), read quietly, since it may be gone: its writer, or
+// how many readers hold it (they are not recorded, only counted).
+WaitOwner holders(const void* object) noexcept {
   pthread_rwlock_t copy;
   if (!read_quietly(object, &copy, sizeof(copy))) return {};
-  if ((copy.__data.__readers & kWriter) == 0) return {};
+  const unsigned word = copy.__data.__readers;
+  if ((word & kWriter) == 0) return {.readers = readers(word)};
   return wait_owner_of(copy.__data.__cur_writer, reinterpret_cast<const void*>(copy.__data.__pad2));
 }
 
-[[maybe_unused]] const bool owners_registered = register_wait_owner("std::shared_mutex", &writer_owner);
+[[maybe_unused]] const bool owners_registered = register_wait_owner("std::shared_mutex", &holders);
 
 // The queued waiters' flags, recomputed after waiters left; bucket locked.
 void update_queued_flags(pthread_rwlock_t* lock, const LotBucket& bucket) noexcept {

@@ -153,8 +153,9 @@ struct Fields<FiberSnapshot> {
       field("ms", &F::waiting_ms),
       field("fd", &F::wait_fd),  // parked on an fd (docs/io.md); -1 otherwise
       field("fd_info", &F::wait_fd_info),
-      field("held_by_fiber", &F::held_by_fiber),    // its owner's fiber id; 0: none or unknown
-      field("held_by_thread", &F::held_by_thread),  // its owner's thread id; 0: none or unknown
+      field("held_by_fiber", &F::held_by_fiber),      // its owner's fiber id; 0: none or unknown
+      field("held_by_thread", &F::held_by_thread),    // its owner's thread id; 0: none or unknown
+      field("held_by_readers", &F::held_by_readers),  // a shared lock's readers, counted; 0: none
   };
   static constexpr auto table = std::tuple{
       field("id", &F::id),

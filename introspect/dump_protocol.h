@@ -29,7 +29,7 @@ namespace weft::detail {
 
 // Bump when a field of the JSON (introspect/dump_fields.h) changes meaning,
 // goes away or is added: both ends read exactly their own version.
-constexpr int kDumpFormatVersion = 5;  // 5: deadlocks, fiber_states, sum_us
+constexpr int kDumpFormatVersion = 6;  // 6: held_by_readers
 
 // The request lines a client may send (one, ended by '\n').
 constexpr std::string_view kDumpRequestFull = "dump";        // workers and every fiber

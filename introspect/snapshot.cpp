@@ -125,6 +125,7 @@ SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
           const WaitOwner owner = find_wait_owner(fiber.wait_kind.load(std::memory_order_relaxed), f.wait_object);
           f.held_by_fiber = owner.fiber;
           f.held_by_thread = owner.thread;
+          f.held_by_readers = owner.readers;
           walker.add(fiber, f.stack);
           if (walker.full()) walker.walk();
         }

@@ -24,6 +24,9 @@ struct FiberControl;
 struct WaitOwner {
   std::uint64_t fiber = 0;  // the owning fiber's id; 0: none or unknown
   int thread = 0;           // the owning plain thread's tid; 0: none or unknown
+  // A shared lock that readers hold, who are not recorded (as glibc keeps
+  // no list of them): how many; 0 otherwise.
+  std::uint32_t readers = 0;
 };
 
 using WaitOwnerLookup = WaitOwner (*)(const void* object) noexcept;

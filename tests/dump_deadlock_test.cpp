@@ -1,5 +1,5 @@
-// Who holds what a fiber waits on (FiberSnapshot::held_by_fiber and
-// held_by_thread, sched/wait_owner.h), and weft-dump's deadlock report
+// Who holds what a fiber waits on (FiberSnapshot::held_by_fiber,
+// held_by_thread and held_by_readers, sched/wait_owner.h), and weft-dump's deadlock report
 // built from those edges.
 #include <unistd.h>
 #include <weft/weft.h>
@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,41 @@ TEST(DumpOwners, NamesTheHolderOfAMutexAndTheFiberAJoinWaitsFor) {
   EXPECT_NE(fiber_block(text, "thread-waiter").find("(lock) (held by thread " + std::to_string(::gettid()) + ") for "),
             std::string::npos)
       << text;
+}
+
+// A std::shared_mutex that only readers hold (a fiber and this plain
+// thread): the writer's wait counts them, through the JSON and the text.
+TEST(DumpOwners, CountsTheReadersOfASharedMutex) {
+  Scheduler sched{test::config_with(2)};
+  std::shared_mutex shared;
+  std::shared_lock by_thread(shared);
+  Latch read_locked(1), release(1);
+  Fiber reader = sched.spawn({.name = "reader"}, [&] {
+    std::shared_lock lock(shared);
+    read_locked.count_down();
+    release.wait();
+  });
+  read_locked.wait();
+  Fiber writer = sched.spawn({.name = "writer"}, [&] { std::unique_lock lock(shared); });
+  const SchedulerSnapshot snap = parked_snapshot(sched, "writer");
+  const auto answer = tools::request_dump(::getpid(), "dump", 30s);
+  release.count_down();
+  by_thread.unlock();
+  reader.join();
+  writer.join();
+
+  const FiberSnapshot* w = named(snap, "writer");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->wait_kind, "std::shared_mutex");
+  EXPECT_EQ(w->held_by_readers, 2u);
+  EXPECT_EQ(w->held_by_fiber, 0u);
+  EXPECT_EQ(w->held_by_thread, 0);
+  const Json json = Json::parse(answer.text);
+  const Json* writer_json = find_fiber(json, "writer");
+  ASSERT_NE(writer_json, nullptr);
+  EXPECT_EQ((*writer_json)["wait"]["held_by_readers"].get<std::uint32_t>(), 2u);
+  const std::string text = tools::render_dump_text(answer.snapshot);
+  EXPECT_NE(fiber_block(text, "writer").find("(lock) (held by 2 readers) for "), std::string::npos) << text;
 }
 
 // tests/deadlock_child.cpp: two mutexes taken in opposite orders, and two

@@ -249,8 +249,8 @@ void stack_lines(std::string& out, const FiberSnapshot& f, const ProcessSnapshot
 
 using FibersById = std::unordered_map<std::uint64_t, const FiberSnapshot*>;
 
-// ` (held by fiber #5 "writer")` or ` (held by thread 1234)`: who holds
-// what the fiber waits on, when weft knows.
+// ` (held by fiber #5 "writer")`, ` (held by thread 1234)` or ` (held by 3
+// readers)`: who holds what the fiber waits on, when weft knows.
 void held_by(std::string& out, const FiberSnapshot& f, const FibersById& fibers) {
   if (f.held_by_fiber != 0) {
     append(out, " (held by fiber #{}", ull(f.held_by_fiber));
@@ -262,6 +262,8 @@ void held_by(std::string& out, const FiberSnapshot& f, const FibersById& fibers)
     out += ')';
   } else if (f.held_by_thread != 0) {
     append(out, " (held by thread {})", ll(f.held_by_thread));
+  } else if (f.held_by_readers != 0) {
+    append(out, " (held by {} reader{})", ull(f.held_by_readers), f.held_by_readers == 1 ? "" : "s");
   }
 }
 

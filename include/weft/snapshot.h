@@ -49,6 +49,10 @@ struct FiberSnapshot {
   // when the snapshot was taken; the edges of weft-dump's deadlock report.
   std::uint64_t held_by_fiber = 0;
   int held_by_thread = 0;
+  // A shared lock (std::shared_mutex, pthread_rwlock_t) held by readers
+  // only: how many. Readers are not recorded, so they are not named, and
+  // the deadlock report has no edge to them.
+  std::uint32_t held_by_readers = 0;
   // Parked on an fd (wait_kind "fd", wait_operation "readable" or
   // "writable"): the fd, and what it is, read when the snapshot was taken:
   // "127.0.0.1:41234 -> 127.0.0.1:6379", "pipe", "eventfd", "file", ...

@@ -11,9 +11,11 @@ namespace weft::detail {
 
 struct FdRecord;
 
-// The record of `fd` if it is a file epoll cannot watch (a regular file, a
-// directory, a block device, a device that refused epoll), classifying it
-// if the hooks have not yet; else null.
+// `record` (classified_fd_state's) if its fd is a file epoll cannot watch
+// (a regular file, a directory, a block device, a device that refused
+// epoll); else null.
+FdRecord* unpollable_file(FdRecord* record) noexcept;
+// The same for `fd`, classifying it if the hooks have not yet.
 FdRecord* unpollable_file(int fd) noexcept;
 
 // preadv(fd, iov, count, offset) from a fiber, `file` being

@@ -75,12 +75,6 @@ ssize_t blocking_read(int fd, const iovec* iov, int count, off_t offset) {
   return announced([&] { return plain_read(fd, iov, count, offset); });
 }
 
-ssize_t total_length(const iovec* iov, int count) {
-  size_t total = 0;
-  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
-  return ssize_t(total);
-}
-
 // What is left of a read of `iov` at `offset` (-1: the file position)
 // after its first `done` bytes.
 struct Rest {
@@ -95,10 +89,11 @@ Rest rest_of(const iovec* iov, int count, off_t offset, ssize_t done) {
 
 }  // namespace
 
-FdRecord* unpollable_file(int fd) noexcept {
-  FdRecord* state = classified_fd_state(fd);
-  return state != nullptr && state->kind() == FdKind::unpollable ? state : nullptr;
+FdRecord* unpollable_file(FdRecord* record) noexcept {
+  return record != nullptr && record->kind() == FdKind::unpollable ? record : nullptr;
 }
+
+FdRecord* unpollable_file(int fd) noexcept { return unpollable_file(classified_fd_state(fd)); }
 
 ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t offset) {
   std::atomic<std::uint8_t>& cached_reads = file.cached_reads;
@@ -119,23 +114,21 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
   const int saved = errno_value();
   ssize_t cached = real::preadv2()(fd, iov, count, offset, RWF_NOWAIT);
   if (cached >= 0) {
-    const ssize_t wanted = total_length(iov, count);
+    const ssize_t wanted = ssize_t(iov_total(iov, count));
     // Short: the cache had only part of it, or the file ends there. The
     // end of a file is the common case (every read of a whole file ends
     // so), and another RWF_NOWAIT read tells them apart (0: the end) for a
-    // system call instead of a ring round trip that returns 0.
-    while (cached > 0 && cached < wanted) {
+    // system call instead of a ring round trip that returns 0; EAGAIN: the
+    // rest waits for the disk.
+    bool at_end = false;
+    while (!at_end && cached > 0 && cached < wanted) {
       const Rest rest = rest_of(iov, count, offset, cached);
       const ssize_t more = real::preadv2()(fd, rest.iov.data(), int(rest.iov.size()), rest.offset, RWF_NOWAIT);
-      if (more <= 0) {
-        if (more < 0) break;  // EAGAIN: the rest waits for the disk
-        set_errno(saved);
-        cached_reads.store(served + 1, std::memory_order_relaxed);
-        return cached;
-      }
+      if (more < 0) break;
+      at_end = more == 0;
       cached += more;
     }
-    if (cached == 0 || cached >= wanted) {
+    if (cached == 0 || cached >= wanted || at_end) {
       if (cached > 0) cached_reads.store(served + 1, std::memory_order_relaxed);
       return cached;
     }

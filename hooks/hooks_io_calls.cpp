@@ -244,12 +244,6 @@ ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, 
   });
 }
 
-size_t iov_total(const iovec* iov, int count) {
-  size_t total = 0;
-  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
-  return total;
-}
-
 // sendmsg that sends everything: after a partial write the remaining
 // iovecs are copied and advanced (the caller's array is const); the
 // ancillary data went with the first bytes, and the rest is plain.
@@ -529,9 +523,10 @@ extern "C" {
 ssize_t read(int fd, void* buf, size_t n) {
   if (!parking_enabled()) return real::read()(fd, buf, n);
   const CheckpointOnReturn at_return;
-  FdRecord* state = parkable(fd, 0, true);
+  FdRecord* const record = classified_fd_state(fd);
+  FdRecord* state = parkable_record(record);
   if (state == nullptr) {
-    if (FdRecord* file = unpollable_file(fd)) {
+    if (FdRecord* file = unpollable_file(record)) {
       const iovec iov{buf, n};
       return read_file(*file, fd, &iov, 1, -1);
     }
@@ -549,9 +544,10 @@ ssize_t read(int fd, void* buf, size_t n) {
 ssize_t readv(int fd, const iovec* iov, int count) {
   if (!parking_enabled()) return real::readv()(fd, iov, count);
   const CheckpointOnReturn at_return;
-  FdRecord* state = parkable(fd, 0, true);
+  FdRecord* const record = classified_fd_state(fd);
+  FdRecord* state = parkable_record(record);
   if (state == nullptr) {
-    if (FdRecord* file = count > 0 ? unpollable_file(fd) : nullptr) return read_file(*file, fd, iov, count, -1);
+    if (FdRecord* file = count > 0 ? unpollable_file(record) : nullptr) return read_file(*file, fd, iov, count, -1);
     return real::readv()(fd, iov, count);
   }
   if (state->kind() == FdKind::socket) {

@@ -1,6 +1,6 @@
-// The part of an iovec array a partial transfer left: what a hook that
-// finishes a short write (sendmsg_all) or a partly cached read (read_file)
-// passes to its next call.
+// iovec arrays: their length, and the part a partial transfer left (what a
+// hook that finishes a short write, sendmsg_all, or a partly cached read,
+// read_file, passes to its next call).
 #pragma once
 
 #include <sys/uio.h>
@@ -9,6 +9,13 @@
 #include <vector>
 
 namespace weft::detail {
+
+// The bytes `iov`'s `count` entries hold.
+inline std::size_t iov_total(const iovec* iov, int count) {
+  std::size_t total = 0;
+  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+  return total;
+}
 
 // `iov` less its first `bytes` bytes: whole entries dropped, the next one
 // advanced.

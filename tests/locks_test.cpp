@@ -296,29 +296,6 @@ TEST(LockHooks, TheDumpShowsWhatAParkedFiberWaitsOn) {
     }
   writer.unlock();
   reader.join();
-
-  // Held by readers only: they are counted, not named.
-  std::shared_lock first_reader(shared);
-  Latch second_holds(1);
-  Latch readers_may_go(1);
-  Fiber second_reader = sched.spawn([&] {
-    std::shared_lock lock(shared);
-    second_holds.count_down();
-    readers_may_go.wait();
-  });
-  second_holds.wait();
-  Fiber blocked_writer = sched.spawn([&] { std::unique_lock lock(shared); });
-  EXPECT_TRUE(test::wait_until_parked_on(sched, "std::shared_mutex"));
-  for (const FiberSnapshot& f : sched.snapshot().fibers)
-    if (f.wait_kind == "std::shared_mutex") {
-      EXPECT_EQ(f.held_by_readers, 2u);
-      EXPECT_EQ(f.held_by_fiber, 0u);
-      EXPECT_EQ(f.held_by_thread, 0);
-    }
-  readers_may_go.count_down();
-  first_reader.unlock();
-  second_reader.join();
-  blocked_writer.join();
 }
 
 // A fiber that pinned itself behaves as a thread: it blocks its worker.

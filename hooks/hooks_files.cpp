@@ -153,9 +153,11 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     const ParkScope park;
     more = as_libc(ring->readv(fd, rest.iov.data(), unsigned(rest.iov.size()), rest.offset));
   }
-  if (more < 0) return done > 0 ? done : -1;  // a partial read, then an error: the count, as the kernel gives it
+  // A partial read, then an error: the count, and errno untouched, as the
+  // kernel gives a read that stops short.
+  if (more < 0 && done == 0) return -1;
   set_errno(saved);
-  return done + more;
+  return done + std::max<ssize_t>(more, 0);
 }
 
 namespace {

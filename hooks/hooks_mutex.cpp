@@ -427,6 +427,14 @@ bool mutex_taken_over(const pthread_mutex_t* mutex) noexcept { return (mutex_kin
 
 int mutex_lock(pthread_mutex_t* mutex, const Caller& caller, bool park, const Deadline& deadline) noexcept {
   const int type = mutex_kind(mutex) & kMutexTypeMask;
+  // A recursive mutex held more than once was only counted down by the
+  // wait's release, and is still the caller's: counted up again (glibc's
+  // __pthread_mutex_cond_lock).
+  if (type == kRecursive && owned_by(mutex, caller)) {
+    if (mutex->__data.__count + 1 == 0) return EAGAIN;
+    ++mutex->__data.__count;
+    return 0;
+  }
   int value = 0;
   if (!mutex_word(mutex).compare_exchange_strong(value, kLocked, std::memory_order_acquire,
                                                  std::memory_order_relaxed)) {

@@ -351,8 +351,9 @@ bool mutex_taken_over(const pthread_mutex_t* mutex) noexcept;
 int mutex_unlock_error(pthread_mutex_t* mutex, const Caller& caller) noexcept;
 // pthread_mutex_unlock() and _lock() of a taken-over mutex for `caller`,
 // who need not be the running code (a condition variable's wait releases
-// the mutex in its ParkAction, after the fiber left). mutex_lock() does
-// not look for the caller's own ownership (a relock after a wait).
+// the mutex in its ParkAction, after the fiber left). mutex_lock() is the
+// relock after a wait: it counts a recursive mutex the caller still holds
+// (held more than once, the release only counted it down) up again.
 int mutex_unlock(pthread_mutex_t* mutex, const Caller& caller) noexcept;
 int mutex_lock(pthread_mutex_t* mutex, const Caller& caller, bool park, const Deadline& deadline) noexcept;
 

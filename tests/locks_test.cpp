@@ -744,6 +744,35 @@ TEST_P(LockSemantics, ACondvarWaitWithAMutexNotOwnedIsEPERM) {
   });
 }
 
+// glibc's wait releases a recursive mutex held more than once by one count
+// only, so the mutex stays held throughout, and takes that count back after:
+// the wait still ends, by its timeout (or a signal), never in a relock of a
+// mutex the waiter itself holds.
+TEST_P(LockSemantics, ACondvarWaitOnARecursiveMutexHeldTwiceKeepsItAndStillTimesOut) {
+  completes_within(
+      60s,
+      [this] {
+        run([] {
+          pthread_mutex_t recursive = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+          pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+          EXPECT_EQ(pthread_mutex_lock(&recursive), 0);
+          EXPECT_EQ(pthread_mutex_lock(&recursive), 0);
+          timespec at = realtime_after(10ms);
+          EXPECT_EQ(pthread_cond_timedwait(&cond, &recursive, &at), ETIMEDOUT);
+          at = monotonic_after(10ms);
+          EXPECT_EQ(pthread_cond_clockwait(&cond, &recursive, CLOCK_MONOTONIC, &at), ETIMEDOUT);
+          EXPECT_EQ(pthread_mutex_unlock(&recursive), 0);
+          EXPECT_EQ(pthread_mutex_unlock(&recursive), 0);  // held twice still
+          if (!kMisuseIsReported) {
+            EXPECT_EQ(pthread_mutex_unlock(&recursive), EPERM);
+          }
+          EXPECT_EQ(pthread_mutex_trylock(&recursive), 0);
+          EXPECT_EQ(pthread_mutex_unlock(&recursive), 0);
+        });
+      },
+      "a condvar wait on a recursive mutex held twice");
+}
+
 TEST_P(LockSemantics, RwlockErrorsAreGlibcs) {
   run([] {
     pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;

@@ -183,11 +183,12 @@ extern "C" {
   const void* return_address = __builtin_return_address(0);
   return wait_call(mutex, return_address, [&] {
     if (!lock_hooks_enabled()) return real::pthread_cond_timedwait()(cond, mutex, abstime);
+    // Before anything, as glibc: a bridged wait would look at the mutex first.
+    if (!valid_nanoseconds(abstime)) return EINVAL;
     if (is_shared(cond))
       return bridged_wait(cond, mutex, return_address, [cond, abstime](pthread_mutex_t* held) {
         return real::pthread_cond_timedwait()(cond, held, abstime);
       });
-    if (!valid_nanoseconds(abstime)) return EINVAL;
     const clockid_t clock = (pthread_layout::cond_flags(cond) & pthread_layout::kCondClockMonotonic) != 0
                                 ? CLOCK_MONOTONIC
                                 : CLOCK_REALTIME;
@@ -200,12 +201,13 @@ extern "C" {
   const void* return_address = __builtin_return_address(0);
   return wait_call(mutex, return_address, [&] {
     if (!lock_hooks_enabled()) return real::pthread_cond_clockwait()(cond, mutex, clock, abstime);
+    // Before anything, as glibc: a bridged wait would look at the mutex first.
+    if (!valid_nanoseconds(abstime)) return EINVAL;
+    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;
     if (is_shared(cond))
       return bridged_wait(cond, mutex, return_address, [cond, clock, abstime](pthread_mutex_t* held) {
         return real::pthread_cond_clockwait()(cond, held, clock, abstime);
       });
-    if (!valid_nanoseconds(abstime)) return EINVAL;
-    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;
     return wait(cond, mutex, Deadline::at_time(clock, *abstime), return_address);
   });
 }

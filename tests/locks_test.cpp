@@ -773,6 +773,27 @@ TEST_P(LockSemantics, ACondvarWaitOnARecursiveMutexHeldTwiceKeepsItAndStillTimes
       "a condvar wait on a recursive mutex held twice");
 }
 
+// glibc's timed waits check their time and clock before anything else, a
+// process-shared condition variable's too: EINVAL, not the mutex's EPERM.
+TEST_P(LockSemantics, AProcessSharedCondvarChecksItsTimeBeforeItsMutex) {
+  if (kMisuseIsReported) GTEST_SKIP() << "ThreadSanitizer reports the misuse itself";
+  run([] {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_cond_t shared;
+    pthread_cond_init(&shared, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_t checked = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+    timespec bad{0, -1};
+    EXPECT_EQ(pthread_cond_timedwait(&shared, &checked, &bad), EINVAL);
+    timespec at = monotonic_after(1s);
+    EXPECT_EQ(pthread_cond_clockwait(&shared, &checked, CLOCK_BOOTTIME, &at), EINVAL);
+    EXPECT_EQ(pthread_cond_clockwait(&shared, &checked, CLOCK_MONOTONIC, &bad), EINVAL);
+    pthread_cond_destroy(&shared);
+  });
+}
+
 TEST_P(LockSemantics, RwlockErrorsAreGlibcs) {
   run([] {
     pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;

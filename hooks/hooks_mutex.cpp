@@ -108,11 +108,19 @@ Ownership<__pthread_internal_list*> owner_of(pthread_mutex_t* mutex) noexcept {
 
 bool owned_by(pthread_mutex_t* mutex, const Caller& caller) noexcept { return owner_of(mutex).held_by(caller); }
 
+// Whether a lock or an unlock changes the mutex's user count, __nusers,
+// which glibc's pthread_mutex_destroy() answers EBUSY from: every call
+// does but a condition variable's wait, whose release and relock keep it,
+// as glibc's (__pthread_mutex_unlock_usercnt(mutex, 0) and
+// __pthread_mutex_cond_lock), so the mutex a waiter will relock stays
+// busy.
+enum class Users : bool { count, keep };
+
 // The owner's bookkeeping once it holds the word (glibc's).
-void record_acquired(pthread_mutex_t* mutex, int type, const Caller& owner) noexcept {
+void record_acquired(pthread_mutex_t* mutex, int type, const Caller& owner, Users users = Users::count) noexcept {
   owner_of(mutex).set(owner);
   if (type == kRecursive) mutex->__data.__count = 1;
-  ++mutex->__data.__nusers;
+  if (users == Users::count) ++mutex->__data.__nusers;
 }
 
 // Clears kParked (and kThreadsNext with it) once no fiber is queued; with
@@ -293,9 +301,9 @@ bool release_to_parked(pthread_mutex_t* mutex) noexcept {
 
 // The unlock of a normal or adaptive mutex, which checks no owner
 // (glibc's); 0.
-inline int unlock_unchecked(pthread_mutex_t* mutex) noexcept {
+inline int unlock_unchecked(pthread_mutex_t* mutex, Users users = Users::count) noexcept {
   owner_of(mutex).clear();
-  --mutex->__data.__nusers;
+  if (users == Users::count) --mutex->__data.__nusers;
   int value = kLocked;
   if (!mutex_word(mutex).compare_exchange_strong(value, 0, std::memory_order_release, std::memory_order_relaxed))
       [[unlikely]]
@@ -303,8 +311,17 @@ inline int unlock_unchecked(pthread_mutex_t* mutex) noexcept {
   return 0;
 }
 
+// The unlock of a recursive or error-checking mutex by `caller`.
+int unlock_owned(pthread_mutex_t* mutex, const Caller& caller, Users users) noexcept {
+  if (const int error = mutex_unlock_error(mutex, caller); error != 0) return error;
+  if ((mutex_kind(mutex) & kMutexTypeMask) == kRecursive && --mutex->__data.__count != 0) return 0;
+  return unlock_unchecked(mutex, users);
+}
+
 // pthread_mutex_unlock of a recursive or error-checking mutex.
-[[gnu::noinline]] int unlock_checked(pthread_mutex_t* mutex) { return mutex_unlock(mutex, current_caller()); }
+[[gnu::noinline]] int unlock_checked(pthread_mutex_t* mutex) {
+  return unlock_owned(mutex, current_caller(), Users::count);
+}
 
 // The whole of pthread_mutex_unlock, for what its fast path leaves: the
 // hooks off (or not yet read), glibc's own mutex.
@@ -440,7 +457,7 @@ int mutex_lock(pthread_mutex_t* mutex, const Caller& caller, bool park, const De
                                                  std::memory_order_relaxed)) {
     if (const int error = acquire_slow(mutex, type, caller, park, deadline); error != 0) return error;
   }
-  record_acquired(mutex, type, caller);
+  record_acquired(mutex, type, caller, Users::keep);
   return 0;
 }
 
@@ -456,9 +473,7 @@ int mutex_unlock_error(pthread_mutex_t* mutex, const Caller& caller) noexcept {
 }
 
 int mutex_unlock(pthread_mutex_t* mutex, const Caller& caller) noexcept {
-  if (const int error = mutex_unlock_error(mutex, caller); error != 0) return error;
-  if ((mutex_kind(mutex) & kMutexTypeMask) == kRecursive && --mutex->__data.__count != 0) return 0;
-  return unlock_unchecked(mutex);
+  return unlock_owned(mutex, caller, Users::keep);
 }
 
 }  // namespace weft::detail::locks

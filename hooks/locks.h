@@ -349,11 +349,13 @@ bool mutex_taken_over(const pthread_mutex_t* mutex) noexcept;
 // What pthread_mutex_unlock() by `caller` would answer, without unlocking:
 // 0 or EPERM (a recursive or error-checking mutex it does not own).
 int mutex_unlock_error(pthread_mutex_t* mutex, const Caller& caller) noexcept;
-// pthread_mutex_unlock() and _lock() of a taken-over mutex for `caller`,
-// who need not be the running code (a condition variable's wait releases
-// the mutex in its ParkAction, after the fiber left). mutex_lock() is the
-// relock after a wait: it counts a recursive mutex the caller still holds
-// (held more than once, the release only counted it down) up again.
+// A condition variable's wait's release and relock of a taken-over mutex
+// for `caller`, who need not be the running code (the wait releases the
+// mutex in its ParkAction, after the fiber left): pthread_mutex_unlock()
+// and _lock(), but they keep the mutex's user count (__nusers), as glibc's
+// wait does, so pthread_mutex_destroy() is EBUSY meanwhile. mutex_lock()
+// counts a recursive mutex the caller still holds (held more than once,
+// the release only counted it down) up again.
 int mutex_unlock(pthread_mutex_t* mutex, const Caller& caller) noexcept;
 int mutex_lock(pthread_mutex_t* mutex, const Caller& caller, bool park, const Deadline& deadline) noexcept;
 

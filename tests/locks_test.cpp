@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -792,6 +793,41 @@ TEST_P(LockSemantics, AProcessSharedCondvarChecksItsTimeBeforeItsMutex) {
     EXPECT_EQ(pthread_cond_clockwait(&shared, &checked, CLOCK_MONOTONIC, &bad), EINVAL);
     pthread_cond_destroy(&shared);
   });
+}
+
+// glibc's wait keeps its mutex's user count (__nusers) while it waits, so
+// pthread_mutex_destroy() of the mutex a waiter will relock is EBUSY, as
+// POSIX allows it to tell, though the mutex itself is free.
+TEST_P(LockSemantics, AMutexAWaiterWillRelockIsBusyToDestroy) {
+  if (kMisuseIsReported) GTEST_SKIP() << "ThreadSanitizer reports the misuse itself";
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+  std::atomic<bool> waiting{false};
+  int waited = -1;
+  const auto waiter = [&] {
+    pthread_mutex_lock(&mu);
+    waiting = true;
+    timespec at = realtime_after(60s);
+    waited = pthread_cond_timedwait(&cond, &mu, &at);
+    pthread_mutex_unlock(&mu);
+  };
+  std::optional<Fiber> fiber;
+  std::thread thread;
+  if (GetParam() == Caller::fiber)
+    fiber.emplace(sched_.spawn(waiter));
+  else
+    thread = std::thread(waiter);
+  while (!waiting.load()) std::this_thread::sleep_for(1ms);
+  pthread_mutex_lock(&mu);  // once the waiter is queued and has released it
+  pthread_mutex_unlock(&mu);
+  EXPECT_EQ(pthread_mutex_destroy(&mu), EBUSY);
+  pthread_mutex_lock(&mu);
+  pthread_cond_signal(&cond);
+  pthread_mutex_unlock(&mu);
+  if (fiber) fiber->join();
+  if (thread.joinable()) thread.join();
+  EXPECT_EQ(waited, 0);
+  EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
 }
 
 TEST_P(LockSemantics, RwlockErrorsAreGlibcs) {

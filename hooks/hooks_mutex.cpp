@@ -202,8 +202,13 @@ int acquire_parked(pthread_mutex_t* mutex, int type, const Caller& me, const Dea
 }
 
 int acquire_slow(pthread_mutex_t* mutex, int type, const Caller& me, bool park, const Deadline& deadline) noexcept {
-  // As glibc: the time is looked at only by a call that would wait.
-  if (const int error = deadline.check(); error != 0) return error;
+  // As glibc: the time is looked at only by a call that would wait, and a
+  // negative tv_sec has passed whatever its tv_nsec (glibc's futex wait
+  // answers ETIMEDOUT before the kernel could refuse the tv_nsec; both
+  // waits below do too).
+  if (deadline.none || deadline.at.tv_sec >= 0) {
+    if (const int error = deadline.check(); error != 0) return error;
+  }
   if (park) return acquire_parked(mutex, type, me, deadline);
   if (type == kAdaptive) {
     auto word = mutex_word(mutex);

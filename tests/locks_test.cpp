@@ -682,6 +682,12 @@ TEST_P(LockSemantics, ATimedLockTimesOutOnItsClockAndChecksItsTimeOnlyWhenItWait
     EXPECT_EQ(pthread_mutex_timedlock(m, &bad), EINVAL);  // it would wait: the time is looked at
     timespec negative{-1, 0};
     EXPECT_EQ(pthread_mutex_timedlock(m, &negative), ETIMEDOUT);
+    // glibc's futex wait calls a negative tv_sec passed before the kernel
+    // could refuse its tv_nsec (the rwlock and the condvar check tv_nsec
+    // first: EINVAL there).
+    timespec negative_bad{-1, -1};
+    EXPECT_EQ(pthread_mutex_timedlock(m, &negative_bad), ETIMEDOUT);
+    EXPECT_EQ(pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &negative_bad), ETIMEDOUT);
     EXPECT_FALSE(mu.try_lock_for(10ms));  // std::timed_mutex: pthread_mutex_clocklock on steady_clock
   });
   release = true;

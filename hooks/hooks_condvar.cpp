@@ -89,14 +89,22 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
   cond_word(cond).set(kWaiters);
   if (mutex_is_ours) {
     release_after = ParkAction{&release_mutex, &release};
-  } else if (const int error = real::pthread_mutex_unlock()(mutex); error != 0) {
+  } else {
     // glibc's own mutex (robust, priority, process-shared) touches no
     // bucket: released here, under the bucket lock, and its error (not
-    // the owner) ends the wait as glibc's would.
-    bucket.remove(waiter);
-    clear_waiters_if_none(cond, bucket);
-    bucket.lock.unlock();
-    return error;
+    // the owner) ends the wait as glibc's would. glibc's wait keeps the
+    // mutex's user count (__nusers: pthread_mutex_destroy() is EBUSY
+    // meanwhile), which the real unlock and lock count down and up: it is
+    // counted up first, by the owner the caller must be, and down once
+    // the mutex is held again.
+    ++mutex->__data.__nusers;
+    if (const int error = real::pthread_mutex_unlock()(mutex); error != 0) {
+      --mutex->__data.__nusers;
+      bucket.remove(waiter);
+      clear_waiters_if_none(cond, bucket);
+      bucket.lock.unlock();
+      return error;
+    }
   }
   const bool notified = wait_in_lot(bucket, waiter, {"std::condition_variable", cond, "wait"}, deadline, call.parks(),
                                     release_after, cancelled);
@@ -107,6 +115,7 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
   }
   const int relocked =
       mutex_is_ours ? mutex_lock(mutex, me, call.parks(), Deadline::never()) : real::pthread_mutex_lock()(mutex);
+  if (!mutex_is_ours && (relocked == 0 || relocked == EOWNERDEAD)) --mutex->__data.__nusers;  // held again
   if (relocked != 0) return relocked;  // EOWNERDEAD and the like, from glibc's own mutexes
   if (!notified && cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {
     cancellable.reset();

@@ -803,37 +803,48 @@ TEST_P(LockSemantics, AProcessSharedCondvarChecksItsTimeBeforeItsMutex) {
 
 // glibc's wait keeps its mutex's user count (__nusers) while it waits, so
 // pthread_mutex_destroy() of the mutex a waiter will relock is EBUSY, as
-// POSIX allows it to tell, though the mutex itself is free.
+// POSIX allows it to tell, though the mutex itself is free: a mutex the
+// hooks take over, and one they pass through to glibc (priority-inheriting,
+// process-shared) that waits on a condition variable of theirs.
 TEST_P(LockSemantics, AMutexAWaiterWillRelockIsBusyToDestroy) {
   if (kMisuseIsReported) GTEST_SKIP() << "ThreadSanitizer reports the misuse itself";
-  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-  std::atomic<bool> waiting{false};
-  int waited = -1;
-  const auto waiter = [&] {
-    pthread_mutex_lock(&mu);
-    waiting = true;
-    timespec at = realtime_after(60s);
-    waited = pthread_cond_timedwait(&cond, &mu, &at);
-    pthread_mutex_unlock(&mu);
+  const std::function<void(pthread_mutexattr_t*)> kinds[] = {
+      [](pthread_mutexattr_t*) {},
+      [](pthread_mutexattr_t* attr) { pthread_mutexattr_setprotocol(attr, PTHREAD_PRIO_INHERIT); },
+      [](pthread_mutexattr_t* attr) { pthread_mutexattr_setpshared(attr, PTHREAD_PROCESS_SHARED); },
   };
-  std::optional<Fiber> fiber;
-  std::thread thread;
-  if (GetParam() == Caller::fiber)
-    fiber.emplace(sched_.spawn(waiter));
-  else
-    thread = std::thread(waiter);
-  while (!waiting.load()) std::this_thread::sleep_for(1ms);
-  pthread_mutex_lock(&mu);  // once the waiter is queued and has released it
-  pthread_mutex_unlock(&mu);
-  EXPECT_EQ(pthread_mutex_destroy(&mu), EBUSY);
-  pthread_mutex_lock(&mu);
-  pthread_cond_signal(&cond);
-  pthread_mutex_unlock(&mu);
-  if (fiber) fiber->join();
-  if (thread.joinable()) thread.join();
-  EXPECT_EQ(waited, 0);
-  EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
+  for (const auto& kind : kinds) {
+    SCOPED_TRACE(&kind - kinds);
+    pthread_mutex_t mu;
+    ASSERT_EQ(init_mutex(&mu, kind), 0);
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    std::atomic<bool> waiting{false};
+    int waited = -1;
+    const auto waiter = [&] {
+      pthread_mutex_lock(&mu);
+      waiting = true;
+      timespec at = realtime_after(60s);
+      waited = pthread_cond_timedwait(&cond, &mu, &at);
+      pthread_mutex_unlock(&mu);
+    };
+    std::optional<Fiber> fiber;
+    std::thread thread;
+    if (GetParam() == Caller::fiber)
+      fiber.emplace(sched_.spawn(waiter));
+    else
+      thread = std::thread(waiter);
+    while (!waiting.load()) std::this_thread::sleep_for(1ms);
+    pthread_mutex_lock(&mu);  // once the waiter is queued and has released it
+    pthread_mutex_unlock(&mu);
+    EXPECT_EQ(pthread_mutex_destroy(&mu), EBUSY);
+    pthread_mutex_lock(&mu);
+    pthread_cond_signal(&cond);
+    pthread_mutex_unlock(&mu);
+    if (fiber) fiber->join();
+    if (thread.joinable()) thread.join();
+    EXPECT_EQ(waited, 0);
+    EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
+  }
 }
 
 TEST_P(LockSemantics, RwlockErrorsAreGlibcs) {

@@ -7,7 +7,7 @@
 //   1     kParked: waiters may be queued in the parking lot;
 //   2     kWriterQueued: a writer may be queued (readers of a
 //         PREFER_WRITER_NONRECURSIVE rwlock then queue behind it);
-//   3-31  the number of readers that hold it.
+//   3-31  the number of readers that hold it (at most kMaxReaders).
 //
 // Invariants:
 // - kParked and kWriterQueued change only under the rwlock's bucket lock
@@ -44,7 +44,9 @@ constexpr unsigned kWriter = 1;
 constexpr unsigned kParked = 2;
 constexpr unsigned kWriterQueued = 4;
 constexpr unsigned kReader = 8;
-constexpr unsigned kMaxReaders = ~0u / kReader;
+// glibc's limit: a reader that would make its __readers (the count from
+// bit 3) reach 2^31 is refused, EAGAIN.
+constexpr unsigned kMaxReaders = (1u << 28) - 1;
 
 enum Intent : std::uint32_t { kRead = 0, kWrite = 1 };
 
@@ -196,7 +198,7 @@ int try_read(pthread_rwlock_t* lock) noexcept {
   unsigned value = word.load(std::memory_order_relaxed);
   for (;;) {
     if (!readable(lock, value)) return EBUSY;
-    if (readers(value) == kMaxReaders) return EAGAIN;
+    if (readers(value) >= kMaxReaders) return EAGAIN;
     if (word.compare_exchange_weak(value, value + kReader, std::memory_order_acquire, std::memory_order_relaxed))
       return 0;
   }
@@ -212,7 +214,7 @@ int read_lock(pthread_rwlock_t* lock, const Deadline& deadline, const void* retu
   int overflow = 0;
   const int result = queue_and_wait(lock, kRead, me, call.parks(), deadline, [&](unsigned value) {
     if (!readable(lock, value)) return false;
-    if (readers(value) == kMaxReaders) {
+    if (readers(value) >= kMaxReaders) {
       overflow = EAGAIN;  // taken "now" without a lock: the call fails
       return true;
     }

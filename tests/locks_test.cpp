@@ -876,6 +876,29 @@ TEST_P(LockSemantics, RwlockErrorsAreGlibcs) {
   });
 }
 
+// glibc's rwlock holds at most 2^28 - 1 readers (a reader that would make
+// __readers reach 2^31 is refused): EAGAIN for the next, from every read
+// form. The count is set directly (a reader is 8 in __readers, for glibc
+// as for the hooks) rather than taken 2^28 times.
+TEST_P(LockSemantics, AnRwlockRefusesAReaderPastGlibcsLimit) {
+  run([] {
+    constexpr unsigned kGlibcMaxReaders = (1u << 28) - 1;
+    pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+    lock.__data.__readers = (kGlibcMaxReaders - 1) * 8;
+    EXPECT_EQ(pthread_rwlock_tryrdlock(&lock), 0);  // the last one
+    EXPECT_EQ(pthread_rwlock_tryrdlock(&lock), EAGAIN);
+    EXPECT_EQ(pthread_rwlock_rdlock(&lock), EAGAIN);
+    timespec at = realtime_after(1s);
+    EXPECT_EQ(pthread_rwlock_timedrdlock(&lock, &at), EAGAIN);
+    EXPECT_EQ(lock.__data.__readers / 8, kGlibcMaxReaders);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_rdlock(&lock), 0);
+    lock.__data.__readers = 0;
+    EXPECT_EQ(pthread_rwlock_trywrlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Callers, LockSemantics, ::testing::Values(Caller::fiber, Caller::thread), caller_name);
 
 // PREFER_WRITER_NONRECURSIVE: a reader waits behind a waiting writer.

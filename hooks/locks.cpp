@@ -174,7 +174,11 @@ Clock::time_point Deadline::steady() const noexcept {
   if (none) return no_deadline;
   if (at.tv_sec < 0) return Clock::now();
   if (clock == CLOCK_MONOTONIC) {
-    // steady_clock is CLOCK_MONOTONIC: the same time, converted exactly.
+    // steady_clock is CLOCK_MONOTONIC: the same time, converted exactly,
+    // but for a time past what it counts (2^63 ns, 292 years), which the
+    // futex of a blocked thread waits for as for none.
+    constexpr auto kLastSecond = std::chrono::duration_cast<std::chrono::seconds>(Clock::duration::max()).count();
+    if (at.tv_sec >= kLastSecond) return no_deadline;
     return Clock::time_point(std::chrono::seconds(at.tv_sec) + std::chrono::nanoseconds(at.tv_nsec));
   }
   timespec now{};

@@ -23,6 +23,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -897,6 +898,50 @@ TEST_P(LockSemantics, AnRwlockRefusesAReaderPastGlibcsLimit) {
     EXPECT_EQ(pthread_rwlock_trywrlock(&lock), 0);
     EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
   });
+}
+
+// A time far past what steady_clock counts in nanoseconds (some code's
+// "never": the largest tv_sec) is waited for as glibc's futex waits for
+// it, until woken, on either clock.
+TEST_P(LockSemantics, AFarFutureTimeIsWaitedForUntilWoken) {
+  for (const clockid_t clock : {CLOCK_MONOTONIC, CLOCK_REALTIME}) {
+    SCOPED_TRACE(clock);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+    std::atomic<int> stage{0};
+    int waited = -1;
+    int locked = -1;
+    const auto waiter = [&] {
+      const timespec never{std::numeric_limits<time_t>::max(), 0};
+      pthread_mutex_lock(&mu);
+      stage = 1;
+      waited = pthread_cond_clockwait(&cond, &mu, clock, &never);
+      pthread_mutex_unlock(&mu);
+      stage = 2;
+      while (stage.load() != 3) std::this_thread::yield();
+      locked = pthread_mutex_clocklock(&mu, clock, &never);  // held by the main thread
+      if (locked == 0) pthread_mutex_unlock(&mu);
+    };
+    std::optional<Fiber> fiber;
+    std::thread thread;
+    if (GetParam() == Caller::fiber)
+      fiber.emplace(sched_.spawn(waiter));
+    else
+      thread = std::thread(waiter);
+    while (stage.load() < 1) std::this_thread::sleep_for(1ms);
+    pthread_mutex_lock(&mu);  // once the waiter is queued and has released it
+    pthread_cond_signal(&cond);
+    pthread_mutex_unlock(&mu);
+    while (stage.load() < 2) std::this_thread::sleep_for(1ms);
+    pthread_mutex_lock(&mu);
+    stage = 3;
+    std::this_thread::sleep_for(20ms);  // then the waiter waits for it (or has given up)
+    pthread_mutex_unlock(&mu);
+    if (fiber) fiber->join();
+    if (thread.joinable()) thread.join();
+    EXPECT_EQ(waited, 0);
+    EXPECT_EQ(locked, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Callers, LockSemantics, ::testing::Values(Caller::fiber, Caller::thread), caller_name);

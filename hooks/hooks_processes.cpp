@@ -17,7 +17,8 @@
 // libc's call, unchanged: WNOHANG (it never blocks), pid -1, 0 and -pgid
 // (any child of a set), WUNTRACED/WSTOPPED/WCONTINUED (a pidfd reports
 // exit only), a null infop for waitid (the WNOHANG answer could not be
-// read), and kernels without pidfd_open (ENOSYS) or where it is refused.
+// read), a caller's pidfd opened non-blocking (its waitid never blocks),
+// and kernels without pidfd_open (ENOSYS) or where it is refused.
 //
 // Difference from a blocked thread: a parked fiber is not in a system
 // call, so a signal handler does not interrupt its wait with EINTR; it
@@ -80,6 +81,15 @@ int wait_on_pidfd(pid_t pid, int watched, Ask&& ask) {
 }
 
 bool waits_for_exit_only(int options) { return (options & (WNOHANG | WUNTRACED | WCONTINUED)) == 0; }
+
+// A pidfd opened with PIDFD_NONBLOCK (O_NONBLOCK) makes waitid itself
+// non-blocking: EAGAIN while the child runs (waitid(2), Linux 5.10), which
+// an ask with WNOHANG cannot tell from "not yet". Not a pidfd at all (the
+// flags cannot be read): libc's call, for its error.
+bool blocking_pidfd(id_t id) {
+  const int flags = real::fcntl()(static_cast<int>(id), F_GETFL);
+  return flags >= 0 && (flags & O_NONBLOCK) == 0;
+}
 
 // A whole wait for one child, in a fiber: `ask(result)` is its WNOHANG
 // form (true when it has an answer, which it stores in `result`),
@@ -212,7 +222,7 @@ pid_t wait4(pid_t pid, int* status, int options, rusage* usage) {
 int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   const bool one_process = type == P_PID || type == P_PIDFD;
   if (!parking_enabled() || !one_process || info == nullptr || (options & WEXITED) == 0 ||
-      (options & (WNOHANG | WSTOPPED | WCONTINUED)) != 0)
+      (options & (WNOHANG | WSTOPPED | WCONTINUED)) != 0 || (type == P_PIDFD && !blocking_pidfd(id)))
     return announced([&] { return real::waitid()(type, id, info, options); });
   const CheckpointOnReturn at_return;
   return wait_for_one(

@@ -156,6 +156,29 @@ TEST(Waitid, GivesWhatAPlainThreadGets) {
                         std::to_string(ECHILD));
 }
 
+// A pidfd opened with PIDFD_NONBLOCK (O_NONBLOCK) makes waitid itself
+// non-blocking: -1 with EAGAIN while the child runs (waitid(2), Linux
+// 5.10). Before, a fiber parked until the child exited and got its status.
+TEST(Waitid, NonBlockingPidfdFailsWhileTheChildRuns) {
+  const auto [thread, fiber] = on_thread_and_fiber([] {
+    std::ostringstream out;
+    const pid_t pid = spawn_shell("exec sleep 30");  // killed below; 30 s bounds a wait that should not be
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, O_NONBLOCK));
+    siginfo_t info{};
+    errno = 0;
+    const int r = ::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED);
+    out << r << " errno " << errno << "; ";
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    const pid_t reaped = ::waitpid(pid, &status, 0);
+    out << describe(reaped, status, 0);
+    ::close(pidfd);
+    return out.str();
+  });
+  EXPECT_EQ(fiber, thread);
+  EXPECT_EQ(thread, "-1 errno " + std::to_string(EAGAIN) + "; pid status " + std::to_string(SIGKILL) + " errno 0");
+}
+
 TEST(System, ParksWhileTheCommandRuns) {
   int status = -1;
   const int ticks = ticks_beside([&] { status = std::system("sleep 0.3; exit 2"); });

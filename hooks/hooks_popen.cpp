@@ -12,6 +12,7 @@
 //     end close-on-exec; any other mode is EINVAL;
 //   - streams from earlier popen calls that are still open are closed in
 //     the new child (POSIX), so a child never holds another's pipe;
+//   - ftell and fseek fail with ESPIPE (lseek of the pipe);
 //   - fileno() gives the pipe's fd (the FILE's public _fileno, which
 //     fopencookie sets to -2, holds it; glibc's cookie stream functions
 //     never read it);
@@ -79,6 +80,17 @@ ssize_t write_stream(void* cookie, const char* buf, size_t n) {
     done += size_t(r);
   }
   return ssize_t(done);
+}
+
+// glibc's stream seeks its fd (lseek): on a pipe, -1 with ESPIPE, which
+// ftell and fseek report and fflush of a read stream with unread input
+// ignores. Without a seek function a cookie stream's seeks fail with no
+// errno, and that fflush fails.
+int seek_stream(void* cookie, off64_t* offset, int whence) {
+  const off64_t at = ::lseek64(static_cast<PipeStream*>(cookie)->fd, *offset, whence);
+  if (at < 0) return -1;
+  *offset = at;
+  return 0;
 }
 
 // glibc's _IO_new_proc_close: unlink, close the pipe, wait for the child.
@@ -162,7 +174,7 @@ FILE* open_pipe_stream(const char* command, const char* mode) {
     return nullptr;
   }
   if (!cloexec) ::fcntl(parent_end, F_SETFD, 0);
-  FILE* file = fopencookie(stream, reading ? "r" : "w", {read_stream, write_stream, nullptr, close_stream});
+  FILE* file = fopencookie(stream, reading ? "r" : "w", {read_stream, write_stream, seek_stream, close_stream});
   if (file == nullptr) {
     // The command runs with nothing on the other end; reap it as pclose would.
     const int error = errno_value();

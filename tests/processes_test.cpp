@@ -313,5 +313,46 @@ TEST(Popen, KeepsItsFileSemanticsAndStatus) {
                 std::to_string(EINVAL) + "; mode rw 1 errno " + std::to_string(EINVAL) + "; exit status 768");
 }
 
+// A popen stream is a pipe's: ftell and fseek fail with ESPIPE from
+// lseek, and fflush of a read stream with unread input ignores that
+// ESPIPE and succeeds, as glibc's stream does. Before, the fopencookie
+// stream had no seek: ftell gave EIO, fseek no errno, and that fflush EOF.
+std::string popen_seeks(PopenFn popen, PcloseFn pclose) {
+  std::ostringstream out;
+  FILE* reader = popen("printf 'a\\nb\\n'", "r");
+  if (reader == nullptr) return "popen r failed";
+  char line[64];
+  out << "line " << (std::fgets(line, sizeof line, reader) != nullptr) << "; ";  // "b\n" stays buffered
+  errno = 0;
+  out << "ftell " << std::ftell(reader) << " errno " << errno << "; ";
+  errno = 0;
+  out << "fflush " << std::fflush(reader) << " errno " << errno << "; ";
+  errno = 0;
+  out << "fseek " << std::fseek(reader, 0, SEEK_CUR) << " errno " << errno << "; ";
+  out << "rest " << (std::fgets(line, sizeof line, reader) != nullptr ? line : "none");
+  out << "status " << pclose(reader) << "; ";
+  FILE* writer = popen("cat > /dev/null", "w");
+  if (writer == nullptr) return "popen w failed";
+  std::fputs("x", writer);
+  errno = 0;
+  out << "w ftell " << std::ftell(writer) << " errno " << errno << "; ";
+  errno = 0;
+  out << "w fseek " << std::fseek(writer, 0, SEEK_SET) << " errno " << errno << "; ";
+  out << "w status " << pclose(writer);
+  return out.str();
+}
+
+TEST(Popen, SeeksFailAsOnAPipe) {
+  const auto [thread, fiber] = on_thread_and_fiber([] { return popen_seeks(&::popen, &::pclose); });
+  EXPECT_EQ(fiber, thread);
+  std::string libc;
+  std::thread([&] { libc = popen_seeks(detail::real::popen(), detail::real::pclose()); }).join();
+  EXPECT_EQ(thread, libc);
+  const std::string espipe = std::to_string(ESPIPE);
+  EXPECT_EQ(libc, "line 1; ftell -1 errno " + espipe + "; fflush 0 errno " + espipe + "; fseek -1 errno " + espipe +
+                      "; rest b\nstatus 0; w ftell -1 errno " + espipe + "; w fseek -1 errno " + espipe +
+                      "; w status 0");
+}
+
 }  // namespace
 }  // namespace weft

@@ -12,7 +12,8 @@
 //     end close-on-exec; any other mode is EINVAL;
 //   - streams from earlier popen calls that are still open are closed in
 //     the new child (POSIX), so a child never holds another's pipe;
-//   - ftell and fseek fail with ESPIPE (lseek of the pipe);
+//   - ftell and fseek fail with ESPIPE (lseek of the pipe), and the
+//     buffer is the pipe's st_blksize (4096), not BUFSIZ;
 //   - fileno() gives the pipe's fd (the FILE's public _fileno, which
 //     fopencookie sets to -2, holds it; glibc's cookie stream functions
 //     never read it);
@@ -28,11 +29,13 @@
 // a stream from one fiber at a time (or lock it with a weft::Mutex).
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "child_processes.h"
@@ -48,6 +51,7 @@ struct PipeStream {
   int fd;
   pid_t pid;
   PipeStream* next;
+  char* buffer;  // the stream's, as glibc sizes it (open_pipe_stream); freed at close
 };
 
 // The streams open now, newest first; guarded by streams_lock, which is
@@ -99,6 +103,7 @@ int close_stream(void* cookie) {
   unlink_stream(stream);
   const pid_t pid = stream->pid;
   const int closed = ::close(stream->fd);
+  std::free(stream->buffer);  // stdio is done with it: nothing is read or written after the close function
   delete stream;
   if (closed < 0) return -1;
   int status = 0;
@@ -145,7 +150,7 @@ FILE* open_pipe_stream(const char* command, const char* mode) {
   const int parent_end = reading ? fds[0] : fds[1];
   const int child_end = reading ? fds[1] : fds[0];
   const int child_std = reading ? STDOUT_FILENO : STDIN_FILENO;
-  auto* stream = new PipeStream{parent_end, -1, nullptr};
+  auto* stream = new PipeStream{parent_end, -1, nullptr, nullptr};
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -183,6 +188,16 @@ FILE* open_pipe_stream(const char* command, const char* mode) {
     return nullptr;
   }
   file->_fileno = parent_end;
+  // glibc's stream allocates its buffer at the first read or write, of
+  // the pipe's st_blksize (4096) where that is below BUFSIZ; a cookie
+  // stream's is BUFSIZ (8192), which would hold back a write glibc's has
+  // already sent to the command. setvbuf ignores the size of a buffer it
+  // allocates, so the stream is given one.
+  struct stat st {};
+  if (::fstat(parent_end, &st) == 0 && st.st_blksize > 0 && st.st_blksize < BUFSIZ) {
+    stream->buffer = static_cast<char*>(std::malloc(size_t(st.st_blksize)));
+    if (stream->buffer != nullptr) std::setvbuf(file, stream->buffer, _IOFBF, size_t(st.st_blksize));
+  }
   return file;
 }
 

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdio_ext.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -352,6 +353,34 @@ TEST(Popen, SeeksFailAsOnAPipe) {
   EXPECT_EQ(libc, "line 1; ftell -1 errno " + espipe + "; fflush 0 errno " + espipe + "; fseek -1 errno " + espipe +
                       "; rest b\nstatus 0; w ftell -1 errno " + espipe + "; w fseek -1 errno " + espipe +
                       "; w status 0");
+}
+
+// A popen stream's buffer is the pipe's block size (4096), as glibc's
+// stream allocates it from fstat's st_blksize, not BUFSIZ: of 5000 bytes
+// written, 4096 go to the command at once and 904 wait in the buffer.
+// Before, the fopencookie stream's 8192-byte buffer held all 5000.
+std::string popen_buffers(PopenFn popen, PcloseFn pclose) {
+  std::ostringstream out;
+  FILE* writer = popen("cat > /dev/null", "w");
+  if (writer == nullptr) return "popen w failed";
+  const std::string text(5000, 'x');
+  std::fputs(text.c_str(), writer);
+  out << "w buffer " << __fbufsize(writer) << " pending " << __fpending(writer) << " line " << __flbf(writer) << "; ";
+  out << "w status " << pclose(writer) << "; ";
+  FILE* reader = popen("echo a", "r");
+  if (reader == nullptr) return "popen r failed";
+  out << "r " << char(std::fgetc(reader)) << " buffer " << __fbufsize(reader) << " line " << __flbf(reader) << "; ";
+  out << "r status " << pclose(reader);
+  return out.str();
+}
+
+TEST(Popen, BuffersAsMuchAsThePipesBlock) {
+  const auto [thread, fiber] = on_thread_and_fiber([] { return popen_buffers(&::popen, &::pclose); });
+  EXPECT_EQ(fiber, thread);
+  std::string libc;
+  std::thread([&] { libc = popen_buffers(detail::real::popen(), detail::real::pclose()); }).join();
+  EXPECT_EQ(thread, libc);
+  EXPECT_EQ(libc, "w buffer 4096 pending 904 line 0; w status 0; r a buffer 4096 line 0; r status 0");
 }
 
 }  // namespace

@@ -13,12 +13,16 @@
 //   3. park until the pidfd is readable (the process has exited), and ask
 //      again with WNOHANG. If another thread reaped the child meanwhile,
 //      that answer is ECHILD, as for a blocking call that lost the race.
+//      The park times out now and then (1 ms, doubling to 1 s) for
+//      another ask: a ptrace(2) stop, which the tracer's wait reports
+//      without WUNTRACED, makes no pidfd readable.
 // So results, status and errno are libc's. What a pidfd cannot serve is
 // libc's call, unchanged: WNOHANG (it never blocks), pid -1, 0 and -pgid
 // (any child of a set), WUNTRACED/WSTOPPED/WCONTINUED (a pidfd reports
 // exit only), a null infop for waitid (the WNOHANG answer could not be
 // read), a caller's pidfd opened non-blocking (its waitid never blocks),
-// and kernels without pidfd_open (ENOSYS) or where it is refused.
+// a child with a tracer (its every stop ends the wait), and kernels
+// without pidfd_open (ENOSYS) or where it is refused.
 //
 // Difference from a blocked thread: a parked fiber is not in a system
 // call, so a signal handler does not interrupt its wait with EINTR; it
@@ -31,7 +35,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "announced.h"
@@ -63,19 +72,45 @@ void close_pidfd(int fd) noexcept {
 
 namespace {
 
+// Whether `pid` has a tracer (/proc/<pid>/status's TracerPid): ptrace(2)
+// reports a tracee's stops to its tracer's wait without WUNTRACED, and a
+// stop makes no pidfd readable, so a wait for a tracee is libc's call.
+bool traced(pid_t pid) noexcept {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/%d/status", int(pid));
+  const int fd = real::open()(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[1024];
+  const ssize_t n = real::read()(fd, text, sizeof text - 1);
+  real::close()(fd);
+  if (n <= 0) return false;
+  text[n] = '\0';
+  const char* field = std::strstr(text, "TracerPid:");
+  return field != nullptr && std::strtol(field + std::strlen("TracerPid:"), nullptr, 10) != 0;
+}
+
 // Steps 1-3 above, for a wait whose WNOHANG form is `ask()`, which returns
 // true when it has an answer (an error, or a child that changed state).
 // `watched`: a pidfd of the caller's own (P_PIDFD), or -1 to open one for
-// `pid`. Returns -1, having asked nothing, when no pidfd could be had (the
-// caller then makes the blocking call); else 0, or the errno of a wait
-// that failed (EBADF: the caller's pidfd was closed meanwhile).
+// `pid`. Returns -1, having asked nothing, when no pidfd could be had or
+// `pid` has a tracer (the caller then makes the blocking call); else 0,
+// or the errno of a wait that failed (EBADF: the caller's pidfd was
+// closed meanwhile).
 template <class Ask>
 int wait_on_pidfd(pid_t pid, int watched, Ask&& ask) {
   const ParkScope park;
+  if (watched < 0 && traced(pid)) return -1;
   const int pidfd = watched >= 0 ? watched : open_pidfd(pid);
   if (pidfd < 0) return -1;
   int failed = 0;
-  while (failed == 0 && !ask()) failed = wait_for_fd(pidfd, FdDirection::read, no_deadline);
+  // A stop of a tracee that was not yet traced when asked makes no pidfd
+  // readable: ask again after each timeout, at least once a second.
+  std::chrono::milliseconds recheck(1);
+  while (failed == 0 && !ask()) {
+    failed = wait_for_fd(pidfd, FdDirection::read, deadline_after(recheck));
+    if (failed == EAGAIN) failed = 0;  // the timeout
+    recheck = std::min(recheck * 2, std::chrono::milliseconds(1000));
+  }
   if (watched < 0) close_pidfd(pidfd);
   return failed;
 }

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio_ext.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -129,6 +130,43 @@ TEST(Waitpid, GivesWhatAPlainThreadGets) {
   EXPECT_EQ(fiber, thread);
   EXPECT_NE(thread.find("status 768 errno 1234"), std::string::npos) << thread;
   EXPECT_NE(thread.find("-1 status 0 errno " + std::to_string(ECHILD)), std::string::npos) << thread;
+}
+
+// A tracer's waitpid reports its tracee's stops without WUNTRACED
+// (ptrace(2)); a stop makes no pidfd readable. The child stops with
+// SIGTRAP at its exec, after a delay that has the fiber's first WNOHANG
+// ask find it running. Before, the fiber stayed parked until the child
+// exited (here: until the watchdog killed it after 20 s) and got that
+// exit instead of the stop.
+TEST(Waitpid, ReportsATraceesStop) {
+  const auto [thread, fiber] = on_thread_and_fiber([] {
+    const pid_t pid = ::fork();
+    if (pid == 0) {  // async-signal-safe calls only, in a child of a threaded process
+      ::syscall(SYS_ptrace, PTRACE_TRACEME, 0, 0, 0);
+      timespec delay{0, 200'000'000};
+      ::syscall(SYS_nanosleep, &delay, nullptr);
+      char* argv[] = {const_cast<char*>("true"), nullptr};
+      ::execve("/bin/true", argv, environ);
+      ::_exit(127);
+    }
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {  // bounds a wait that misses the stop
+      for (int i = 0; i < 200 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!done.load()) ::kill(pid, SIGKILL);
+    });
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, 0);
+    std::string out = describe(r, status, 0) + "; ";
+    done = true;
+    watchdog.join();
+    ::kill(pid, SIGKILL);
+    status = 0;
+    r = ::waitpid(pid, &status, 0);
+    return out + describe(r, status, 0);
+  });
+  EXPECT_EQ(fiber, thread);
+  EXPECT_EQ(thread, "pid status " + std::to_string(W_STOPCODE(SIGTRAP)) + " errno 0; pid status " +
+                        std::to_string(SIGKILL) + " errno 0");
 }
 
 TEST(Waitid, GivesWhatAPlainThreadGets) {

@@ -9,7 +9,8 @@
 // What stays as glibc's popen(3) has it:
 //   - the command runs as `sh -c command` (posix_spawn of /bin/sh), its
 //     stdout (mode "r") or stdin ("w") the pipe; "e" makes the caller's
-//     end close-on-exec; any other mode is EINVAL;
+//     end close-on-exec; any other mode is EINVAL; a shell that cannot
+//     be started (posix_spawn fails: E2BIG, EAGAIN...) is ENOMEM;
 //   - streams from earlier popen calls that are still open are closed in
 //     the new child (POSIX), so a child never holds another's pipe;
 //   - ftell and fseek fail with ESPIPE (lseek of the pipe), and the
@@ -175,7 +176,7 @@ FILE* open_pipe_stream(const char* command, const char* mode) {
   if (spawn_error != 0) {
     ::close(parent_end);
     delete stream;
-    set_errno(spawn_error);
+    set_errno(ENOMEM);  // glibc's popen reports any failed spawn so, whatever posix_spawn said
     return nullptr;
   }
   if (!cloexec) ::fcntl(parent_end, F_SETFD, 0);

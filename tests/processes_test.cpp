@@ -421,5 +421,30 @@ TEST(Popen, BuffersAsMuchAsThePipesBlock) {
   EXPECT_EQ(libc, "w buffer 4096 pending 904 line 0; w status 0; r a buffer 4096 line 0; r status 0");
 }
 
+// A command longer than one argument may be (MAX_ARG_STRLEN, 128 KiB):
+// posix_spawn of the shell fails with E2BIG. glibc's popen reports any
+// failed spawn as ENOMEM; its system() gives the status of a shell that
+// ran _exit(127), with the spawn's errno. Before, weft's popen left E2BIG.
+std::string unstartable_shell(PopenFn popen, SystemFn system) {
+  std::ostringstream out;
+  const std::string command = "exit 0; " + std::string(200'000, '#');
+  errno = 0;
+  out << "popen null " << (popen(command.c_str(), "r") == nullptr) << " errno " << errno << "; ";
+  errno = 0;
+  const int status = system(command.c_str());
+  out << "system " << status << " errno " << errno;
+  return out.str();
+}
+
+TEST(Popen, FailsAsGlibcsWhenTheShellCannotStart) {
+  const auto [thread, fiber] = on_thread_and_fiber([] { return unstartable_shell(&::popen, &std::system); });
+  EXPECT_EQ(fiber, thread);
+  std::string libc;
+  std::thread([&] { libc = unstartable_shell(detail::real::popen(), detail::real::system()); }).join();
+  EXPECT_EQ(thread, libc);
+  EXPECT_EQ(libc, "popen null 1 errno " + std::to_string(ENOMEM) + "; system " + std::to_string(W_EXITCODE(127, 0)) +
+                      " errno " + std::to_string(E2BIG));
+}
+
 }  // namespace
 }  // namespace weft

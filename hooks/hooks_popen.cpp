@@ -73,15 +73,14 @@ void unlink_stream(PipeStream* stream) {
 
 ssize_t read_stream(void* cookie, char* buf, size_t n) { return ::read(static_cast<PipeStream*>(cookie)->fd, buf, n); }
 
-// stdio takes a short write for an error: write everything, or fail.
+// stdio takes a short write for an error: write everything, or fail at
+// the first error, as glibc's _IO_new_file_write does. EINTR too (a
+// handler without SA_RESTART, on a plain thread): it is not retried.
 ssize_t write_stream(void* cookie, const char* buf, size_t n) {
   size_t done = 0;
   while (done < n) {
     const ssize_t r = ::write(static_cast<PipeStream*>(cookie)->fd, buf + done, n - done);
-    if (r < 0) {
-      if (errno_value() == EINTR) continue;
-      break;
-    }
+    if (r < 0) break;
     done += size_t(r);
   }
   return ssize_t(done);

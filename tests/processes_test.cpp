@@ -446,5 +446,68 @@ TEST(Popen, FailsAsGlibcsWhenTheShellCannotStart) {
                       " errno " + std::to_string(E2BIG));
 }
 
+// A handler installed without SA_RESTART interrupts a plain thread's
+// write to a full pipe: glibc's popen stream takes that EINTR for an
+// error (fflush gives EOF and sets the error flag), as for any FILE.
+// Before, weft's stream wrote again and waited for room. The child drains
+// its stdin only once told to on `go`, which it inherits.
+void on_sigusr1(int) {}
+
+std::string interrupted_write(PopenFn popen, PcloseFn pclose) {
+  struct sigaction handler {};
+  handler.sa_handler = on_sigusr1;  // no SA_RESTART
+  sigaction(SIGUSR1, &handler, nullptr);
+  int go[2];
+  if (::pipe(go) != 0) return "pipe failed";
+  const std::string command = "read x <&" + std::to_string(go[0]) + "; exec cat > /dev/null";
+  FILE* writer = popen(command.c_str(), "w");
+  if (writer == nullptr) return "popen failed";
+  std::ostringstream out;
+  const int capacity = ::fcntl(fileno(writer), F_GETPIPE_SZ);
+  const std::string full(size_t(capacity > 0 ? capacity : 0), 'x');  // the next byte waits for room
+  std::fwrite(full.data(), 1, full.size(), writer);
+  out << "full " << std::fflush(writer) << "; ";
+  const pid_t tid = ::gettid();
+  const pthread_t self = ::pthread_self();
+  std::atomic<bool> flushed{false};
+  std::thread interrupter([&] {
+    // Signal once the writer is in write(2) (/proc's syscall number), and
+    // let the child drain if the write outlives the signal (20 s bound).
+    const std::string path = "/proc/self/task/" + std::to_string(tid) + "/syscall";
+    for (int i = 0; i < 20'000 && !flushed.load(); ++i) {
+      std::ifstream in(path);
+      long number = -1;
+      in >> number;
+      if (number == SYS_write) {
+        ::pthread_kill(self, SIGUSR1);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int i = 0; i < 200 && !flushed.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    (void)!::write(go[1], "\n", 1);
+  });
+  std::fputc('y', writer);
+  errno = 0;
+  const int result = std::fflush(writer);
+  out << "fflush " << result << " errno " << errno << " error " << std::ferror(writer) << "; ";
+  flushed = true;
+  interrupter.join();
+  out << "status " << pclose(writer);
+  ::close(go[0]);
+  ::close(go[1]);
+  signal(SIGUSR1, SIG_DFL);
+  return out.str();
+}
+
+TEST(Popen, AWriteInterruptedByAHandlerFailsOnAPlainThread) {
+  std::string weft;
+  std::thread([&] { weft = interrupted_write(&::popen, &::pclose); }).join();
+  std::string libc;
+  std::thread([&] { libc = interrupted_write(detail::real::popen(), detail::real::pclose()); }).join();
+  EXPECT_EQ(weft, libc);
+  EXPECT_EQ(libc, "full 0; fflush -1 errno " + std::to_string(EINTR) + " error 1; status 0");
+}
+
 }  // namespace
 }  // namespace weft

@@ -53,6 +53,7 @@
 
 #include "../runtime/fast_clock.h"
 #include "../sched/current.h"
+#include "glibc_mutex_pins.h"
 #include "locks.h"
 #include "pthread_layout.h"
 #include "tsan.h"
@@ -331,7 +332,8 @@ int unlock_owned(pthread_mutex_t* mutex, const Caller& caller, Users users) noex
 // The whole of pthread_mutex_unlock, for what its fast path leaves: the
 // hooks off (or not yet read), glibc's own mutex.
 [[gnu::noinline]] int unlock_any(pthread_mutex_t* mutex) {
-  if (!lock_hooks_enabled() || !mutex_taken_over(mutex)) return real::pthread_mutex_unlock()(mutex);
+  if (!lock_hooks_enabled()) return real::pthread_mutex_unlock()(mutex);
+  if (!mutex_taken_over(mutex)) return unpin_if_released(real::pthread_mutex_unlock()(mutex));
   const int kind = mutex_kind(mutex);
   return kind == kNormal || kind == kAdaptive ? unlock_unchecked(mutex) : unlock_checked(mutex);
 }
@@ -390,7 +392,7 @@ int lock(pthread_mutex_t* mutex, int type, Caller me, const void* return_address
 [[gnu::noinline]] int lock_any(pthread_mutex_t* mutex, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_lock()(mutex);
   const int kind = mutex_kind(mutex);
-  if ((kind & kMutexTakenOverMask) != 0) return real::pthread_mutex_lock()(mutex);
+  if ((kind & kMutexTakenOverMask) != 0) return pin_if_held(real::pthread_mutex_lock()(mutex));
   return lock_untimed(mutex, kind, return_address);
 }
 
@@ -398,7 +400,7 @@ int lock(pthread_mutex_t* mutex, int type, Caller me, const void* return_address
 int try_lock(pthread_mutex_t* mutex, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_trylock()(mutex);
   const int kind = mutex_kind(mutex);
-  if ((kind & kMutexTakenOverMask) != 0) return real::pthread_mutex_trylock()(mutex);
+  if ((kind & kMutexTakenOverMask) != 0) return pin_if_held(real::pthread_mutex_trylock()(mutex));
   lock_checkpoint(return_address);
   const int type = kind & kMutexTypeMask;
   const Caller me = current_caller();
@@ -420,7 +422,7 @@ int try_lock(pthread_mutex_t* mutex, const void* return_address) {
 int timed_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_clocklock()(mutex, clock, abstime);
   const int kind = mutex_kind(mutex);
-  if ((kind & kMutexTakenOverMask) != 0) return real::pthread_mutex_clocklock()(mutex, clock, abstime);
+  if ((kind & kMutexTakenOverMask) != 0) return pin_if_held(real::pthread_mutex_clocklock()(mutex, clock, abstime));
   lock_checkpoint(return_address);
   return lock(mutex, kind & kMutexTypeMask, current_caller(), return_address, Deadline::at_time(clock, *abstime));
 }

@@ -944,6 +944,72 @@ TEST_P(LockSemantics, AFarFutureTimeIsWaitedForUntilWoken) {
   }
 }
 
+// A fiber that holds one of glibc's own mutexes (priority-inheriting,
+// robust, process-shared) stays on its worker until it unlocks it
+// (hooks/glibc_mutex_pins.h): glibc refuses an unlock from another thread
+// (EPERM), so a fiber that moved at a sleep could never release it. Each
+// lock that leaves the mutex held pins the fiber once, each unlock takes
+// one pin back; a trylock that fails pins nothing.
+TEST(GlibcMutexes, AFiberHoldingOneStaysOnItsWorkerUntilItUnlocks) {
+  const std::function<void(pthread_mutexattr_t*)> kinds[] = {
+      [](pthread_mutexattr_t* attr) { pthread_mutexattr_setprotocol(attr, PTHREAD_PRIO_INHERIT); },
+      [](pthread_mutexattr_t* attr) { pthread_mutexattr_setrobust(attr, PTHREAD_MUTEX_ROBUST); },
+      [](pthread_mutexattr_t* attr) {
+        pthread_mutexattr_setpshared(attr, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_settype(attr, PTHREAD_MUTEX_RECURSIVE);
+      },
+  };
+  Scheduler sched{test::config_with(2)};
+  // A peer that keeps the other worker busy now and then, so that a fiber
+  // free to move would.
+  std::atomic<bool> done{false};
+  Fiber peer = sched.spawn([&] {
+    while (!done.load()) {
+      const auto until = std::chrono::steady_clock::now() + 200us;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      this_fiber::sleep_for(100us);
+    }
+  });
+  for (const auto& kind : kinds) {
+    SCOPED_TRACE(&kind - kinds);
+    pthread_mutex_t mu;
+    ASSERT_EQ(init_mutex(&mu, kind), 0);
+    sched
+        .spawn({.name = "holder"},
+               [&] {
+                 const auto pinned = [&] {
+                   for (const FiberSnapshot& fiber : sched.snapshot().fibers)
+                     if (fiber.name == "holder") return fiber.pinned;
+                   ADD_FAILURE() << "no fiber named holder";
+                   return false;
+                 };
+                 ASSERT_FALSE(pinned());
+                 ASSERT_EQ(pthread_mutex_lock(&mu), 0);
+                 EXPECT_TRUE(pinned());
+                 const pid_t tid = ::gettid();
+                 int moved = 0;
+                 for (int i = 0; i < 20; ++i) {
+                   this_fiber::sleep_for(1ms);
+                   moved += ::gettid() != tid;
+                 }
+                 EXPECT_EQ(moved, 0);
+                 EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+                 EXPECT_FALSE(pinned());
+                 ASSERT_EQ(pthread_mutex_trylock(&mu), 0);
+                 EXPECT_TRUE(pinned());
+                 std::thread([&] { EXPECT_EQ(pthread_mutex_trylock(&mu), EBUSY); }).join();
+                 EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+                 EXPECT_FALSE(pinned());
+               })
+        .join();
+    EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
+  }
+  done = true;
+  peer.join();
+  for (const WorkerSnapshot& worker : sched.snapshot().workers) EXPECT_EQ(worker.pinned_fibers, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Callers, LockSemantics, ::testing::Values(Caller::fiber, Caller::thread), caller_name);
 
 // PREFER_WRITER_NONRECURSIVE: a reader waits behind a waiting writer.

@@ -15,13 +15,6 @@ namespace {
 // local slot as an integer (no allocation but the slot table's own).
 const std::size_t held_slot = allocate_fiber_local_slot();
 
-// The running fiber, unless there is none to pin: a plain thread, or a
-// forked child (a fiber there has no worker left).
-FiberControl* pinnable_fiber() noexcept {
-  FiberControl* fiber = current_fiber();
-  return fiber == nullptr || in_forked_child() ? nullptr : fiber;
-}
-
 // The slot's destructor, run by the fiber as it ends: a fiber that ends
 // holding such a mutex gives its pins back, so that its worker's count of
 // pinned fibers stays true (the mutex stays held, as a thread's would).

@@ -89,6 +89,19 @@ WEFT_TSAN_SWITCHES ParkScope::~ParkScope() {
   unpin_current(fiber);
 }
 
+FiberControl* pinnable_fiber() noexcept {
+  FiberControl* fiber = current_fiber();
+  return fiber == nullptr || in_forked_child() ? nullptr : fiber;
+}
+
+ThreadPin::ThreadPin() noexcept : fiber_(pinnable_fiber()) {
+  if (fiber_ != nullptr) pin_current(*fiber_);
+}
+
+ThreadPin::~ThreadPin() {
+  if (fiber_ != nullptr) unpin_current(*fiber_);
+}
+
 [[gnu::noinline]] ErrnoHome::ErrnoHome() noexcept
     : fiber_(current_fiber()), home_(&errno), releases_(fiber_->pin_releases) {}
 

@@ -57,6 +57,27 @@ inline bool parking_enabled(const void* caller = __builtin_return_address(0),
          !caller_excluded(caller, frame);
 }
 
+// The running fiber if it can be pinned to its thread: null on a plain
+// thread and in a forked child (a fiber there has no worker left).
+FiberControl* pinnable_fiber() noexcept;
+
+// Keeps the calling fiber on its thread for its scope with the pin of
+// this_fiber::pin(), which sysmon never releases (unlike ParkScope's): for
+// state that must be put back on the thread it was set on, such as
+// system()'s signal mask. Nothing on a plain thread. A pinned fiber's
+// contended std::mutex blocks its thread (docs/locks.md): take none in the
+// scope that a fiber of the same worker may hold.
+class [[nodiscard]] ThreadPin {
+ public:
+  ThreadPin() noexcept;
+  ~ThreadPin();
+  ThreadPin(const ThreadPin&) = delete;
+  ThreadPin& operator=(const ThreadPin&) = delete;
+
+ private:
+  FiberControl* fiber_;
+};
+
 // Held by a hook around every park (wait_for_fd, sleep_parked, the
 // resolver's offload). Two jobs:
 //

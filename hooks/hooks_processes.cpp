@@ -177,24 +177,31 @@ int systems_running = 0;
 struct sigaction saved_intr;
 struct sigaction saved_quit;
 
-int run_shell(const char* command) {
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  {
-    const std::lock_guard guard(system_lock);
-    if (systems_running++ == 0) {
-      sigaction(SIGINT, &ignore, &saved_intr);
-      sigaction(SIGQUIT, &ignore, &saved_quit);
-    }
+// The calling thread's system() calls in progress, and its signal mask
+// from before the first of them. glibc blocks SIGCHLD in the caller and
+// puts the caller's mask back after, which assumes one caller per thread;
+// fibers that share a thread end their calls in any order, and the last to
+// restore would leave the mask of another's call. So SIGCHLD stays blocked
+// on the thread while any of its calls runs, and the last puts back the
+// mask from before the first; each child gets that mask.
+thread_local int systems_on_thread = 0;
+thread_local sigset_t mask_before_systems;
+
+// The shell's run, between system()'s setting of SIGINT and SIGQUIT and
+// their restoring: `sh -c command`, waited for; its status, and
+// posix_spawn's error in `spawn_error`.
+int run_with_child_signal_blocked(const char* command, int& spawn_error) {
+  // The fiber stays on this thread until the mask is put back: pinned (a
+  // pin sysmon never releases), and out of system_lock meanwhile, whose
+  // waiters a pinned fiber would block the thread for.
+  const ThreadPin pin;
+  if (systems_on_thread++ == 0) {
+    sigset_t child_signal;
+    sigemptyset(&child_signal);
+    sigaddset(&child_signal, SIGCHLD);
+    pthread_sigmask(SIG_BLOCK, &child_signal, &mask_before_systems);
   }
-  // SIGCHLD blocked in the caller, with the fiber pinned to this thread
-  // until the mask is put back (ParkScope).
-  sigset_t child_signal;
-  sigemptyset(&child_signal);
-  sigaddset(&child_signal, SIGCHLD);
-  sigset_t old_mask;
-  pthread_sigmask(SIG_BLOCK, &child_signal, &old_mask);
+  const sigset_t& old_mask = mask_before_systems;
 
   sigset_t reset;
   sigemptyset(&reset);
@@ -209,7 +216,7 @@ int run_shell(const char* command) {
   char dash_c[] = "-c";
   char* argv[] = {sh, dash_c, const_cast<char*>(command), nullptr};
   pid_t pid = -1;
-  const int spawn_error = posix_spawn(&pid, "/bin/sh", nullptr, &attributes, argv, environ);
+  spawn_error = posix_spawn(&pid, "/bin/sh", nullptr, &attributes, argv, environ);
   posix_spawnattr_destroy(&attributes);
 
   int status = 0;
@@ -222,7 +229,23 @@ int run_shell(const char* command) {
   } else {
     status = W_EXITCODE(127, 0);  // POSIX: as if the shell had run _exit(127)
   }
+  if (--systems_on_thread == 0) pthread_sigmask(SIG_SETMASK, &mask_before_systems, nullptr);
+  return status;
+}
 
+int run_shell(const char* command) {
+  {
+    const std::lock_guard guard(system_lock);
+    if (systems_running++ == 0) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(SIGINT, &ignore, &saved_intr);
+      sigaction(SIGQUIT, &ignore, &saved_quit);
+    }
+  }
+  int spawn_error = 0;
+  const int status = run_with_child_signal_blocked(command, spawn_error);
   {
     const std::lock_guard guard(system_lock);
     if (--systems_running == 0) {
@@ -230,7 +253,6 @@ int run_shell(const char* command) {
       sigaction(SIGQUIT, &saved_quit, nullptr);
     }
   }
-  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (spawn_error != 0) set_errno(spawn_error);
   return status;
 }

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "hooks/real_calls.h"
 #include "test_support.h"
@@ -275,6 +276,33 @@ bool has_bits(const std::string& text, const char* field, unsigned long bits) {
   if (at == std::string::npos) return false;
   const unsigned long mask = std::stoul(text.substr(at + std::strlen(field)), nullptr, 16);
   return (mask & bits) == bits;
+}
+
+// Whether the thread `tid` of this process blocks `signal`
+// (/proc/self/task/<tid>/status, SigBlk).
+bool thread_blocks(int tid, int signal) {
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.starts_with("SigBlk:")) return (std::stoull(line.substr(7), nullptr, 16) >> (signal - 1) & 1) != 0;
+  ADD_FAILURE() << "no SigBlk for thread " << tid;
+  return false;
+}
+
+// system() blocks SIGCHLD in the calling thread while the command runs and
+// puts the mask back on that thread, also when its fiber waited for another
+// system() call (its lock) meanwhile: the fiber stays on the thread. Before,
+// a fiber that resumed on another worker put the mask back there, and left
+// SIGCHLD blocked for good on the first.
+TEST(System, PutsTheMaskBackOnTheThreadItBlockedItOn) {
+  Scheduler sched{test::config_with(2)};
+  for (int round = 0; round < 40; ++round) {
+    std::vector<Fiber> callers;
+    for (int i = 0; i < 4; ++i) callers.push_back(sched.spawn([] { EXPECT_EQ(std::system("exit 0"), 0); }));
+    for (Fiber& caller : callers) caller.join();
+  }
+  for (const WorkerSnapshot& worker : sched.snapshot().workers)
+    EXPECT_FALSE(thread_blocks(worker.os_thread_id, SIGCHLD)) << "worker " << worker.index;
 }
 
 TEST(System, KeepsItsSignalSemanticsAndStatus) {

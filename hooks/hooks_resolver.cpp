@@ -3,8 +3,9 @@
 // the fiber parks. They cannot park themselves: glibc's resolver calls its
 // own poll/sendto/recvfrom inside libc, where no hook can reach.
 //
-// errno and h_errno are per thread: what the call left on the helper
-// thread is copied to the fiber's thread when it resumes.
+// errno and h_errno are per thread: the caller's are copied to the helper
+// thread before the call, and what the call left there back to the
+// fiber's thread when it resumes.
 //
 // Calls that need no lookup run inline: a getaddrinfo whose host is an
 // address literal and whose service is a port number (or absent), which
@@ -28,22 +29,28 @@
 namespace weft::detail {
 namespace {
 
-// Runs `fn` on the blocking pool and carries errno and h_errno back.
+// Runs `fn` on the blocking pool and carries errno and h_errno there and
+// back: the helper starts from the caller's, so that one the call leaves
+// alone (getaddrinfo's argument errors, a gethostbyname_r that sets only
+// its own h_errno) comes back as the caller's, not as what the helper's
+// earlier lookup left.
 template <class Fn>
 auto offloaded(Fn&& fn) {
   using Result = std::invoke_result_t<Fn&>;
   struct Call {
     Fn* fn;
-    Result result{};
-    int error = 0;
-    int host_error = 0;
+    Result result;
+    int error;
+    int host_error;
     static void run(void* self) noexcept {
       auto* call = static_cast<Call*>(self);
+      errno = call->error;
+      h_errno = call->host_error;
       call->result = (*call->fn)();
       call->error = errno;
       call->host_error = h_errno;
     }
-  } call{&fn};
+  } call{&fn, Result{}, errno, h_errno};
   {
     const ParkScope park;
     run_blocking(&Call::run, &call);

@@ -9,6 +9,7 @@
 #include <weft/weft.h>
 
 #include <atomic>
+#include <cerrno>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,6 +123,68 @@ TEST(ResolverChild, FibersGetWhatAPlainThreadGets) {
   EXPECT_EQ(on_thread[1], "127.1.1.44");
   EXPECT_EQ(on_thread[2], "error " + std::to_string(EAI_NONAME));
   EXPECT_EQ(on_thread[4], "127.1.0.9");
+  test::DnsSandbox::stop();
+}
+
+TEST(Resolver, ErrnoAndHErrnoAreWhatAPlainThreadLeaves) {
+  expect_child_passed("errno", "ResolverChild.ErrnoAndHErrnoAreWhatAPlainThreadLeaves");
+}
+
+// errno and h_errno after each call, set to values no call sets before it:
+// a call that leaves one alone leaves the caller's, on a fiber too, not
+// what a helper thread's earlier lookup left on it.
+TEST(ResolverChild, ErrnoAndHErrnoAreWhatAPlainThreadLeaves) {
+  if (!test::child_mode("errno"))
+    GTEST_SKIP() << "runs in the child of Resolver.ErrnoAndHErrnoAreWhatAPlainThreadLeaves";
+  const std::string why = test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 0);
+  if (!why.empty()) GTEST_SKIP() << "no private nameserver: " << why;
+  constexpr int kUnsetHErrno = 12345;
+  auto ask_all = [] {
+    std::vector<std::string> answers;
+    auto note = [&](const std::string& what, long result) {
+      answers.push_back(what + ": " + std::to_string(result) + " errno " + std::to_string(errno) + " h_errno " +
+                        std::to_string(h_errno));
+      errno = EDOM;
+      h_errno = kUnsetHErrno;
+    };
+    errno = EDOM;
+    h_errno = kUnsetHErrno;
+    note("gethostbyname missing", ::gethostbyname("missing.weft.test") != nullptr);
+    note("gethostbyname found", ::gethostbyname("h9.weft.test") != nullptr);
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    addrinfo* result = nullptr;
+    const int found = ::getaddrinfo("h5.weft.test", "80", &hints, &result);
+    if (found == 0) ::freeaddrinfo(result);
+    note("getaddrinfo found", found);
+    note("getaddrinfo missing", ::getaddrinfo("missing.weft.test", nullptr, &hints, &result));
+    hints.ai_family = 12345;
+    note("getaddrinfo bad family", ::getaddrinfo("h5.weft.test", nullptr, &hints, &result));
+    hostent storage{};
+    hostent* host = nullptr;
+    char buf[1024];
+    int error = -1;
+    const int whole = ::gethostbyname_r("h7.weft.test", &storage, buf, sizeof buf, &host, &error);
+    note("gethostbyname_r found " + std::to_string(error), whole);
+    error = -1;
+    const int small = ::gethostbyname_r("h7.weft.test", &storage, buf, 8, &host, &error);
+    note("gethostbyname_r small buffer " + std::to_string(error) + (host != nullptr ? " found" : " none"), small);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.1.0.9", &address.sin_addr);
+    char name[NI_MAXHOST];
+    note("getnameinfo NI_NAMEREQD", ::getnameinfo(reinterpret_cast<sockaddr*>(&address), sizeof address, name,
+                                                  sizeof name, nullptr, 0, NI_NAMEREQD));
+    return answers;
+  };
+  std::vector<std::string> on_thread;
+  std::thread([&] { on_thread = ask_all(); }).join();
+  std::vector<std::string> on_fiber;
+  {
+    Scheduler sched{test::config_with(2)};
+    sched.spawn([&] { on_fiber = ask_all(); }).join();
+  }
+  EXPECT_EQ(on_fiber, on_thread);
   test::DnsSandbox::stop();
 }
 

@@ -29,11 +29,22 @@
 namespace weft::detail {
 namespace {
 
+// h_errno's address on the running thread, asked afresh: like
+// __errno_location, __h_errno_location is declared const, and compiled
+// code keeps its result across a park (ParkScope, point 1).
+[[gnu::noinline]] int* h_errno_here() noexcept {
+  asm volatile("" ::: "memory");
+  return &h_errno;
+}
+
 // Runs `fn` on the blocking pool and carries errno and h_errno there and
 // back: the helper starts from the caller's, so that one the call leaves
 // alone (getaddrinfo's argument errors, a gethostbyname_r that sets only
 // its own h_errno) comes back as the caller's, not as what the helper's
-// earlier lookup left.
+// earlier lookup left. What the call left goes to the thread the fiber
+// resumes on and, if sysmon released its pin (ParkScope, point 1), to the
+// thread the call was made on too, whose addresses the caller may hold:
+// ErrnoHome for errno, home_h_errno for h_errno.
 template <class Fn>
 auto offloaded(Fn&& fn) {
   using Result = std::invoke_result_t<Fn&>;
@@ -50,13 +61,17 @@ auto offloaded(Fn&& fn) {
       call->error = errno;
       call->host_error = h_errno;
     }
-  } call{&fn, Result{}, errno, h_errno};
+  };
+  const ErrnoHome home;
+  int* const home_h_errno = h_errno_here();
+  Call call{&fn, Result{}, errno_value(), *home_h_errno};
   {
     const ParkScope park;
     run_blocking(&Call::run, &call);
   }
   set_errno(call.error);
-  h_errno = call.host_error;
+  *h_errno_here() = call.host_error;
+  *home_h_errno = call.host_error;
   return call.result;
 }
 

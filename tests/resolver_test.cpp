@@ -5,11 +5,15 @@
 // thread; and they run at once, not a fixed few at a time (the blocking
 // pool grows: io/blocking_pool.h).
 #include <arpa/inet.h>
+#include <linux/futex.h>
 #include <netdb.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <weft/weft.h>
 
 #include <atomic>
 #include <cerrno>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -186,6 +190,76 @@ TEST(ResolverChild, ErrnoAndHErrnoAreWhatAPlainThreadLeaves) {
   }
   EXPECT_EQ(on_fiber, on_thread);
   test::DnsSandbox::stop();
+}
+
+TEST(Resolver, ErrnoAndHErrnoGoHomeWhenAFiberResumesElsewhere) {
+  expect_child_passed("home", "ResolverChild.ErrnoAndHErrnoGoHomeWhenAFiberResumesElsewhere");
+}
+
+// What a lookup leaves in errno and h_errno, read through the addresses the
+// caller took before it (compiled code keeps them: __errno_location and
+// __h_errno_location are declared const), and whether the call returned on
+// another thread than it was made on.
+struct HomeRead {
+  std::string values;
+  bool moved = false;
+};
+
+HomeRead lookup_read_from_home() {
+  int* const home_errno = &errno;
+  int* const home_h_errno = &h_errno;
+  *home_errno = EDOM;
+  *home_h_errno = 12345;
+  const pid_t before = ::gettid();
+  hostent* host = ::gethostbyname("missing.weft.test");
+  HomeRead read;
+  read.moved = ::gettid() != before;
+  read.values = std::string(host != nullptr ? "found" : "none") + " errno " + std::to_string(*home_errno) +
+                " h_errno " + std::to_string(*home_h_errno);
+  return read;
+}
+
+// A fiber parked in a lookup while another fiber blocks the only worker's
+// thread in futex(2), by a raw system call no hook sees: sysmon releases
+// the lookup's pin once it is answered, and the fiber resumes on another
+// thread (hooks/hook_support.h, ParkScope: as when the thread waits for a
+// std::mutex the fiber holds). The errno and h_errno the lookup left must
+// reach the thread the call was made on, where the caller reads them, as
+// every other hook's errno does (ErrnoHome).
+TEST(ResolverChild, ErrnoAndHErrnoGoHomeWhenAFiberResumesElsewhere) {
+  if (!test::child_mode("home"))
+    GTEST_SKIP() << "runs in the child of Resolver.ErrnoAndHErrnoGoHomeWhenAFiberResumesElsewhere";
+  // Long enough for the blocker to block the worker before the answer.
+  const std::string why = test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 1500);
+  if (!why.empty()) GTEST_SKIP() << "no private nameserver: " << why;
+  HomeRead on_thread;
+  std::thread([&] { on_thread = lookup_read_from_home(); }).join();
+  HomeRead on_fiber;
+  {
+    Scheduler sched{test::config_with(1)};
+    std::atomic<bool> parked{false};
+    std::atomic<bool> done{false};
+    Fiber holder = sched.spawn([&] {
+      parked = true;
+      on_fiber = lookup_read_from_home();
+      done = true;
+    });
+    ASSERT_TRUE(test::wait_until([&] { return parked.load(); }));
+    std::atomic<int> word{0};
+    Fiber blocker = sched.spawn([&] {
+      const timespec limit{20, 0};
+      while (word.load() == 0 && !done.load()) ::syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &limit, nullptr, 0);
+    });
+    EXPECT_TRUE(test::wait_until([&] { return done.load(); }, std::chrono::seconds(30)));
+    word = 1;
+    ::syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    holder.join();
+    blocker.join();
+  }
+  test::DnsSandbox::stop();
+  EXPECT_FALSE(on_thread.moved);
+  if (!on_fiber.moved) GTEST_SKIP() << "the lookup was answered before the blocker blocked the worker";
+  EXPECT_EQ(on_fiber.values, on_thread.values);
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 // lock the interrupted code may hold).
 //
 // What the kernel holds is the user's action with the handler replaced by
-// a trampoline of the same form: trampoline_plain for a handler of one
-// argument, trampoline_siginfo for SA_SIGINFO's three. The mask and every
+// a trampoline of the same form: trampoline_plain for a handler without
+// SA_SIGINFO, trampoline_siginfo for one with it. The mask and every
 // flag (SA_RESTART, SA_RESETHAND, SA_NODEFER, SA_ONSTACK...) are the
 // user's, so the kernel delivers exactly as it would have, on the same
 // stack; each trampoline calls the handler recorded for its form and
@@ -84,9 +84,34 @@ class HandlerScope {
   _pthread_cleanup_buffer unwound_;
 };
 
-void trampoline_plain(int signo) {
+// A handler of SA_SIGINFO's form as struct sigaction's sa_handler reads
+// it (the two share a union), and back.
+PlainHandler as_plain(SiginfoHandler handler) noexcept {
+  struct sigaction action {};
+  action.sa_sigaction = handler;
+  return action.sa_handler;
+}
+SiginfoHandler as_siginfo(PlainHandler handler) noexcept {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  return action.sa_sigaction;
+}
+
+// Installed without SA_SIGINFO, and still of three parameters: the kernel
+// passes every handler the siginfo and ucontext addresses after the
+// signal number (x86-64 whatever the flags; elsewhere the registers hold
+// what they held), and handlers declared with three parameters (BSD's
+// form) read the interrupted context there. So the user's handler is
+// called with all three, as the kernel would have called it (the call
+// through another function type is the kernel's own: Clang's
+// -fsanitize=function is told so).
+#if defined(__clang__)
+[[clang::no_sanitize("function")]]
+#endif
+void trampoline_plain(int signo, siginfo_t* info, void* context) {
   const HandlerScope scope;
-  if (PlainHandler handler = plain_handlers[signo].load(std::memory_order_acquire)) handler(signo);
+  if (PlainHandler handler = plain_handlers[signo].load(std::memory_order_acquire))
+    as_siginfo(handler)(signo, info, context);
 }
 
 void trampoline_siginfo(int signo, siginfo_t* info, void* context) {
@@ -94,16 +119,11 @@ void trampoline_siginfo(int signo, siginfo_t* info, void* context) {
   if (SiginfoHandler handler = siginfo_handlers[signo].load(std::memory_order_acquire)) handler(signo, info, context);
 }
 
-// A handler of SA_SIGINFO's form as struct sigaction's sa_handler reads
-// it (the two share a union).
-PlainHandler as_plain(SiginfoHandler handler) noexcept {
-  struct sigaction action {};
-  action.sa_sigaction = handler;
-  return action.sa_handler;
-}
+// trampoline_plain as the kernel's action holds it.
+PlainHandler plain_trampoline() noexcept { return as_plain(&trampoline_plain); }
 
 bool is_trampoline(PlainHandler handler) noexcept {
-  return handler == &trampoline_plain || handler == as_plain(&trampoline_siginfo);
+  return handler == plain_trampoline() || handler == as_plain(&trampoline_siginfo);
 }
 
 // A handler weft wraps: a function, not SIG_DFL, SIG_IGN, SIG_HOLD or
@@ -124,7 +144,7 @@ struct Recorded {
     siginfo = siginfo_handlers[signo].load(std::memory_order_relaxed);
   }
   PlainHandler user_of(PlainHandler handler) const noexcept {
-    if (handler == &trampoline_plain) return plain;
+    if (handler == plain_trampoline()) return plain;
     if (handler == as_plain(&trampoline_siginfo)) return as_plain(siginfo);
     return handler;
   }
@@ -187,7 +207,7 @@ int install(int signo, const struct sigaction* action, struct sigaction* old) no
       wrapped.sa_sigaction = &trampoline_siginfo;
     } else {
       plain_handlers[signo].store(action->sa_handler, std::memory_order_release);
-      wrapped.sa_handler = &trampoline_plain;
+      wrapped.sa_handler = plain_trampoline();
     }
     installed = &wrapped;
   }
@@ -208,7 +228,7 @@ int install(int signo, const struct sigaction* action, struct sigaction* old) no
 PlainHandler record_plain(int signo, PlainHandler handler) noexcept {
   if (!wraps(signo, handler)) return handler;
   plain_handlers[signo].store(handler, std::memory_order_release);
-  return &trampoline_plain;
+  return plain_trampoline();
 }
 
 // A legacy call (signal, sigset...) made with the trampoline in place of
@@ -238,7 +258,7 @@ void wrap_installed_signal_handlers() noexcept {
       action.sa_sigaction = &trampoline_siginfo;
     } else {
       plain_handlers[signo].store(action.sa_handler, std::memory_order_release);
-      action.sa_handler = &trampoline_plain;
+      action.sa_handler = plain_trampoline();
     }
     real::sigaction()(signo, &action, nullptr);
   }

@@ -467,6 +467,43 @@ TEST(HooksSignal, TheKernelHoldsATrampolineAndAResetIsReported) {
   sigaction(SIGUSR1, &old, nullptr);
 }
 
+// Whether the handler found its third argument near its own frame: the
+// kernel's signal frame, just above it.
+std::atomic<bool> context_near{false};
+void read_context(int, siginfo_t*, void* context) {
+  const auto frame = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+  const auto at = reinterpret_cast<std::uintptr_t>(context);
+  context_near = at > frame && at - frame < 64 * 1024;
+}
+
+// Whether a handler of three parameters installed without SA_SIGINFO by
+// `set_action` finds the interrupted context in its third argument.
+bool plain_handler_finds_its_context(SigactionFn* set_action) {
+  struct sigaction action {};
+  action.sa_sigaction = &read_context;  // the union's other member: no SA_SIGINFO below
+  action.sa_flags = 0;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old {};
+  EXPECT_EQ(set_action(SIGUSR2, &action, &old), 0);
+  context_near = false;
+  raise(SIGUSR2);
+  set_action(SIGUSR2, &old, nullptr);
+  return context_near.load();
+}
+
+// On x86-64 the kernel passes every handler the siginfo and ucontext
+// addresses after the signal number, SA_SIGINFO or not, and BSD-style
+// handlers declared with three parameters read the interrupted context
+// there. A plain handler run by weft's trampoline gets them too.
+TEST(HooksSignal, APlainHandlerGetsWhatTheKernelPassed) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the kernel passes a plain handler's context only on x86-64";
+#endif
+  EXPECT_EQ(plain_handler_finds_its_context(&sigaction),
+            plain_handler_finds_its_context(libc<SigactionFn>("sigaction")));
+  EXPECT_TRUE(plain_handler_finds_its_context(&sigaction));
+}
+
 std::atomic<int> counted{-1};
 void note_counted(int) { counted = detail::in_signal_handler() ? 1 : 0; }
 

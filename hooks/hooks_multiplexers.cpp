@@ -26,6 +26,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -300,13 +301,34 @@ int epoll_hooked(int epfd, Clock::time_point deadline, Probe&& probe) {
   return poll_parked(&self, 1, deadline, /*probed=*/false, probe, cannot_fill);
 }
 
-void remaining_into(timeval* timeout, Clock::time_point deadline) {
-  // Linux's select leaves the time not slept in *timeout.
-  if (timeout == nullptr) return;
-  const auto left = std::max(Clock::duration::zero(), deadline - Clock::now());
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(left).count();
-  timeout->tv_sec = us / 1'000'000;
-  timeout->tv_usec = us % 1'000'000;
+// select's timeval as glibc reads it (sysdeps/unix/sysv/linux/select.c):
+// tv_usec as an int32_t, its whole seconds carried into tv_sec, saturating.
+// False for a negative part, which glibc refuses (EINVAL).
+bool select_timeout(const timeval& timeout, timespec& asked) noexcept {
+  const std::int64_t sec = timeout.tv_sec;
+  const auto usec = static_cast<std::int32_t>(timeout.tv_usec);
+  if (sec < 0 || usec < 0) return false;
+  if (usec / 1'000'000 > INT64_MAX - sec)
+    asked = {INT64_MAX, 999'999'999};
+  else
+    asked = {sec + usec / 1'000'000, (usec % 1'000'000) * 1'000L};
+  return true;
+}
+
+// Linux's select leaves the time not slept in *timeout: what was asked
+// less what went, never below zero; also for a timeout too long to be a
+// deadline (a program's "forever").
+void remaining_into(timeval& timeout, const timespec& asked, Clock::duration slept) {
+  const std::int64_t went = std::chrono::duration_cast<std::chrono::nanoseconds>(slept).count();
+  std::int64_t sec = asked.tv_sec - went / 1'000'000'000;
+  std::int64_t nsec = asked.tv_nsec - went % 1'000'000'000;
+  if (nsec < 0) {
+    nsec += 1'000'000'000;
+    --sec;
+  }
+  if (sec < 0) sec = nsec = 0;
+  timeout.tv_sec = sec;
+  timeout.tv_usec = nsec / 1'000;
 }
 
 bool valid(const timespec* ts) {
@@ -351,17 +373,14 @@ int __ppoll_chk(pollfd* fds, nfds_t count, const timespec* timeout, const sigset
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
   if (!parking_enabled()) return real::select()(nfds, r, w, e, timeout);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_usec == 0) || nfds < 0 ||
-      (timeout != nullptr && (timeout->tv_sec < 0 || timeout->tv_usec < 0)))
+  timespec asked{};
+  if (nfds < 0 ||
+      (timeout != nullptr && (!select_timeout(*timeout, asked) || (asked.tv_sec == 0 && asked.tv_nsec == 0))))
     return real::select()(nfds, r, w, e, timeout);
-  const Clock::time_point deadline =
-      timeout == nullptr
-          ? no_deadline
-          : (timeout->tv_sec > 1'000'000'000
-                 ? no_deadline
-                 : deadline_after(std::chrono::seconds(timeout->tv_sec) + std::chrono::microseconds(timeout->tv_usec)));
-  const int result = select_hooked(nfds, r, w, e, deadline, nullptr, false);
-  remaining_into(timeout, deadline);
+  const Clock::time_point start = Clock::now();
+  const int result =
+      select_hooked(nfds, r, w, e, deadline_after_timespec(timeout != nullptr ? &asked : nullptr), nullptr, false);
+  if (timeout != nullptr) remaining_into(*timeout, asked, Clock::now() - start);
   return result;
 }
 

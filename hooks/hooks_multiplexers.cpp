@@ -292,13 +292,23 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
 }
 
 // epoll_wait, epoll_pwait and epoll_pwait2: `probe()` is the zero-timeout
-// call of the same function.
+// call of the same function. With a zero timeout the kernel reports no
+// signal (ep_poll returns 0 before it looks), where a waiting call with a
+// `mask` ends with EINTR on a pending signal the mask unblocks, after its
+// handler ran: a probe that finds no events asks ppoll, with the mask, for
+// that.
 template <class Probe>
-int epoll_hooked(int epfd, Clock::time_point deadline, Probe&& probe) {
+int epoll_hooked(int epfd, Clock::time_point deadline, const sigset_t* mask, Probe&& probe) {
   // The first probe returns events, or an error (EBADF, EINVAL) as the
   // kernel gives it.
   const pollfd self{epfd, POLLIN, 0};
-  return poll_parked(&self, 1, deadline, /*probed=*/false, probe, cannot_fill);
+  auto probe_and_signals = [&] {
+    const int ready = probe();
+    if (ready != 0 || mask == nullptr) return ready;
+    static const timespec zero{0, 0};
+    return real::ppoll()(nullptr, 0, &zero, mask);  // -1 EINTR on such a signal, else 0
+  };
+  return poll_parked(&self, 1, deadline, /*probed=*/false, probe_and_signals, cannot_fill);
 }
 
 // select's timeval as glibc reads it (sysdeps/unix/sysv/linux/select.c):
@@ -396,14 +406,15 @@ int epoll_wait(int epfd, epoll_event* events, int max, int timeout_ms) {
   if (!parking_enabled()) return real::epoll_wait()(epfd, events, max, timeout_ms);
   const CheckpointOnReturn at_return;
   if (timeout_ms == 0) return real::epoll_wait()(epfd, events, max, timeout_ms);
-  return epoll_hooked(epfd, deadline_after_ms(timeout_ms), [&] { return real::epoll_wait()(epfd, events, max, 0); });
+  return epoll_hooked(epfd, deadline_after_ms(timeout_ms), nullptr,
+                      [&] { return real::epoll_wait()(epfd, events, max, 0); });
 }
 
 int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask) {
   if (!parking_enabled()) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
   const CheckpointOnReturn at_return;
   if (timeout_ms == 0) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
-  return epoll_hooked(epfd, deadline_after_ms(timeout_ms),
+  return epoll_hooked(epfd, deadline_after_ms(timeout_ms), mask,
                       [&] { return real::epoll_pwait()(epfd, events, max, 0, mask); });
 }
 
@@ -414,7 +425,7 @@ int epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout
   const CheckpointOnReturn at_return;
   if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout))
     return real::epoll_pwait2()(epfd, events, max, timeout, mask);
-  return epoll_hooked(epfd, deadline_after_timespec(timeout), [&] {
+  return epoll_hooked(epfd, deadline_after_timespec(timeout), mask, [&] {
     static const timespec zero{0, 0};
     return real::epoll_pwait2()(epfd, events, max, &zero, mask);
   });

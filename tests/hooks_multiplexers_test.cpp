@@ -4,10 +4,12 @@
 // text.
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -57,6 +59,38 @@ struct Pipe {
   Pipe& operator=(const Pipe&) = delete;
 };
 
+std::atomic<int> handled{0};
+void count_signal(int) { handled.fetch_add(1); }
+
+// SIGUSR1 caught by count_signal (no SA_RESTART), blocked on the calling
+// thread and pending on it, as long as this lives; then unblocked (the
+// handler takes it if the call under test did not) and the old action back.
+class PendingSignal {
+ public:
+  PendingSignal() {
+    struct sigaction action {};
+    action.sa_handler = count_signal;
+    sigemptyset(&action.sa_mask);
+    EXPECT_EQ(sigaction(SIGUSR1, &action, &old_action_), 0);
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGUSR1);
+    EXPECT_EQ(pthread_sigmask(SIG_BLOCK, &blocked, &old_mask_), 0);
+    handled = 0;
+    EXPECT_EQ(raise(SIGUSR1), 0);  // to this thread
+  }
+  ~PendingSignal() {
+    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+    sigaction(SIGUSR1, &old_action_, nullptr);
+  }
+  PendingSignal(const PendingSignal&) = delete;
+  PendingSignal& operator=(const PendingSignal&) = delete;
+
+ private:
+  struct sigaction old_action_ {};
+  sigset_t old_mask_{};
+};
+
 // Linux's select leaves the time not slept in *timeout, also for a timeout
 // too long to be a deadline (a program's "forever"): 2e9 s less what went.
 TEST(HooksMultiplexers, SelectLeavesTheTimeNotSleptOfAHugeTimeout) {
@@ -87,6 +121,31 @@ TEST(HooksMultiplexers, SelectReadsItsTimeoutAsGlibcDoes) {
       const int ready = select(pipe.reader + 1, &r, nullptr, nullptr, &tv);
       out += std::to_string(usec) + " us: " + outcome(ready) + " left " + std::to_string(tv.tv_sec) + " s\n";
     }
+    return out;
+  });
+}
+
+// A signal pending at the call, that the call's mask unblocks, ends the
+// wait at once with EINTR, its handler run, when nothing is ready.
+TEST(HooksMultiplexers, EpollPwaitEndsOnASignalItsMaskUnblocks) {
+  expect_same_on_thread_and_fiber([] {
+    const int epfd = epoll_create1(EPOLL_CLOEXEC);
+    sigset_t none;
+    sigemptyset(&none);
+    epoll_event events[1];
+    std::string out;
+    {
+      const PendingSignal pending;
+      const int result = epoll_pwait(epfd, events, 1, 200, &none);
+      out = "epoll_pwait " + outcome(result) + " handled " + std::to_string(handled.load());
+    }
+    {
+      const PendingSignal pending;
+      const timespec timeout{0, 200'000'000};
+      const int result = epoll_pwait2(epfd, events, 1, &timeout, &none);
+      out += ", epoll_pwait2 " + outcome(result) + " handled " + std::to_string(handled.load());
+    }
+    ::close(epfd);
     return out;
   });
 }

@@ -215,7 +215,9 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
     return with_mask ? real::ppoll()(fds, count, &zero, mask) : real::poll()(fds, count, 0);
   };
   auto fill = [&](std::uint32_t harvested) { return fill_from_harvest(fds, count, harvested); };
-  return poll_parked(fds, count, deadline, /*probed=*/count == 0, probe, fill);  // no fds: a sleep, nothing to probe
+  // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
+  // pending signal it unblocks ends it at once: sigsuspend with a timeout).
+  return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, probe, fill);
 }
 
 // select's fd sets hold nfds bits in as many longs as that takes: a

@@ -150,5 +150,20 @@ TEST(HooksMultiplexers, EpollPwaitEndsOnASignalItsMaskUnblocks) {
   });
 }
 
+// ppoll with no fds and a mask is sigsuspend with a timeout: a signal
+// pending at the call ends it at once (well before its 10 s).
+TEST(HooksMultiplexers, PpollWithNoFdsEndsOnASignalItsMaskUnblocks) {
+  expect_same_on_thread_and_fiber([] {
+    sigset_t none;
+    sigemptyset(&none);
+    const PendingSignal pending;
+    const timespec timeout{10, 0};
+    const auto start = Clock::now();
+    const int result = ppoll(nullptr, 0, &timeout, &none);
+    const bool at_once = Clock::now() - start < 5s;
+    return outcome(result) + " handled " + std::to_string(handled.load()) + (at_once ? " at once" : " at the timeout");
+  });
+}
+
 }  // namespace
 }  // namespace weft

@@ -6,9 +6,12 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -16,6 +19,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "hooks_test_support.h"
 
@@ -52,8 +56,8 @@ struct Pipe {
     writer = fds[1];
   }
   ~Pipe() {
-    ::close(reader);
-    ::close(writer);
+    if (reader >= 0) ::close(reader);
+    if (writer >= 0) ::close(writer);
   }
   Pipe(const Pipe&) = delete;
   Pipe& operator=(const Pipe&) = delete;
@@ -162,6 +166,175 @@ TEST(HooksMultiplexers, PpollWithNoFdsEndsOnASignalItsMaskUnblocks) {
     const int result = ppoll(nullptr, 0, &timeout, &none);
     const bool at_once = Clock::now() - start < 5s;
     return outcome(result) + " handled " + std::to_string(handled.load()) + (at_once ? " at once" : " at the timeout");
+  });
+}
+
+// poll's corners: a closed fd (POLLNVAL, counted), a negative fd (skipped,
+// revents 0), events 0 (only hang-ups and errors), more fds than
+// RLIMIT_NOFILE (EINVAL); errno untouched on success.
+TEST(HooksMultiplexers, PollCornersGiveWhatAPlainThreadGets) {
+  expect_same_on_thread_and_fiber([] {
+    std::string out;
+    Pipe hung;
+    ::close(hung.writer);
+    hung.writer = -1;
+    const Pipe quiet;
+    const int closed = ::dup(quiet.reader);
+    ::close(closed);
+    pollfd fds[] = {{closed, POLLIN, 0}, {-5, POLLIN, 0}, {hung.reader, 0, 0}, {quiet.reader, POLLIN, 0}};
+    errno = EDOM;
+    int result = poll(fds, 4, 100);
+    out += std::string("poll ") + outcome(result) + " errno " + strerrorname_np(errno) + " revents";
+    for (const pollfd& fd : fds) out += std::string(" ") + std::to_string(fd.revents);
+    pollfd one{quiet.reader, POLLIN, 0};
+    result = poll(&one, 1, 20);
+    out += std::string("\ntimeout ") + outcome(result) + " revents " + std::to_string(one.revents);
+    rlimit limit{};
+    EXPECT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+    std::vector<pollfd> many(limit.rlim_cur + 1, pollfd{-1, POLLIN, 0});
+    result = poll(many.data(), many.size(), 20);
+    out += std::string("\nmore than RLIMIT_NOFILE ") + outcome(result);
+    return out;
+  });
+}
+
+// select's corners: a closed fd in a set (EBADF, the sets untouched, the
+// time left written back), nfds < 0 (EINVAL), a timeout (the sets
+// cleared, nothing left), an fd ready both ways (counted twice), a bit
+// above every fd the process has had (ignored).
+TEST(HooksMultiplexers, SelectCornersGiveWhatAPlainThreadGets) {
+  expect_same_on_thread_and_fiber([] {
+    std::string out;
+    const Pipe quiet;
+    const int closed = ::dup(quiet.reader);
+    ::close(closed);
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(quiet.reader, &r);
+    FD_SET(closed, &r);
+    timeval tv{5, 500'000};
+    errno = 0;
+    int result = select(std::max(closed, quiet.reader) + 1, &r, nullptr, nullptr, &tv);
+    out += std::string("closed fd ") + outcome(result) + " set " + std::to_string(FD_ISSET(quiet.reader, &r)) +
+           std::to_string(FD_ISSET(closed, &r)) + " left " + std::to_string(tv.tv_sec) + " s";
+    tv = {0, 20'000};
+    result = select(-1, &r, nullptr, nullptr, &tv);
+    out += std::string("\nnfds -1 ") + outcome(result);
+    FD_ZERO(&r);
+    FD_SET(quiet.reader, &r);
+    tv = {0, 20'000};
+    errno = EDOM;
+    result = select(quiet.reader + 1, &r, nullptr, nullptr, &tv);
+    out += std::string("\ntimeout ") + outcome(result) + " errno " + strerrorname_np(errno) + " set " +
+           std::to_string(FD_ISSET(quiet.reader, &r)) + " left " + std::to_string(tv.tv_sec) + " " +
+           std::to_string(tv.tv_usec);
+    int pair[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+    EXPECT_EQ(::write(pair[1], "x", 1), 1);
+    fd_set w;
+    FD_ZERO(&r);
+    FD_ZERO(&w);
+    FD_SET(pair[0], &r);
+    FD_SET(pair[0], &w);
+    FD_SET(quiet.reader, &r);
+    tv = {1, 0};
+    errno = EDOM;
+    result = select(std::max(pair[0], quiet.reader) + 1, &r, &w, nullptr, &tv);
+    out += std::string("\nboth ways ") + outcome(result) + " errno " + strerrorname_np(errno) + " read " +
+           std::to_string(FD_ISSET(pair[0], &r)) + std::to_string(FD_ISSET(quiet.reader, &r)) + " write " +
+           std::to_string(FD_ISSET(pair[0], &w));
+    ::close(pair[0]);
+    ::close(pair[1]);
+    FD_ZERO(&r);
+    FD_SET(quiet.reader, &r);
+    FD_SET(FD_SETSIZE - 1, &r);
+    tv = {0, 20'000};
+    result = select(FD_SETSIZE, &r, nullptr, nullptr, &tv);
+    out += std::string("\nabove every fd ") + outcome(result) + " set " + std::to_string(FD_ISSET(FD_SETSIZE - 1, &r));
+    return out;
+  });
+}
+
+// ppoll's, pselect's and epoll's refusals: an invalid timespec (EINVAL),
+// maxevents <= 0 (EINVAL), an fd not an epoll (EINVAL), a closed fd
+// (EBADF); epoll_pwait2 with a null timeout waits for the fd.
+TEST(HooksMultiplexers, RefusalsGiveWhatAPlainThreadGets) {
+  expect_same_on_thread_and_fiber([] {
+    std::string out;
+    const Pipe pipe;
+    pollfd one{pipe.reader, POLLIN, 0};
+    fd_set r;
+    for (const timespec bad : {timespec{0, 1'000'000'000}, timespec{-1, 0}, timespec{0, -1}}) {
+      out += std::string("ppoll ") + outcome(ppoll(&one, 1, &bad, nullptr));
+      FD_ZERO(&r);
+      FD_SET(pipe.reader, &r);
+      out += std::string(" pselect ") + outcome(pselect(pipe.reader + 1, &r, nullptr, nullptr, &bad, nullptr)) + "\n";
+    }
+    const int epfd = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = pipe.reader;
+    EXPECT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, pipe.reader, &event), 0);
+    epoll_event events[2];
+    const int closed = ::dup(pipe.reader);
+    ::close(closed);
+    out += std::string("maxevents 0 ") + outcome(epoll_wait(epfd, events, 0, 50));
+    volatile int negative = -1;  // not a constant the compiler refuses
+    out += std::string(" maxevents -1 ") + outcome(epoll_pwait(epfd, events, negative, 50, nullptr));
+    out += std::string(" a pipe ") + outcome(epoll_wait(pipe.reader, events, 2, 50));
+    out += std::string(" closed ") + outcome(epoll_wait(closed, events, 2, 50));
+    const timespec bad{0, 1'000'000'000};
+    out += std::string(" bad timespec ") + outcome(epoll_pwait2(epfd, events, 2, &bad, nullptr));
+    out += std::string(" nothing ") + outcome(epoll_wait(epfd, events, 2, 20));
+    std::thread writer([&] {
+      std::this_thread::sleep_for(20ms);
+      EXPECT_EQ(::write(pipe.writer, "x", 1), 1);
+    });
+    errno = EDOM;
+    const int ready = epoll_pwait2(epfd, events, 2, nullptr, nullptr);
+    writer.join();
+    out += std::string(" null timeout ") + outcome(ready) + " errno " + strerrorname_np(errno) + " fd " +
+           std::to_string(events[0].data.fd == pipe.reader);
+    ::close(epfd);
+    return out;
+  });
+}
+
+// errno stays as the caller left it through a wait that parked and ended
+// with an fd ready.
+TEST(HooksMultiplexers, AParkedWaitLeavesErrnoAlone) {
+  expect_same_on_thread_and_fiber([] {
+    std::string out;
+    const Pipe a;
+    const Pipe b;
+    for (int round = 0; round < 3; ++round) {
+      char byte;
+      while (::read(a.reader, &byte, 1) == 1) {
+      }
+      std::thread writer([&] {
+        std::this_thread::sleep_for(20ms);
+        EXPECT_EQ(::write(a.writer, "x", 1), 1);
+      });
+      errno = EDOM;
+      int result;
+      if (round == 0) {
+        pollfd fds[] = {{a.reader, POLLIN, 0}, {b.reader, POLLIN, 0}};
+        result = poll(fds, 2, 10'000);
+      } else if (round == 1) {
+        fd_set r;
+        FD_ZERO(&r);
+        FD_SET(a.reader, &r);
+        FD_SET(b.reader, &r);
+        timeval tv{10, 0};
+        result = select(std::max(a.reader, b.reader) + 1, &r, nullptr, nullptr, &tv);
+      } else {
+        pollfd fd{a.reader, POLLIN, 0};
+        result = poll(&fd, 1, 10'000);
+      }
+      writer.join();
+      out += outcome(result) + " errno " + strerrorname_np(errno) + "\n";
+    }
+    return out;
   });
 }
 

@@ -214,6 +214,10 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
     static const timespec zero{0, 0};
     return with_mask ? real::ppoll()(fds, count, &zero, mask) : real::poll()(fds, count, 0);
   };
+  // A null array of fds: the kernel refuses it (EFAULT) before it reads
+  // anything, where the wait below would read it first. The probe's call
+  // gives the error. (An array that is not null is read as given.)
+  if (fds == nullptr && count != 0) return probe();
   auto fill = [&](std::uint32_t harvested) { return fill_from_harvest(fds, count, harvested); };
   // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
   // pending signal it unblocks ends it at once: sigsuspend with a timeout).

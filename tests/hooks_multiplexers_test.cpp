@@ -198,6 +198,22 @@ TEST(HooksMultiplexers, PollCornersGiveWhatAPlainThreadGets) {
   });
 }
 
+// A null array of fds, which the kernel refuses before it reads an fd
+// (EFAULT), and a null one of none, a sleep. Before, a fiber's poll read
+// the array first and died of SIGSEGV.
+TEST(HooksMultiplexers, PollOfANullArrayGivesWhatAPlainThreadGets) {
+  expect_same_on_thread_and_fiber([] {
+    pollfd* volatile none = nullptr;  // hidden from the compiler, which refuses a null array
+    errno = 0;
+    std::string out = "poll " + outcome(poll(none, 1, 50));
+    const timespec timeout{0, 50'000'000};
+    out += "\nppoll " + outcome(ppoll(none, 2, &timeout, nullptr));
+    errno = EDOM;
+    out += "\nnone " + outcome(poll(none, 0, 10)) + " errno " + strerrorname_np(errno);
+    return out;
+  });
+}
+
 // select's corners: a closed fd in a set (EBADF, the sets untouched, the
 // time left written back), nfds < 0 (EINVAL), a timeout (the sets
 // cleared, nothing left), an fd ready both ways (counted twice), a bit

@@ -125,6 +125,20 @@ int init_mutex(pthread_mutex_t* mutex, Set set) {
   return result;
 }
 
+// A condition variable made by glibc's pthread_cond_init with the
+// attributes `set` gives them.
+template <class Set>
+int init_cond(pthread_cond_t* cond, Set set) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  set(&attr);
+  const int result = pthread_cond_init(cond, &attr);
+  pthread_condattr_destroy(&attr);
+  return result;
+}
+
+void shared_cond(pthread_condattr_t* attr) { pthread_condattr_setpshared(attr, PTHREAD_PROCESS_SHARED); }
+
 int init_mutex_of_type(pthread_mutex_t* mutex, int type) {
   return init_mutex(mutex, [type](pthread_mutexattr_t* attr) { pthread_mutexattr_settype(attr, type); });
 }
@@ -706,12 +720,9 @@ TEST_P(LockSemantics, ACondvarWaitTimesOutOnItsClockWithTheMutexHeld) {
   run([] {
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t realtime = PTHREAD_COND_INITIALIZER;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_t monotonic;
-    pthread_cond_init(&monotonic, &attr);
-    pthread_condattr_destroy(&attr);
+    ASSERT_EQ(init_cond(&monotonic, [](pthread_condattr_t* attr) { pthread_condattr_setclock(attr, CLOCK_MONOTONIC); }),
+              0);
     pthread_mutex_lock(&mu);
     const auto start = std::chrono::steady_clock::now();
     timespec at = realtime_after(20ms);
@@ -786,12 +797,8 @@ TEST_P(LockSemantics, ACondvarWaitOnARecursiveMutexHeldTwiceKeepsItAndStillTimes
 TEST_P(LockSemantics, AProcessSharedCondvarChecksItsTimeBeforeItsMutex) {
   if (kMisuseIsReported) GTEST_SKIP() << "ThreadSanitizer reports the misuse itself";
   run([] {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
     pthread_cond_t shared;
-    pthread_cond_init(&shared, &attr);
-    pthread_condattr_destroy(&attr);
+    ASSERT_EQ(init_cond(&shared, shared_cond), 0);
     pthread_mutex_t checked = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
     timespec bad{0, -1};
     EXPECT_EQ(pthread_cond_timedwait(&shared, &checked, &bad), EINVAL);
@@ -1097,12 +1104,8 @@ TEST(LockPassThrough, RobustPriorityAndSharedMutexesAreGlibcs) {
 // releases that mutex itself, and a signal still finds the waiter.
 TEST(LockPassThrough, ASharedCondvarWithATakenOverMutexStillWakesItsWaiter) {
   Scheduler sched(test::config_with(2));
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
   pthread_cond_t cond;
-  ASSERT_EQ(pthread_cond_init(&cond, &attr), 0);
-  pthread_condattr_destroy(&attr);
+  ASSERT_EQ(init_cond(&cond, shared_cond), 0);
   std::mutex mu;  // taken over
   int rounds_seen = 0;
   bool ready = false;

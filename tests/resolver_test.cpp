@@ -13,9 +13,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dns_sandbox.h"
@@ -57,6 +59,18 @@ int most_waiting() {
   unsigned char bytes[4] = {};
   if (::inet_pton(AF_INET, stats.c_str(), bytes) != 1) return -1;
   return bytes[2] * 256 + bytes[3];
+}
+
+// What `ask` answers on a plain thread, and in a fiber of a 2-worker
+// scheduler.
+std::pair<std::vector<std::string>, std::vector<std::string>> on_thread_and_fiber(
+    const std::function<std::vector<std::string>()>& ask) {
+  std::vector<std::string> on_thread;
+  std::thread([&] { on_thread = ask(); }).join();
+  std::vector<std::string> on_fiber;
+  Scheduler sched{test::config_with(2)};
+  sched.spawn([&] { on_fiber = ask(); }).join();
+  return {on_thread, on_fiber};
 }
 
 void expect_child_passed(const char* mode, const char* test) {
@@ -115,13 +129,7 @@ TEST(ResolverChild, FibersGetWhatAPlainThreadGets) {
     answers.push_back(std::to_string(rc) + " " + (found ? "found" : "none") + " " + std::to_string(error));
     return answers;
   };
-  std::vector<std::string> on_thread;
-  std::thread([&] { on_thread = ask_all(); }).join();
-  std::vector<std::string> on_fiber;
-  {
-    Scheduler sched{test::config_with(2)};
-    sched.spawn([&] { on_fiber = ask_all(); }).join();
-  }
+  const auto [on_thread, on_fiber] = on_thread_and_fiber(ask_all);
   EXPECT_EQ(on_fiber, on_thread);
   EXPECT_EQ(on_thread[0], "127.1.0.5");
   EXPECT_EQ(on_thread[1], "127.1.1.44");
@@ -181,13 +189,7 @@ TEST(ResolverChild, ErrnoAndHErrnoAreWhatAPlainThreadLeaves) {
                                                   sizeof name, nullptr, 0, NI_NAMEREQD));
     return answers;
   };
-  std::vector<std::string> on_thread;
-  std::thread([&] { on_thread = ask_all(); }).join();
-  std::vector<std::string> on_fiber;
-  {
-    Scheduler sched{test::config_with(2)};
-    sched.spawn([&] { on_fiber = ask_all(); }).join();
-  }
+  const auto [on_thread, on_fiber] = on_thread_and_fiber(ask_all);
   EXPECT_EQ(on_fiber, on_thread);
   test::DnsSandbox::stop();
 }

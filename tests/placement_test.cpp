@@ -139,7 +139,22 @@ struct Clients {
   }
 };
 
-TEST(Placement, EchoConnectionsSpreadOverWorkersBesideCpuBurners) {
+// One run of the echo: where the connections' fibers are once it is over,
+// and how many fibers sysmon handed off a worker meanwhile.
+struct Spread {
+  std::map<int, int> per_worker;
+  int seen = 0;
+  std::uint64_t handoffs = 0;
+  std::string failure;
+  std::string text() const {
+    std::string out;
+    for (const auto& [worker, count] : per_worker)
+      out += " worker " + std::to_string(worker) + ": " + std::to_string(count);
+    return out + " (hand-offs: " + std::to_string(handoffs) + ")";
+  }
+};
+
+Spread run_echo() {
   Config config = test::config_with(2);
   config.name = "placement";
   // No spares: they run fibers only while a worker is blocked in the kernel,
@@ -149,10 +164,12 @@ TEST(Placement, EchoConnectionsSpreadOverWorkersBesideCpuBurners) {
   config.max_threads = 2;
   Scheduler sched{config};
   test::LoopbackListener listener(kConnections + 16);
-  ASSERT_GE(listener.fd, 0);
-
+  Spread spread;
+  if (listener.fd < 0) {
+    spread.failure = "no listener";
+    return spread;
+  }
   Clients clients;
-  std::string failure;
   {
     const Burners burners(kBurners);
     // Every connection queued before the server accepts (a load generator
@@ -162,12 +179,18 @@ TEST(Placement, EchoConnectionsSpreadOverWorkersBesideCpuBurners) {
     const timeval timeout{std::chrono::duration_cast<std::chrono::seconds>(kEchoTimeout).count(), 0};
     for (int i = 0; i < kConnections; ++i) {
       const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      ASSERT_GE(fd, 0) << std::strerror(errno);
+      if (fd < 0) {
+        spread.failure = std::string("socket: ") + std::strerror(errno);
+        return spread;
+      }
       clients.fds.push_back(fd);
-      ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout), 0);
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      ASSERT_EQ(::connect(fd, listener.address(), sizeof(sockaddr_in)), 0) << std::strerror(errno);
+      if (::connect(fd, listener.address(), sizeof(sockaddr_in)) != 0) {
+        spread.failure = std::string("connect: ") + std::strerror(errno);
+        return spread;
+      }
     }
     Fiber acceptor = sched.spawn({.name = "acceptor"}, [&] {
       for (int i = 0; i < kConnections; ++i) {
@@ -177,34 +200,41 @@ TEST(Placement, EchoConnectionsSpreadOverWorkersBesideCpuBurners) {
       }
     });
     acceptor.join();
-    for (int round = 0; round < kRounds && failure.empty(); ++round) echo_round(clients.fds, round, failure);
+    for (int round = 0; round < kRounds && spread.failure.empty(); ++round)
+      echo_round(clients.fds, round, spread.failure);
   }
-  EXPECT_EQ(failure, "");
-
   // Every connection's fiber is parked in its read now, on the worker it
   // runs on.
-  std::map<int, int> per_worker;
-  int seen = 0;
   const SchedulerSnapshot snapshot = sched.snapshot();
   for (const FiberSnapshot& fiber : snapshot.fibers) {
     if (fiber.name != "connection") continue;
-    ++per_worker[fiber.worker];
-    ++seen;
+    ++spread.per_worker[fiber.worker];
+    ++spread.seen;
   }
+  for (const WorkerSnapshot& worker : snapshot.workers) spread.handoffs += worker.handoffs;
   clients.close_all();
+  return spread;
+}
 
-  EXPECT_EQ(seen, kConnections);
-  std::string spread;
-  for (const auto& [worker, count] : per_worker)
-    spread += " worker " + std::to_string(worker) + ": " + std::to_string(count);
-  // Fibers sysmon moved off a worker blocked in the kernel (under a
-  // sanitizer's locks, on a loaded machine) may have left it since.
-  std::uint64_t handoffs = 0;
-  for (const WorkerSnapshot& worker : snapshot.workers) handoffs += worker.handoffs;
-  std::printf("connections per worker:%s (hand-offs: %llu)\n", spread.c_str(),
-              static_cast<unsigned long long>(handoffs));
+TEST(Placement, EchoConnectionsSpreadOverWorkersBesideCpuBurners) {
+  // Where the connections start is the question. Sysmon may judge a worker
+  // blocked in the kernel (a loaded machine, a slow system call) and hand
+  // its fibers off; a peer in such a call is passed over by placement
+  // meanwhile (sched/worker.cpp, "Where a fiber starts"), so a run with
+  // hand-offs does not show placement alone: it is run again, a few times
+  // at most.
+  constexpr int kAttempts = 4;
+  Spread spread;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    spread = run_echo();
+    ASSERT_EQ(spread.failure, "");
+    EXPECT_EQ(spread.seen, kConnections);
+    std::printf("connections per worker:%s\n", spread.text().c_str());
+    if (spread.handoffs == 0) break;
+  }
+  if (spread.handoffs != 0) GTEST_SKIP() << "sysmon handed fibers off in every run: " << spread.text();
   for (int worker = 0; worker < 2; ++worker)
-    EXPECT_GE(per_worker[worker], kConnections / 3) << "connections per worker:" << spread;
+    EXPECT_GE(spread.per_worker[worker], kConnections / 3) << "connections per worker:" << spread.text();
 }
 
 }  // namespace

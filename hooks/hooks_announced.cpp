@@ -12,8 +12,17 @@
 //   signals        pause, sigsuspend, sigwait, sigwaitinfo, sigtimedwait
 //   terminals      tcdrain
 //   System V IPC   msgrcv, msgsnd, semop, semtimedop
+//   POSIX IPC      mq_receive, mq_send, mq_timedreceive, mq_timedsend
+//   threads        sem_wait, sem_timedwait, sem_clockwait, pthread_join,
+//                  pthread_timedjoin_np, pthread_clockjoin_np,
+//                  pthread_barrier_wait, thrd_join (what a fiber waits for
+//                  here is a thread, or a semaphore any thread or process
+//                  may post: nothing a fiber could park on and be woken by)
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
+#include <mqueue.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/msg.h>
@@ -22,6 +31,7 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include "announced.h"
@@ -125,6 +135,45 @@ int semop(int set, sembuf* operations, size_t count) {
 }
 int semtimedop(int set, sembuf* operations, size_t count, const timespec* timeout) {
   return announced_hook([&] { return real::semtimedop()(set, operations, count, timeout); });
+}
+
+ssize_t mq_receive(mqd_t queue, char* message, size_t size, unsigned int* priority) {
+  return announced_hook([&] { return real::mq_receive()(queue, message, size, priority); });
+}
+ssize_t mq_timedreceive(mqd_t queue, char* message, size_t size, unsigned int* priority, const timespec* timeout) {
+  return announced_hook([&] { return real::mq_timedreceive()(queue, message, size, priority, timeout); });
+}
+int mq_send(mqd_t queue, const char* message, size_t size, unsigned int priority) {
+  return announced_hook([&] { return real::mq_send()(queue, message, size, priority); });
+}
+int mq_timedsend(mqd_t queue, const char* message, size_t size, unsigned int priority, const timespec* timeout) {
+  return announced_hook([&] { return real::mq_timedsend()(queue, message, size, priority, timeout); });
+}
+
+int sem_wait(sem_t* semaphore) {
+  return announced_hook([&] { return real::sem_wait()(semaphore); });
+}
+int sem_timedwait(sem_t* semaphore, const timespec* deadline) {
+  return announced_hook([&] { return real::sem_timedwait()(semaphore, deadline); });
+}
+int sem_clockwait(sem_t* semaphore, clockid_t clock, const timespec* deadline) {
+  return announced_hook([&] { return real::sem_clockwait()(semaphore, clock, deadline); });
+}
+
+int pthread_join(pthread_t thread, void** result) {
+  return announced_hook([&] { return real::pthread_join()(thread, result); });
+}
+int pthread_timedjoin_np(pthread_t thread, void** result, const timespec* deadline) {
+  return announced_hook([&] { return real::pthread_timedjoin_np()(thread, result, deadline); });
+}
+int pthread_clockjoin_np(pthread_t thread, void** result, clockid_t clock, const timespec* deadline) {
+  return announced_hook([&] { return real::pthread_clockjoin_np()(thread, result, clock, deadline); });
+}
+int pthread_barrier_wait(pthread_barrier_t* barrier) {
+  return announced_hook([&] { return real::pthread_barrier_wait()(barrier); });
+}
+int thrd_join(thrd_t thread, int* result) {
+  return announced_hook([&] { return real::thrd_join()(thread, result); });
 }
 
 #pragma GCC visibility pop

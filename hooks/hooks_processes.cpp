@@ -276,6 +276,14 @@ pid_t wait4(pid_t pid, int* status, int options, rusage* usage) {
   return wait_for_child(pid, status, options, usage);
 }
 
+// glibc's wait3 is wait4(-1) made inside libc, where no hook sees it: on a
+// fiber it held the worker unannounced. The same call, through the hook.
+pid_t wait3(int* status, int options, rusage* usage) {
+  if (!parking_enabled()) return real::wait4()(-1, status, options, usage);
+  const CheckpointOnReturn at_return;
+  return wait_for_child(-1, status, options, usage);
+}
+
 int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   const bool one_process = type == P_PID || type == P_PIDFD;
   if (!parking_enabled() || !one_process || info == nullptr || (options & WEXITED) == 0 ||

@@ -265,6 +265,18 @@ int sys_semtimedop(int set, struct sembuf* operations, size_t count, const times
 int sys_semop(int set, struct sembuf* operations, size_t count) {
   return sys_semtimedop(set, operations, count, nullptr);
 }
+ssize_t sys_mq_timedreceive(mqd_t queue, char* message, size_t size, unsigned int* priority, const timespec* timeout) {
+  return syscall(SYS_mq_timedreceive, queue, message, size, priority, timeout);
+}
+ssize_t sys_mq_receive(mqd_t queue, char* message, size_t size, unsigned int* priority) {
+  return sys_mq_timedreceive(queue, message, size, priority, nullptr);
+}
+int sys_mq_timedsend(mqd_t queue, const char* message, size_t size, unsigned int priority, const timespec* timeout) {
+  return int(syscall(SYS_mq_timedsend, queue, message, size, priority, timeout));
+}
+int sys_mq_send(mqd_t queue, const char* message, size_t size, unsigned int priority) {
+  return sys_mq_timedsend(queue, message, size, priority, nullptr);
+}
 
 struct Fallback {
   const char* name;
@@ -278,8 +290,10 @@ constexpr Fallback entry(const char* name, Fn* fn) {
 
 // Every real call but those with no system call beneath them: sleep and
 // usleep (libc's arithmetic over nanosleep), the resolver (files, DNS
-// and NSS modules, all user space), system, popen and pclose, and lockf
-// and tcdrain (libc's over fcntl and ioctl).
+// and NSS modules, all user space), system, popen and pclose, lockf
+// and tcdrain (libc's over fcntl and ioctl), and the thread calls
+// (semaphores, joins, barriers, thrd_sleep: libc's over futexes and
+// clock_nanosleep, with libc's own state).
 const Fallback fallbacks[] = {
     entry("read", &sys_read),
     entry("readv", &sys_readv),
@@ -371,6 +385,10 @@ const Fallback fallbacks[] = {
     entry("msgsnd", &sys_msgsnd),
     entry("semop", &sys_semop),
     entry("semtimedop", &sys_semtimedop),
+    entry("mq_receive", &sys_mq_receive),
+    entry("mq_timedreceive", &sys_mq_timedreceive),
+    entry("mq_send", &sys_mq_send),
+    entry("mq_timedsend", &sys_mq_timedsend),
 };
 
 }  // namespace

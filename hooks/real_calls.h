@@ -21,9 +21,11 @@
 #pragma once
 
 #include <dirent.h>
+#include <mqueue.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -33,6 +35,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <threads.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -184,6 +187,19 @@ WEFT_REAL_CALL(msgrcv, ssize_t(int, void*, size_t, long, int))
 WEFT_REAL_CALL(msgsnd, int(int, const void*, size_t, int))
 WEFT_REAL_CALL(semop, int(int, struct sembuf*, size_t))
 WEFT_REAL_CALL(semtimedop, int(int, struct sembuf*, size_t, const timespec*))
+WEFT_REAL_CALL(mq_receive, ssize_t(mqd_t, char*, size_t, unsigned int*))
+WEFT_REAL_CALL(mq_timedreceive, ssize_t(mqd_t, char*, size_t, unsigned int*, const timespec*))
+WEFT_REAL_CALL(mq_send, int(mqd_t, const char*, size_t, unsigned int))
+WEFT_REAL_CALL(mq_timedsend, int(mqd_t, const char*, size_t, unsigned int, const timespec*))
+WEFT_REAL_CALL(sem_wait, int(sem_t*))
+WEFT_REAL_CALL(sem_timedwait, int(sem_t*, const timespec*))
+WEFT_REAL_CALL(sem_clockwait, int(sem_t*, clockid_t, const timespec*))
+WEFT_REAL_CALL(pthread_join, int(pthread_t, void**))
+WEFT_REAL_CALL(pthread_timedjoin_np, int(pthread_t, void**, const timespec*))
+WEFT_REAL_CALL(pthread_clockjoin_np, int(pthread_t, void**, clockid_t, const timespec*))
+WEFT_REAL_CALL(pthread_barrier_wait, int(pthread_barrier_t*))
+WEFT_REAL_CALL(thrd_join, int(thrd_t, int*))
+WEFT_REAL_CALL(thrd_sleep, int(const timespec*, timespec*))
 WEFT_REAL_CALL(posix_spawn, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
                                 char* const*, char* const*))
 WEFT_REAL_CALL(posix_spawnp, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,

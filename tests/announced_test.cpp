@@ -7,22 +7,32 @@
 // (it gives up after a bound, and the test fails). Results are compared
 // with the same call on a plain thread.
 #include <fcntl.h>
+#include <mqueue.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <threads.h>
+#include <time.h>
 #include <unistd.h>
 #include <weft/weft.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "sched/worker.h"
 #include "test_support.h"
@@ -132,23 +142,192 @@ TEST(Announced, FcntlSetlkwAndLockf) {
   ::unlink(path.c_str());
 }
 
+// wait3 too: glibc's is wait4(-1) inside libc, which no hook saw (it held
+// the worker unannounced).
 TEST(Announced, WaitForAnyChild) {
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    char byte;
-    [[maybe_unused]] const ssize_t n = ::read(fds[0], &byte, 1);
-    ::_exit(3);
+  for (const bool use_wait3 : {false, true}) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      char byte;
+      [[maybe_unused]] const ssize_t n = ::read(fds[0], &byte, 1);
+      ::_exit(3);
+    }
+    int status = 0;
+    rusage usage{};
+    const Outcome got = blocked_fiber([&] { return long(use_wait3 ? ::wait3(&status, 0, &usage) : ::wait(&status)); },
+                                      [&] { [[maybe_unused]] const ssize_t n = ::write(fds[1], "x", 1); });
+    EXPECT_TRUE(got.marked) << (use_wait3 ? "wait3" : "wait");
+    EXPECT_EQ(got.result, child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
+    ::close(fds[0]);
+    ::close(fds[1]);
   }
-  int status = 0;
-  const Outcome got = blocked_fiber([&] { return long(::wait(&status)); },
-                                    [&] { [[maybe_unused]] const ssize_t n = ::write(fds[1], "x", 1); });
+}
+
+// What `call` returns, and errno after it, on a fiber.
+std::pair<long, int> on_a_fiber(const std::function<long()>& call) {
+  Scheduler sched{test::config_with(1)};
+  std::pair<long, int> got;
+  sched
+      .spawn([&] {
+        errno = 0;
+        got.first = call();
+        got.second = errno;
+      })
+      .join();
+  return got;
+}
+
+std::pair<long, int> on_this_thread(const std::function<long()>& call) {
+  errno = 0;
+  const long result = call();
+  return {result, errno};
+}
+
+timespec seconds_from_now(clockid_t clock, int seconds) {
+  timespec at{};
+  ::clock_gettime(clock, &at);
+  at.tv_sec += seconds;
+  return at;
+}
+
+// POSIX semaphores: glibc's waits sleep on a futex no hook sees; any
+// thread, or another process, may post.
+TEST(Announced, SemaphoreWaits) {
+  const std::vector<std::pair<const char*, std::function<int(sem_t*)>>> waits = {
+      {"sem_wait", [](sem_t* s) { return ::sem_wait(s); }},
+      {"sem_timedwait",
+       [](sem_t* s) {
+         const timespec at = seconds_from_now(CLOCK_REALTIME, 60);
+         return ::sem_timedwait(s, &at);
+       }},
+      {"sem_clockwait",
+       [](sem_t* s) {
+         const timespec at = seconds_from_now(CLOCK_MONOTONIC, 60);
+         return ::sem_clockwait(s, CLOCK_MONOTONIC, &at);
+       }},
+  };
+  for (const auto& [name, wait] : waits) {
+    sem_t semaphore;
+    ASSERT_EQ(::sem_init(&semaphore, 0, 0), 0);
+    const Outcome got = blocked_fiber([&] { return long(wait(&semaphore)); }, [&] { ::sem_post(&semaphore); });
+    EXPECT_TRUE(got.marked) << name;
+    EXPECT_EQ(got.result, 0) << name;
+    ::sem_destroy(&semaphore);
+  }
+  // A deadline already past: ETIMEDOUT, as on a thread.
+  sem_t semaphore;
+  ASSERT_EQ(::sem_init(&semaphore, 0, 0), 0);
+  const timespec past{0, 0};
+  const auto timed_out = [&] { return long(::sem_timedwait(&semaphore, &past)); };
+  const std::pair<long, int> thread = on_this_thread(timed_out);
+  EXPECT_EQ(on_a_fiber(timed_out), thread);
+  EXPECT_EQ(thread, std::make_pair(-1L, ETIMEDOUT));
+  ::sem_destroy(&semaphore);
+}
+
+// A fiber joining a thread waits for the thread: pthread's joins and C11's.
+TEST(Announced, JoiningAThread) {
+  static std::atomic<bool> finish{false};
+  const auto body = [](void*) -> void* {
+    while (!finish.load()) ::usleep(1000);
+    return reinterpret_cast<void*>(7);
+  };
+  const std::vector<std::pair<const char*, std::function<int(pthread_t, void**)>>> joins = {
+      {"pthread_join", [](pthread_t t, void** value) { return ::pthread_join(t, value); }},
+      {"pthread_timedjoin_np",
+       [](pthread_t t, void** value) {
+         const timespec at = seconds_from_now(CLOCK_REALTIME, 60);
+         return ::pthread_timedjoin_np(t, value, &at);
+       }},
+      {"pthread_clockjoin_np",
+       [](pthread_t t, void** value) {
+         const timespec at = seconds_from_now(CLOCK_MONOTONIC, 60);
+         return ::pthread_clockjoin_np(t, value, CLOCK_MONOTONIC, &at);
+       }},
+  };
+  for (const auto& [name, join] : joins) {
+    finish = false;
+    pthread_t thread;
+    ASSERT_EQ(::pthread_create(&thread, nullptr, body, nullptr), 0);
+    void* value = nullptr;
+    const Outcome got = blocked_fiber([&] { return long(join(thread, &value)); }, [] { finish = true; });
+    EXPECT_TRUE(got.marked) << name;
+    EXPECT_EQ(got.result, 0) << name;
+    EXPECT_EQ(value, reinterpret_cast<void*>(7)) << name;
+  }
+  finish = false;
+  thrd_t thread;
+  ASSERT_EQ(::thrd_create(
+                &thread,
+                [](void*) {
+                  while (!finish.load()) ::usleep(1000);
+                  return 9;
+                },
+                nullptr),
+            thrd_success);
+  int value = 0;
+  const Outcome got = blocked_fiber([&] { return long(::thrd_join(thread, &value)); }, [] { finish = true; });
+  EXPECT_TRUE(got.marked) << "thrd_join";
+  EXPECT_EQ(got.result, thrd_success);
+  EXPECT_EQ(value, 9);
+}
+
+TEST(Announced, BarrierWait) {
+  pthread_barrier_t barrier;
+  ASSERT_EQ(::pthread_barrier_init(&barrier, nullptr, 2), 0);
+  int on_thread = -1;
+  const Outcome got = blocked_fiber([&] { return long(::pthread_barrier_wait(&barrier)); },
+                                    [&] { on_thread = ::pthread_barrier_wait(&barrier); });
   EXPECT_TRUE(got.marked);
-  EXPECT_EQ(got.result, child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
-  ::close(fds[0]);
-  ::close(fds[1]);
+  // One of the two is the serial thread, the other gets 0.
+  EXPECT_EQ(std::min<long>(got.result, on_thread), PTHREAD_BARRIER_SERIAL_THREAD) << got.result << " " << on_thread;
+  EXPECT_EQ(std::max<long>(got.result, on_thread), 0);
+  ::pthread_barrier_destroy(&barrier);
+}
+
+TEST(Announced, PosixMessageQueues) {
+  const std::string name = "/weft-announced-" + std::to_string(::getpid());
+  mq_attr attributes{};
+  attributes.mq_maxmsg = 2;
+  attributes.mq_msgsize = 16;
+  const mqd_t queue = ::mq_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600, &attributes);
+  if (queue == mqd_t(-1)) GTEST_SKIP() << "mq_open: " << std::strerror(errno);
+  ::mq_unlink(name.c_str());  // the queue lives on while it is open
+  char buffer[16];
+  unsigned int priority = 0;
+  for (const bool timed : {false, true}) {
+    const timespec at = seconds_from_now(CLOCK_REALTIME, 60);
+    const Outcome got = blocked_fiber(
+        [&] {
+          return long(timed ? ::mq_timedreceive(queue, buffer, sizeof buffer, &priority, &at)
+                            : ::mq_receive(queue, buffer, sizeof buffer, &priority));
+        },
+        [&] { ::mq_send(queue, "hi", 2, 5); });
+    EXPECT_TRUE(got.marked) << (timed ? "mq_timedreceive" : "mq_receive");
+    EXPECT_EQ(got.result, 2);
+    EXPECT_EQ(priority, 5u);
+  }
+  for (const bool timed : {false, true}) {
+    ASSERT_EQ(::mq_send(queue, "a", 1, 0), 0);
+    ASSERT_EQ(::mq_send(queue, "b", 1, 0), 0);  // full
+    const timespec at = seconds_from_now(CLOCK_REALTIME, 60);
+    const Outcome got =
+        blocked_fiber([&] { return long(timed ? ::mq_timedsend(queue, "c", 1, 0, &at) : ::mq_send(queue, "c", 1, 0)); },
+                      [&] { ::mq_receive(queue, buffer, sizeof buffer, nullptr); });
+    EXPECT_TRUE(got.marked) << (timed ? "mq_timedsend" : "mq_send");
+    EXPECT_EQ(got.result, 0);
+    for (int i = 0; i < 2; ++i) ASSERT_EQ(::mq_receive(queue, buffer, sizeof buffer, nullptr), 1);
+  }
+  // An empty queue and a deadline already past: ETIMEDOUT, as on a thread.
+  const timespec past{0, 0};
+  const auto timed_out = [&] { return long(::mq_timedreceive(queue, buffer, sizeof buffer, nullptr, &past)); };
+  const std::pair<long, int> thread = on_this_thread(timed_out);
+  EXPECT_EQ(on_a_fiber(timed_out), thread);
+  EXPECT_EQ(thread, std::make_pair(-1L, ETIMEDOUT));
+  ::mq_close(queue);
 }
 
 TEST(Announced, OpenOfAFifo) {

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -100,6 +101,11 @@ TEST(HooksSleep, EverySleepCallParksTheFiberNotTheWorker) {
          }
          EXPECT_EQ(clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr), 0);
        }},
+      {"thrd_sleep",
+       [] {
+         const timespec ts{0, 30'000'000};
+         EXPECT_EQ(thrd_sleep(&ts, nullptr), 0);
+       }},
       {"poll with no fds", [] { EXPECT_EQ(poll(nullptr, 0, 30), 0); }},
       {"select with no fds",
        [] {
@@ -151,6 +157,30 @@ TEST(HooksSleep, InvalidRequestsFailAsLibcSays) {
     timespec zero{0, 0};
     EXPECT_EQ(nanosleep(&zero, nullptr), 0);
   });
+}
+
+// thrd_sleep's results are C11's as glibc gives them: 0, and -2 for a
+// request the kernel refuses (nothing in errno); the same on a fiber as on
+// this thread.
+TEST(HooksSleep, ThrdSleepGivesWhatAPlainThreadGets) {
+  const timespec bad{0, 1'000'000'000};
+  const timespec negative{-1, 0};
+  const timespec zero{0, 0};
+  const auto sleeps = [&] {
+    std::vector<int> got;
+    for (const timespec* ts : {&bad, &negative, &zero}) {
+      errno = 0;
+      got.push_back(thrd_sleep(ts, nullptr));
+      got.push_back(errno);
+    }
+    return got;
+  };
+  const std::vector<int> on_thread = sleeps();
+  EXPECT_EQ(on_thread, (std::vector<int>{-2, 0, -2, 0, 0, 0}));
+  Scheduler sched = one_worker();
+  std::vector<int> on_fiber;
+  in_fiber(sched, [&] { on_fiber = sleeps(); });
+  EXPECT_EQ(on_fiber, on_thread);
 }
 
 // usleep and sleep keep the caller's errno, as nanosleep does: the park

@@ -1,7 +1,7 @@
 #include "description_sharing.h"
 
 #include <pthread.h>
-#include <sched.h>
+#include <weft/detail/spin_lock.h>
 
 #include <atomic>
 
@@ -23,7 +23,7 @@ constinit std::atomic<std::uint32_t> flips_in_flight{0};
 // wait for that one.)
 void wait_for_flips() noexcept {
   if (in_signal_handler()) return;
-  while (flips_in_flight.load(std::memory_order_seq_cst) != 0) sched_yield();
+  while (flips_in_flight.load(std::memory_order_seq_cst) != 0) yield_thread();
 }
 
 void before_fork() noexcept {

@@ -274,6 +274,7 @@ ssize_t sys_mq_receive(mqd_t queue, char* message, size_t size, unsigned int* pr
 int sys_mq_timedsend(mqd_t queue, const char* message, size_t size, unsigned int priority, const timespec* timeout) {
   return int(syscall(SYS_mq_timedsend, queue, message, size, priority, timeout));
 }
+int sys_sched_yield() { return int(syscall(SYS_sched_yield)); }
 int sys_mq_send(mqd_t queue, const char* message, size_t size, unsigned int priority) {
   return sys_mq_timedsend(queue, message, size, priority, nullptr);
 }
@@ -389,6 +390,7 @@ const Fallback fallbacks[] = {
     entry("mq_timedreceive", &sys_mq_timedreceive),
     entry("mq_send", &sys_mq_send),
     entry("mq_timedsend", &sys_mq_timedsend),
+    entry("sched_yield", &sys_sched_yield),
 };
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <spawn.h>
@@ -200,6 +201,8 @@ WEFT_REAL_CALL(pthread_clockjoin_np, int(pthread_t, void**, clockid_t, const tim
 WEFT_REAL_CALL(pthread_barrier_wait, int(pthread_barrier_t*))
 WEFT_REAL_CALL(thrd_join, int(thrd_t, int*))
 WEFT_REAL_CALL(thrd_sleep, int(const timespec*, timespec*))
+WEFT_REAL_CALL(sched_yield, int())
+WEFT_REAL_CALL(thrd_yield, void())
 WEFT_REAL_CALL(posix_spawn, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
                                 char* const*, char* const*))
 WEFT_REAL_CALL(posix_spawnp, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,

@@ -4,6 +4,7 @@
 // for it; these tests fail when a wake-up is lost or skipped.
 #include <sched.h>
 #include <time.h>
+#include <weft/detail/spin_lock.h>
 #include <weft/weft.h>
 
 #include <algorithm>
@@ -48,8 +49,9 @@ void spin_cpu_for(std::chrono::nanoseconds duration) {
     // Lets the OS run a peer worker it has woken: with autogroup
     // scheduling on a loaded machine, a woken worker of this process
     // otherwise waited tens of ms for this thread's CPU. The fiber still
-    // keeps its worker; a worker that nobody woke still never runs.
-    ::sched_yield();
+    // keeps its worker (the thread's yield, not libc's sched_yield, which
+    // yields the fiber); a worker that nobody woke still never runs.
+    detail::yield_thread();
   }
 }
 
@@ -137,7 +139,7 @@ class LivenessTest : public ::testing::TestWithParam<unsigned> {
         // Keep the worker (no checkpoints, preemption off) until every
         // fiber runs, so that none of them can run behind another.
         const auto give_up = Clock::now() + 2s;
-        while (running.load() < workers() && Clock::now() < give_up) ::sched_yield();  // as in spin_cpu_for
+        while (running.load() < workers() && Clock::now() < give_up) detail::yield_thread();  // as in spin_cpu_for
       };
       const auto launched = Clock::now();
       launch(sched, body);

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <weft/detail/spin_lock.h>
 
 #include <atomic>
 #include <cerrno>
@@ -370,7 +371,7 @@ TEST_P(MixedLocks, AStdMutexContendedByThreadsAndFibersAtOnceCountsExactly) {
     for (int i = 0; i < per_caller; ++i) {
       std::lock_guard guard(mu);
       ++counter;
-      if (i % 1000 == 0) std::this_thread::yield();  // sched_yield: not hooked, holds the lock a while
+      if (i % 1000 == 0) detail::yield_thread();  // the thread's yield: holds the lock a while
     }
   };
   for (int i = 0; i < kThreads; ++i) threads.emplace_back(body);

@@ -7,8 +7,10 @@
 // it after the fiber's context is saved (include/weft/detail/park.h).
 #pragma once
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
-#include <thread>
 
 namespace weft::detail {
 
@@ -20,6 +22,12 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
+// Gives the thread's CPU to another thread: the kernel's sched_yield, not
+// libc's name, which libweft interposes to yield the calling fiber
+// (hooks/hooks_yields.cpp). A spin in weft must never switch fibers: the
+// spinning fiber may be halfway into a park.
+inline void yield_thread() noexcept { ::syscall(SYS_sched_yield); }
+
 class SpinLock {
  public:
   void lock() noexcept {
@@ -28,7 +36,7 @@ class SpinLock {
         // More workers than cores is normal: the holder may be descheduled,
         // so give its core back instead of burning our slice.
         if (++spins > 64)
-          std::this_thread::yield();
+          yield_thread();
         else
           cpu_relax();
       }

@@ -1,0 +1,60 @@
+// sched_yield and thrd_yield (std::this_thread::yield is sched_yield) in a
+// fiber: the fiber yields to the other fibers of its worker, then the
+// thread to the other threads, as Wisp's Thread.yield() yields the
+// coroutine.
+//
+// Why: a fiber spinning on a flag with a yield in the loop (a hand-rolled
+// spin lock, a wait for another task of the same pool) makes no weft call,
+// so it is never preempted, and a yield of the thread alone hands the CPU
+// back to the same fiber. The fiber that would set the flag, queued behind
+// it on that worker, never ran: with every worker spinning so, the process
+// hung where threads would have gone on (HooksYield in tests/hooks_test.cpp).
+//
+// Kept as on a thread: the result (0), errno (other fibers run meanwhile
+// and set the thread's), and the thread: the fiber resumes on the worker it
+// yielded on (ParkScope), as after any hooked call. weft's own spins yield
+// the thread only (include/weft/detail/spin_lock.h, yield_thread).
+#include <sched.h>
+#include <threads.h>
+#include <weft/this_fiber.h>
+
+#include "hook_support.h"
+#include "real_calls.h"
+
+namespace weft::detail {
+namespace {
+
+void yield_fiber() noexcept {
+  const int saved = errno_value();
+  try {
+    const ParkScope pinned;
+    this_fiber::yield();
+  } catch (...) {
+    // A yield allocates nothing that can fail; nothing to report.
+  }
+  set_errno(saved);
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+// libc's names, interposed: exported, unlike the rest of libweft
+// (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
+
+int sched_yield() noexcept {
+  if (parking_enabled()) yield_fiber();
+  return real::sched_yield()();
+}
+
+// glibc's is sched_yield made inside libc, where no hook sees it.
+void thrd_yield() noexcept {
+  if (parking_enabled()) yield_fiber();
+  real::thrd_yield()();
+}
+
+#pragma GCC visibility pop
+}  // extern "C"

@@ -169,7 +169,7 @@ int pthread_timedjoin_np(pthread_t thread, void** result, const timespec* deadli
 int pthread_clockjoin_np(pthread_t thread, void** result, clockid_t clock, const timespec* deadline) {
   return announced_hook([&] { return real::pthread_clockjoin_np()(thread, result, clock, deadline); });
 }
-int pthread_barrier_wait(pthread_barrier_t* barrier) {
+int pthread_barrier_wait(pthread_barrier_t* barrier) noexcept {
   return announced_hook([&] { return real::pthread_barrier_wait()(barrier); });
 }
 int thrd_join(thrd_t thread, int* result) {

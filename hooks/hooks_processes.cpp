@@ -278,7 +278,7 @@ pid_t wait4(pid_t pid, int* status, int options, rusage* usage) {
 
 // glibc's wait3 is wait4(-1) made inside libc, where no hook sees it: on a
 // fiber it held the worker unannounced. The same call, through the hook.
-pid_t wait3(int* status, int options, rusage* usage) {
+pid_t wait3(int* status, int options, rusage* usage) noexcept {
   if (!parking_enabled()) return real::wait4()(-1, status, options, usage);
   const CheckpointOnReturn at_return;
   return wait_for_child(-1, status, options, usage);

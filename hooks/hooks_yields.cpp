@@ -51,7 +51,7 @@ int sched_yield() noexcept {
 }
 
 // glibc's is sched_yield made inside libc, where no hook sees it.
-void thrd_yield() noexcept {
+void thrd_yield() {
   if (parking_enabled()) yield_fiber();
   real::thrd_yield()();
 }

@@ -209,7 +209,10 @@ TEST(Announced, SemaphoreWaits) {
          return ::sem_clockwait(s, CLOCK_MONOTONIC, &at);
        }},
   };
-  for (const auto& [name, wait] : waits) {
+  for (const auto& entry : waits) {
+    // Not a structured binding: the lambdas below capture them.
+    const char* name = entry.first;
+    const auto& wait = entry.second;
     sem_t semaphore;
     ASSERT_EQ(::sem_init(&semaphore, 0, 0), 0);
     const Outcome got = blocked_fiber([&] { return long(wait(&semaphore)); }, [&] { ::sem_post(&semaphore); });
@@ -248,7 +251,9 @@ TEST(Announced, JoiningAThread) {
          return ::pthread_clockjoin_np(t, value, CLOCK_MONOTONIC, &at);
        }},
   };
-  for (const auto& [name, join] : joins) {
+  for (const auto& entry : joins) {
+    const char* name = entry.first;
+    const auto& join = entry.second;
     finish = false;
     pthread_t thread;
     ASSERT_EQ(::pthread_create(&thread, nullptr, body, nullptr), 0);

@@ -99,4 +99,24 @@ class RawCondition {
   std::atomic<std::uint32_t> sequence_{0};
 };
 
+// A count down to zero that threads wait for, as std::latch, on futex(2):
+// std::latch's wait spins through sched_yield, which libweft interposes
+// (hooks/hooks_yields.cpp), a layer above.
+class RawLatch {
+ public:
+  explicit RawLatch(std::uint32_t count) noexcept : count_(count) {}
+  RawLatch(const RawLatch&) = delete;
+  RawLatch& operator=(const RawLatch&) = delete;
+
+  void count_down() noexcept {
+    if (count_.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake(count_, INT_MAX);
+  }
+  void wait() noexcept {
+    for (std::uint32_t left; (left = count_.load(std::memory_order_acquire)) != 0;) futex_wait(count_, left);
+  }
+
+ private:
+  std::atomic<std::uint32_t> count_;
+};
+
 }  // namespace weft::detail

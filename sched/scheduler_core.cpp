@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <latch>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -118,7 +117,7 @@ SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
   // construction then finds none of them in the middle of its start-up
   // (allocating, under ASan, whose allocator GCC 12 does not lock for fork:
   // the child would hang in its first malloc).
-  std::latch started(config_.workers + 1);
+  RawLatch started(config_.workers + 1);
   for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start(&started);
   sysmon_.start(started);
   started.wait();

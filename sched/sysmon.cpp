@@ -60,7 +60,7 @@ const Sysmon::Watch* Sysmon::find_watch(std::size_t i) const noexcept {
   return spare_watches_[i - workers].load(std::memory_order_acquire);
 }
 
-void Sysmon::start(std::latch& started) {
+void Sysmon::start(RawLatch& started) {
   heavy_fence_available();  // registers for membarrier now, not in the middle of a hand-off
   thread_ = std::thread([this, &started] { run(started); });
 }
@@ -97,7 +97,7 @@ void Sysmon::alert() noexcept {
   futex_wake(wake_word_);
 }
 
-void Sysmon::run(std::latch& started) {
+void Sysmon::run(RawLatch& started) {
   {
     const std::string thread_name = (core_.config().name + "/sysmon").substr(0, 15);
     pthread_setname_np(pthread_self(), thread_name.c_str());

@@ -57,7 +57,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <latch>
 #include <memory>
 #include <thread>
 
@@ -77,7 +76,7 @@ class Sysmon {
   ~Sysmon();
 
   // Starts sysmon's thread; counts `started` down once it has set itself up.
-  void start(std::latch& started);
+  void start(RawLatch& started);
   void stop() noexcept;
 
   // A worker back from idle sleep (after storing state running).
@@ -194,7 +193,7 @@ class Sysmon {
     unsigned idle = 0;         // workers searching or asleep
   };
 
-  void run(std::latch& started);
+  void run(RawLatch& started);
   // How long to sleep after a scan that found `tally`.
   std::chrono::microseconds next_delay(std::chrono::microseconds delay, const Tally& tally) noexcept;
   // One look at every worker, then the hand-offs and spares it calls for.

@@ -1,8 +1,8 @@
 #include <weft/detail/park.h>
+#include <weft/detail/spin_lock.h>
 #include <weft/this_fiber.h>
 
 #include <stdexcept>
-#include <thread>
 
 #include "../runtime/system_calls.h"
 #include "worker.h"
@@ -24,7 +24,7 @@ bool is_fiber() noexcept { return detail::current_fiber() != nullptr; }
 void yield() {
   detail::Worker* worker = detail::current_worker();
   if (worker == nullptr || worker->current() == nullptr) {
-    std::this_thread::yield();
+    detail::yield_thread();  // the kernel's: libweft binds sched_yield to its own hook
     return;
   }
   worker->yield_current();

@@ -108,7 +108,7 @@ Worker::Worker(SchedulerCore& core, unsigned index, bool spare)
       random_state_(0x9E3779B97F4A7C15ull * (index + 1)),
       spare_activations_(spare ? 1u : 0u) {}  // a spare starts without a thread
 
-void Worker::start(std::latch* started) {
+void Worker::start(RawLatch* started) {
   thread_ = std::thread([this, started] { run_loop(started); });
 }
 
@@ -264,7 +264,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexce
   return released;
 }
 
-void Worker::run_loop(std::latch* started) {
+void Worker::run_loop(RawLatch* started) {
   tls_worker = this;
   bind_running_fiber_cell(&current_);
   os_thread_.record_calling_thread();

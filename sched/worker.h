@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <latch>
 #include <thread>
 
 #include "../runtime/context.h"
@@ -18,6 +17,7 @@
 #include "latency_histogram.h"
 #include "next_slot.h"
 #include "os_thread.h"
+#include "raw_lock.h"
 #include "run_queue.h"
 #include "spawn_deque.h"
 
@@ -69,7 +69,7 @@ class Worker {
 
   // Starts the worker's thread; with `started`, counts it down once the
   // thread has set itself up (SchedulerCore's constructor waits for that).
-  void start(std::latch* started = nullptr);
+  void start(RawLatch* started = nullptr);
   void join();
 
   SchedulerCore& core() const noexcept { return core_; }
@@ -215,7 +215,7 @@ class Worker {
  private:
   friend struct GdbLayoutAccess;  // introspect/gdb_layout.cpp: where gdb finds the thread id
   friend class Spares;            // a spare's thread, its activations and retirement
-  void run_loop(std::latch* started);
+  void run_loop(RawLatch* started);
   // Runs fibers until the scheduler stops, or (a spare) until it retires.
   void run_fibers();
   // A spare that should stop running fibers at this switch: surplus, with

@@ -1,5 +1,6 @@
 #include "hook_support.h"
 
+#include <netdb.h>
 #include <pthread.h>
 #include <weft/this_fiber.h>
 
@@ -63,6 +64,7 @@ WEFT_TSAN_SWITCHES ParkScope::ParkScope() {
   // this_fiber::pin()'s bookkeeping, with the pins counted as the hooks'.
   FiberControl& fiber = *current_fiber();
   releases_ = fiber.pin_releases;
+  host_error_ = *h_errno_here();
   ++fiber.releasable_pins;
   pin_current(fiber);
 #ifdef WEFT_HOOKS_TSAN
@@ -87,6 +89,12 @@ WEFT_TSAN_SWITCHES ParkScope::~ParkScope() {
   if (fiber.pin_releases != releases_) return;  // released by sysmon: nothing of ours is left to undo
   --fiber.releasable_pins;
   unpin_current(fiber);
+  *h_errno_here() = host_error_;
+}
+
+[[gnu::noinline]] int* h_errno_here() noexcept {
+  asm volatile("" ::: "memory");
+  return &h_errno;
 }
 
 FiberControl* pinnable_fiber() noexcept {

@@ -107,6 +107,10 @@ class [[nodiscard]] ThreadPin {
 //    scope too: outside it, TSan sees that state written with no lock
 //    held, and reports a race with the next thread that takes the lock.
 //
+// 3. It keeps the thread's h_errno, which the fibers that run meanwhile
+//    may set (the resolver hooks do): on a thread, a call other than the
+//    resolver's leaves it alone. (errno is each hook's own: most set it.)
+//
 // Scopes nest (one around a whole multiplexer wait, inner ones in
 // wait_for_fd and sleep_parked): pins count, and each inner TSan fiber
 // switches back to the one outside it.
@@ -119,9 +123,15 @@ class [[nodiscard]] ParkScope {
 
  private:
   std::uint32_t releases_;  // the fiber's pin_releases when pinned: another means sysmon released it
+  int host_error_;          // h_errno at entry
   [[maybe_unused]] void* own_tsan_fiber_ = nullptr;  // under TSan only
   [[maybe_unused]] void* park_tsan_fiber_ = nullptr;
 };
+
+// h_errno's address on the running thread, asked afresh: like
+// __errno_location, __h_errno_location is declared const, and compiled
+// code keeps its result across a park (ParkScope, point 1).
+int* h_errno_here() noexcept;
 
 // Held by a hook's whole parking path, from before its first attempt to
 // its return: if the park's pin was released and the fiber resumed on

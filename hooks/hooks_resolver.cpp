@@ -29,14 +29,6 @@
 namespace weft::detail {
 namespace {
 
-// h_errno's address on the running thread, asked afresh: like
-// __errno_location, __h_errno_location is declared const, and compiled
-// code keeps its result across a park (ParkScope, point 1).
-[[gnu::noinline]] int* h_errno_here() noexcept {
-  asm volatile("" ::: "memory");
-  return &h_errno;
-}
-
 // Runs `fn` on the blocking pool and carries errno and h_errno there and
 // back: the helper starts from the caller's, so that one the call leaves
 // alone (getaddrinfo's argument errors, a gethostbyname_r that sets only

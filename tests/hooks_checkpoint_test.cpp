@@ -307,8 +307,9 @@ std::vector<HookedLoop> hooked_loops() {
            hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
            addrinfo* result = nullptr;
            errno = mark;
+           h_errno = mark;  // which the other loops' yields must not change either
            const int rc = getaddrinfo("127.0.0.1", "80", &hints, &result);
-           const bool ok = rc == 0 && result != nullptr && errno == mark;
+           const bool ok = rc == 0 && result != nullptr && errno == mark && h_errno == mark;
            if (result != nullptr) freeaddrinfo(result);
            return ok;
          });

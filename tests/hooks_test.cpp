@@ -327,6 +327,29 @@ TEST(HooksSocket, ShortReadsStayShort) {
   });
 }
 
+// A parked read leaves h_errno as a thread's read does, though the fiber
+// that runs meanwhile on the same thread sets it (the resolver's calls do).
+// Before, the reader came back with the other fiber's value.
+TEST(HooksSocket, AParkedReadKeepsHErrno) {
+  Scheduler sched = one_worker();
+  SocketPair pair;
+  int after = 0;
+  Fiber reader = sched.spawn([&] {
+    h_errno = 111;
+    char byte = 0;
+    EXPECT_EQ(read(pair.a(), &byte, 1), 1);
+    after = h_errno;
+  });
+  EXPECT_TRUE(test::io_waiters_reach(sched, 1)) << "the reader never parked";
+  Fiber writer = sched.spawn([&] {
+    h_errno = 222;
+    EXPECT_EQ(send(pair.b(), "x", 1, 0), 1);
+  });
+  writer.join();
+  reader.join();
+  EXPECT_EQ(after, 111);
+}
+
 // Blocking reads that park on EAGAIN many times over, on two workers, with
 // the peer's write racing each park (the wait mark taken before the read,
 // netpoller.h): a lost wake-up ends a read at its 5 s SO_RCVTIMEO with

@@ -8,7 +8,7 @@
 // so it is never preempted, and a yield of the thread alone hands the CPU
 // back to the same fiber. The fiber that would set the flag, queued behind
 // it on that worker, never ran: with every worker spinning so, the process
-// hung where threads would have gone on (HooksYield in tests/hooks_test.cpp).
+// hung where threads would have gone on (tests/hooks_yield_test.cpp).
 //
 // Kept as on a thread: the result (0), errno (other fibers run meanwhile
 // and set the thread's), and the thread: the fiber resumes on the worker it

@@ -34,8 +34,8 @@
 #include <utility>
 #include <vector>
 
+#include "hooks_test_support.h"
 #include "sched/worker.h"
-#include "test_support.h"
 
 namespace weft {
 namespace {
@@ -238,7 +238,7 @@ TEST(Announced, JoiningAThread) {
     while (!finish.load()) ::usleep(1000);
     return reinterpret_cast<void*>(7);
   };
-  const std::vector<std::pair<const char*, std::function<int(pthread_t, void**)>>> joins = {
+  std::vector<std::pair<const char*, std::function<int(pthread_t, void**)>>> joins = {
       {"pthread_join", [](pthread_t t, void** value) { return ::pthread_join(t, value); }},
       {"pthread_timedjoin_np",
        [](pthread_t t, void** value) {
@@ -251,6 +251,11 @@ TEST(Announced, JoiningAThread) {
          return ::pthread_clockjoin_np(t, value, CLOCK_MONOTONIC, &at);
        }},
   };
+#ifdef WEFT_UNDER_TSAN
+  // TSan does not intercept pthread_clockjoin_np: the thread it joins
+  // would be reported as leaked at exit.
+  joins.pop_back();
+#endif
   for (const auto& entry : joins) {
     const char* name = entry.first;
     const auto& join = entry.second;
@@ -263,7 +268,16 @@ TEST(Announced, JoiningAThread) {
     EXPECT_EQ(got.result, 0) << name;
     EXPECT_EQ(value, reinterpret_cast<void*>(7)) << name;
   }
-  finish = false;
+}
+
+TEST(Announced, JoiningAC11Thread) {
+#ifdef WEFT_UNDER_TSAN
+  // glibc's thrd_create starts its thread past TSan's pthread_create
+  // interceptor: the thread has no TSan state and dies in its first
+  // instrumented call.
+  GTEST_SKIP() << "ThreadSanitizer does not intercept C11 threads";
+#endif
+  static std::atomic<bool> finish{false};
   thrd_t thread;
   ASSERT_EQ(::thrd_create(
                 &thread,

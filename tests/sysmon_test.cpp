@@ -402,7 +402,11 @@ TEST(Sysmon, NoHandOffWhenEveryWorkerIsBlocked) {
   EXPECT_TRUE(all_ran_twice());
   std::uint64_t handoffs = 0;
   for (const auto& w : sched.snapshot().workers) handoffs += w.handoffs;
-  EXPECT_LE(handoffs, 24u) << "fibers moved between blocked workers";
+  // About 10 fibers per such look: 2 looks here, 4 under ThreadSanitizer,
+  // whose longer moments once gave 3 (29 fibers) even with 50 ms calls. A
+  // storm is hundreds.
+  const std::uint64_t bound = test::kSlowdown > 1 ? 44 : 24;
+  EXPECT_LE(handoffs, bound) << "fibers moved between blocked workers";
 }
 
 TEST(Sysmon, ZeroTimeSliceIsRejected) {

@@ -1,5 +1,5 @@
-// sched_yield and thrd_yield (std::this_thread::yield is sched_yield) in a
-// fiber: the fiber yields to the other fibers of its worker, then the
+// sched_yield, thrd_yield and pthread_yield (std::this_thread::yield is
+// sched_yield) in a fiber: the fiber yields to the other fibers of its worker, then the
 // thread to the other threads, as Wisp's Thread.yield() yields the
 // coroutine.
 //
@@ -54,6 +54,17 @@ int sched_yield() noexcept {
 void thrd_yield() {
   if (parking_enabled()) yield_fiber();
   real::thrd_yield()();
+}
+
+// Deprecated: glibc's headers (2.34 on) turn a call of pthread_yield into
+// one of sched_yield, so only a binary built against older headers calls
+// this symbol, and glibc's is sched_yield made inside libc. Named by its
+// symbol: where <pthread.h> is seen, the name pthread_yield means
+// sched_yield.
+int pthread_yield_hook() noexcept __asm__("pthread_yield");
+int pthread_yield_hook() noexcept {
+  if (parking_enabled()) yield_fiber();
+  return real::sched_yield()();
 }
 
 #pragma GCC visibility pop

@@ -1,7 +1,8 @@
-// sched_yield, thrd_yield and std::this_thread::yield in a fiber
+// sched_yield, thrd_yield, pthread_yield and std::this_thread::yield in a fiber
 // (hooks/hooks_yields.cpp): the fiber yields to the fibers of its worker,
 // keeping errno and its thread as a thread's yield does. Internal: it reads
 // the yielder's pin count.
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -26,6 +27,14 @@ using Clock = std::chrono::steady_clock;
 
 using test::one_worker;
 
+// The pthread_yield symbol, as a binary built against glibc's headers
+// before 2.34 calls it (newer headers make the name sched_yield).
+int old_pthread_yield() {
+  static const auto call = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "pthread_yield"));
+  EXPECT_NE(call, nullptr) << "no pthread_yield symbol";
+  return call != nullptr ? call() : -1;
+}
+
 // A fiber spinning with a yield in its loop lets the fiber that ends its
 // spin run on the same worker: the yield is the fiber's, not only the
 // thread's. Before, the spinner never made a weft call, so nothing
@@ -36,6 +45,7 @@ TEST(HooksYield, ASpinWithAYieldLetsTheFiberItWaitsForRun) {
       {"std::this_thread::yield", [] { std::this_thread::yield(); }},
       {"sched_yield", [] { EXPECT_EQ(sched_yield(), 0); }},
       {"thrd_yield", [] { thrd_yield(); }},
+      {"pthread_yield (the symbol)", [] { EXPECT_EQ(old_pthread_yield(), 0); }},
   };
   for (const auto& entry : yields) {
     const char* name = entry.first;

@@ -18,10 +18,19 @@
 //                  pthread_barrier_wait, thrd_join (what a fiber waits for
 //                  here is a thread, or a semaphore any thread or process
 //                  may post: nothing a fiber could park on and be woken by)
+//   DNS queries    res_query, res_search, res_querydomain, res_send and
+//                  their res_n* forms, and the __res_* names binaries built
+//                  against glibc before 2.34 call (glibc's resolver makes
+//                  its poll, send and recv inside libc, where no hook sees
+//                  them). Not offloaded to helper threads as getaddrinfo
+//                  is (hooks_resolver.cpp): the forms without a state use
+//                  the calling thread's _res, its options and nameservers,
+//                  which a helper thread does not have.
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
 #include <mqueue.h>
 #include <pthread.h>
+#include <resolv.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -174,6 +183,65 @@ int pthread_barrier_wait(pthread_barrier_t* barrier) noexcept {
 }
 int thrd_join(thrd_t thread, int* result) {
   return announced_hook([&] { return real::thrd_join()(thread, result); });
+}
+
+int res_query(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
+  return announced_hook([&] { return real::res_query()(name, klass, type, answer, length); });
+}
+int res_search(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
+  return announced_hook([&] { return real::res_search()(name, klass, type, answer, length); });
+}
+int res_querydomain(const char* name, const char* domain, int klass, int type, unsigned char* answer,
+                    int length) noexcept {
+  return announced_hook([&] { return real::res_querydomain()(name, domain, klass, type, answer, length); });
+}
+int res_send(const unsigned char* message, int message_length, unsigned char* answer, int length) noexcept {
+  return announced_hook([&] { return real::res_send()(message, message_length, answer, length); });
+}
+int res_nquery(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
+  return announced_hook([&] { return real::res_nquery()(state, name, klass, type, answer, length); });
+}
+int res_nsearch(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
+  return announced_hook([&] { return real::res_nsearch()(state, name, klass, type, answer, length); });
+}
+int res_nquerydomain(res_state state, const char* name, const char* domain, int klass, int type, unsigned char* answer,
+                     int length) noexcept {
+  return announced_hook([&] { return real::res_nquerydomain()(state, name, domain, klass, type, answer, length); });
+}
+int res_nsend(res_state state, const unsigned char* message, int message_length, unsigned char* answer,
+              int length) noexcept {
+  return announced_hook([&] { return real::res_nsend()(state, message, message_length, answer, length); });
+}
+
+// The names glibc's <resolv.h> gave these calls before 2.34 (it defined
+// res_query as __res_query, and so on): what older binaries call. glibc
+// keeps them as the same functions under a compatibility version.
+int __res_query(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
+  return res_query(name, klass, type, answer, length);
+}
+int __res_search(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
+  return res_search(name, klass, type, answer, length);
+}
+int __res_querydomain(const char* name, const char* domain, int klass, int type, unsigned char* answer,
+                      int length) noexcept {
+  return res_querydomain(name, domain, klass, type, answer, length);
+}
+int __res_send(const unsigned char* message, int message_length, unsigned char* answer, int length) noexcept {
+  return res_send(message, message_length, answer, length);
+}
+int __res_nquery(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
+  return res_nquery(state, name, klass, type, answer, length);
+}
+int __res_nsearch(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
+  return res_nsearch(state, name, klass, type, answer, length);
+}
+int __res_nquerydomain(res_state state, const char* name, const char* domain, int klass, int type,
+                       unsigned char* answer, int length) noexcept {
+  return res_nquerydomain(state, name, domain, klass, type, answer, length);
+}
+int __res_nsend(res_state state, const unsigned char* message, int message_length, unsigned char* answer,
+                int length) noexcept {
+  return res_nsend(state, message, message_length, answer, length);
 }
 
 #pragma GCC visibility pop

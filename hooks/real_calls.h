@@ -43,6 +43,10 @@
 #include <atomic>
 #include <cstdio>
 
+// <resolv.h>'s state, declared here rather than included: that header
+// brings <arpa/nameser.h>'s macros (NOERROR, QUERY, T_A...) into every hook.
+struct __res_state;
+
 namespace weft::detail::real {
 
 // The address of `name` in the next object after libweft that defines it,
@@ -200,6 +204,14 @@ WEFT_REAL_CALL(pthread_timedjoin_np, int(pthread_t, void**, const timespec*))
 WEFT_REAL_CALL(pthread_clockjoin_np, int(pthread_t, void**, clockid_t, const timespec*))
 WEFT_REAL_CALL(pthread_barrier_wait, int(pthread_barrier_t*))
 WEFT_REAL_CALL(thrd_join, int(thrd_t, int*))
+WEFT_REAL_CALL(res_query, int(const char*, int, int, unsigned char*, int))
+WEFT_REAL_CALL(res_search, int(const char*, int, int, unsigned char*, int))
+WEFT_REAL_CALL(res_querydomain, int(const char*, const char*, int, int, unsigned char*, int))
+WEFT_REAL_CALL(res_send, int(const unsigned char*, int, unsigned char*, int))
+WEFT_REAL_CALL(res_nquery, int(struct __res_state*, const char*, int, int, unsigned char*, int))
+WEFT_REAL_CALL(res_nsearch, int(struct __res_state*, const char*, int, int, unsigned char*, int))
+WEFT_REAL_CALL(res_nquerydomain, int(struct __res_state*, const char*, const char*, int, int, unsigned char*, int))
+WEFT_REAL_CALL(res_nsend, int(struct __res_state*, const unsigned char*, int, unsigned char*, int))
 WEFT_REAL_CALL(thrd_sleep, int(const timespec*, timespec*))
 WEFT_REAL_CALL(sched_yield, int())
 WEFT_REAL_CALL(thrd_yield, void())

@@ -6,10 +6,14 @@
 // a call that did not announce itself is never released by the watcher
 // (it gives up after a bound, and the test fails). Results are compared
 // with the same call on a plain thread.
+#include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <mqueue.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <resolv.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -446,6 +450,163 @@ TEST(Announced, ACallOnANonBlockingFdIsNotButAFilesWriteIs) {
   ::close(listener);
   ::close(pair[0]);
   ::close(pair[1]);
+}
+
+// A nameserver on loopback, for the resolver's queries below: it answers
+// one query when asked to (answer_one), with "no such name", so that a
+// query waits for it as long as the test wants. Its socket gives up after
+// 10 s, as the queries do.
+class LoopbackNameserver {
+ public:
+  LoopbackNameserver() : fd_(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<const sockaddr*>(&any), sizeof any), 0);
+    socklen_t length = sizeof address_;
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address_), &length), 0);
+    const timeval bound{10, 0};
+    EXPECT_EQ(::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound), 0);
+  }
+  ~LoopbackNameserver() { ::close(fd_); }
+  LoopbackNameserver(const LoopbackNameserver&) = delete;
+  LoopbackNameserver& operator=(const LoopbackNameserver&) = delete;
+
+  // Makes `state` ask this server only, over UDP, one try of up to 10 s
+  // (whatever the machine's resolv.conf, which res_init read, says).
+  void serve(struct __res_state& state) const {
+    state.options &= ~static_cast<unsigned long>(RES_USEVC);
+    state.nscount = 1;
+    state.nsaddr_list[0] = address_;
+    state.retrans = 10;
+    state.retry = 1;
+  }
+
+  // Receives one query and answers it: NXDOMAIN, the question echoed.
+  void answer_one() const {
+    unsigned char message[512];
+    sockaddr_in from{};
+    socklen_t from_length = sizeof from;
+    const ssize_t n = ::recvfrom(fd_, message, sizeof message, 0, reinterpret_cast<sockaddr*>(&from), &from_length);
+    ASSERT_GT(n, 12) << "no query came";
+    // The question follows the 12-byte header: the name's labels up to
+    // the root's empty one, then its type and class.
+    std::size_t end = 12;
+    while (end < std::size_t(n) && message[end] != 0) end += message[end] + 1u;
+    end += 1 + 4;
+    ASSERT_LE(end, std::size_t(n));
+    message[2] |= 0x80;              // a response (QR)
+    message[3] = 0x80 | 3;           // recursion available, NXDOMAIN
+    std::memset(message + 6, 0, 6);  // no answers, authorities or additional records (EDNS's dropped)
+    ASSERT_EQ(::sendto(fd_, message, end, 0, reinterpret_cast<const sockaddr*>(&from), from_length), ssize_t(end));
+  }
+
+ private:
+  int fd_;
+  sockaddr_in address_{};
+};
+
+struct DnsOutcome {
+  long result = 0;
+  int host_error = 0;
+  bool marked = false;
+};
+
+// `query` (given the server, returning the call's result) made in a fiber
+// that the server answers once its worker is seen marked, and on a plain
+// thread that the server answers at once.
+std::pair<DnsOutcome, DnsOutcome> query_both_ways(const std::function<long(const LoopbackNameserver&)>& query) {
+  const LoopbackNameserver server;
+  DnsOutcome fiber;
+  const Outcome got = blocked_fiber(
+      [&] {
+        const long result = query(server);
+        fiber.host_error = h_errno;
+        return result;
+      },
+      [&] { server.answer_one(); });
+  fiber.result = got.result;
+  fiber.marked = got.marked;
+  DnsOutcome thread;
+  std::thread answering([&] { server.answer_one(); });
+  thread.result = query(server);
+  thread.host_error = h_errno;
+  answering.join();
+  return {fiber, thread};
+}
+
+// res_query and the other calls of glibc's stub resolver wait in a poll
+// made inside libc, where no hook sees it: they announce themselves.
+// res_query uses the calling thread's own state, _res.
+TEST(Announced, ResQueryOnTheThreadsOwnState) {
+  const auto [fiber, thread] = query_both_ways([](const LoopbackNameserver& server) {
+    EXPECT_EQ(res_init(), 0);
+    server.serve(_res);
+    unsigned char answer[512];
+    return long(res_query("weft-test.invalid", C_IN, T_A, answer, sizeof answer));
+  });
+  EXPECT_TRUE(fiber.marked) << "res_query held its worker unannounced";
+  EXPECT_EQ(thread.result, -1);
+  EXPECT_EQ(thread.host_error, HOST_NOT_FOUND);
+  EXPECT_EQ(fiber.result, thread.result);
+  EXPECT_EQ(fiber.host_error, thread.host_error);
+}
+
+// A state of the caller's own, and a message it made itself: res_nquery
+// and res_nsend.
+TEST(Announced, ResNqueryAndResNsend) {
+  auto with_state = [](const LoopbackNameserver& server, auto&& call) {
+    struct __res_state state {};
+    EXPECT_EQ(res_ninit(&state), 0);
+    server.serve(state);
+    const long result = call(&state);
+    res_nclose(&state);
+    return result;
+  };
+  const auto [fiber, thread] = query_both_ways([&](const LoopbackNameserver& server) {
+    return with_state(server, [](res_state state) {
+      unsigned char answer[512];
+      return long(res_nquery(state, "weft-test.invalid", C_IN, T_AAAA, answer, sizeof answer));
+    });
+  });
+  EXPECT_TRUE(fiber.marked) << "res_nquery held its worker unannounced";
+  EXPECT_EQ(thread.result, -1);
+  EXPECT_EQ(fiber.result, thread.result);
+  EXPECT_EQ(fiber.host_error, thread.host_error);
+
+  const auto [sent_by_fiber, sent_by_thread] = query_both_ways([&](const LoopbackNameserver& server) {
+    return with_state(server, [](res_state state) {
+      unsigned char query[512];
+      unsigned char answer[512];
+      const int length =
+          res_nmkquery(state, QUERY, "weft-test.invalid", C_IN, T_A, nullptr, 0, nullptr, query, sizeof query);
+      EXPECT_GT(length, 0);
+      return long(res_nsend(state, query, length, answer, sizeof answer));
+    });
+  });
+  EXPECT_TRUE(sent_by_fiber.marked) << "res_nsend held its worker unannounced";
+  EXPECT_GT(sent_by_thread.result, 12) << "the whole response, whatever its code";
+  EXPECT_EQ(sent_by_fiber.result, sent_by_thread.result);
+}
+
+// What a binary built against glibc's headers before 2.34 calls: there,
+// <resolv.h> renamed res_nquery to __res_nquery.
+TEST(Announced, ResNqueryByItsOldName) {
+  using Query = int (*)(res_state, const char*, int, int, unsigned char*, int);
+  const auto old_name = reinterpret_cast<Query>(dlsym(RTLD_DEFAULT, "__res_nquery"));
+  ASSERT_NE(old_name, nullptr) << "no __res_nquery to call";
+  const auto [fiber, thread] = query_both_ways([&](const LoopbackNameserver& server) {
+    struct __res_state state {};
+    EXPECT_EQ(res_ninit(&state), 0);
+    server.serve(state);
+    unsigned char answer[512];
+    const long result = old_name(&state, "weft-test.invalid", C_IN, T_A, answer, sizeof answer);
+    res_nclose(&state);
+    return result;
+  });
+  EXPECT_TRUE(fiber.marked) << "__res_nquery held its worker unannounced";
+  EXPECT_EQ(fiber.result, thread.result);
+  EXPECT_EQ(fiber.host_error, thread.host_error);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // sched_yield, thrd_yield and pthread_yield (std::this_thread::yield is
-// sched_yield) in a fiber: the fiber yields to the other fibers of its worker, then the
-// thread to the other threads, as Wisp's Thread.yield() yields the
-// coroutine.
+// sched_yield) in a fiber: the fiber yields to the other fibers of its
+// worker, then the thread to the other threads, as Wisp's Thread.yield()
+// yields the coroutine. And pthread_spin_lock, whose wait is a spin: the
+// fiber yields between its tries.
 //
 // Why: a fiber spinning on a flag with a yield in the loop (a hand-rolled
 // spin lock, a wait for another task of the same pool) makes no weft call,
@@ -14,8 +15,10 @@
 // and set the thread's), and the thread: the fiber resumes on the worker it
 // yielded on (ParkScope), as after any hooked call. weft's own spins yield
 // the thread only (include/weft/detail/spin_lock.h, yield_thread).
+#include <pthread.h>
 #include <sched.h>
 #include <threads.h>
+#include <weft/detail/spin_lock.h>
 #include <weft/this_fiber.h>
 
 #include "hook_support.h"
@@ -34,6 +37,10 @@ void yield_fiber() noexcept {
   }
   set_errno(saved);
 }
+
+// Tries before a spinning fiber first yields: a lock held for a few
+// instructions by a fiber on another worker is taken without a switch.
+constexpr int kSpinsBeforeYield = 64;
 
 }  // namespace
 }  // namespace weft::detail
@@ -65,6 +72,25 @@ int pthread_yield_hook() noexcept __asm__("pthread_yield");
 int pthread_yield_hook() noexcept {
   if (parking_enabled()) yield_fiber();
   return real::sched_yield()();
+}
+
+// glibc's spins in user space until the lock is free. A fiber whose holder
+// waits on the same worker (parked in a call while holding the lock, or
+// preempted) never saw it free: nothing ran the holder on that thread while
+// the spinner spun, and a spin makes no call that could yield. So the fiber
+// spins a little, then yields to its worker's fibers between tries; the
+// lock is taken as glibc's trylock takes it, and the result is glibc's (0).
+int pthread_spin_lock(pthread_spinlock_t* lock) noexcept {
+  if (!parking_enabled()) return real::pthread_spin_lock()(lock);
+  for (int tries = 0;; ++tries) {
+    // Only glibc's own calls touch the lock word: what it holds when free
+    // is glibc's business (1 on x86-64, 0 in the generic code).
+    if (real::pthread_spin_trylock()(lock) == 0) return 0;
+    if (tries < kSpinsBeforeYield)
+      cpu_relax();
+    else
+      yield_fiber();
+  }
 }
 
 #pragma GCC visibility pop

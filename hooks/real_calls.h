@@ -215,6 +215,8 @@ WEFT_REAL_CALL(res_nsend, int(struct __res_state*, const unsigned char*, int, un
 WEFT_REAL_CALL(thrd_sleep, int(const timespec*, timespec*))
 WEFT_REAL_CALL(sched_yield, int())
 WEFT_REAL_CALL(thrd_yield, void())
+WEFT_REAL_CALL(pthread_spin_lock, int(pthread_spinlock_t*))
+WEFT_REAL_CALL(pthread_spin_trylock, int(pthread_spinlock_t*))
 WEFT_REAL_CALL(posix_spawn, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,
                                 char* const*, char* const*))
 WEFT_REAL_CALL(posix_spawnp, int(pid_t*, const char*, const posix_spawn_file_actions_t*, const posix_spawnattr_t*,

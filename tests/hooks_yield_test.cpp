@@ -100,5 +100,56 @@ TEST(HooksYield, AYieldKeepsTheCallersErrnoAndThread) {
   EXPECT_TRUE(yielder_pinned);
 }
 
+// A fiber waiting for a spin lock whose holder is parked on the same
+// worker (asleep in a hooked call while holding it) lets the holder run:
+// glibc's pthread_spin_lock spins in user space and made no call that
+// could yield, so the holder, pinned to this thread by its hooked sleep,
+// never resumed (a watchdog thread unlocked the lock from outside after
+// 2 s; for good without one).
+TEST(HooksYield, ASpinLockWaiterLetsTheHolderOnItsWorkerRun) {
+  Config config = test::config_with(1);
+  config.max_threads = config.workers;  // no spares
+  config.preemption = false;            // only the spin's yield can let the holder run
+  Scheduler sched{config};
+  pthread_spinlock_t lock;
+  ASSERT_EQ(pthread_spin_init(&lock, PTHREAD_PROCESS_PRIVATE), 0);
+  std::atomic<bool> finished{false};
+  std::atomic<bool> rescued{false};
+  std::thread watchdog([&] {
+    const auto give_up = Clock::now() + 2s;
+    while (!finished.load() && Clock::now() < give_up) std::this_thread::sleep_for(1ms);
+    if (!finished.load()) {
+      rescued = true;
+      pthread_spin_unlock(&lock);
+    }
+  });
+  int spin_result = -1;
+  bool holder_done_first = false;
+  std::atomic<bool> held{false};
+  std::atomic<bool> holder_done{false};
+  sched
+      .spawn([&] {
+        Fiber holder = spawn([&] {
+          EXPECT_EQ(pthread_spin_lock(&lock), 0);
+          held = true;
+          ::usleep(20'000);  // parks, pinned to this worker, holding the lock
+          holder_done = true;
+          pthread_spin_unlock(&lock);
+        });
+        while (!held.load()) this_fiber::yield();
+        spin_result = pthread_spin_lock(&lock);
+        holder_done_first = holder_done.load();
+        pthread_spin_unlock(&lock);
+        holder.join();
+      })
+      .join();
+  finished = true;
+  watchdog.join();
+  EXPECT_FALSE(rescued) << "the spinner never let the holder run";
+  EXPECT_EQ(spin_result, 0);
+  EXPECT_TRUE(holder_done_first) << "the spinner took a lock that was still held";
+  pthread_spin_destroy(&lock);
+}
+
 }  // namespace
 }  // namespace weft

@@ -33,6 +33,7 @@
 #include <mutex>
 #include <optional>
 
+#include "announced.h"
 #include "cancellable_wait.h"
 #include "locks.h"
 #include "pthread_layout.h"
@@ -136,7 +137,8 @@ pthread_mutex_t* bridge_of(const pthread_cond_t* cond) noexcept {
 
 template <class Wait>
 int bridged_wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const void* return_address, Wait glibc_wait) {
-  if (!mutex_taken_over(mutex)) return glibc_wait(mutex);
+  // glibc's waits block the thread: announced (hooks/announced.h).
+  if (!mutex_taken_over(mutex)) return announced([&] { return glibc_wait(mutex); });
   const WaitingCall call(how_call_waits(return_address));
   const Caller me = current_caller();
   pthread_mutex_t* bridge = bridge_of(cond);
@@ -145,7 +147,7 @@ int bridged_wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const void* retur
     real::pthread_mutex_unlock()(bridge);
     return error;
   }
-  const int result = glibc_wait(bridge);
+  const int result = announced([&] { return glibc_wait(bridge); });
   real::pthread_mutex_unlock()(bridge);
   const int relocked = mutex_lock(mutex, me, call.parks(), Deadline::never());
   return relocked != 0 ? relocked : result;

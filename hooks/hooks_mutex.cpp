@@ -53,6 +53,7 @@
 
 #include "../runtime/fast_clock.h"
 #include "../sched/current.h"
+#include "announced.h"
 #include "glibc_mutex_pins.h"
 #include "locks.h"
 #include "pthread_layout.h"
@@ -392,7 +393,8 @@ int lock(pthread_mutex_t* mutex, int type, Caller me, const void* return_address
 [[gnu::noinline]] int lock_any(pthread_mutex_t* mutex, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_lock()(mutex);
   const int kind = mutex_kind(mutex);
-  if ((kind & kMutexTakenOverMask) != 0) return pin_if_held(real::pthread_mutex_lock()(mutex));
+  if ((kind & kMutexTakenOverMask) != 0)
+    return pin_if_held(announced([&] { return real::pthread_mutex_lock()(mutex); }));
   return lock_untimed(mutex, kind, return_address);
 }
 
@@ -422,7 +424,8 @@ int try_lock(pthread_mutex_t* mutex, const void* return_address) {
 int timed_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_clocklock()(mutex, clock, abstime);
   const int kind = mutex_kind(mutex);
-  if ((kind & kMutexTakenOverMask) != 0) return pin_if_held(real::pthread_mutex_clocklock()(mutex, clock, abstime));
+  if ((kind & kMutexTakenOverMask) != 0)
+    return pin_if_held(announced([&] { return real::pthread_mutex_clocklock()(mutex, clock, abstime); }));
   lock_checkpoint(return_address);
   return lock(mutex, kind & kMutexTypeMask, current_caller(), return_address, Deadline::at_time(clock, *abstime));
 }

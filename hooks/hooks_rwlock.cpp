@@ -31,6 +31,7 @@
 #include <cerrno>
 #include <mutex>
 
+#include "announced.h"
 #include "locks.h"
 #include "pthread_layout.h"
 #include "real_calls.h"
@@ -280,13 +281,19 @@ using namespace weft::detail::locks;
 
 #define WEFT_PASS_THROUGH(name, ...) \
   if (!lock_hooks_enabled() || pthread_layout::rwlock_pshared(lock)) return real::name()(__VA_ARGS__)
+// The same for a call that may wait: a process-shared rwlock's wait is
+// glibc's futex wait, announced (hooks/announced.h) so that the worker's
+// other fibers move on at once.
+#define WEFT_PASS_THROUGH_WAITING(name, ...)                   \
+  if (!lock_hooks_enabled()) return real::name()(__VA_ARGS__); \
+  if (pthread_layout::rwlock_pshared(lock)) return announced([&] { return real::name()(__VA_ARGS__); })
 
 // Exported: they interpose libc's (include/weft/detail/visibility.h).
 #pragma GCC visibility push(default)
 extern "C" {
 
 [[gnu::noinline]] int pthread_rwlock_rdlock(pthread_rwlock_t* lock) {
-  WEFT_PASS_THROUGH(pthread_rwlock_rdlock, lock);
+  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_rdlock, lock);
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
   return read_lock(lock, Deadline::never(), return_address);
@@ -299,7 +306,7 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_timedrdlock(pthread_rwlock_t* lock, const timespec* abstime) {
-  WEFT_PASS_THROUGH(pthread_rwlock_timedrdlock, lock, abstime);
+  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_timedrdlock, lock, abstime);
   if (const int error = check_timed(CLOCK_REALTIME, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -307,7 +314,7 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_clockrdlock(pthread_rwlock_t* lock, clockid_t clock, const timespec* abstime) {
-  WEFT_PASS_THROUGH(pthread_rwlock_clockrdlock, lock, clock, abstime);
+  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_clockrdlock, lock, clock, abstime);
   if (const int error = check_timed(clock, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -315,7 +322,7 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_wrlock(pthread_rwlock_t* lock) {
-  WEFT_PASS_THROUGH(pthread_rwlock_wrlock, lock);
+  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_wrlock, lock);
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
   return write_lock(lock, Deadline::never(), return_address);
@@ -330,7 +337,7 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_timedwrlock(pthread_rwlock_t* lock, const timespec* abstime) {
-  WEFT_PASS_THROUGH(pthread_rwlock_timedwrlock, lock, abstime);
+  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_timedwrlock, lock, abstime);
   if (const int error = check_timed(CLOCK_REALTIME, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -338,7 +345,7 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_clockwrlock(pthread_rwlock_t* lock, clockid_t clock, const timespec* abstime) {
-  WEFT_PASS_THROUGH(pthread_rwlock_clockwrlock, lock, clock, abstime);
+  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_clockwrlock, lock, clock, abstime);
   if (const int error = check_timed(clock, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);

@@ -452,6 +452,89 @@ TEST(Announced, ACallOnANonBlockingFdIsNotButAFilesWriteIs) {
   ::close(pair[1]);
 }
 
+// The locks the hooks leave to glibc (docs/locks.md, "What passes
+// through"): a robust mutex, a process-shared rwlock and a process-shared
+// condition variable block their thread in glibc's futex wait, announced.
+TEST(Announced, ARobustMutexsWait) {
+  pthread_mutexattr_t attributes;
+  pthread_mutexattr_init(&attributes);
+  ASSERT_EQ(pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST), 0);
+  pthread_mutex_t mutex;
+  ASSERT_EQ(pthread_mutex_init(&mutex, &attributes), 0);
+  ASSERT_EQ(pthread_mutex_lock(&mutex), 0);  // this thread holds it until the fiber is seen waiting
+  const Outcome got = blocked_fiber(
+      [&] {
+        const int locked = pthread_mutex_lock(&mutex);
+        if (locked == 0) pthread_mutex_unlock(&mutex);
+        return long(locked);
+      },
+      [&] { pthread_mutex_unlock(&mutex); });
+  EXPECT_TRUE(got.marked) << "a robust mutex's lock held its worker unannounced";
+  EXPECT_EQ(got.result, 0);
+  pthread_mutex_destroy(&mutex);
+  pthread_mutexattr_destroy(&attributes);
+}
+
+TEST(Announced, AProcessSharedRwlocksWait) {
+  pthread_rwlockattr_t attributes;
+  pthread_rwlockattr_init(&attributes);
+  ASSERT_EQ(pthread_rwlockattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED), 0);
+  pthread_rwlock_t lock;
+  ASSERT_EQ(pthread_rwlock_init(&lock, &attributes), 0);
+  ASSERT_EQ(pthread_rwlock_wrlock(&lock), 0);
+  const Outcome got = blocked_fiber(
+      [&] {
+        const int locked = pthread_rwlock_rdlock(&lock);
+        if (locked == 0) pthread_rwlock_unlock(&lock);
+        return long(locked);
+      },
+      [&] { pthread_rwlock_unlock(&lock); });
+  EXPECT_TRUE(got.marked) << "a process-shared rwlock's wait held its worker unannounced";
+  EXPECT_EQ(got.result, 0);
+  pthread_rwlock_destroy(&lock);
+  pthread_rwlockattr_destroy(&attributes);
+}
+
+// With a process-shared mutex, and with a private one (which the hooks
+// take over: the wait goes through their bridge to glibc's).
+TEST(Announced, AProcessSharedConditionVariablesWait) {
+  for (const bool shared_mutex : {true, false}) {
+    pthread_condattr_t cond_attributes;
+    pthread_condattr_init(&cond_attributes);
+    ASSERT_EQ(pthread_condattr_setpshared(&cond_attributes, PTHREAD_PROCESS_SHARED), 0);
+    pthread_cond_t cond;
+    ASSERT_EQ(pthread_cond_init(&cond, &cond_attributes), 0);
+    pthread_mutexattr_t mutex_attributes;
+    pthread_mutexattr_init(&mutex_attributes);
+    ASSERT_EQ(pthread_mutexattr_setpshared(&mutex_attributes,
+                                           shared_mutex ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE),
+              0);
+    pthread_mutex_t mutex;
+    ASSERT_EQ(pthread_mutex_init(&mutex, &mutex_attributes), 0);
+    bool ready = false;  // under `mutex`
+    const Outcome got = blocked_fiber(
+        [&] {
+          int waited = pthread_mutex_lock(&mutex);
+          while (waited == 0 && !ready) waited = pthread_cond_wait(&cond, &mutex);
+          pthread_mutex_unlock(&mutex);
+          return long(waited);
+        },
+        [&] {
+          pthread_mutex_lock(&mutex);
+          ready = true;
+          pthread_cond_signal(&cond);
+          pthread_mutex_unlock(&mutex);
+        });
+    EXPECT_TRUE(got.marked) << "a process-shared condition variable's wait held its worker unannounced"
+                            << (shared_mutex ? " (process-shared mutex)" : " (private mutex)");
+    EXPECT_EQ(got.result, 0);
+    pthread_mutex_destroy(&mutex);
+    pthread_mutexattr_destroy(&mutex_attributes);
+    pthread_cond_destroy(&cond);
+    pthread_condattr_destroy(&cond_attributes);
+  }
+}
+
 // A nameserver on loopback, for the resolver's queries below: it answers
 // one query when asked to (answer_one), with "no such name", so that a
 // query waits for it as long as the test wants. Its socket gives up after

@@ -455,20 +455,29 @@ TEST(Announced, ACallOnANonBlockingFdIsNotButAFilesWriteIs) {
 // The locks the hooks leave to glibc (docs/locks.md, "What passes
 // through"): a robust mutex, a process-shared rwlock and a process-shared
 // condition variable block their thread in glibc's futex wait, announced.
+//
+// A lock this thread holds, taken in a fiber (`acquire`, then `release`
+// if it got it) and released here (`release`) once the fiber's worker is
+// seen marked.
+Outcome acquire_behind_this_thread(const std::function<int()>& acquire, const std::function<void()>& release) {
+  return blocked_fiber(
+      [&] {
+        const int acquired = acquire();
+        if (acquired == 0) release();
+        return long(acquired);
+      },
+      release);
+}
+
 TEST(Announced, ARobustMutexsWait) {
   pthread_mutexattr_t attributes;
   pthread_mutexattr_init(&attributes);
   ASSERT_EQ(pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST), 0);
   pthread_mutex_t mutex;
   ASSERT_EQ(pthread_mutex_init(&mutex, &attributes), 0);
-  ASSERT_EQ(pthread_mutex_lock(&mutex), 0);  // this thread holds it until the fiber is seen waiting
-  const Outcome got = blocked_fiber(
-      [&] {
-        const int locked = pthread_mutex_lock(&mutex);
-        if (locked == 0) pthread_mutex_unlock(&mutex);
-        return long(locked);
-      },
-      [&] { pthread_mutex_unlock(&mutex); });
+  ASSERT_EQ(pthread_mutex_lock(&mutex), 0);
+  const Outcome got =
+      acquire_behind_this_thread([&] { return pthread_mutex_lock(&mutex); }, [&] { pthread_mutex_unlock(&mutex); });
   EXPECT_TRUE(got.marked) << "a robust mutex's lock held its worker unannounced";
   EXPECT_EQ(got.result, 0);
   pthread_mutex_destroy(&mutex);
@@ -482,13 +491,8 @@ TEST(Announced, AProcessSharedRwlocksWait) {
   pthread_rwlock_t lock;
   ASSERT_EQ(pthread_rwlock_init(&lock, &attributes), 0);
   ASSERT_EQ(pthread_rwlock_wrlock(&lock), 0);
-  const Outcome got = blocked_fiber(
-      [&] {
-        const int locked = pthread_rwlock_rdlock(&lock);
-        if (locked == 0) pthread_rwlock_unlock(&lock);
-        return long(locked);
-      },
-      [&] { pthread_rwlock_unlock(&lock); });
+  const Outcome got =
+      acquire_behind_this_thread([&] { return pthread_rwlock_rdlock(&lock); }, [&] { pthread_rwlock_unlock(&lock); });
   EXPECT_TRUE(got.marked) << "a process-shared rwlock's wait held its worker unannounced";
   EXPECT_EQ(got.result, 0);
   pthread_rwlock_destroy(&lock);

@@ -215,34 +215,18 @@ int res_nsend(res_state state, const unsigned char* message, int message_length,
 
 // The names glibc's <resolv.h> gave these calls before 2.34 (it defined
 // res_query as __res_query, and so on): what older binaries call. glibc
-// keeps them as the same functions under a compatibility version.
-int __res_query(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return res_query(name, klass, type, answer, length);
-}
-int __res_search(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return res_search(name, klass, type, answer, length);
-}
-int __res_querydomain(const char* name, const char* domain, int klass, int type, unsigned char* answer,
-                      int length) noexcept {
-  return res_querydomain(name, domain, klass, type, answer, length);
-}
-int __res_send(const unsigned char* message, int message_length, unsigned char* answer, int length) noexcept {
-  return res_send(message, message_length, answer, length);
-}
-int __res_nquery(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return res_nquery(state, name, klass, type, answer, length);
-}
-int __res_nsearch(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return res_nsearch(state, name, klass, type, answer, length);
-}
-int __res_nquerydomain(res_state state, const char* name, const char* domain, int klass, int type,
-                       unsigned char* answer, int length) noexcept {
-  return res_nquerydomain(state, name, domain, klass, type, answer, length);
-}
-int __res_nsend(res_state state, const unsigned char* message, int message_length, unsigned char* answer,
-                int length) noexcept {
-  return res_nsend(state, message, message_length, answer, length);
-}
+// keeps them as the same functions under a compatibility version; here
+// they are aliases of the hooks above.
+int __res_query(const char*, int, int, unsigned char*, int) noexcept __attribute__((alias("res_query")));
+int __res_search(const char*, int, int, unsigned char*, int) noexcept __attribute__((alias("res_search")));
+int __res_querydomain(const char*, const char*, int, int, unsigned char*, int) noexcept
+    __attribute__((alias("res_querydomain")));
+int __res_send(const unsigned char*, int, unsigned char*, int) noexcept __attribute__((alias("res_send")));
+int __res_nquery(res_state, const char*, int, int, unsigned char*, int) noexcept __attribute__((alias("res_nquery")));
+int __res_nsearch(res_state, const char*, int, int, unsigned char*, int) noexcept __attribute__((alias("res_nsearch")));
+int __res_nquerydomain(res_state, const char*, const char*, int, int, unsigned char*, int) noexcept
+    __attribute__((alias("res_nquerydomain")));
+int __res_nsend(res_state, const unsigned char*, int, unsigned char*, int) noexcept __attribute__((alias("res_nsend")));
 
 #pragma GCC visibility pop
 }  // extern "C"

@@ -69,10 +69,7 @@ void thrd_yield() {
 // symbol: where <pthread.h> is seen, the name pthread_yield means
 // sched_yield.
 int pthread_yield_hook() noexcept __asm__("pthread_yield");
-int pthread_yield_hook() noexcept {
-  if (parking_enabled()) yield_fiber();
-  return real::sched_yield()();
-}
+int pthread_yield_hook() noexcept { return sched_yield(); }
 
 // glibc's spins in user space until the lock is free. A fiber whose holder
 // waits on the same worker (parked in a call while holding the lock, or
@@ -82,15 +79,17 @@ int pthread_yield_hook() noexcept {
 // lock is taken as glibc's trylock takes it, and the result is glibc's (0).
 int pthread_spin_lock(pthread_spinlock_t* lock) noexcept {
   if (!parking_enabled()) return real::pthread_spin_lock()(lock);
-  for (int tries = 0;; ++tries) {
-    // Only glibc's own calls touch the lock word: what it holds when free
-    // is glibc's business (1 on x86-64, 0 in the generic code).
-    if (real::pthread_spin_trylock()(lock) == 0) return 0;
-    if (tries < kSpinsBeforeYield)
+  // Only glibc's own calls touch the lock word: what it holds when free is
+  // glibc's business (1 on x86-64, 0 in the generic code).
+  for (int spins = 0; real::pthread_spin_trylock()(lock) != 0;) {
+    if (spins < kSpinsBeforeYield) {
+      ++spins;  // counted only up to the limit: a long wait must not overflow it
       cpu_relax();
-    else
+    } else {
       yield_fiber();
+    }
   }
+  return 0;
 }
 
 #pragma GCC visibility pop

@@ -57,7 +57,10 @@ struct Outcome {
   int error = 0;
   bool marked = false;
 };
-Outcome blocked_fiber(const std::function<long()>& call, const std::function<void()>& release) {
+// With `armed`, a mark counts only once the fiber has set it: for a call
+// made after other announced ones (an uncontended lock before a wait).
+Outcome blocked_fiber(const std::function<long()>& call, const std::function<void()>& release,
+                      const std::atomic<bool>* armed = nullptr) {
   Scheduler sched{test::config_with(1)};
   std::atomic<detail::Worker*> worker{nullptr};
   Outcome outcome;
@@ -69,7 +72,7 @@ Outcome blocked_fiber(const std::function<long()>& call, const std::function<voi
   const auto give_up = Clock::now() + 10s;
   while (Clock::now() < give_up) {
     const detail::Worker* w = worker.load();
-    if (w != nullptr && in_call(w)) {
+    if (w != nullptr && in_call(w) && (armed == nullptr || armed->load())) {
       outcome.marked = true;
       break;
     }
@@ -516,9 +519,13 @@ TEST(Announced, AProcessSharedConditionVariablesWait) {
     pthread_mutex_t mutex;
     ASSERT_EQ(pthread_mutex_init(&mutex, &mutex_attributes), 0);
     bool ready = false;  // under `mutex`
+    // Set just before the wait: a process-shared mutex's own lock is
+    // announced too, and its mark must not count for the wait's.
+    std::atomic<bool> waiting{false};
     const Outcome got = blocked_fiber(
         [&] {
           int waited = pthread_mutex_lock(&mutex);
+          waiting = true;
           while (waited == 0 && !ready) waited = pthread_cond_wait(&cond, &mutex);
           pthread_mutex_unlock(&mutex);
           return long(waited);
@@ -528,7 +535,8 @@ TEST(Announced, AProcessSharedConditionVariablesWait) {
           ready = true;
           pthread_cond_signal(&cond);
           pthread_mutex_unlock(&mutex);
-        });
+        },
+        &waiting);
     EXPECT_TRUE(got.marked) << "a process-shared condition variable's wait held its worker unannounced"
                             << (shared_mutex ? " (process-shared mutex)" : " (private mutex)");
     EXPECT_EQ(got.result, 0);

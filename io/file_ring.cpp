@@ -68,7 +68,13 @@ std::unique_ptr<Extension> FileRing::make(const Config&) { return std::make_uniq
 FileRing* FileRing::of(SchedulerCore& core) {
   FileRing* ring = core.find_extension<FileRing>();
   if (ring == nullptr) return nullptr;
-  std::call_once(ring->set_up_, [ring] { ring->set_up(); });
+  if (!ring->set_up_done_.load(std::memory_order_acquire)) {
+    std::lock_guard guard(ring->set_up_lock_);
+    if (!ring->set_up_done_.load(std::memory_order_relaxed)) {
+      ring->set_up();
+      ring->set_up_done_.store(true, std::memory_order_release);
+    }
+  }
   return ring->ring_ != nullptr ? ring : nullptr;
 }
 

@@ -40,11 +40,13 @@
 #include <weft/config.h>
 #include <weft/detail/park.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 
 #include "../sched/extension.h"
+#include "../sched/raw_lock.h"
 
 struct io_uring;
 struct io_uring_sqe;
@@ -100,7 +102,11 @@ class FileRing final : public Extension {
   // io_uring_setup, once; ring_ stays null if it failed.
   void set_up();
 
-  std::once_flag set_up_;
+  // set_up's once: not std::call_once, since pthread_once is one of the
+  // hooks' names (scripts/check-layers). set_up_done_ is stored (release)
+  // under set_up_lock_ once set_up has run.
+  RawMutex set_up_lock_;
+  std::atomic<bool> set_up_done_{false};
   std::unique_ptr<io_uring> ring_;  // null until set up, and if that failed
   int ring_fd_ = -1;
   mutable SpinLock lock_;

@@ -15,6 +15,8 @@
 #include <string>
 #include <utility>
 
+#include "system_calls.h"
+
 namespace weft::detail {
 namespace {
 
@@ -112,7 +114,7 @@ void log_message(LogLevel level, const char* format, ...) noexcept {
 
 void write_stderr(const char* text, std::size_t size) noexcept {
   while (size > 0) {
-    const long n = ::syscall(SYS_write, STDERR_FILENO, text, size);
+    const long n = sys::call(SYS_write, STDERR_FILENO, text, size);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     text += n;

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 
 #include "fiber_control.h"
 #include "log.h"
@@ -18,7 +17,6 @@ namespace {
 
 struct sigaction previous_segv;
 struct sigaction previous_bus;
-std::once_flag installed;
 
 // Not through weft's log handler (runtime/log.h): this runs in a signal
 // handler.
@@ -102,14 +100,18 @@ void on_fault(int signal, siginfo_t* info, void* context) {
 }  // namespace
 
 void install_overflow_handler() {
-  std::call_once(installed, [] {
+  // A function-local static, not std::call_once: pthread_once is one of
+  // the hooks' names (scripts/check-layers).
+  static const bool installed = [] {
     struct sigaction action {};
     action.sa_sigaction = &on_fault;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
     sys::sigaction(SIGSEGV, &action, &previous_segv);
     sys::sigaction(SIGBUS, &action, &previous_bus);
-  });
+    return true;
+  }();
+  (void)installed;
 }
 
 AltSignalStack::AltSignalStack() {

@@ -18,27 +18,27 @@ int sigaction(int signal, const struct sigaction* action, struct sigaction* old)
 }
 
 int open_read_only(const char* path) noexcept {
-  return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
+  return static_cast<int>(call(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
 }
 
-ssize_t read(int fd, void* buffer, std::size_t size) noexcept { return ::syscall(SYS_read, fd, buffer, size); }
+ssize_t read(int fd, void* buffer, std::size_t size) noexcept { return call(SYS_read, fd, buffer, size); }
 
-ssize_t write(int fd, const void* buffer, std::size_t size) noexcept { return ::syscall(SYS_write, fd, buffer, size); }
+ssize_t write(int fd, const void* buffer, std::size_t size) noexcept { return call(SYS_write, fd, buffer, size); }
 
-int close(int fd) noexcept { return static_cast<int>(::syscall(SYS_close, fd)); }
+int close(int fd) noexcept { return static_cast<int>(call(SYS_close, fd)); }
 
-int fstat(int fd, struct stat* info) noexcept { return static_cast<int>(::syscall(SYS_fstat, fd, info)); }
+int fstat(int fd, struct stat* info) noexcept { return static_cast<int>(call(SYS_fstat, fd, info)); }
 
 int getsockname(int fd, sockaddr* address, socklen_t* length) noexcept {
-  return static_cast<int>(::syscall(SYS_getsockname, fd, address, length));
+  return static_cast<int>(call(SYS_getsockname, fd, address, length));
 }
 
 int getpeername(int fd, sockaddr* address, socklen_t* length) noexcept {
-  return static_cast<int>(::syscall(SYS_getpeername, fd, address, length));
+  return static_cast<int>(call(SYS_getpeername, fd, address, length));
 }
 
 int getsockopt(int fd, int level, int name, void* value, socklen_t* length) noexcept {
-  return static_cast<int>(::syscall(SYS_getsockopt, fd, level, name, value, length));
+  return static_cast<int>(call(SYS_getsockopt, fd, level, name, value, length));
 }
 
 ssize_t read_small_file(const char* path, char* buffer, std::size_t size) noexcept {
@@ -54,22 +54,22 @@ ssize_t read_small_file(const char* path, char* buffer, std::size_t size) noexce
 
 int poll(pollfd* fds, nfds_t count, int timeout_ms) noexcept {
   timespec timeout{timeout_ms / 1000, (timeout_ms % 1000) * 1'000'000L};
-  return static_cast<int>(::syscall(SYS_ppoll, fds, count, timeout_ms < 0 ? nullptr : &timeout, nullptr, 0));
+  return static_cast<int>(call(SYS_ppoll, fds, count, timeout_ms < 0 ? nullptr : &timeout, nullptr, 0));
 }
 
-int eventfd(unsigned initial, int flags) noexcept { return static_cast<int>(::syscall(SYS_eventfd2, initial, flags)); }
+int eventfd(unsigned initial, int flags) noexcept { return static_cast<int>(call(SYS_eventfd2, initial, flags)); }
 
-int epoll_create1(int flags) noexcept { return static_cast<int>(::syscall(SYS_epoll_create1, flags)); }
+int epoll_create1(int flags) noexcept { return static_cast<int>(call(SYS_epoll_create1, flags)); }
 
 // epoll_pwait with no signal mask is epoll_wait (the only one some
 // architectures have).
 int epoll_wait(int epoll_fd, epoll_event* events, int max_events, int timeout_ms) noexcept {
-  return static_cast<int>(::syscall(SYS_epoll_pwait, epoll_fd, events, max_events, timeout_ms, nullptr, 0));
+  return static_cast<int>(call(SYS_epoll_pwait, epoll_fd, events, max_events, timeout_ms, nullptr, 0));
 }
 
 int epoll_pwait2(int epoll_fd, epoll_event* events, int max_events, const timespec* timeout) noexcept {
 #ifdef SYS_epoll_pwait2
-  return static_cast<int>(::syscall(SYS_epoll_pwait2, epoll_fd, events, max_events, timeout, nullptr, 0));
+  return static_cast<int>(call(SYS_epoll_pwait2, epoll_fd, events, max_events, timeout, nullptr, 0));
 #else
   (void)epoll_fd, (void)events, (void)max_events, (void)timeout;
   errno = ENOSYS;
@@ -78,7 +78,7 @@ int epoll_pwait2(int epoll_fd, epoll_event* events, int max_events, const timesp
 }
 
 void sleep_until(const timespec& deadline) noexcept {
-  while (::syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) != 0 && errno == EINTR) {
+  while (call(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) != 0 && errno == EINTR) {
   }
 }
 

@@ -1,7 +1,7 @@
 // The few system calls weft's own layers make for themselves: sched/ reads
 // /proc and sleeps a plain thread, io/'s netpoller drives its epoll and
-// eventfd. They go to the kernel through syscall(2), never through libc's
-// wrappers by name, because inside libweft a plain ::read() is weft's own
+// eventfd. They go to the kernel through the system call instruction
+// (call() below), never through libc's wrappers by name, because inside libweft a plain ::read() is weft's own
 // hook: the library links with -Bsymbolic-functions, which binds every call
 // to a function libweft defines to that definition, and hooks/ defines
 // read, close, epoll_wait, ... So a lower layer calling libc by name would
@@ -29,6 +29,7 @@
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+#include <weft/detail/raw_syscall.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -36,27 +37,23 @@
 
 namespace weft::detail::sys {
 
+// A system call as libc's syscall() makes it: -1 with errno set on
+// failure. Through the instruction itself (weft/detail/raw_syscall.h).
+template <class... Args>
+inline long call(long number, Args... args) noexcept {
+  const long result = raw_syscall(number, args...);
+  if (result < 0 && result > -4096) {
+    errno = static_cast<int>(-result);
+    return -1;
+  }
+  return result;
+}
+
 // futex(2), inline and without errno: the kernel's result, or -errno. For
 // the lock hooks' contended paths, where a futex call is most of the cost
 // and libc's syscall() adds a call, its argument shuffle and errno's store.
 inline long futex(void* word, int op, std::uint32_t value, const timespec* timeout, std::uint32_t value3) noexcept {
-#if defined(__x86_64__)
-  long result;
-  register const timespec* r10 asm("r10") = timeout;
-  register void* r8 asm("r8") = nullptr;
-  register long r9 asm("r9") = value3;
-  asm volatile("syscall"
-               : "=a"(result)
-               : "0"(static_cast<long>(SYS_futex)), "D"(word), "S"(op), "d"(value), "r"(r10), "r"(r8), "r"(r9)
-               : "rcx", "r11", "memory");
-  return result;
-#else
-  const int saved = errno;
-  const long result = ::syscall(SYS_futex, word, op, value, timeout, nullptr, value3);
-  const long error = errno;
-  errno = saved;
-  return result >= 0 ? result : -error;
-#endif
+  return raw_syscall(SYS_futex, word, op, value, timeout, nullptr, value3);
 }
 
 // open(path, O_RDONLY | O_CLOEXEC).

@@ -4,10 +4,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../runtime/system_calls.h"
+
 namespace weft::detail {
 namespace {
 
-long membarrier(int command) noexcept { return ::syscall(SYS_membarrier, command, 0, 0); }
+long membarrier(int command) noexcept { return sys::call(SYS_membarrier, command, 0, 0); }
 
 bool register_expedited() noexcept {
   const long commands = membarrier(MEMBARRIER_CMD_QUERY);

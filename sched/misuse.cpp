@@ -7,6 +7,7 @@
 
 #include "../runtime/fiber_control.h"
 #include "../runtime/log.h"
+#include "../runtime/system_calls.h"
 
 namespace weft::detail {
 
@@ -16,7 +17,7 @@ void describe_caller(char* out, std::size_t size) noexcept {
     fiber->copy_name(name, sizeof name);
     std::snprintf(out, size, "fiber \"%s\" #%llu", name, static_cast<unsigned long long>(fiber->id));
   } else {
-    std::snprintf(out, size, "thread %ld", static_cast<long>(::syscall(SYS_gettid)));
+    std::snprintf(out, size, "thread %ld", static_cast<long>(sys::call(SYS_gettid)));
   }
 }
 

@@ -12,7 +12,7 @@
 namespace weft::detail {
 
 void OsThread::record_calling_thread() noexcept {
-  tid_.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_relaxed);
+  tid_.store(static_cast<int>(sys::call(SYS_gettid)), std::memory_order_relaxed);
   if (pthread_getcpuclockid(pthread_self(), &cpu_clock_) == 0) cpu_clock_valid_.store(true, std::memory_order_release);
 }
 

@@ -8,9 +8,10 @@
 #pragma once
 
 #include <sys/syscall.h>
-#include <unistd.h>
 
 #include <atomic>
+
+#include "raw_syscall.h"
 
 namespace weft::detail {
 
@@ -26,7 +27,7 @@ inline void cpu_relax() noexcept {
 // libc's name, which libweft interposes to yield the calling fiber
 // (hooks/hooks_yields.cpp). A spin in weft must never switch fibers: the
 // spinning fiber may be halfway into a park.
-inline void yield_thread() noexcept { ::syscall(SYS_sched_yield); }
+inline void yield_thread() noexcept { (void)raw_syscall(SYS_sched_yield); }
 
 class SpinLock {
  public:

@@ -7,6 +7,9 @@
 //             namespace: needs root or user namespaces), 100 fibers on 2
 //             workers vs 100 threads
 //   blocking  200 fibers x weft::blocking of a 100 ms call, vs 200 threads
+//   static    100 fibers reach a function-local static whose initializer
+//             (run by the first) sleeps 5 ms, vs 100 threads: the others
+//             wait in __cxa_guard_acquire's futex (hooks/hooks_futex.cpp)
 //   fsync     100 fibers vs 100 threads, each writing 4 KiB and fsyncing
 //             its own file, for --seconds
 //   pread     a 4 KiB pread of a cached file: ns per call from a fiber vs
@@ -30,6 +33,7 @@
 #include <weft/weft.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +42,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -110,6 +115,33 @@ void bench_blocking() {
   for (int round = 0; round < 3; ++round) {
     const double fibers = on_fibers(200, [&](int i) { weft::blocking([&] { call(i); }); });
     print_pair("200 x weft::blocking of a 100 ms call", fibers, on_threads(200, call));
+  }
+}
+
+// A function-local static per instance, so that each round initializes
+// its own: the first caller sleeps 5 ms in the initializer, the others
+// wait for it.
+template <int Instance>
+int slow_static() {
+  static const int value = [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return Instance + 1;
+  }();
+  return value;
+}
+
+template <int... Instances>
+constexpr std::array<int (*)(), sizeof...(Instances)> statics(std::integer_sequence<int, Instances...>) {
+  return {&slow_static<Instances>...};
+}
+
+void bench_static() {
+  constexpr auto instances = statics(std::make_integer_sequence<int, 6>{});
+  for (int round = 0; round < 3; ++round) {
+    auto reach = [](int (*get)()) { return [get](int) { (void)get(); }; };
+    const double fibers = on_fibers(100, reach(instances[2 * round]));
+    const double threads = on_threads(100, reach(instances[2 * round + 1]));
+    print_pair("100 x a static's 5 ms initializer", fibers, threads);
   }
 }
 
@@ -305,11 +337,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> cases;
   CLI::App app{"blocking_io: calls that are not sockets, from fibers and from threads", "blocking_io"};
   app.add_option("cases", cases, "the cases to run (all by default)")
-      ->check(CLI::IsMember({"dns", "blocking", "fsync", "pread", "write", "file", "ticker"}));
+      ->check(CLI::IsMember({"dns", "blocking", "static", "fsync", "pread", "write", "file", "ticker"}));
   weft::bench::add_count(app, "--seconds", seconds, 1, 600, "how long the fsync case runs");
   weft::bench::add_count(app, "--writers", writers, 1, 10'000, "fibers (and threads) of the fsync case");
   weft::bench::parse(app, argc, argv);
-  if (cases.empty()) cases = {"dns", "blocking", "fsync", "pread", "write", "file", "ticker"};
+  if (cases.empty()) cases = {"dns", "blocking", "static", "fsync", "pread", "write", "file", "ticker"};
   auto wanted = [&](const char* name) { return std::find(cases.begin(), cases.end(), name) != cases.end(); };
   if (wanted("dns")) {
     // Before any thread starts: the namespaces are the calling thread's.
@@ -319,6 +351,7 @@ int main(int argc, char** argv) {
   }
   if (wanted("dns")) bench_dns();
   if (wanted("blocking")) bench_blocking();
+  if (wanted("static")) bench_static();
   if (wanted("fsync")) bench_fsync();
   if (wanted("pread")) bench_pread();
   if (wanted("write")) bench_write();

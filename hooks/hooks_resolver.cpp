@@ -3,9 +3,7 @@
 // the fiber parks. They cannot park themselves: glibc's resolver calls its
 // own poll/sendto/recvfrom inside libc, where no hook can reach.
 //
-// errno and h_errno are per thread: the caller's are copied to the helper
-// thread before the call, and what the call left there back to the
-// fiber's thread when it resumes.
+// errno and h_errno are carried to the helper and back (hooks/offload.h).
 //
 // Calls that need no lookup run inline: a getaddrinfo whose host is an
 // address literal and whose service is a port number (or absent), which
@@ -24,48 +22,11 @@
 #include <type_traits>
 
 #include "hook_support.h"
+#include "offload.h"
 #include "real_calls.h"
 
 namespace weft::detail {
 namespace {
-
-// Runs `fn` on the blocking pool and carries errno and h_errno there and
-// back: the helper starts from the caller's, so that one the call leaves
-// alone (getaddrinfo's argument errors, a gethostbyname_r that sets only
-// its own h_errno) comes back as the caller's, not as what the helper's
-// earlier lookup left. What the call left goes to the thread the fiber
-// resumes on and, if sysmon released its pin (ParkScope, point 1), to the
-// thread the call was made on too, whose addresses the caller may hold:
-// ErrnoHome for errno, home_h_errno for h_errno.
-template <class Fn>
-auto offloaded(Fn&& fn) {
-  using Result = std::invoke_result_t<Fn&>;
-  struct Call {
-    Fn* fn;
-    Result result;
-    int error;
-    int host_error;
-    static void run(void* self) noexcept {
-      auto* call = static_cast<Call*>(self);
-      errno = call->error;
-      h_errno = call->host_error;
-      call->result = (*call->fn)();
-      call->error = errno;
-      call->host_error = h_errno;
-    }
-  };
-  const ErrnoHome home;
-  int* const home_h_errno = h_errno_here();
-  Call call{&fn, Result{}, errno_value(), *home_h_errno};
-  {
-    const ParkScope park;
-    run_blocking(&Call::run, &call);
-  }
-  set_errno(call.error);
-  *h_errno_here() = call.host_error;
-  *home_h_errno = call.host_error;
-  return call.result;
-}
 
 // An IPv4 or IPv6 address literal (inet_pton's forms; inet_aton's looser
 // ones, "127.1", take the pool), or no host at all (the wildcard or the

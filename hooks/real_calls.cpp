@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "../runtime/log.h"
+#include "../runtime/system_calls.h"
 
 namespace weft::detail::real {
 namespace {
@@ -30,40 +31,50 @@ constexpr long kKernelSigsetSize = _NSIG / 8;
 // here (cancellation points, the vDSO): these only run when libc itself
 // could not be found.
 
-ssize_t sys_read(int fd, void* buf, size_t n) { return syscall(SYS_read, fd, buf, n); }
-ssize_t sys_readv(int fd, const iovec* iov, int count) { return syscall(SYS_readv, fd, iov, count); }
-ssize_t sys_write(int fd, const void* buf, size_t n) { return syscall(SYS_write, fd, buf, n); }
-ssize_t sys_writev(int fd, const iovec* iov, int count) { return syscall(SYS_writev, fd, iov, count); }
+// syscall() itself: six arguments, whatever the call, as glibc's reads.
+long sys_syscall(long number, ...) {
+  va_list list;
+  va_start(list, number);
+  long a[6];
+  for (long& arg : a) arg = va_arg(list, long);
+  va_end(list);
+  return sys::call(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+ssize_t sys_read(int fd, void* buf, size_t n) { return sys::call(SYS_read, fd, buf, n); }
+ssize_t sys_readv(int fd, const iovec* iov, int count) { return sys::call(SYS_readv, fd, iov, count); }
+ssize_t sys_write(int fd, const void* buf, size_t n) { return sys::call(SYS_write, fd, buf, n); }
+ssize_t sys_writev(int fd, const iovec* iov, int count) { return sys::call(SYS_writev, fd, iov, count); }
 ssize_t sys_recv(int fd, void* buf, size_t n, int flags) {
-  return syscall(SYS_recvfrom, fd, buf, n, flags, nullptr, nullptr);
+  return sys::call(SYS_recvfrom, fd, buf, n, flags, nullptr, nullptr);
 }
 ssize_t sys_recvfrom(int fd, void* buf, size_t n, int flags, sockaddr* from, socklen_t* from_len) {
-  return syscall(SYS_recvfrom, fd, buf, n, flags, from, from_len);
+  return sys::call(SYS_recvfrom, fd, buf, n, flags, from, from_len);
 }
-ssize_t sys_recvmsg(int fd, msghdr* msg, int flags) { return syscall(SYS_recvmsg, fd, msg, flags); }
+ssize_t sys_recvmsg(int fd, msghdr* msg, int flags) { return sys::call(SYS_recvmsg, fd, msg, flags); }
 int sys_recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
-  return int(syscall(SYS_recvmmsg, fd, msgs, count, flags, timeout));
+  return int(sys::call(SYS_recvmmsg, fd, msgs, count, flags, timeout));
 }
 ssize_t sys_send(int fd, const void* buf, size_t n, int flags) {
-  return syscall(SYS_sendto, fd, buf, n, flags, nullptr, 0);
+  return sys::call(SYS_sendto, fd, buf, n, flags, nullptr, 0);
 }
 ssize_t sys_sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to, socklen_t to_len) {
-  return syscall(SYS_sendto, fd, buf, n, flags, to, to_len);
+  return sys::call(SYS_sendto, fd, buf, n, flags, to, to_len);
 }
-ssize_t sys_sendmsg(int fd, const msghdr* msg, int flags) { return syscall(SYS_sendmsg, fd, msg, flags); }
+ssize_t sys_sendmsg(int fd, const msghdr* msg, int flags) { return sys::call(SYS_sendmsg, fd, msg, flags); }
 int sys_sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
-  return int(syscall(SYS_sendmmsg, fd, msgs, count, flags));
+  return int(sys::call(SYS_sendmmsg, fd, msgs, count, flags));
 }
-int sys_connect(int fd, const sockaddr* addr, socklen_t len) { return int(syscall(SYS_connect, fd, addr, len)); }
-int sys_accept(int fd, sockaddr* addr, socklen_t* len) { return int(syscall(SYS_accept4, fd, addr, len, 0)); }
+int sys_connect(int fd, const sockaddr* addr, socklen_t len) { return int(sys::call(SYS_connect, fd, addr, len)); }
+int sys_accept(int fd, sockaddr* addr, socklen_t* len) { return int(sys::call(SYS_accept4, fd, addr, len, 0)); }
 int sys_accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
-  return int(syscall(SYS_accept4, fd, addr, len, flags));
+  return int(sys::call(SYS_accept4, fd, addr, len, flags));
 }
 int sys_ppoll(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask) {
   // The kernel writes the time left into the timeout; libc's does not.
   timespec copy{};
   if (timeout != nullptr) copy = *timeout;
-  return int(syscall(SYS_ppoll, fds, count, timeout != nullptr ? &copy : nullptr, mask, kKernelSigsetSize));
+  return int(sys::call(SYS_ppoll, fds, count, timeout != nullptr ? &copy : nullptr, mask, kKernelSigsetSize));
 }
 int sys_poll(pollfd* fds, nfds_t count, int timeout_ms) {
   if (timeout_ms < 0) return sys_ppoll(fds, count, nullptr, nullptr);
@@ -78,8 +89,8 @@ int sys_pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeo
     const sigset_t* set;
     long size;
   } with_size{mask, kKernelSigsetSize};
-  return int(syscall(SYS_pselect6, nfds, r, w, e, timeout != nullptr ? &copy : nullptr,
-                     mask != nullptr ? &with_size : nullptr));
+  return int(sys::call(SYS_pselect6, nfds, r, w, e, timeout != nullptr ? &copy : nullptr,
+                       mask != nullptr ? &with_size : nullptr));
 }
 int sys_select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
   if (timeout == nullptr) return sys_pselect(nfds, r, w, e, nullptr, nullptr);
@@ -88,45 +99,45 @@ int sys_select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
     return -1;
   }
   timespec left{timeout->tv_sec, long(timeout->tv_usec) * 1000};
-  const int result = int(syscall(SYS_pselect6, nfds, r, w, e, &left, nullptr));
+  const int result = int(sys::call(SYS_pselect6, nfds, r, w, e, &left, nullptr));
   // Linux's select leaves the time not slept in *timeout.
   timeout->tv_sec = left.tv_sec;
   timeout->tv_usec = left.tv_nsec / 1000;
   return result;
 }
 int sys_epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask) {
-  return int(syscall(SYS_epoll_pwait, epfd, events, max, timeout_ms, mask, kKernelSigsetSize));
+  return int(sys::call(SYS_epoll_pwait, epfd, events, max, timeout_ms, mask, kKernelSigsetSize));
 }
 int sys_epoll_wait(int epfd, epoll_event* events, int max, int timeout_ms) {
   return sys_epoll_pwait(epfd, events, max, timeout_ms, nullptr);
 }
 #ifdef SYS_epoll_pwait2
 int sys_epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout, const sigset_t* mask) {
-  return int(syscall(SYS_epoll_pwait2, epfd, events, max, timeout, mask, kKernelSigsetSize));
+  return int(sys::call(SYS_epoll_pwait2, epfd, events, max, timeout, mask, kKernelSigsetSize));
 }
 #endif
 int sys_nanosleep(const timespec* request, timespec* left) {
-  return int(syscall(SYS_clock_nanosleep, CLOCK_REALTIME, 0, request, left));
+  return int(sys::call(SYS_clock_nanosleep, CLOCK_REALTIME, 0, request, left));
 }
 int sys_clock_nanosleep(clockid_t clock, int flags, const timespec* request, timespec* left) {
   // Returns the error instead of setting errno, as clock_nanosleep(3) does.
   const int saved = errno;
-  const long result = syscall(SYS_clock_nanosleep, clock, flags, request, left);
+  const long result = sys::call(SYS_clock_nanosleep, clock, flags, request, left);
   const int error = result == 0 ? 0 : errno;
   errno = saved;
   return error;
 }
-int sys_socket(int domain, int type, int protocol) { return int(syscall(SYS_socket, domain, type, protocol)); }
+int sys_socket(int domain, int type, int protocol) { return int(sys::call(SYS_socket, domain, type, protocol)); }
 int sys_socketpair(int domain, int type, int protocol, int* fds) {
-  return int(syscall(SYS_socketpair, domain, type, protocol, fds));
+  return int(sys::call(SYS_socketpair, domain, type, protocol, fds));
 }
-int sys_pipe2(int* fds, int flags) { return int(syscall(SYS_pipe2, fds, flags)); }
+int sys_pipe2(int* fds, int flags) { return int(sys::call(SYS_pipe2, fds, flags)); }
 int sys_pipe(int* fds) { return sys_pipe2(fds, 0); }
-int sys_dup(int fd) { return int(syscall(SYS_dup, fd)); }
-int sys_dup3(int fd, int target, int flags) { return int(syscall(SYS_dup3, fd, target, flags)); }
+int sys_dup(int fd) { return int(sys::call(SYS_dup, fd)); }
+int sys_dup3(int fd, int target, int flags) { return int(sys::call(SYS_dup3, fd, target, flags)); }
 int sys_dup2(int fd, int target) {
   // dup3 refuses fd == target; dup2 then only checks that fd is open.
-  if (fd == target) return syscall(SYS_fcntl, fd, F_GETFD) < 0 ? -1 : fd;
+  if (fd == target) return sys::call(SYS_fcntl, fd, F_GETFD) < 0 ? -1 : fd;
   return sys_dup3(fd, target, 0);
 }
 // The variadic ones read their one optional argument as a pointer-sized
@@ -136,34 +147,34 @@ int sys_fcntl(int fd, int cmd, ...) {
   va_start(args, cmd);
   void* arg = va_arg(args, void*);
   va_end(args);
-  return int(syscall(SYS_fcntl, fd, cmd, arg));
+  return int(sys::call(SYS_fcntl, fd, cmd, arg));
 }
 int sys_ioctl(int fd, unsigned long request, ...) {
   va_list args;
   va_start(args, request);
   void* arg = va_arg(args, void*);
   va_end(args);
-  return int(syscall(SYS_ioctl, fd, request, arg));
+  return int(sys::call(SYS_ioctl, fd, request, arg));
 }
 int sys_setsockopt(int fd, int level, int option, const void* value, socklen_t len) {
-  return int(syscall(SYS_setsockopt, fd, level, option, value, len));
+  return int(sys::call(SYS_setsockopt, fd, level, option, value, len));
 }
 int sys_getsockopt(int fd, int level, int option, void* value, socklen_t* len) {
-  return int(syscall(SYS_getsockopt, fd, level, option, value, len));
+  return int(sys::call(SYS_getsockopt, fd, level, option, value, len));
 }
-int sys_close(int fd) { return int(syscall(SYS_close, fd)); }
+int sys_close(int fd) { return int(sys::call(SYS_close, fd)); }
 int sys_close_range(unsigned int first, unsigned int last, int flags) {
-  return int(syscall(SYS_close_range, first, last, flags));
+  return int(sys::call(SYS_close_range, first, last, flags));
 }
-void sys_closefrom(int first) { syscall(SYS_close_range, unsigned(first), ~0u, 0); }
-int sys_shutdown(int fd, int how) { return int(syscall(SYS_shutdown, fd, how)); }
+void sys_closefrom(int first) { sys::call(SYS_close_range, unsigned(first), ~0u, 0); }
+int sys_shutdown(int fd, int how) { return int(sys::call(SYS_shutdown, fd, how)); }
 bool takes_mode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
 int sys_openat(int dir, const char* path, int flags, ...) {
   va_list args;
   va_start(args, flags);  // the mode is there only when the flags create a file
   const mode_t mode = takes_mode(flags) ? va_arg(args, mode_t) : 0;
   va_end(args);
-  return int(syscall(SYS_openat, dir, path, flags | O_LARGEFILE, mode));
+  return int(sys::call(SYS_openat, dir, path, flags | O_LARGEFILE, mode));
 }
 int sys_open(const char* path, int flags, ...) {
   va_list args;
@@ -173,8 +184,8 @@ int sys_open(const char* path, int flags, ...) {
   return sys_openat(AT_FDCWD, path, flags, mode);
 }
 int sys_creat(const char* path, mode_t mode) { return sys_openat(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
-int sys_eventfd(unsigned int count, int flags) { return int(syscall(SYS_eventfd2, count, flags)); }
-int sys_epoll_create1(int flags) { return int(syscall(SYS_epoll_create1, flags)); }
+int sys_eventfd(unsigned int count, int flags) { return int(sys::call(SYS_eventfd2, count, flags)); }
+int sys_epoll_create1(int flags) { return int(sys::call(SYS_epoll_create1, flags)); }
 int sys_epoll_create(int size) {
   if (size <= 0) {
     errno = EINVAL;
@@ -182,19 +193,19 @@ int sys_epoll_create(int size) {
   }
   return sys_epoll_create1(0);
 }
-int sys_timerfd_create(int clock, int flags) { return int(syscall(SYS_timerfd_create, clock, flags)); }
+int sys_timerfd_create(int clock, int flags) { return int(sys::call(SYS_timerfd_create, clock, flags)); }
 int sys_signalfd(int fd, const sigset_t* mask, int flags) {
-  return int(syscall(SYS_signalfd4, fd, mask, kKernelSigsetSize, flags));
+  return int(sys::call(SYS_signalfd4, fd, mask, kKernelSigsetSize, flags));
 }
-int sys_inotify_init1(int flags) { return int(syscall(SYS_inotify_init1, flags)); }
+int sys_inotify_init1(int flags) { return int(sys::call(SYS_inotify_init1, flags)); }
 int sys_inotify_init() { return sys_inotify_init1(0); }
 
 pid_t sys_wait4(pid_t pid, int* status, int options, struct rusage* usage) {
-  return pid_t(syscall(SYS_wait4, pid, status, options, usage));
+  return pid_t(sys::call(SYS_wait4, pid, status, options, usage));
 }
 pid_t sys_waitpid(pid_t pid, int* status, int options) { return sys_wait4(pid, status, options, nullptr); }
 int sys_waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
-  return int(syscall(SYS_waitid, type, id, info, options, nullptr));
+  return int(sys::call(SYS_waitid, type, id, info, options, nullptr));
 }
 
 // The kernel takes a file offset as two words, low then high.
@@ -202,45 +213,45 @@ unsigned long low_word(off_t offset) { return static_cast<unsigned long>(offset)
 unsigned long high_word(off_t offset) {
   return static_cast<unsigned long>(static_cast<std::uint64_t>(offset) >> 32 >> 32);
 }
-ssize_t sys_pread(int fd, void* buf, size_t n, off_t offset) { return syscall(SYS_pread64, fd, buf, n, offset); }
+ssize_t sys_pread(int fd, void* buf, size_t n, off_t offset) { return sys::call(SYS_pread64, fd, buf, n, offset); }
 ssize_t sys_preadv2(int fd, const iovec* iov, int count, off_t offset, int flags) {
-  return syscall(SYS_preadv2, fd, iov, count, low_word(offset), high_word(offset), flags);
+  return sys::call(SYS_preadv2, fd, iov, count, low_word(offset), high_word(offset), flags);
 }
 ssize_t sys_preadv(int fd, const iovec* iov, int count, off_t offset) {
-  return syscall(SYS_preadv, fd, iov, count, low_word(offset), high_word(offset));
+  return sys::call(SYS_preadv, fd, iov, count, low_word(offset), high_word(offset));
 }
-int sys_fsync(int fd) { return int(syscall(SYS_fsync, fd)); }
-int sys_fdatasync(int fd) { return int(syscall(SYS_fdatasync, fd)); }
+int sys_fsync(int fd) { return int(sys::call(SYS_fsync, fd)); }
+int sys_fdatasync(int fd) { return int(sys::call(SYS_fdatasync, fd)); }
 int sys_sync_file_range(int fd, off_t offset, off_t length, unsigned int flags) {
-  return int(syscall(SYS_sync_file_range, fd, offset, length, flags));
+  return int(sys::call(SYS_sync_file_range, fd, offset, length, flags));
 }
 
 ssize_t sys_pwrite(int fd, const void* buf, size_t n, off_t offset) {
-  return syscall(SYS_pwrite64, fd, buf, n, offset);
+  return sys::call(SYS_pwrite64, fd, buf, n, offset);
 }
 ssize_t sys_pwritev(int fd, const iovec* iov, int count, off_t offset) {
-  return syscall(SYS_pwritev, fd, iov, count, low_word(offset), high_word(offset));
+  return sys::call(SYS_pwritev, fd, iov, count, low_word(offset), high_word(offset));
 }
-int sys_flock(int fd, int operation) { return int(syscall(SYS_flock, fd, operation)); }
-int sys_ftruncate(int fd, off_t length) { return int(syscall(SYS_ftruncate, fd, length)); }
+int sys_flock(int fd, int operation) { return int(sys::call(SYS_flock, fd, operation)); }
+int sys_ftruncate(int fd, off_t length) { return int(sys::call(SYS_ftruncate, fd, length)); }
 int sys_fallocate(int fd, int mode, off_t offset, off_t length) {
-  return int(syscall(SYS_fallocate, fd, mode, offset, length));
+  return int(sys::call(SYS_fallocate, fd, mode, offset, length));
 }
 ssize_t sys_copy_file_range(int in, off64_t* in_offset, int out, off64_t* out_offset, size_t n, unsigned int flags) {
-  return syscall(SYS_copy_file_range, in, in_offset, out, out_offset, n, flags);
+  return sys::call(SYS_copy_file_range, in, in_offset, out, out_offset, n, flags);
 }
-ssize_t sys_sendfile(int out, int in, off_t* offset, size_t n) { return syscall(SYS_sendfile, out, in, offset, n); }
+ssize_t sys_sendfile(int out, int in, off_t* offset, size_t n) { return sys::call(SYS_sendfile, out, in, offset, n); }
 ssize_t sys_splice(int in, off64_t* in_offset, int out, off64_t* out_offset, size_t n, unsigned int flags) {
-  return syscall(SYS_splice, in, in_offset, out, out_offset, n, flags);
+  return sys::call(SYS_splice, in, in_offset, out, out_offset, n, flags);
 }
-int sys_msync(void* address, size_t length, int flags) { return int(syscall(SYS_msync, address, length, flags)); }
-void sys_sync() { syscall(SYS_sync); }
-int sys_syncfs(int fd) { return int(syscall(SYS_syncfs, fd)); }
+int sys_msync(void* address, size_t length, int flags) { return int(sys::call(SYS_msync, address, length, flags)); }
+void sys_sync() { sys::call(SYS_sync); }
+int sys_syncfs(int fd) { return int(sys::call(SYS_syncfs, fd)); }
 pid_t sys_wait(int* status) { return sys_wait4(-1, status, 0, nullptr); }
-int sys_pause() { return int(syscall(SYS_ppoll, nullptr, 0, nullptr, nullptr, kKernelSigsetSize)); }
-int sys_sigsuspend(const sigset_t* mask) { return int(syscall(SYS_rt_sigsuspend, mask, kKernelSigsetSize)); }
+int sys_pause() { return int(sys::call(SYS_ppoll, nullptr, 0, nullptr, nullptr, kKernelSigsetSize)); }
+int sys_sigsuspend(const sigset_t* mask) { return int(sys::call(SYS_rt_sigsuspend, mask, kKernelSigsetSize)); }
 int sys_sigtimedwait(const sigset_t* set, siginfo_t* info, const timespec* timeout) {
-  return int(syscall(SYS_rt_sigtimedwait, set, info, timeout, kKernelSigsetSize));
+  return int(sys::call(SYS_rt_sigtimedwait, set, info, timeout, kKernelSigsetSize));
 }
 int sys_sigwaitinfo(const sigset_t* set, siginfo_t* info) { return sys_sigtimedwait(set, info, nullptr); }
 // sigwait reports its error as its result, not through errno.
@@ -254,27 +265,27 @@ int sys_sigwait(const sigset_t* set, int* signal) {
   return 0;
 }
 ssize_t sys_msgrcv(int queue, void* message, size_t size, long type, int flags) {
-  return syscall(SYS_msgrcv, queue, message, size, type, flags);
+  return sys::call(SYS_msgrcv, queue, message, size, type, flags);
 }
 int sys_msgsnd(int queue, const void* message, size_t size, int flags) {
-  return int(syscall(SYS_msgsnd, queue, message, size, flags));
+  return int(sys::call(SYS_msgsnd, queue, message, size, flags));
 }
 int sys_semtimedop(int set, struct sembuf* operations, size_t count, const timespec* timeout) {
-  return int(syscall(SYS_semtimedop, set, operations, count, timeout));
+  return int(sys::call(SYS_semtimedop, set, operations, count, timeout));
 }
 int sys_semop(int set, struct sembuf* operations, size_t count) {
   return sys_semtimedop(set, operations, count, nullptr);
 }
 ssize_t sys_mq_timedreceive(mqd_t queue, char* message, size_t size, unsigned int* priority, const timespec* timeout) {
-  return syscall(SYS_mq_timedreceive, queue, message, size, priority, timeout);
+  return sys::call(SYS_mq_timedreceive, queue, message, size, priority, timeout);
 }
 ssize_t sys_mq_receive(mqd_t queue, char* message, size_t size, unsigned int* priority) {
   return sys_mq_timedreceive(queue, message, size, priority, nullptr);
 }
 int sys_mq_timedsend(mqd_t queue, const char* message, size_t size, unsigned int priority, const timespec* timeout) {
-  return int(syscall(SYS_mq_timedsend, queue, message, size, priority, timeout));
+  return int(sys::call(SYS_mq_timedsend, queue, message, size, priority, timeout));
 }
-int sys_sched_yield() { return int(syscall(SYS_sched_yield)); }
+int sys_sched_yield() { return int(sys::call(SYS_sched_yield)); }
 int sys_mq_send(mqd_t queue, const char* message, size_t size, unsigned int priority) {
   return sys_mq_timedsend(queue, message, size, priority, nullptr);
 }
@@ -296,6 +307,7 @@ constexpr Fallback entry(const char* name, Fn* fn) {
 // (semaphores, joins, barriers, thrd_sleep: libc's over futexes and
 // clock_nanosleep, with libc's own state).
 const Fallback fallbacks[] = {
+    entry("syscall", &sys_syscall),
     entry("read", &sys_read),
     entry("readv", &sys_readv),
     entry("write", &sys_write),

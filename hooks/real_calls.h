@@ -214,6 +214,8 @@ WEFT_REAL_CALL(res_nquerydomain, int(struct __res_state*, const char*, const cha
 WEFT_REAL_CALL(res_nsend, int(struct __res_state*, const unsigned char*, int, unsigned char*, int))
 WEFT_REAL_CALL(thrd_sleep, int(const timespec*, timespec*))
 WEFT_REAL_CALL(sched_yield, int())
+WEFT_REAL_CALL(syscall, long(long, ...))
+WEFT_REAL_CALL(pthread_once, int(pthread_once_t*, void (*)()))
 WEFT_REAL_CALL(thrd_yield, void())
 WEFT_REAL_CALL(pthread_spin_lock, int(pthread_spinlock_t*))
 WEFT_REAL_CALL(pthread_spin_trylock, int(pthread_spinlock_t*))

@@ -62,9 +62,35 @@ void BlockingPool::run(void (*call)(void*), void* arg) {
   Waiter waiter;
   waiter.payload = &job;
   lock_.lock();
+  if (!queue_locked(waiter, /*at_once=*/false)) {
+    // With no helper at all the call would wait forever: say so instead.
+    const int error = errno;
+    lock_.unlock();
+    throw std::system_error(error, std::generic_category(), "weft::blocking: no helper thread");
+  }
+  park(waiter, &lock_, {"weft::blocking", this, "call"});
+}
+
+bool BlockingPool::run_wait_if_free(void (*call)(void*), void* arg, const WaitSite& site) {
+  Job job{call, arg};
+  Waiter waiter;
+  waiter.payload = &job;
+  lock_.lock();
+  if (held_by_waits_.load(std::memory_order_relaxed) >= max_threads_ / 2 || !queue_locked(waiter, /*at_once=*/true)) {
+    lock_.unlock();
+    return false;
+  }
+  held_by_waits_.fetch_add(1, std::memory_order_relaxed);
+  park(waiter, &lock_, site);
+  held_by_waits_.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool BlockingPool::queue_locked(Waiter& waiter, bool at_once) {
+  const unsigned threads = threads_.load(std::memory_order_relaxed);
+  if (at_once && idle_.empty() && threads >= max_threads_) return false;
   calls_.push_back(waiter);
   queued_.fetch_add(1, std::memory_order_relaxed);
-  const unsigned threads = threads_.load(std::memory_order_relaxed);
   // A helper for this call: an idle one, else a new one. Started with the
   // lock held (tens of microseconds, and only while the pool grows), so
   // that it cannot look for work before this call is queued and parked:
@@ -74,17 +100,14 @@ void BlockingPool::run(void (*call)(void*), void* arg) {
     threads_.store(threads + 1, std::memory_order_relaxed);
     if (!start_helper(next_index_++)) {
       threads_.store(threads, std::memory_order_relaxed);
-      // With no helper at all the call would wait forever: say so instead.
-      if (threads == 0) {
-        const int error = errno;
+      if (threads == 0 || at_once) {
         calls_.remove(waiter);
         queued_.fetch_sub(1, std::memory_order_relaxed);
-        lock_.unlock();
-        throw std::system_error(error, std::generic_category(), "weft::blocking: no helper thread");
+        return false;
       }
     }
   }
-  park(waiter, &lock_, {"weft::blocking", this, "call"});
+  return true;
 }
 
 bool BlockingPool::start_helper(unsigned index) {

@@ -64,6 +64,14 @@ class BlockingPool final : public Extension {
 
   // From a fiber: runs call(arg) on a helper and parks until it returns.
   void run(void (*call)(void*), void* arg);
+  // run() for a wait that only another fiber's act can end (a futex wait,
+  // hooks/hooks_futex.cpp), never queued: it runs only if a helper is free
+  // at once (an idle one, or a new one within the limit) and fewer than
+  // half the limit are held by such waits; else it returns false, having
+  // run nothing. Queued, or holding every helper, such waits could keep
+  // the call that would end them (the waker's getaddrinfo) from a helper.
+  // The fiber parks at `site` (weft-dump's wait).
+  bool run_wait_if_free(void (*call)(void*), void* arg, const WaitSite& site);
 
   struct Stats {
     unsigned threads = 0;       // alive now (started, not yet retired)
@@ -85,6 +93,11 @@ class BlockingPool final : public Extension {
     void* arg;
   };
 
+  // With lock_ held: links `waiter` into calls_ with a helper committed to
+  // it (an idle one woken, else a new one started, within the limit).
+  // False, with nothing linked, if no helper could be started and none is
+  // there to take the call at all, or, for `at_once`, if none is free now.
+  bool queue_locked(Waiter& waiter, bool at_once);
   void helper_main(unsigned index);
   // Waits in idle_ for a call; false when the helper should retire (its
   // keep-alive passed with nothing queued, or the pool is stopping). Called
@@ -111,6 +124,7 @@ class BlockingPool final : public Extension {
   std::atomic<std::uint64_t> queued_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> retired_{0};
+  std::atomic<unsigned> held_by_waits_{0};  // helpers running run_wait_if_free's calls
 
   // The helper threads that exist, for the destructor to wait for: a
   // helper's last act is to count itself out under running_lock_.

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <weft/detail/raw_syscall.h>
 #include <weft/weft.h>
 
 #include <atomic>
@@ -250,11 +251,13 @@ TEST(ResolverChild, ErrnoAndHErrnoGoHomeWhenAFiberResumesElsewhere) {
     std::atomic<int> word{0};
     Fiber blocker = sched.spawn([&] {
       const timespec limit{20, 0};
-      while (word.load() == 0 && !done.load()) ::syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &limit, nullptr, 0);
+      // The instruction itself: libc's syscall() would park a futex wait.
+      while (word.load() == 0 && !done.load())
+        detail::raw_syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &limit, nullptr, 0);
     });
     EXPECT_TRUE(test::wait_until([&] { return done.load(); }, std::chrono::seconds(30)));
     word = 1;
-    ::syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    detail::raw_syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
     holder.join();
     blocker.join();
   }

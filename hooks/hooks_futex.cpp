@@ -1,0 +1,128 @@
+// Futex waits made through syscall(2), and pthread_once's, in a fiber: the
+// fiber parks and a helper thread of the blocking pool waits in the kernel
+// for it.
+//
+// Who waits so: libstdc++'s __cxa_guard_acquire, while another fiber runs
+// the initializer of a function-local static (`static Client c = connect();`),
+// and C++20's atomic waits, compiled into the caller from the headers:
+// std::atomic<T>::wait, std::latch, std::barrier, std::counting_semaphore.
+// Each calls syscall(SYS_futex, FUTEX_WAIT...) through libc's syscall(),
+// which the hooks interpose. Before, each such wait held its worker's
+// thread in the kernel: sysmon handed the worker's other fibers to a new
+// spare thread after a tick, and the next waiter blocked that one; 100
+// fibers behind one static's 5 ms initializer took 100 ms, a spare for
+// each (docs/benchmarks.md, "Futex waits through syscall()").
+//
+// The wait itself is the kernel's, on the helper: the same word, value,
+// timeout and bitset, woken by any waker, in this process or another, so
+// its result is the call's own. Kept as on a thread:
+// - First a probe on the caller's thread, a FUTEX_WAIT with a zero timeout:
+//   a word that no longer holds the value (EAGAIN), a bad address (EFAULT)
+//   or argument, returns at once with the call's own error, no helper.
+// - errno, and the thread: the fiber resumes on the thread it called from
+//   (hooks/offload.h).
+// What differs: a relative timeout counts from when the helper starts the
+// wait, tens of microseconds later; a signal does not interrupt a parked
+// fiber's wait (no EINTR), as for every parked hook.
+//
+// Never queued behind other calls: a wait runs only if a helper is free at
+// once, and such waits hold at most half the pool
+// (BlockingPool::run_wait_if_free); else the call blocks its thread as
+// before. Queued, a waiter could hold the helper that the initializer's own
+// getaddrinfo needs to end the wait.
+//
+// pthread_once (and so std::call_once) waits inside libc, out of a hook's
+// reach: its hook waits itself while another caller runs the routine
+// (below). Not the other futex waits inside libc (glibc's own locks: the
+// lock hooks, docs/locks.md), nor libweft's own (in_weft_code: its runtime
+// makes its futex calls through syscall() too).
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <ctime>
+
+#include "excluded_callers.h"
+#include "hook_support.h"
+#include "offload.h"
+#include "real_calls.h"
+
+namespace weft::detail {
+namespace {
+
+bool is_futex_wait(long op) noexcept {
+  const long command = op & FUTEX_CMD_MASK;
+  return command == FUTEX_WAIT || command == FUTEX_WAIT_BITSET;
+}
+
+// The futex wait of `args` (syscall's, after SYS_futex), parked.
+long futex_wait_parked(const long (&args)[6]) noexcept {
+  const auto real_syscall = real::syscall();
+  static const timespec zero{0, 0};
+  const long probe =
+      real_syscall(SYS_futex, args[0], FUTEX_WAIT | (args[1] & FUTEX_PRIVATE_FLAG), args[2], &zero, 0L, 0L);
+  if (probe == 0 || errno_value() != ETIMEDOUT) return probe;  // woken, or the call's own answer
+  BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler);
+  if (pool != nullptr) {
+    auto wait = [&] { return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]); };
+    if (const auto result = offloaded_if_helper_free(wait, {"futex", reinterpret_cast<const void*>(args[0]), "wait"}))
+      return *result;
+  }
+  return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]);
+}
+
+// glibc's pthread_once word (nptl/pthread_once.c): these two bits, and
+// above them the fork generation of the caller that set INPROGRESS.
+constexpr int kOnceInProgress = 1;
+constexpr int kOnceDone = 2;
+
+// pthread_once in a fiber. Done: nothing to wait for. Not started: glibc's
+// call, which runs the routine here (or, if another caller started it
+// meanwhile, waits in the kernel, as before). Started by another: a parked
+// wait until the word changes (glibc wakes its waiters when the routine
+// returns, or when it is cancelled or throws and the word goes back to
+// 0), then look again. A forked child's word, whose INPROGRESS may be
+// left from the parent, is glibc's to judge: parking_enabled() is false
+// there.
+int once_parked(pthread_once_t* once, void (*init_routine)()) {
+  for (;;) {
+    const int word = __atomic_load_n(once, __ATOMIC_ACQUIRE);
+    if ((word & kOnceDone) != 0) return 0;
+    if ((word & kOnceInProgress) == 0) return real::pthread_once()(once, init_routine);
+    const int saved = errno_value();
+    const long args[6] = {reinterpret_cast<long>(once), FUTEX_WAIT_PRIVATE, word, 0, 0, 0};
+    futex_wait_parked(args);
+    set_errno(saved);
+  }
+}
+
+}  // namespace
+}  // namespace weft::detail
+
+using namespace weft::detail;
+
+extern "C" {
+#pragma GCC visibility push(default)
+
+// glibc's syscall() reads six arguments whatever the call: so does this.
+long syscall(long number, ...) noexcept {
+  va_list list;
+  va_start(list, number);
+  long args[6];
+  for (long& arg : args) arg = va_arg(list, long);
+  va_end(list);
+  if (number == SYS_futex && is_futex_wait(args[1]) && parking_enabled() && !in_weft_code(__builtin_return_address(0)))
+    return futex_wait_parked(args);
+  return real::syscall()(number, args[0], args[1], args[2], args[3], args[4], args[5]);
+}
+
+int pthread_once(pthread_once_t* once, void (*init_routine)()) {
+  if (!parking_enabled()) return real::pthread_once()(once, init_routine);
+  return once_parked(once, init_routine);
+}
+
+#pragma GCC visibility pop
+}

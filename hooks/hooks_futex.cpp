@@ -34,8 +34,9 @@
 // pthread_once (and so std::call_once) waits inside libc, out of a hook's
 // reach: its hook waits itself while another caller runs the routine
 // (below). Not the other futex waits inside libc (glibc's own locks: the
-// lock hooks, docs/locks.md), nor libweft's own (in_weft_code: its runtime
-// makes its futex calls through syscall() too).
+// lock hooks, docs/locks.md), nor libweft's own: its layers make their
+// calls with the instruction (weft/detail/raw_syscall.h), and a call from
+// libweft's code that does reach syscall() passes through (in_weft_code).
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/syscall.h>

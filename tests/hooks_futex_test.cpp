@@ -58,6 +58,25 @@ int guarded_value() {
   return value;
 }
 
+constexpr int kWaiters = 8;
+
+// Spawns `first` on 2 workers and, once `entered` says it is inside what
+// the others will wait for, kWaiters fibers running `waiter`; expects them
+// all parked in a futex wait before `release` lets `first` finish, then
+// joins them all.
+void expect_waiters_park(Latch& release, const std::atomic<bool>& entered, const std::function<void()>& first,
+                         const std::function<void()>& waiter) {
+  Scheduler sched{test::config_with(2)};
+  Fiber first_fiber = sched.spawn(first);
+  while (!entered) std::this_thread::sleep_for(1ms);
+  std::vector<Fiber> waiters;
+  for (int i = 0; i < kWaiters; ++i) waiters.push_back(sched.spawn(waiter));
+  EXPECT_TRUE(futex_waiters_reach(sched, kWaiters)) << parked_in_futex(sched) << " of " << kWaiters << " parked";
+  release.count_down();
+  first_fiber.join();
+  for (Fiber& fiber : waiters) fiber.join();
+}
+
 // Fibers that reach a static another fiber is initializing park, rather
 // than hold their threads in __cxa_guard_acquire's futex wait. Before,
 // each took its worker's thread (sysmon started a spare for the next): 100
@@ -66,19 +85,11 @@ TEST(HooksFutex, AStaticsWaitersParkWhileAnotherFiberInitializesIt) {
 #if defined(WEFT_UNDER_TSAN)
   GTEST_SKIP() << "TSan's own __cxa_guard_acquire interceptor waits without a call weft can hook (docs/io.md)";
 #endif
-  constexpr int kWaiters = 8;
-  Scheduler sched{test::config_with(2)};
   Latch release{1};
   let_initializer_finish = &release;
-  Fiber initializer = sched.spawn([] { EXPECT_EQ(guarded_value(), 42); });
-  while (!initializer_entered) std::this_thread::sleep_for(1ms);
-  std::vector<Fiber> waiters;
   std::atomic<int> sum{0};
-  for (int i = 0; i < kWaiters; ++i) waiters.push_back(sched.spawn([&] { sum += guarded_value(); }));
-  EXPECT_TRUE(futex_waiters_reach(sched, kWaiters)) << parked_in_futex(sched) << " of " << kWaiters << " parked";
-  release.count_down();
-  initializer.join();
-  for (Fiber& waiter : waiters) waiter.join();
+  expect_waiters_park(
+      release, initializer_entered, [] { EXPECT_EQ(guarded_value(), 42); }, [&] { sum += guarded_value(); });
   EXPECT_EQ(sum, 42 * kWaiters);
 }
 
@@ -89,26 +100,20 @@ TEST(HooksFutex, CallOnceWaitersParkWhileAnotherFiberRunsIt) {
 #if defined(WEFT_UNDER_TSAN)
   GTEST_SKIP() << "TSan's own pthread_once interceptor waits without a call weft can hook (docs/io.md)";
 #endif
-  constexpr int kWaiters = 8;
-  Scheduler sched{test::config_with(2)};
   std::once_flag flag;
   Latch release{1};
   std::atomic<bool> entered{false};
   std::atomic<int> runs{0};
-  Fiber first = sched.spawn([&] {
-    std::call_once(flag, [&] {
-      entered = true;
-      release.wait();
-      ++runs;
-    });
-  });
-  while (!entered) std::this_thread::sleep_for(1ms);
-  std::vector<Fiber> waiters;
-  for (int i = 0; i < kWaiters; ++i) waiters.push_back(sched.spawn([&] { std::call_once(flag, [&] { ++runs; }); }));
-  EXPECT_TRUE(futex_waiters_reach(sched, kWaiters)) << parked_in_futex(sched) << " of " << kWaiters << " parked";
-  release.count_down();
-  first.join();
-  for (Fiber& waiter : waiters) waiter.join();
+  expect_waiters_park(
+      release, entered,
+      [&] {
+        std::call_once(flag, [&] {
+          entered = true;
+          release.wait();
+          ++runs;
+        });
+      },
+      [&] { std::call_once(flag, [&] { ++runs; }); });
   EXPECT_EQ(runs, 1);
 }
 

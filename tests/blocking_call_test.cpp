@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <weft/detail/raw_syscall.h>
 #include <weft/weft.h>
 
 #include <atomic>
@@ -80,7 +81,7 @@ TEST_P(AnnouncedCall, FibersQueuedBehindALongCallRunElsewhere) {
         const detail::BlockingCall announced;
         ++in_calls;
         const auto limit = Clock::now() + 30s;
-        while (!release.load() && Clock::now() < limit) ::syscall(SYS_sched_yield);
+        while (!release.load() && Clock::now() < limit) detail::raw_syscall(SYS_sched_yield);
       }
       ++calls_ended;
       queued.join();
@@ -136,7 +137,7 @@ TEST(BlockingCall, AFiberWhoseCallWasJudgedBlockedLetsADueTimerFire) {
     {
       const detail::BlockingCall announced;
       const timespec long_call{0, 100'000'000};
-      ::syscall(SYS_nanosleep, &long_call, nullptr);  // not the hook: the raw call
+      detail::raw_syscall(SYS_nanosleep, &long_call, nullptr);  // not a hook: the raw call
     }
     this_fiber::checkpoint();
     woke_before_caller_went_on = sleeper_woke.load();

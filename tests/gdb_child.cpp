@@ -20,6 +20,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <weft/detail/raw_syscall.h>
 #include <weft/weft.h>
 
 #include <chrono>
@@ -57,7 +58,7 @@ void keep_frame() { asm volatile("" ::: "memory"); }
   // A raw system call, which the libc hooks do not turn into a park: the
   // fiber stays running, its worker's thread blocked in the kernel.
   const timespec hour{3600, 0};
-  ::syscall(SYS_nanosleep, &hour, nullptr);
+  weft::detail::raw_syscall(SYS_nanosleep, &hour, nullptr);
   keep_frame();
 }
 

@@ -37,6 +37,7 @@
 // lock hooks, docs/locks.md), nor libweft's own: its layers make their
 // calls with the instruction (weft/detail/raw_syscall.h), and a call from
 // libweft's code that does reach syscall() passes through (in_weft_code).
+#include <dlfcn.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -100,6 +101,19 @@ int once_parked(pthread_once_t* once, void (*init_routine)()) {
   }
 }
 
+using OnceCall = int(pthread_once_t*, void (*)());
+
+// The pthread_once that the process's callers reach first when it is not
+// libweft's (a sanitizer's interceptor), else null.
+OnceCall* pthread_once_before_weft() noexcept {
+  static OnceCall* const first = [] {
+    void* found = dlsym(RTLD_DEFAULT, "pthread_once");
+    return found == nullptr || found == reinterpret_cast<void*>(&::pthread_once) ? nullptr
+                                                                                 : reinterpret_cast<OnceCall*>(found);
+  }();
+  return first;
+}
+
 }  // namespace
 }  // namespace weft::detail
 
@@ -121,6 +135,10 @@ long syscall(long number, ...) noexcept {
 }
 
 int pthread_once(pthread_once_t* once, void (*init_routine)()) {
+  // A sanitizer that defines pthread_once ahead of libweft (TSan) keeps
+  // its own encoding of the word (its "done" is glibc's "in progress"):
+  // every call, libweft's own included, must be its.
+  if (auto* interposer = pthread_once_before_weft()) return interposer(once, init_routine);
   if (!parking_enabled()) return real::pthread_once()(once, init_routine);
   return once_parked(once, init_routine);
 }

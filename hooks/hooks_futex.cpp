@@ -43,6 +43,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <ctime>
@@ -101,17 +102,34 @@ int once_parked(pthread_once_t* once, void (*init_routine)()) {
   }
 }
 
+// Under ThreadSanitizer both hooks pass every call through: its runtime
+// implements the guard and once waits itself (docs/io.md), and a parked
+// wait beside them hung a std::ifstream's locale set-up (stack_test).
+// (Atomics, not function-local statics, here: a static's guard waits
+// through syscall(), this very hook.)
+bool under_tsan() noexcept {
+  static std::atomic<int> known{-1};
+  int tsan = known.load(std::memory_order_relaxed);
+  if (tsan < 0) {
+    tsan = dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr ? 1 : 0;
+    known.store(tsan, std::memory_order_relaxed);
+  }
+  return tsan == 1;
+}
+
 using OnceCall = int(pthread_once_t*, void (*)());
 
 // The pthread_once that the process's callers reach first when it is not
 // libweft's (a sanitizer's interceptor), else null.
 OnceCall* pthread_once_before_weft() noexcept {
-  static OnceCall* const first = [] {
+  static std::atomic<void*> first{nullptr};
+  static std::atomic<bool> looked{false};
+  if (!looked.load(std::memory_order_acquire)) {
     void* found = dlsym(RTLD_DEFAULT, "pthread_once");
-    return found == nullptr || found == reinterpret_cast<void*>(&::pthread_once) ? nullptr
-                                                                                 : reinterpret_cast<OnceCall*>(found);
-  }();
-  return first;
+    first.store(found == reinterpret_cast<void*>(&::pthread_once) ? nullptr : found, std::memory_order_relaxed);
+    looked.store(true, std::memory_order_release);
+  }
+  return reinterpret_cast<OnceCall*>(first.load(std::memory_order_relaxed));
 }
 
 }  // namespace
@@ -129,7 +147,8 @@ long syscall(long number, ...) noexcept {
   long args[6];
   for (long& arg : args) arg = va_arg(list, long);
   va_end(list);
-  if (number == SYS_futex && is_futex_wait(args[1]) && parking_enabled() && !in_weft_code(__builtin_return_address(0)))
+  if (number == SYS_futex && is_futex_wait(args[1]) && parking_enabled() &&
+      !in_weft_code(__builtin_return_address(0)) && !under_tsan())
     return futex_wait_parked(args);
   return real::syscall()(number, args[0], args[1], args[2], args[3], args[4], args[5]);
 }
@@ -139,7 +158,7 @@ int pthread_once(pthread_once_t* once, void (*init_routine)()) {
   // its own encoding of the word (its "done" is glibc's "in progress"):
   // every call, libweft's own included, must be its.
   if (auto* interposer = pthread_once_before_weft()) return interposer(once, init_routine);
-  if (!parking_enabled()) return real::pthread_once()(once, init_routine);
+  if (!parking_enabled() || under_tsan()) return real::pthread_once()(once, init_routine);
   return once_parked(once, init_routine);
 }
 

@@ -68,10 +68,10 @@ long futex_wait_parked(const long (&args)[6]) noexcept {
   const long probe =
       real_syscall(SYS_futex, args[0], FUTEX_WAIT | (args[1] & FUTEX_PRIVATE_FLAG), args[2], &zero, 0L, 0L);
   if (probe == 0 || errno_value() != ETIMEDOUT) return probe;  // woken, or the call's own answer
-  BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler);
-  if (pool != nullptr) {
+  if (BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler)) {
     auto wait = [&] { return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]); };
-    if (const auto result = offloaded_if_helper_free(wait, {"futex", reinterpret_cast<const void*>(args[0]), "wait"}))
+    if (const auto result =
+            offloaded_if_helper_free(*pool, wait, {"futex", reinterpret_cast<const void*>(args[0]), "wait"}))
       return *result;
   }
   return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]);
@@ -102,11 +102,13 @@ int once_parked(pthread_once_t* once, void (*init_routine)()) {
   }
 }
 
-// Under ThreadSanitizer both hooks pass every call through: its runtime
-// implements the guard and once waits itself (docs/io.md), and a parked
-// wait beside them hung a std::ifstream's locale set-up (stack_test).
-// (Atomics, not function-local statics, here: a static's guard waits
-// through syscall(), this very hook.)
+// Under ThreadSanitizer the futex hook passes every call through: its
+// runtime implements the guard and once waits itself (docs/io.md), and a
+// parked wait beside them hung a std::ifstream's locale set-up
+// (stack_test). Asked of the process, not of how libweft was built
+// (WEFT_HOOKS_TSAN): a libweft built without TSan may be loaded into a
+// program built with it. (Atomics, not function-local statics, here: a
+// static's guard waits through syscall(), this very hook.)
 bool under_tsan() noexcept {
   static std::atomic<int> known{-1};
   int tsan = known.load(std::memory_order_relaxed);
@@ -156,9 +158,10 @@ long syscall(long number, ...) noexcept {
 int pthread_once(pthread_once_t* once, void (*init_routine)()) {
   // A sanitizer that defines pthread_once ahead of libweft (TSan) keeps
   // its own encoding of the word (its "done" is glibc's "in progress"):
-  // every call, libweft's own included, must be its.
+  // every call, libweft's own included, must be its. (So under TSan this
+  // hook passes every call through, as the futex hook does.)
   if (auto* interposer = pthread_once_before_weft()) return interposer(once, init_routine);
-  if (!parking_enabled() || under_tsan()) return real::pthread_once()(once, init_routine);
+  if (!parking_enabled()) return real::pthread_once()(once, init_routine);
   return once_parked(once, init_routine);
 }
 

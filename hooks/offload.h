@@ -67,13 +67,12 @@ auto offloaded(Fn&& fn) {
   });
 }
 
-// fn() on a helper if one is free at once (BlockingPool::run_wait_if_free),
-// the fiber parked at `site`; nullopt, with nothing run, if none is.
+// fn() on a helper of `pool` if one is free at once
+// (BlockingPool::run_wait_if_free), the fiber parked at `site`; nullopt,
+// with nothing run, if none is.
 template <class Fn>
-auto offloaded_if_helper_free(Fn&& fn, const WaitSite& site) {
-  return offload_through(fn, [&](void (*call)(void*), void* arg) {
-    return BlockingPool::of(*current_fiber()->scheduler).run_wait_if_free(call, arg, site);
-  });
+auto offloaded_if_helper_free(BlockingPool& pool, Fn&& fn, const WaitSite& site) {
+  return offload_through(fn, [&](void (*call)(void*), void* arg) { return pool.run_wait_if_free(call, arg, site); });
 }
 
 }  // namespace weft::detail

@@ -18,11 +18,14 @@
 // epoll_pwait, epoll_pwait2) applies to the kernel calls only, not to the
 // parked time.
 #undef _FORTIFY_SOURCE
+#include <linux/futex.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/select.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <weft/detail/raw_syscall.h>
 
 #include <cerrno>
 #include <climits>
@@ -214,14 +217,17 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
     static const timespec zero{0, 0};
     return with_mask ? real::ppoll()(fds, count, &zero, mask) : real::poll()(fds, count, 0);
   };
-  // A null array of fds: the kernel refuses it (EFAULT) before it reads
-  // anything, where the wait below would read it first. The probe's call
-  // gives the error. (An array that is not null is read as given.)
-  if (fds == nullptr && count != 0) return probe();
-  auto fill = [&](std::uint32_t harvested) { return fill_from_harvest(fds, count, harvested); };
+  // Probed before this hook reads the array: the kernel copies all of it
+  // first and refuses an array it cannot read whole (EFAULT: null, freed,
+  // or running past a mapping), where a read here would die of SIGSEGV.
   // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
   // pending signal it unblocks ends it at once: sigsuspend with a timeout).
-  return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, probe, fill);
+  if (count != 0 || mask != nullptr) {
+    const int ready = probe();
+    if (ready != 0) return ready;
+  }
+  auto fill = [&](std::uint32_t harvested) { return fill_from_harvest(fds, count, harvested); };
+  return poll_parked(fds, count, deadline, /*probed=*/true, probe, fill);
 }
 
 // select's fd sets hold nfds bits in as many longs as that takes: a
@@ -240,12 +246,14 @@ bool in_set(const fd_set* set, int fd) noexcept {
   return (words[fd / NFDBITS] & (__fd_mask(1) << (fd % NFDBITS))) != 0;
 }
 
+// The bytes of one of select's fd sets of `bits` bits.
+std::size_t fd_set_bytes(int bits) noexcept { return std::size_t((bits + NFDBITS - 1) / NFDBITS) * sizeof(__fd_mask); }
+
 // A copy of one of select's fd sets, of the caller's size: on the stack
 // up to FD_SETSIZE bits, else on the heap.
 class FdSetCopy {
  public:
-  FdSetCopy(const fd_set* set, int bits)
-      : bytes_(set != nullptr ? std::size_t((bits + NFDBITS - 1) / NFDBITS) * sizeof(__fd_mask) : 0) {
+  FdSetCopy(const fd_set* set, int bits) : bytes_(set != nullptr ? fd_set_bytes(bits) : 0) {
     if (bytes_ > sizeof(small_)) large_.resize(bytes_ / sizeof(__fd_mask));
     if (bytes_ != 0) std::memcpy(data(), set, bytes_);
   }
@@ -264,6 +272,36 @@ class FdSetCopy {
   std::vector<__fd_mask> large_;
 };
 
+// Whether the kernel can read [from, from + bytes), as it reads select's
+// fd sets (EFAULT where it cannot: freed, unmapped, no access). Asked of
+// the kernel without a copy, which a select that finds nothing would need
+// (it clears the sets it was given), and cheaply: a FUTEX_WAIT with a zero
+// timeout reads one aligned word of each page with the kernel's own user
+// read and answers EFAULT if it cannot; else EAGAIN or ETIMEDOUT, never a
+// sleep, and it wakes nobody. Access is per page, so one word tells a
+// page; 4 KiB is the smallest page Linux has.
+bool kernel_can_read(const void* from, std::size_t bytes) noexcept {
+  constexpr std::uintptr_t kSmallestPage = 4096;
+  static const timespec zero{0, 0};
+  if (bytes == 0) return true;
+  const auto end = reinterpret_cast<std::uintptr_t>(from) + bytes;
+  for (auto at = reinterpret_cast<std::uintptr_t>(from) & ~std::uintptr_t(3); at < end;
+       at = (at | (kSmallestPage - 1)) + 1) {
+    if (raw_syscall(SYS_futex, at, FUTEX_WAIT_PRIVATE, 0, &zero, 0, 0) == -EFAULT) return false;
+  }
+  return true;
+}
+
+// Whether [from, from + bytes) lies in the calling fiber's stack between
+// this frame and the stack's top: live memory, readable without asking
+// the kernel. Where a select's sets usually are (`fd_set r;`).
+bool on_live_stack(const void* from, std::size_t bytes) noexcept {
+  const FiberControl* fiber = current_fiber();
+  const auto* at = static_cast<const char*>(from);
+  return fiber != nullptr && fiber->stack && at >= static_cast<const char*>(__builtin_frame_address(0)) &&
+         at + bytes <= fiber->stack.top();
+}
+
 // select's fd sets as pollfds, for poll_parked.
 std::vector<pollfd> as_pollfds(int bits, const fd_set* r, const fd_set* w, const fd_set* e) {
   std::vector<pollfd> fds;
@@ -280,6 +318,13 @@ std::vector<pollfd> as_pollfds(int bits, const fd_set* r, const fd_set* w, const
 int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point deadline, const sigset_t* mask,
                   bool with_mask) {
   const int bits = select_bits(nfds);
+  const std::size_t set_bytes = fd_set_bytes(bits);
+  for (const fd_set* set : {r, w, e}) {
+    if (set != nullptr && !on_live_stack(set, set_bytes) && !kernel_can_read(set, set_bytes)) {
+      set_errno(EFAULT);
+      return -1;
+    }
+  }
   const FdSetCopy r0(r, bits), w0(w, bits), e0(e, bits);
   auto probe = [&] {
     r0.restore(r);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -212,6 +213,64 @@ TEST(HooksMultiplexers, PollOfANullArrayGivesWhatAPlainThreadGets) {
     out += "\nnone " + outcome(poll(none, 0, 10)) + " errno " + strerrorname_np(errno);
     return out;
   });
+}
+
+// Arrays and fd sets the kernel cannot read (EFAULT): in a page mapped
+// with no access, and running from a readable page into one with none.
+// Before, a fiber's poll and select read them first and died of SIGSEGV.
+TEST(HooksMultiplexers, UnreadableArraysAndSetsGiveWhatAPlainThreadGets) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  auto* pages =
+      static_cast<char*>(::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(pages, MAP_FAILED);
+  ASSERT_EQ(::mprotect(pages + page, page, PROT_NONE), 0);
+  const Pipe quiet;
+  // The last whole pollfd of the readable page, then one in the other.
+  auto* straddling = reinterpret_cast<pollfd*>(pages + page) - 1;
+  *straddling = {quiet.reader, POLLIN, 0};
+  auto* unreadable = reinterpret_cast<pollfd*>(pages + page);
+  expect_same_on_thread_and_fiber([&] {
+    const timespec timeout{0, 20'000'000};
+    errno = 0;
+    std::string out = "poll " + outcome(poll(unreadable, 1, 20));
+    out += "\npoll straddling " + outcome(poll(straddling, 2, 20));
+    out += "\nppoll " + outcome(ppoll(unreadable, 1, &timeout, nullptr));
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(quiet.reader, &r);
+    auto* bad = reinterpret_cast<fd_set*>(unreadable);
+    for (int which = 0; which < 3; ++which) {
+      fd_set* sets[3] = {&r, nullptr, nullptr};
+      sets[which] = bad;
+      timeval tv{0, 20'000};
+      out += "\nselect, set " + std::to_string(which) + " " +
+             outcome(select(quiet.reader + 1, sets[0], sets[1], sets[2], &tv));
+    }
+    out += "\npselect " + outcome(pselect(quiet.reader + 1, bad, nullptr, nullptr, &timeout, nullptr));
+    timeval none{0, 20'000};
+    out += "\nselect of no fds " + outcome(select(0, bad, nullptr, nullptr, &none));  // reads nothing: a sleep
+    // Readable sets off the stack (the hook asks the kernel about those).
+    auto* heap_sets = reinterpret_cast<fd_set*>(pages);
+    FD_ZERO(&heap_sets[0]);
+    FD_SET(quiet.reader, &heap_sets[0]);
+    FD_ZERO(&heap_sets[1]);
+    FD_SET(quiet.writer, &heap_sets[1]);
+    timeval tv{0, 20'000};
+    int result = select(std::max(quiet.reader, quiet.writer) + 1, &heap_sets[0], &heap_sets[1], nullptr, &tv);
+    out += "\nselect off the stack " + outcome(result) + " " + std::to_string(FD_ISSET(quiet.reader, &heap_sets[0])) +
+           std::to_string(FD_ISSET(quiet.writer, &heap_sets[1]));
+    FD_SET(quiet.reader, &heap_sets[0]);
+    tv = {0, 20'000};
+    result = select(quiet.reader + 1, &heap_sets[0], nullptr, nullptr, &tv);
+    out += "\nselect off the stack, nothing ready " + outcome(result) + " " +
+           std::to_string(FD_ISSET(quiet.reader, &heap_sets[0]));
+    out += "\nerrno after a good poll ";
+    errno = EDOM;
+    pollfd good{quiet.reader, POLLIN, 0};
+    out += outcome(poll(&good, 1, 10)) + " " + strerrorname_np(errno);
+    return out;
+  });
+  ::munmap(pages, 2 * page);
 }
 
 // select's corners: a closed fd in a set (EBADF, the sets untouched, the

@@ -1,7 +1,9 @@
 #include "futex.h"
 
 #include <linux/futex.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <weft/detail/raw_syscall.h>
 
 #include "../runtime/system_calls.h"
 
@@ -26,6 +28,12 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, Clock:
 
 void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
   sys::futex(&word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, static_cast<std::uint32_t>(count), nullptr, 0);
+}
+
+long futex_compare(const void* word, std::uint32_t expected, bool shared) noexcept {
+  const int op = FUTEX_CMP_REQUEUE | (shared ? 0 : FUTEX_PRIVATE_FLAG);
+  // Wake none, requeue none (in the timeout's place), onto the word itself.
+  return raw_syscall(SYS_futex, word, op, 0, 0, word, expected);
 }
 
 }  // namespace weft::detail

@@ -16,4 +16,12 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                 Clock::time_point deadline = Clock::time_point::max()) noexcept;
 void futex_wake(std::atomic<std::uint32_t>& word, int count = 1) noexcept;
 
+// Whether a FUTEX_WAIT on `word` for `expected` would wait, asked without
+// waiting or waking: 0 if the word holds `expected`; -EAGAIN if it does
+// not, -EFAULT if the kernel cannot read it, -EINVAL if it is not aligned.
+// A FUTEX_CMP_REQUEUE that moves and wakes nobody: a FUTEX_WAIT with a zero
+// timeout is no such probe, since the kernel lets its timer run the
+// thread's timer slack (50 us by default) before it times out.
+long futex_compare(const void* word, std::uint32_t expected, bool shared) noexcept;
+
 }  // namespace weft::detail

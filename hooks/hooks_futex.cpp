@@ -16,9 +16,11 @@
 // The wait itself is the kernel's, on the helper: the same word, value,
 // timeout and bitset, woken by any waker, in this process or another, so
 // its result is the call's own. Kept as on a thread:
-// - First a probe on the caller's thread, a FUTEX_WAIT with a zero timeout:
-//   a word that no longer holds the value (EAGAIN), a bad address (EFAULT)
-//   or argument, returns at once with the call's own error, no helper.
+// - First a probe on the caller's thread, which waits for nothing
+//   (futex_compare): a word that no longer holds the value (EAGAIN), a bad
+//   or misaligned address (EFAULT, EINVAL), returns at once with the
+//   call's own error, no helper. (A FUTEX_WAIT with a zero timeout slept
+//   the thread's timer slack, 50 us, first.)
 // - errno, and the thread: the fiber resumes on the thread it called from
 //   (hooks/offload.h).
 // What differs: a relative timeout counts from when the helper starts the
@@ -48,6 +50,7 @@
 #include <cstdarg>
 #include <ctime>
 
+#include "../sched/futex.h"
 #include "excluded_callers.h"
 #include "hook_support.h"
 #include "offload.h"
@@ -64,10 +67,12 @@ bool is_futex_wait(long op) noexcept {
 // The futex wait of `args` (syscall's, after SYS_futex), parked.
 long futex_wait_parked(const long (&args)[6]) noexcept {
   const auto real_syscall = real::syscall();
-  static const timespec zero{0, 0};
-  const long probe =
-      real_syscall(SYS_futex, args[0], FUTEX_WAIT | (args[1] & FUTEX_PRIVATE_FLAG), args[2], &zero, 0L, 0L);
-  if (probe == 0 || errno_value() != ETIMEDOUT) return probe;  // woken, or the call's own answer
+  const long compared = futex_compare(reinterpret_cast<const void*>(args[0]), static_cast<std::uint32_t>(args[2]),
+                                      (args[1] & FUTEX_PRIVATE_FLAG) == 0);
+  if (compared != 0) {  // the call's own answer: the word moved (EAGAIN), a bad address (EFAULT)
+    set_errno(int(-compared));
+    return -1;
+  }
   if (BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler)) {
     auto wait = [&] { return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]); };
     if (const auto result =

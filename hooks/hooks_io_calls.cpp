@@ -27,8 +27,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <concepts>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "announced.h"
@@ -38,6 +40,7 @@
 #include "hook_support.h"
 #include "iovecs.h"
 #include "real_calls.h"
+#include "user_memory.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -73,6 +76,14 @@ FdRecord* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
   return parkable_record(classified_fd_state(fd));
 }
 
+// A byte count given as a number, or as a function that counts it (an
+// iovec array's total): called only after the call the array is for has
+// succeeded, so that an array the kernel refuses (EFAULT) is never read
+// here first, where reading it would die of SIGSEGV.
+inline std::size_t bytes_of(std::size_t n) noexcept { return n; }
+template <class Count>
+requires std::invocable<Count&> std::size_t bytes_of(Count& count) { return count(); }
+
 // One socket call: `attempt()` makes it with MSG_DONTWAIT; on EAGAIN the
 // fiber parks until `fd` is ready in `direction` or the timeout passes.
 // errno is the caller's own on success and set afresh on failure. The mark
@@ -80,13 +91,14 @@ FdRecord* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
 // has just said what that poll would.
 //
 // `wanted`, for a read of a stream socket, is what the call asked for
-// (else 0): a shorter result drained the socket, and leaves a drain note
+// (else 0; a count or a function that counts it, bytes_of): a shorter
+// result drained the socket, and leaves a drain note
 // (io/netpoller.h), so that the fiber's next read parks before it
 // attempts, as the epoll loop waits for the next edge after a short read
 // instead of reading into EAGAIN. A park that times out is followed by the
 // skipped attempt, so the timeout never hides bytes already there.
-template <class Attempt>
-auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, std::size_t wanted, Attempt&& attempt) {
+template <class Wanted, class Attempt>
+auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt) {
   using Result = decltype(attempt());
   const ErrnoHome home;
   const int saved = errno_value();
@@ -100,7 +112,7 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, std::size_t
       mark = fd_wait_mark(&state, direction);
       const Result result = attempt();
       if (result >= 0) {
-        if (result > 0 && std::size_t(result) < wanted) fd_note_drained(fd, state, mark, true);
+        if (result > 0 && std::size_t(result) < bytes_of(wanted)) fd_note_drained(fd, state, mark, true);
         set_errno(saved);
         return result;
       }
@@ -188,23 +200,26 @@ std::size_t stream_wanted(const FdRecord& state, std::size_t n, int flags) {
 // The loop of a call that moves all it was asked to, as a blocking one
 // does: a send, or a receive with MSG_WAITALL. `step(done)` makes one
 // MSG_DONTWAIT call for what remains after the first `done` bytes of
-// `total`; on EAGAIN the fiber parks until `fd` is ready in `direction` or
+// `total` (bytes_of: counted after the first call that succeeded); on
+// EAGAIN the fiber parks until `fd` is ready in `direction` or
 // the socket's timeout passes. A receive ends at EOF (a step that returns
 // 0). An error or the timeout after some bytes returns their count, with
 // the caller's errno; before any, -1 with the error.
-template <class Step>
-ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, std::size_t total, Step&& step) {
+template <class Total, class Step>
+ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total, Step&& step) {
   const ErrnoHome home;
   const int saved = errno_value();
   bool have_deadline = false;
   Clock::time_point deadline{};
   std::size_t done = 0;
+  std::optional<std::size_t> counted;
   for (;;) {
     const ssize_t r = step(done);
     if (r >= 0) {
       done += std::size_t(r);
+      if (!counted) counted = bytes_of(total);
       // A send of 0 bytes is one call (a datagram may be empty).
-      if (done >= total || (r == 0 && direction == FdDirection::read)) break;
+      if (done >= *counted || (r == 0 && direction == FdDirection::read)) break;
       continue;
     }
     if (!would_block(errno_value())) {
@@ -249,18 +264,19 @@ ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, 
 // ancillary data went with the first bytes, and the rest is plain.
 ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
   std::vector<iovec> rest;
-  return transfer_all(fd, state, FdDirection::write, iov_total(msg->msg_iov, int(msg->msg_iovlen)),
-                      [&](std::size_t done) {
-                        if (done == 0) return real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
-                        rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
-                        drop_front(rest, done);
-                        msghdr current = *msg;
-                        current.msg_iov = rest.data();
-                        current.msg_iovlen = rest.size();
-                        current.msg_control = nullptr;
-                        current.msg_controllen = 0;
-                        return real::sendmsg()(fd, &current, flags | MSG_DONTWAIT);
-                      });
+  return transfer_all(
+      fd, state, FdDirection::write, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
+      [&](std::size_t done) {
+        if (done == 0) return real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
+        rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
+        drop_front(rest, done);
+        msghdr current = *msg;
+        current.msg_iov = rest.data();
+        current.msg_iovlen = rest.size();
+        current.msg_control = nullptr;
+        current.msg_controllen = 0;
+        return real::sendmsg()(fd, &current, flags | MSG_DONTWAIT);
+      });
 }
 
 // A pipe, FIFO or other pollable fd that is not a socket has no
@@ -300,7 +316,8 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
   if (!refuses_nowait(state)) {
     std::vector<iovec> rest;
-    const ssize_t result = transfer_all(fd, state, FdDirection::write, iov_total(iov, count), [&](std::size_t done) {
+    auto total = [&] { return iov_total(iov, count); };
+    const ssize_t result = transfer_all(fd, state, FdDirection::write, total, [&](std::size_t done) {
       if (done == 0) return ::pwritev2(fd, iov, count, -1, RWF_NOWAIT);
       rest.assign(iov, iov + count);
       drop_front(rest, done);
@@ -483,14 +500,23 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
                          [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
 }
 
-// Calls `visit(fd)` for each fd the message carries with SCM_RIGHTS.
-template <class Visit>
-void for_each_fd_carried(const msghdr* msg, Visit&& visit) noexcept {
-  if (msg == nullptr || msg->msg_control == nullptr || msg->msg_controllen == 0) return;
+// Calls `visit(fd)` for each fd the message carries with SCM_RIGHTS,
+// reading only what `readable(pointer, bytes)` allows. A control header
+// the kernel would refuse (EINVAL: shorter than itself, or running past
+// the buffer), or memory it cannot read (EFAULT), ends the walk: such a
+// call sends nothing.
+template <class Visit, class Readable>
+void for_each_fd_carried(const msghdr* msg, Visit&& visit, Readable&& readable) noexcept {
+  if (msg == nullptr || !readable(msg, sizeof(msghdr)) || msg->msg_control == nullptr || msg->msg_controllen == 0)
+    return;
+  const auto* end = static_cast<const char*>(msg->msg_control) + msg->msg_controllen;
   for (const cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr;
        c = CMSG_NXTHDR(const_cast<msghdr*>(msg), const_cast<cmsghdr*>(c))) {
+    if (!readable(c, sizeof(cmsghdr))) return;
+    if (c->cmsg_len < CMSG_LEN(0) || c->cmsg_len > std::size_t(end - reinterpret_cast<const char*>(c))) return;
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    if (!readable(CMSG_DATA(c), count * sizeof(int))) return;
     for (std::size_t i = 0; i < count; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
@@ -500,14 +526,19 @@ void for_each_fd_carried(const msghdr* msg, Visit&& visit) noexcept {
 }
 
 // Fds passed with SCM_RIGHTS are new fds the kernel made: their numbers
-// may have closed where no hook saw it, as for fd_created.
+// may have closed where no hook saw it, as for fd_created. After a call
+// that succeeded: the kernel wrote the message.
 void fds_received(const msghdr* msg) noexcept {
-  for_each_fd_carried(msg, [](int fd) { fd_forgotten(fd); });
+  for_each_fd_carried(
+      msg, [](int fd) { fd_forgotten(fd); }, [](const void*, std::size_t) { return true; });
 }
 
 // Fds sent with SCM_RIGHTS: their descriptions are the receiver's too.
-void fds_sent(const msghdr* msg) noexcept {
-  for_each_fd_carried(msg, [](int fd) { description_passed(fd_records().find(fd)); });
+// Marked before the call, as the kernel has not yet read the message:
+// what it could not read, it would refuse (EFAULT), sending nothing.
+void fds_sent(const msghdr* msg, PiecesReadable& readable) noexcept {
+  for_each_fd_carried(
+      msg, [](int fd) { description_passed(fd_records().find(fd)); }, readable);
 }
 
 }  // namespace
@@ -555,9 +586,9 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
-    const ssize_t result =
-        attempt_or_park(fd, *state, FdDirection::read, stream_wanted(*state, iov_total(iov, count), 0),
-                        [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+    const ssize_t result = attempt_or_park(
+        fd, *state, FdDirection::read, [&] { return stream_wanted(*state, iov_total(iov, count), 0); },
+        [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
@@ -652,7 +683,10 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* add
 }
 
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
-  fds_sent(msg);
+  {
+    PiecesReadable readable;
+    fds_sent(msg, readable);
+  }
   if (!parking_enabled()) return real::sendmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
@@ -661,7 +695,15 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
 }
 
 int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
-  for (unsigned int i = 0; msgs != nullptr && i < count; ++i) fds_sent(&msgs[i].msg_hdr);
+  {
+    // The kernel reads at most UIO_MAXIOV messages, and stops at the first
+    // it cannot read.
+    PiecesReadable readable;
+    for (unsigned int i = 0; msgs != nullptr && i < std::min(count, unsigned(UIO_MAXIOV)); ++i) {
+      if (!readable(&msgs[i])) break;
+      fds_sent(&msgs[i].msg_hdr, readable);
+    }
+  }
   if (!parking_enabled()) return real::sendmmsg()(fd, msgs, count, flags);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);

@@ -18,14 +18,11 @@
 // epoll_pwait, epoll_pwait2) applies to the kernel calls only, not to the
 // parked time.
 #undef _FORTIFY_SOURCE
-#include <linux/futex.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/select.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-#include <weft/detail/raw_syscall.h>
 
 #include <cerrno>
 #include <climits>
@@ -36,6 +33,7 @@
 #include "fd_table.h"
 #include "hook_support.h"
 #include "real_calls.h"
+#include "user_memory.h"
 
 extern "C" [[noreturn]] void __chk_fail(void);
 
@@ -272,36 +270,6 @@ class FdSetCopy {
   std::vector<__fd_mask> large_;
 };
 
-// Whether the kernel can read [from, from + bytes), as it reads select's
-// fd sets (EFAULT where it cannot: freed, unmapped, no access). Asked of
-// the kernel without a copy, which a select that finds nothing would need
-// (it clears the sets it was given), and cheaply: a FUTEX_WAIT with a zero
-// timeout reads one aligned word of each page with the kernel's own user
-// read and answers EFAULT if it cannot; else EAGAIN or ETIMEDOUT, never a
-// sleep, and it wakes nobody. Access is per page, so one word tells a
-// page; 4 KiB is the smallest page Linux has.
-bool kernel_can_read(const void* from, std::size_t bytes) noexcept {
-  constexpr std::uintptr_t kSmallestPage = 4096;
-  static const timespec zero{0, 0};
-  if (bytes == 0) return true;
-  const auto end = reinterpret_cast<std::uintptr_t>(from) + bytes;
-  for (auto at = reinterpret_cast<std::uintptr_t>(from) & ~std::uintptr_t(3); at < end;
-       at = (at | (kSmallestPage - 1)) + 1) {
-    if (raw_syscall(SYS_futex, at, FUTEX_WAIT_PRIVATE, 0, &zero, 0, 0) == -EFAULT) return false;
-  }
-  return true;
-}
-
-// Whether [from, from + bytes) lies in the calling fiber's stack between
-// this frame and the stack's top: live memory, readable without asking
-// the kernel. Where a select's sets usually are (`fd_set r;`).
-bool on_live_stack(const void* from, std::size_t bytes) noexcept {
-  const FiberControl* fiber = current_fiber();
-  const auto* at = static_cast<const char*>(from);
-  return fiber != nullptr && fiber->stack && at >= static_cast<const char*>(__builtin_frame_address(0)) &&
-         at + bytes <= fiber->stack.top();
-}
-
 // select's fd sets as pollfds, for poll_parked.
 std::vector<pollfd> as_pollfds(int bits, const fd_set* r, const fd_set* w, const fd_set* e) {
   std::vector<pollfd> fds;
@@ -320,7 +288,9 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   const int bits = select_bits(nfds);
   const std::size_t set_bytes = fd_set_bytes(bits);
   for (const fd_set* set : {r, w, e}) {
-    if (set != nullptr && !on_live_stack(set, set_bytes) && !kernel_can_read(set, set_bytes)) {
+    // Known readable before the copy: a select that finds nothing clears
+    // the sets it was given, so the first probe cannot be the check.
+    if (set != nullptr && !readable_by_kernel(set, set_bytes)) {
       set_errno(EFAULT);
       return -1;
     }

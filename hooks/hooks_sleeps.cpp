@@ -12,6 +12,7 @@
 
 #include "hook_support.h"
 #include "real_calls.h"
+#include "user_memory.h"
 
 namespace weft::detail {
 namespace {
@@ -33,7 +34,8 @@ void sleep_for(const timespec& ts) {
 int clock_nanosleep_in_fiber(clockid_t clock, int flags, const timespec* request, timespec* remaining) {
   const bool parkable_clock =
       clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC || clock == CLOCK_BOOTTIME || clock == CLOCK_TAI;
-  if (request == nullptr || !parkable_clock) return real::clock_nanosleep()(clock, flags, request, remaining);
+  // A request the kernel cannot read is its EFAULT, as libc says it.
+  if (!parkable_clock || !readable_by_kernel(request)) return real::clock_nanosleep()(clock, flags, request, remaining);
   if (!valid(request)) return EINVAL;  // returned, not put in errno
   const int saved = errno_value();
   if (flags & TIMER_ABSTIME) {
@@ -68,7 +70,7 @@ extern "C" {
 int nanosleep(const timespec* request, timespec* remaining) {
   if (!parking_enabled()) return real::nanosleep()(request, remaining);
   const CheckpointOnReturn at_return;
-  if (request == nullptr) return real::nanosleep()(request, remaining);  // EFAULT as libc says
+  if (!readable_by_kernel(request)) return real::nanosleep()(request, remaining);  // EFAULT as libc says
   if (!valid(request)) {
     set_errno(EINVAL);
     return -1;

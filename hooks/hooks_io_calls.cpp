@@ -564,6 +564,9 @@ ssize_t read(int fd, void* buf, size_t n) {
     return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
   }
   if (state->kind() == FdKind::socket) {
+    // A read of nothing returns 0 at once from a socket (the kernel's
+    // sock_read_iter), where a receive of nothing waits for data.
+    if (n == 0) return real::read()(fd, buf, n);
     const ssize_t result = receive(fd, *state, buf, n, 0, nullptr, nullptr);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::read()(fd, buf, n);
@@ -582,13 +585,20 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     return real::readv()(fd, iov, count);
   }
   if (state->kind() == FdKind::socket) {
-    if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
+    if (count <= 0) return real::readv()(fd, iov, count);  // EINVAL, or 0 for no iovecs, as libc says it
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
     const ssize_t result = attempt_or_park(
         fd, *state, FdDirection::read, [&] { return stream_wanted(*state, iov_total(iov, count), 0); },
-        [&] { return real::recvmsg()(fd, &msg, MSG_DONTWAIT); });
+        [&] {
+          const ssize_t received = real::recvmsg()(fd, &msg, MSG_DONTWAIT);
+          // A readv of nothing returns 0 at once, as read's does (above);
+          // once the receive has said EAGAIN, the kernel took the array.
+          if (received < 0 && would_block(errno_value()) && iov_total(iov, count) == 0)
+            return real::readv()(fd, iov, count);
+          return received;
+        });
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }

@@ -211,6 +211,9 @@ int fill_from_harvest(pollfd* fds, nfds_t count, std::uint32_t harvested) {
 }
 
 int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sigset_t* mask, bool with_mask) {
+  // The kernel takes the count as an unsigned int: it never sees the
+  // higher bits, and neither does the wait.
+  count = static_cast<unsigned int>(count);
   auto probe = [&] {
     static const timespec zero{0, 0};
     return with_mask ? real::ppoll()(fds, count, &zero, mask) : real::poll()(fds, count, 0);

@@ -273,6 +273,26 @@ TEST(HooksMultiplexers, UnreadableArraysAndSetsGiveWhatAPlainThreadGets) {
   ::munmap(pages, 2 * page);
 }
 
+// poll's count is an unsigned int to the kernel: bits above it are not
+// seen. Before, a fiber's poll that found nothing ready read 2^32 + 1
+// entries and died of SIGSEGV. Here the one fd seen becomes readable
+// while the call waits.
+TEST(HooksMultiplexers, PollCountsAsTheKernelDoes) {
+  expect_same_on_thread_and_fiber([] {
+    const Pipe later;
+    std::thread writer([&] {
+      std::this_thread::sleep_for(10ms);
+      EXPECT_EQ(::write(later.writer, "x", 1), 1);
+    });
+    pollfd fds{later.reader, POLLIN, 0};
+    volatile nfds_t count = (nfds_t(1) << 32) | 1;  // hidden from the compiler, which refuses it
+    errno = 0;
+    const int result = poll(&fds, count, 10'000);
+    writer.join();
+    return outcome(result) + " revents " + std::to_string(fds.revents);
+  });
+}
+
 // select's corners: a closed fd in a set (EBADF, the sets untouched, the
 // time left written back), nfds < 0 (EINVAL), a timeout (the sets
 // cleared, nothing left), an fd ready both ways (counted twice), a bit

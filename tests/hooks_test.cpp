@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <threads.h>
@@ -325,6 +326,39 @@ TEST(HooksSocket, ShortReadsStayShort) {
     char buf[100];
     EXPECT_EQ(read(pair.a(), buf, sizeof(buf)), 3);
   });
+}
+
+// A read of nothing from a socket returns 0 at once, as on a thread (the
+// kernel's socket read answers a read of 0 bytes without waiting), also
+// as a readv of empty iovecs; before, a fiber's parked until data came.
+// The byte a watchdog sends after 5 s would end such a park: the reads
+// must all have returned before it.
+TEST(HooksSocket, AReadOfNothingReturnsAtOnce) {
+  Scheduler sched = one_worker();
+  for (int type : {SOCK_STREAM, SOCK_DGRAM}) {
+    SocketPair pair(type);
+    std::atomic<bool> sent{false};
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {
+      const auto until = Clock::now() + 5s;
+      while (!done && Clock::now() < until) std::this_thread::sleep_for(1ms);
+      if (done) return;
+      sent = true;
+      EXPECT_EQ(send(pair.b(), "x", 1, 0), 1);
+    });
+    in_fiber(sched, [&] {
+      char buf[4];
+      errno = EDOM;
+      EXPECT_EQ(read(pair.a(), buf, 0), 0);
+      iovec empty[2] = {{buf, 0}, {buf + 1, 0}};
+      EXPECT_EQ(readv(pair.a(), empty, 2), 0);
+      EXPECT_EQ(readv(pair.a(), empty, 0), 0);
+      EXPECT_EQ(errno, EDOM);
+      EXPECT_FALSE(sent) << "a read of nothing waited for data";
+    });
+    done = true;
+    watchdog.join();
+  }
 }
 
 // A parked read leaves h_errno as a thread's read does, though the fiber

@@ -31,6 +31,7 @@
 #include "hook_support.h"
 #include "real_calls.h"
 #include "signal_handlers.h"
+#include "user_memory.h"
 
 namespace weft::detail {
 namespace {
@@ -214,7 +215,8 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
     if (result == 0) cloexec_changed(fd_records().find(fd), request == FIOCLEX);
     return result;
   }
-  if (request != FIONBIO || arg == nullptr) return real::ioctl()(fd, request, arg);
+  // An argument the kernel cannot read is its EFAULT (hooks/user_memory.h).
+  if (request != FIONBIO || !readable_by_kernel(static_cast<const int*>(arg))) return real::ioctl()(fd, request, arg);
   return set_user_nonblock(fd_state(fd), *static_cast<const int*>(arg) != 0,
                            [&] { return real::ioctl()(fd, request, arg); });
 }

@@ -293,8 +293,9 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   return wait_for_one(
       static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1,
       [&](int& result) {
-        // With WNOHANG, "nothing yet" is 0 with si_pid 0 (waitid(2)).
-        info->si_pid = 0;
+        // With WNOHANG, "nothing yet" is 0 with si_pid 0 (waitid(2)),
+        // which Linux writes itself: set here first, an info the kernel
+        // cannot write (EFAULT) would have died of SIGSEGV.
         result = real::waitid()(type, id, info, options | WNOHANG);
         return result != 0 || info->si_pid != 0;
       },

@@ -6,9 +6,11 @@
 // in a fiber). Each case also runs on memory that is readable but off the
 // stack, which the hooks ask the kernel about.
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <threads.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,6 +174,30 @@ TEST(HooksUserMemory, SleepsOfAnUnreadableRequestFailWithEfault) {
   };
   const std::string thread = on_thread(body);
   EXPECT_EQ(thread, "nanosleep -1 EFAULT\nclock_nanosleep 14\nthrd_sleep -2\nnanosleep off the stack 0");
+  EXPECT_EQ(on_fiber(body), thread);
+}
+
+// ioctl(FIONBIO) reads its int to keep the user's view of O_NONBLOCK;
+// waitid's siginfo is the kernel's to write, also "nothing yet" (si_pid
+// 0 with WNOHANG). Before, both died of SIGSEGV (ioctl on every thread).
+TEST(HooksUserMemory, IoctlAndWaitidOfMemoryTheKernelRefusesFailWithEfault) {
+  const Pages pages;
+  const SocketPair sockets;
+  auto body = [&] {
+    errno = 0;
+    std::string out = "ioctl FIONBIO " + outcome(::ioctl(sockets.fds[0], FIONBIO, pages.unreadable()));
+    const pid_t child = ::fork();
+    if (child == 0) ::_exit(3);
+    siginfo_t exited{};
+    EXPECT_EQ(::waitid(P_PID, id_t(child), &exited, WEXITED | WNOWAIT), 0);  // a zombie now
+    const long waited = ::waitid(P_PID, id_t(child), reinterpret_cast<siginfo_t*>(pages.unreadable()), WEXITED);
+    out += "\nwaitid " + outcome(waited);
+    const long reaped = ::waitpid(child, nullptr, 0);
+    out += "\nthen waitpid " + outcome(reaped);
+    return out;
+  };
+  const std::string thread = on_thread(body);
+  EXPECT_EQ(thread, "ioctl FIONBIO -1 EFAULT\nwaitid -1 EFAULT\nthen waitpid -1 ECHILD");
   EXPECT_EQ(on_fiber(body), thread);
 }
 

@@ -69,10 +69,15 @@ FdRecord* parkable_record(FdRecord* state) noexcept {
 }
 
 // The record of an fd a fiber should park on for this call, or null when
-// the call must go straight to libc. `in_fiber`: parking_enabled() holds
-// (the hooks that return libc's call first when it does not ask once).
+// the call must go straight to libc: also a receive that never waits in
+// the kernel, MSG_ERRQUEUE's (an empty error queue is EAGAIN at once; its
+// errors are announced by POLLERR, not by readability) and MSG_OOB's (TCP
+// answers EAGAIN or EINVAL while no urgent byte is there). Parked on
+// EAGAIN, those waited for data that never ended the wait. `in_fiber`:
+// parking_enabled() holds (the hooks that return libc's call first when
+// it does not ask once).
 FdRecord* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
-  if ((!in_fiber && !parking_enabled()) || (flags & MSG_DONTWAIT)) return nullptr;
+  if ((!in_fiber && !parking_enabled()) || (flags & (MSG_DONTWAIT | MSG_ERRQUEUE | MSG_OOB))) return nullptr;
   return parkable_record(classified_fd_state(fd));
 }
 

@@ -17,8 +17,8 @@
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <threads.h>
 #include <unistd.h>
@@ -359,6 +359,46 @@ TEST(HooksSocket, AReadOfNothingReturnsAtOnce) {
     done = true;
     watchdog.join();
   }
+}
+
+// Receives that never wait in the kernel: MSG_ERRQUEUE of an empty error
+// queue (EAGAIN at once) and MSG_OOB of TCP without an urgent byte (EINVAL).
+// Before, a fiber's parked on EAGAIN for data that never ended its wait,
+// until SO_RCVTIMEO (here 5 s) did.
+TEST(HooksSocket, ErrorQueueAndOutOfBandReceivesNeverWait) {
+  Scheduler sched = one_worker();
+  const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(udp, 0);
+  set_timeout(udp, SO_RCVTIMEO, 5000ms);
+  test::LoopbackTcpPair tcp;
+  const int client = tcp.client;
+  set_timeout(client, SO_RCVTIMEO, 5000ms);
+  auto receives = [&] {
+    char buf[64];
+    iovec one{buf, sizeof buf};
+    msghdr msg{};
+    msg.msg_iov = &one;
+    msg.msg_iovlen = 1;
+    mmsghdr many{};
+    many.msg_hdr = msg;
+    auto outcome = [](long result) { return std::to_string(result) + " " + strerrorname_np(errno); };
+    std::string out;
+    const auto start = Clock::now();
+    errno = 0;
+    out += "recvmsg " + outcome(recvmsg(udp, &msg, MSG_ERRQUEUE));
+    out += ", recv " + outcome(recv(udp, buf, sizeof buf, MSG_ERRQUEUE));
+    out += ", recvmmsg " + outcome(recvmmsg(udp, &many, 1, MSG_ERRQUEUE, nullptr));
+    out += ", recv OOB " + outcome(recv(client, buf, 1, MSG_OOB));
+    EXPECT_LT(Clock::now() - start, 2500ms) << "a receive waited for its SO_RCVTIMEO";
+    return out;
+  };
+  std::string on_thread;
+  std::thread([&] { on_thread = receives(); }).join();
+  EXPECT_EQ(on_thread, "recvmsg -1 EAGAIN, recv -1 EAGAIN, recvmmsg -1 EAGAIN, recv OOB -1 EINVAL");
+  std::string on_fiber;
+  in_fiber(sched, [&] { on_fiber = receives(); });
+  EXPECT_EQ(on_fiber, on_thread);
+  close(udp);
 }
 
 // A parked read leaves h_errno as a thread's read does, though the fiber

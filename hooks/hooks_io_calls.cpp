@@ -298,10 +298,14 @@ bool refuses_nowait(const FdRecord& state) {
 }
 
 // After an attempt with RWF_NOWAIT: whether the fd refused it, and if so,
-// marks it and puts back the caller's errno for the fallback.
+// marks it and puts back the caller's errno for the fallback. The kernel
+// refuses the flag with EOPNOTSUPP (kiocb_set_rw_flags), and a kernel
+// without preadv2 with ENOSYS; an EINVAL is the call's own (a timerfd's
+// or eventfd's buffer under 8 bytes), which the fallback's wait for
+// readiness turned into a park that nothing ended.
 bool refused_nowait(FdRecord& state, int saved) {
   const int error = errno_value();
-  if (error != EOPNOTSUPP && error != EINVAL) return false;
+  if (error != EOPNOTSUPP && error != ENOSYS) return false;
   state.set_bit(FdRecord::no_nowait_bit, true);
   set_errno(saved);
   return true;

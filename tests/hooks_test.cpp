@@ -13,11 +13,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <threads.h>
@@ -952,6 +954,45 @@ TEST(HooksPoll, EpollPwait2ParksWithItsTimespecTimeout) {
 }
 
 // --- pipes -------------------------------------------------------------------
+
+// A read the kernel refuses at once (EINVAL: a timerfd's or eventfd's
+// buffer under 8 bytes) fails at once, as on a thread, though the fd is
+// not ready. Before, the hook took the EINVAL of its RWF_NOWAIT attempt
+// for a refusal of the flag and parked until the fd was readable (here a
+// watchdog makes both readable after 5 s).
+TEST(HooksPipe, AReadTheKernelRefusesFailsAtOnce) {
+  Scheduler sched = one_worker();
+  const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+  const int event = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(timer, 0);
+  ASSERT_GE(event, 0);
+  std::atomic<bool> ready{false};
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    const auto until = Clock::now() + 5s;
+    while (!done && Clock::now() < until) std::this_thread::sleep_for(1ms);
+    if (done) return;
+    ready = true;
+    const itimerspec soon{{0, 0}, {0, 1'000'000}};
+    EXPECT_EQ(timerfd_settime(timer, 0, &soon, nullptr), 0);
+    const std::uint64_t one = 1;
+    EXPECT_EQ(write(event, &one, sizeof one), ssize_t(sizeof one));
+  });
+  in_fiber(sched, [&] {
+    char small[4];
+    errno = 0;
+    EXPECT_EQ(read(timer, small, sizeof small), -1);
+    EXPECT_EQ(errno, EINVAL);
+    errno = 0;
+    EXPECT_EQ(read(event, small, sizeof small), -1);
+    EXPECT_EQ(errno, EINVAL);
+    EXPECT_FALSE(ready) << "a read the kernel refuses waited for the fd";
+  });
+  done = true;
+  watchdog.join();
+  close(timer);
+  close(event);
+}
 
 TEST(HooksPipe, APipeReadParksUntilTheWriterWrites) {
   Scheduler sched = one_worker();

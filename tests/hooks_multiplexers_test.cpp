@@ -278,6 +278,9 @@ TEST(HooksMultiplexers, UnreadableArraysAndSetsGiveWhatAPlainThreadGets) {
 // entries and died of SIGSEGV. Here the one fd seen becomes readable
 // while the call waits.
 TEST(HooksMultiplexers, PollCountsAsTheKernelDoes) {
+#if defined(WEFT_UNDER_ASAN) || defined(WEFT_UNDER_TSAN)
+  GTEST_SKIP() << "the sanitizer's own poll interceptor reads all of the count first";
+#endif
   expect_same_on_thread_and_fiber([] {
     const Pipe later;
     std::thread writer([&] {

@@ -218,17 +218,21 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
     static const timespec zero{0, 0};
     return with_mask ? real::ppoll()(fds, count, &zero, mask) : real::poll()(fds, count, 0);
   };
-  // Probed before this hook reads the array: the kernel copies all of it
-  // first and refuses an array it cannot read whole (EFAULT: null, freed,
-  // or running past a mapping), where a read here would die of SIGSEGV.
-  // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
-  // pending signal it unblocks ends it at once: sigsuspend with a timeout).
-  if (count != 0 || mask != nullptr) {
+  auto fill = [&](std::uint32_t harvested) { return fill_from_harvest(fds, count, harvested); };
+  // An array off the calling stack is probed before this hook reads it:
+  // the kernel copies all of it first and refuses one it cannot read
+  // whole (EFAULT: null, freed, or running past a mapping), where a read
+  // here would die of SIGSEGV. A wait then costs a level check more (its
+  // marks come after that probe). One on the stack is read at once, its
+  // marks taken before the first probe.
+  if (count != 0 && !on_live_stack(fds, count * sizeof(pollfd))) {
     const int ready = probe();
     if (ready != 0) return ready;
+    return poll_parked(fds, count, deadline, /*probed=*/true, probe, fill);
   }
-  auto fill = [&](std::uint32_t harvested) { return fill_from_harvest(fds, count, harvested); };
-  return poll_parked(fds, count, deadline, /*probed=*/true, probe, fill);
+  // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
+  // pending signal it unblocks ends it at once: sigsuspend with a timeout).
+  return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, probe, fill);
 }
 
 // select's fd sets hold nfds bits in as many longs as that takes: a

@@ -45,9 +45,21 @@ bool find_thread_stack(const char*& bottom, const char*& top) noexcept {
   return top != nullptr;
 }
 
-// Whether [from, from + bytes) lies in the calling stack, a fiber's or
-// the thread's, between this frame and the stack's top: live memory. (Not
-// when this frame is elsewhere, on a signal stack.)
+// The kernel reads one aligned word of each page for a futex comparison
+// (futex_compare: no wait, no wake) and answers EFAULT if it cannot. One
+// word a page.
+bool kernel_can_read(const void* from, std::size_t bytes) noexcept {
+  const auto end = reinterpret_cast<std::uintptr_t>(from) + bytes;
+  for (auto at = reinterpret_cast<std::uintptr_t>(from) & ~std::uintptr_t(3); at < end;
+       at = (at | (kSmallestPage - 1)) + 1) {
+    if (futex_compare(reinterpret_cast<const void*>(at), 0, false) == -EFAULT) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// Live memory. (Not when this frame is elsewhere, on a signal stack.)
 bool on_live_stack(const void* from, std::size_t bytes) noexcept {
   const char* bottom = nullptr;
   const char* top = nullptr;
@@ -63,28 +75,14 @@ bool on_live_stack(const void* from, std::size_t bytes) noexcept {
   return frame >= bottom && frame < top && at >= frame && at <= top && bytes <= std::size_t(top - at);
 }
 
-// The kernel reads one aligned word of each page for a futex comparison
-// (futex_compare: no wait, no wake) and answers EFAULT if it cannot. One
-// word a page.
-bool kernel_can_read(const void* from, std::size_t bytes) noexcept {
-  const auto end = reinterpret_cast<std::uintptr_t>(from) + bytes;
-  for (auto at = reinterpret_cast<std::uintptr_t>(from) & ~std::uintptr_t(3); at < end;
-       at = (at | (kSmallestPage - 1)) + 1) {
-    if (futex_compare(reinterpret_cast<const void*>(at), 0, false) == -EFAULT) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 bool readable_by_kernel(const void* from, std::size_t bytes) noexcept {
   return bytes == 0 || on_live_stack(from, bytes) || kernel_can_read(from, bytes);
 }
 
 bool PiecesReadable::operator()(const void* from, std::size_t bytes) noexcept {
   const auto* first = static_cast<const char*>(from);
-  const char* const page_end = known_page_ + kSmallestPage;
-  if (known_page_ != nullptr && first >= known_page_ && first < page_end && bytes <= std::size_t(page_end - first))
+  if (known_page_ != nullptr && first >= known_page_ && first < known_page_ + kSmallestPage &&
+      bytes <= std::size_t(known_page_ + kSmallestPage - first))
     return true;
   if (!readable_by_kernel(from, bytes)) return false;
   if (bytes != 0)

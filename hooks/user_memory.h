@@ -15,6 +15,11 @@ namespace weft::detail {
 
 bool readable_by_kernel(const void* from, std::size_t bytes) noexcept;
 
+// The first half of readable_by_kernel: whether [from, from + bytes) lies
+// on the calling stack, a fiber's or a thread's, between the caller's
+// frame and the stack's top. No system call.
+bool on_live_stack(const void* from, std::size_t bytes) noexcept;
+
 template <class T>
 bool readable_by_kernel(const T* object) noexcept {
   return readable_by_kernel(object, sizeof(T));

@@ -69,10 +69,12 @@ long futex_wait_parked(const long (&args)[6]) noexcept {
   const auto real_syscall = real::syscall();
   const long compared = futex_compare(reinterpret_cast<const void*>(args[0]), static_cast<std::uint32_t>(args[2]),
                                       (args[1] & FUTEX_PRIVATE_FLAG) == 0);
-  if (compared != 0) {  // the call's own answer: the word moved (EAGAIN), a bad address (EFAULT)
-    set_errno(int(-compared));
+  if (compared == -EAGAIN || compared == -EFAULT || compared == -EINVAL) {
+    set_errno(int(-compared));  // the call's own answer: the word moved, a bad or misaligned address
     return -1;
   }
+  if (compared != 0)  // the comparison itself refused (a seccomp profile): the call as it is
+    return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]);
   if (BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler)) {
     auto wait = [&] { return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]); };
     if (const auto result =

@@ -464,14 +464,18 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   const int saved = errno_value();
   const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, *state, FdDirection::write));
   auto backoff = std::chrono::milliseconds(1);
+  int error = 0;
   for (;;) {
     const int r = with_nonblock(fd, *state, [&] { return real::connect()(fd, addr, addr_len); });
     if (r == 0) {
       set_errno(saved);
       return 0;
     }
-    const int error = errno_value();
-    if (error == EINPROGRESS) break;
+    error = errno_value();
+    // EALREADY: an earlier connect is still in progress (one that
+    // SO_SNDTIMEO ended with EINPROGRESS), which a blocking connect waits
+    // for too.
+    if (error == EINPROGRESS || error == EALREADY) break;
     if (!would_block(error)) return -1;
     // AF_UNIX with a full backlog: no edge will come; retry, backing off.
     if (Clock::now() >= deadline) {
@@ -482,8 +486,9 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
     backoff = std::min(backoff * 2, std::chrono::milliseconds(16));
   }
   if (const int failed = park_on(fd, *state, FdDirection::write, deadline)) {
-    // A connect timed out by SO_SNDTIMEO reports EINPROGRESS (socket(7)).
-    set_errno(failed == EAGAIN ? EINPROGRESS : failed);
+    // A connect timed out by SO_SNDTIMEO reports EINPROGRESS (socket(7)),
+    // or EALREADY if it waited for an earlier one, as the kernel's does.
+    set_errno(failed == EAGAIN ? error : failed);
     return -1;
   }
   int so_error = 0;
@@ -493,6 +498,10 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
     set_errno(so_error);
     return -1;
   }
+  // The kernel's blocking connect ends by marking the socket connected,
+  // after which a connect is EISCONN; a connect that finds the connection
+  // established does that at once, without waiting.
+  if (real::connect()(fd, addr, addr_len) != 0 && errno_value() != EISCONN) return -1;
   set_errno(saved);
   return 0;
 }

@@ -574,6 +574,50 @@ TEST(HooksTimeout, SoSndtimeoReturnsThePartialCount) {
   });
 }
 
+// A blocking connect that SO_SNDTIMEO ended (EINPROGRESS) goes on in the
+// kernel; a second blocking connect waits for it and returns 0, and a
+// third is EISCONN, as on a thread. Before, a fiber's second and third
+// were EALREADY at once. The listener's backlog is full, so the SYN is
+// dropped until the test accepts; the kernel sends it again after 1 s.
+TEST(HooksTimeout, ASecondConnectWaitsForTheFirst) {
+  Scheduler sched = one_worker();
+  auto connects = [](std::string& out) {
+    test::LoopbackListener listener(0);
+    std::vector<int> queued;
+    for (int i = 0; i < 4; ++i) {
+      queued.push_back(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      connect(queued.back(), listener.address(), sizeof(sockaddr_in));
+    }
+    std::this_thread::sleep_for(50ms);  // the queue is full: another SYN is dropped
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    set_timeout(fd, SO_SNDTIMEO, 100ms);
+    auto outcome = [](int result) { return std::to_string(result) + " " + strerrorname_np(errno); };
+    errno = 0;
+    out = "first " + outcome(connect(fd, listener.address(), sizeof(sockaddr_in)));
+    set_timeout(fd, SO_SNDTIMEO, 0ms);
+    for (int queued_fd : queued) close(queued_fd);
+    std::thread accepter([&] {
+      while (true) {
+        const int accepted = accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (accepted < 0) break;
+        close(accepted);
+      }
+    });
+    errno = 0;
+    out += ", second " + outcome(connect(fd, listener.address(), sizeof(sockaddr_in)));
+    out += ", third " + outcome(connect(fd, listener.address(), sizeof(sockaddr_in)));
+    shutdown(listener.fd, SHUT_RDWR);
+    accepter.join();
+    close(fd);
+  };
+  std::string on_thread;
+  std::thread([&] { connects(on_thread); }).join();
+  EXPECT_EQ(on_thread, "first -1 EINPROGRESS, second 0 0, third -1 EISCONN");
+  std::string on_fiber;
+  in_fiber(sched, [&] { connects(on_fiber); });
+  EXPECT_EQ(on_fiber, on_thread);
+}
+
 TEST(HooksTimeout, NoTimeoutSetMeansNone) {
   // libco's trap: a default timeout. Data that comes after 1.2 s still arrives.
   Scheduler sched = one_worker();

@@ -603,7 +603,9 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     return real::readv()(fd, iov, count);
   }
   if (state->kind() == FdKind::socket) {
-    if (count <= 0) return real::readv()(fd, iov, count);  // EINVAL, or 0 for no iovecs, as libc says it
+    // EINVAL for a count below 0 or above UIO_MAXIOV (a receive's would be
+    // EMSGSIZE), 0 for no iovecs, as libc says it.
+    if (count <= 0 || count > UIO_MAXIOV) return real::readv()(fd, iov, count);
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);
@@ -646,7 +648,9 @@ ssize_t writev(int fd, const iovec* iov, int count) {
   FdRecord* state = parkable_record(record);
   if (state == nullptr) return passed_through(record, [&] { return real::writev()(fd, iov, count); });
   if (state->kind() == FdKind::socket) {
-    if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
+    // EINVAL for a count below 0 or above UIO_MAXIOV (a send's would be
+    // EMSGSIZE), as libc says it.
+    if (count < 0 || count > UIO_MAXIOV) return real::writev()(fd, iov, count);
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = size_t(count);

@@ -403,6 +403,25 @@ TEST(HooksSocket, ErrorQueueAndOutOfBandReceivesNeverWait) {
   close(udp);
 }
 
+// writev and readv of more than UIO_MAXIOV iovecs are EINVAL, as on a
+// thread; a fiber's, made as a sendmsg or recvmsg on a socket, were
+// EMSGSIZE.
+TEST(HooksSocket, VectorCallsOfTooManyIovecsAreEinval) {
+  Scheduler sched = one_worker();
+  SocketPair pair;
+  in_fiber(sched, [&] {
+    static char byte;
+    std::vector<iovec> many(UIO_MAXIOV + 1, iovec{&byte, 1});
+    errno = 0;
+    EXPECT_EQ(writev(pair.a(), many.data(), int(many.size())), -1);
+    EXPECT_EQ(errno, EINVAL);
+    ASSERT_EQ(send(pair.b(), "x", 1, 0), 1);
+    errno = 0;
+    EXPECT_EQ(readv(pair.a(), many.data(), int(many.size())), -1);
+    EXPECT_EQ(errno, EINVAL);
+  });
+}
+
 // A parked read leaves h_errno as a thread's read does, though the fiber
 // that runs meanwhile on the same thread sets it (the resolver's calls do).
 // Before, the reader came back with the other fiber's value.

@@ -245,8 +245,32 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
   return ssize_t(done);
 }
 
+// Whether a receive with `flags` waits for all it asked for: MSG_WAITALL
+// on a stream socket. On a datagram or seqpacket socket it does nothing
+// (a message is one receive); looping there merged messages, then waited
+// for more.
+bool waits_for_all(const FdRecord& state, int flags) noexcept { return (flags & MSG_WAITALL) && state.stream(); }
+
+// A receive with MSG_WAITALL and MSG_PEEK: a peek cannot go on where an
+// earlier one stopped (each reads from the front of the queue), and each
+// protocol decides what it waits for (TCP for all of it, a unix stream
+// socket for no more than there is). Parked until readable, then the call
+// as it is, announced.
+template <class Call>
+ssize_t peek_all(int fd, FdRecord& state, Call&& call) {
+  const ErrnoHome home;
+  const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, state, FdDirection::read));
+  if (const int failed = park_on(fd, state, FdDirection::read, deadline)) {
+    set_errno(failed);
+    return -1;
+  }
+  return announced(call);
+}
+
 ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
-  if (!(flags & MSG_WAITALL) || n == 0) {
+  if (waits_for_all(state, flags) && (flags & MSG_PEEK) && n != 0)
+    return peek_all(fd, state, [&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); });
+  if (!waits_for_all(state, flags) || n == 0) {
     return attempt_or_park(fd, state, FdDirection::read, stream_wanted(state, n, flags),
                            [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
   }
@@ -506,6 +530,26 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   return 0;
 }
 
+// recvmsg with MSG_WAITALL on a stream socket, until all its iovecs hold,
+// EOF, an error or the timeout, as a blocking one: the first receive fills
+// the caller's message (name, control data, flags); the rest go on into
+// the iovecs after what came.
+ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags) {
+  const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
+  std::vector<iovec> rest;
+  return transfer_all(
+      fd, state, FdDirection::read, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
+      [&](std::size_t done) {
+        if (done == 0) return real::recvmsg()(fd, msg, once);
+        rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
+        drop_front(rest, done);
+        msghdr more{};
+        more.msg_iov = rest.data();
+        more.msg_iovlen = rest.size();
+        return real::recvmsg()(fd, &more, once);
+      });
+}
+
 // recvmsg, hooked as recv is; recvmsg() below adds what it must do on
 // every thread.
 ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
@@ -513,7 +557,10 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
-  // MSG_WAITALL is kept: with MSG_DONTWAIT the kernel returns what it has.
+  if (waits_for_all(*state, flags)) {
+    if (flags & MSG_PEEK) return peek_all(fd, *state, [&] { return real::recvmsg()(fd, msg, flags); });
+    return recvmsg_all(fd, *state, msg, flags);
+  }
   return attempt_or_park(fd, *state, FdDirection::read, 0,
                          [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
 }

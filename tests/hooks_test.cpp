@@ -320,6 +320,49 @@ TEST(HooksSocket, RecvWaitAllWaitsForEverything) {
   EXPECT_EQ(std::string(buf, 10), "ababababab");
 }
 
+// MSG_WAITALL as on a thread: recvmsg waits for all its iovecs hold on a
+// stream socket (a fiber's returned what had come); with MSG_PEEK the
+// bytes are the stream's own (a fiber's peeked its front again into the
+// rest: "abcabc"); on a datagram socket it receives one message (a fiber's
+// merged two, then waited, here until SO_RCVTIMEO).
+TEST(HooksSocket, WaitAllAsOnAThread) {
+  Scheduler sched = one_worker();
+  auto receives = [] {
+    std::string out;
+    for (int call = 0; call < 2; ++call) {
+      test::LoopbackTcpPair tcp;
+      EXPECT_EQ(write(tcp.client, "abc", 3), 3);
+      std::thread later([&] {
+        std::this_thread::sleep_for(30ms);
+        EXPECT_EQ(write(tcp.client, "def", 3), 3);
+      });
+      char buf[7] = {};
+      iovec one{buf, 6};
+      msghdr msg{};
+      msg.msg_iov = &one;
+      msg.msg_iovlen = 1;
+      const ssize_t got =
+          call == 0 ? recvmsg(tcp.server, &msg, MSG_WAITALL) : recv(tcp.server, buf, 6, MSG_WAITALL | MSG_PEEK);
+      later.join();
+      out += (call == 0 ? "recvmsg " : ", peek ") + std::to_string(got) + " " + buf;
+    }
+    SocketPair datagrams(SOCK_DGRAM);
+    set_timeout(datagrams.b(), SO_RCVTIMEO, 5000ms);
+    EXPECT_EQ(send(datagrams.a(), "abc", 3, 0), 3);
+    EXPECT_EQ(send(datagrams.a(), "def", 3, 0), 3);
+    char buf[64] = {};
+    const ssize_t got = recv(datagrams.b(), buf, sizeof buf, MSG_WAITALL);
+    out += ", datagram " + std::to_string(got) + " " + buf;
+    return out;
+  };
+  std::string on_thread;
+  std::thread([&] { on_thread = receives(); }).join();
+  EXPECT_EQ(on_thread, "recvmsg 6 abcdef, peek 6 abcdef, datagram 3 abc");
+  std::string on_fiber;
+  in_fiber(sched, [&] { on_fiber = receives(); });
+  EXPECT_EQ(on_fiber, on_thread);
+}
+
 TEST(HooksSocket, ShortReadsStayShort) {
   Scheduler sched = one_worker();
   SocketPair pair;

@@ -308,6 +308,53 @@ ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
       });
 }
 
+// sendmmsg that sends every message, as a blocking one does (it returns
+// fewer only when an error or SO_SNDTIMEO comes after the first, and then
+// their count): what the kernel did not take is sent again after a park,
+// and on a stream socket the rest of a message it took in part (msg_len
+// short of its iovecs) goes as sendmsg_all sends it, before the next.
+int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int flags) {
+  count = std::min(count, unsigned(UIO_MAXIOV));  // the kernel sends no more in one call
+  const ErrnoHome home;
+  const int saved = errno_value();
+  bool have_deadline = false;
+  Clock::time_point deadline{};
+  unsigned done = 0;
+  while (done < count) {
+    const int sent = real::sendmmsg()(fd, msgs + done, count - done, flags | MSG_DONTWAIT);
+    if (sent > 0) {
+      done += unsigned(sent);
+      mmsghdr& last = msgs[done - 1];
+      const std::size_t total = iov_total(last.msg_hdr.msg_iov, int(last.msg_hdr.msg_iovlen));
+      if (!state.stream() || last.msg_len >= total) continue;
+      std::vector<iovec> rest(last.msg_hdr.msg_iov, last.msg_hdr.msg_iov + last.msg_hdr.msg_iovlen);
+      drop_front(rest, last.msg_len);
+      msghdr remainder{};
+      remainder.msg_iov = rest.data();
+      remainder.msg_iovlen = rest.size();
+      const ssize_t more = sendmsg_all(fd, state, &remainder, flags);
+      if (more > 0) last.msg_len += unsigned(more);
+      if (last.msg_len < total) break;  // an error or the timeout within it: the count so far
+      continue;
+    }
+    if (sent == 0 || !would_block(errno_value())) {
+      if (done > 0) break;
+      return sent;
+    }
+    if (!have_deadline) {
+      deadline = deadline_after_ns(socket_timeout_ns(fd, state, FdDirection::write));
+      have_deadline = true;
+    }
+    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
+      if (done > 0) break;
+      set_errno(failed);
+      return -1;
+    }
+  }
+  set_errno(saved);
+  return int(done);
+}
+
 // A pipe, FIFO or other pollable fd that is not a socket has no
 // MSG_DONTWAIT, but takes RWF_NOWAIT (preadv2/pwritev2; pipes since Linux
 // 5.x): attempted with it and parked on EAGAIN, as a socket is. So a read
@@ -787,8 +834,7 @@ int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
-  return attempt_or_park(fd, *state, FdDirection::write, 0,
-                         [&] { return real::sendmmsg()(fd, msgs, count, flags | MSG_DONTWAIT); });
+  return sendmmsg_all(fd, *state, msgs, count, flags);
 }
 
 int connect(int fd, const sockaddr* addr, socklen_t addr_len) {

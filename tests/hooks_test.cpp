@@ -363,6 +363,59 @@ TEST(HooksSocket, WaitAllAsOnAThread) {
   EXPECT_EQ(on_fiber, on_thread);
 }
 
+// A blocking sendmmsg sends every message, as on a thread: a datagram
+// socket's messages beyond its send buffer after a park, and on a stream
+// socket the rest of a message the kernel took in part. Before, a fiber's
+// returned the count of its first non-blocking call, and on a stream
+// socket lost the rest of a message taken in part.
+TEST(HooksSocket, ASendmmsgSendsEveryMessage) {
+  Scheduler sched = one_worker();
+  auto sends = [](int type) {
+    constexpr unsigned kMessages = 60;
+    constexpr std::size_t kSize = 3000;
+    SocketPair pair(type);
+    const int small = 4096;
+    EXPECT_EQ(setsockopt(pair.a(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+    set_timeout(pair.b(), SO_RCVTIMEO, 5000ms);  // a reader left waiting for lost bytes gives up
+    std::vector<std::vector<char>> payloads;
+    std::vector<iovec> iovs(kMessages);
+    std::vector<mmsghdr> msgs(kMessages);
+    for (unsigned i = 0; i < kMessages; ++i) {
+      payloads.emplace_back(kSize, char('a' + i % 26));
+      iovs[i] = {payloads[i].data(), kSize};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_iov = &iovs[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    std::string received;
+    std::thread reader([&] {
+      std::vector<char> buf(kSize);
+      while (received.size() < kMessages * kSize) {
+        const ssize_t got = recv(pair.b(), buf.data(), buf.size(), 0);
+        if (got <= 0) break;
+        received.append(buf.data(), std::size_t(got));
+        std::this_thread::sleep_for(200us);
+      }
+    });
+    const int sent = sendmmsg(pair.a(), msgs.data(), kMessages, 0);
+    reader.join();
+    std::string expected;
+    for (unsigned i = 0; i < kMessages; ++i) expected.append(kSize, char('a' + i % 26));
+    unsigned whole = 0;
+    for (const mmsghdr& msg : msgs) whole += msg.msg_len == kSize ? 1 : 0;
+    return std::to_string(sent) + " sent, " + std::to_string(whole) + " whole, " +
+           (received == expected ? "received in order" : "received " + std::to_string(received.size()) + " bytes");
+  };
+  for (int type : {SOCK_DGRAM, SOCK_STREAM}) {
+    std::string on_thread;
+    std::thread([&] { on_thread = sends(type); }).join();
+    EXPECT_EQ(on_thread, "60 sent, 60 whole, received in order");
+    std::string on_fiber;
+    in_fiber(sched, [&] { on_fiber = sends(type); });
+    EXPECT_EQ(on_fiber, on_thread) << (type == SOCK_DGRAM ? "datagrams" : "stream");
+  }
+}
+
 TEST(HooksSocket, ShortReadsStayShort) {
   Scheduler sched = one_worker();
   SocketPair pair;

@@ -36,14 +36,8 @@ std::string outcome(int result) {
 }
 
 void expect_same_on_thread_and_fiber(const std::function<std::string()>& body) {
-  std::string on_thread;
-  std::thread([&] { on_thread = body(); }).join();
-  std::string on_fiber;
-  {
-    Scheduler sched = test::one_worker();
-    sched.spawn([&] { on_fiber = body(); }).join();
-  }
-  EXPECT_EQ(on_fiber, on_thread);
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(body);
+  EXPECT_EQ(got.fiber, got.thread);
 }
 
 // A pipe, closed when it goes.

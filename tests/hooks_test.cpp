@@ -29,6 +29,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -73,6 +74,33 @@ void set_timeout(int fd, int option, std::chrono::milliseconds timeout) {
 }
 
 using Listener = test::LoopbackListener;
+
+// For a call that must return at once: after 5 s, unless stopped first, a
+// thread runs `fire`, which ends a wait the call should not have made
+// (it makes the fd ready), and fired() says so.
+class Watchdog {
+ public:
+  explicit Watchdog(std::function<void()> fire)
+      : thread_([this, fire = std::move(fire)] {
+          const auto until = Clock::now() + 5s;
+          while (!stopped_ && Clock::now() < until) std::this_thread::sleep_for(1ms);
+          if (stopped_) return;
+          fired_ = true;
+          fire();
+        }) {}
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  ~Watchdog() {
+    stopped_ = true;
+    thread_.join();
+  }
+  bool fired() const { return fired_; }
+
+ private:
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> fired_{false};
+  std::thread thread_;  // last: it reads the flags above
+};
 
 // --- sleeps -----------------------------------------------------------------
 
@@ -326,7 +354,6 @@ TEST(HooksSocket, RecvWaitAllWaitsForEverything) {
 // rest: "abcabc"); on a datagram socket it receives one message (a fiber's
 // merged two, then waited, here until SO_RCVTIMEO).
 TEST(HooksSocket, WaitAllAsOnAThread) {
-  Scheduler sched = one_worker();
   auto receives = [] {
     std::string out;
     for (int call = 0; call < 2; ++call) {
@@ -355,12 +382,9 @@ TEST(HooksSocket, WaitAllAsOnAThread) {
     out += ", datagram " + std::to_string(got) + " " + buf;
     return out;
   };
-  std::string on_thread;
-  std::thread([&] { on_thread = receives(); }).join();
-  EXPECT_EQ(on_thread, "recvmsg 6 abcdef, peek 6 abcdef, datagram 3 abc");
-  std::string on_fiber;
-  in_fiber(sched, [&] { on_fiber = receives(); });
-  EXPECT_EQ(on_fiber, on_thread);
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(receives);
+  EXPECT_EQ(got.thread, "recvmsg 6 abcdef, peek 6 abcdef, datagram 3 abc");
+  EXPECT_EQ(got.fiber, got.thread);
 }
 
 // A blocking sendmmsg sends every message, as on a thread: a datagram
@@ -369,7 +393,6 @@ TEST(HooksSocket, WaitAllAsOnAThread) {
 // returned the count of its first non-blocking call, and on a stream
 // socket lost the rest of a message taken in part.
 TEST(HooksSocket, ASendmmsgSendsEveryMessage) {
-  Scheduler sched = one_worker();
   auto sends = [](int type) {
     constexpr unsigned kMessages = 60;
     constexpr std::size_t kSize = 3000;
@@ -407,12 +430,9 @@ TEST(HooksSocket, ASendmmsgSendsEveryMessage) {
            (received == expected ? "received in order" : "received " + std::to_string(received.size()) + " bytes");
   };
   for (int type : {SOCK_DGRAM, SOCK_STREAM}) {
-    std::string on_thread;
-    std::thread([&] { on_thread = sends(type); }).join();
-    EXPECT_EQ(on_thread, "60 sent, 60 whole, received in order");
-    std::string on_fiber;
-    in_fiber(sched, [&] { on_fiber = sends(type); });
-    EXPECT_EQ(on_fiber, on_thread) << (type == SOCK_DGRAM ? "datagrams" : "stream");
+    const test::ThreadAndFiber got = test::on_thread_and_fiber([&] { return sends(type); });
+    EXPECT_EQ(got.thread, "60 sent, 60 whole, received in order");
+    EXPECT_EQ(got.fiber, got.thread) << (type == SOCK_DGRAM ? "datagrams" : "stream");
   }
 }
 
@@ -435,15 +455,7 @@ TEST(HooksSocket, AReadOfNothingReturnsAtOnce) {
   Scheduler sched = one_worker();
   for (int type : {SOCK_STREAM, SOCK_DGRAM}) {
     SocketPair pair(type);
-    std::atomic<bool> sent{false};
-    std::atomic<bool> done{false};
-    std::thread watchdog([&] {
-      const auto until = Clock::now() + 5s;
-      while (!done && Clock::now() < until) std::this_thread::sleep_for(1ms);
-      if (done) return;
-      sent = true;
-      EXPECT_EQ(send(pair.b(), "x", 1, 0), 1);
-    });
+    const Watchdog watchdog([&] { EXPECT_EQ(send(pair.b(), "x", 1, 0), 1); });
     in_fiber(sched, [&] {
       char buf[4];
       errno = EDOM;
@@ -452,10 +464,8 @@ TEST(HooksSocket, AReadOfNothingReturnsAtOnce) {
       EXPECT_EQ(readv(pair.a(), empty, 2), 0);
       EXPECT_EQ(readv(pair.a(), empty, 0), 0);
       EXPECT_EQ(errno, EDOM);
-      EXPECT_FALSE(sent) << "a read of nothing waited for data";
+      EXPECT_FALSE(watchdog.fired()) << "a read of nothing waited for data";
     });
-    done = true;
-    watchdog.join();
   }
 }
 
@@ -464,7 +474,6 @@ TEST(HooksSocket, AReadOfNothingReturnsAtOnce) {
 // Before, a fiber's parked on EAGAIN for data that never ended its wait,
 // until SO_RCVTIMEO (here 5 s) did.
 TEST(HooksSocket, ErrorQueueAndOutOfBandReceivesNeverWait) {
-  Scheduler sched = one_worker();
   const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(udp, 0);
   set_timeout(udp, SO_RCVTIMEO, 5000ms);
@@ -490,12 +499,9 @@ TEST(HooksSocket, ErrorQueueAndOutOfBandReceivesNeverWait) {
     EXPECT_LT(Clock::now() - start, 2500ms) << "a receive waited for its SO_RCVTIMEO";
     return out;
   };
-  std::string on_thread;
-  std::thread([&] { on_thread = receives(); }).join();
-  EXPECT_EQ(on_thread, "recvmsg -1 EAGAIN, recv -1 EAGAIN, recvmmsg -1 EAGAIN, recv OOB -1 EINVAL");
-  std::string on_fiber;
-  in_fiber(sched, [&] { on_fiber = receives(); });
-  EXPECT_EQ(on_fiber, on_thread);
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(receives);
+  EXPECT_EQ(got.thread, "recvmsg -1 EAGAIN, recv -1 EAGAIN, recvmmsg -1 EAGAIN, recv OOB -1 EINVAL");
+  EXPECT_EQ(got.fiber, got.thread);
   close(udp);
 }
 
@@ -695,8 +701,8 @@ TEST(HooksTimeout, SoSndtimeoReturnsThePartialCount) {
 // were EALREADY at once. The listener's backlog is full, so the SYN is
 // dropped until the test accepts; the kernel sends it again after 1 s.
 TEST(HooksTimeout, ASecondConnectWaitsForTheFirst) {
-  Scheduler sched = one_worker();
-  auto connects = [](std::string& out) {
+  auto connects = [] {
+    std::string out;
     test::LoopbackListener listener(0);
     std::vector<int> queued;
     for (int i = 0; i < 4; ++i) {
@@ -724,13 +730,11 @@ TEST(HooksTimeout, ASecondConnectWaitsForTheFirst) {
     shutdown(listener.fd, SHUT_RDWR);
     accepter.join();
     close(fd);
+    return out;
   };
-  std::string on_thread;
-  std::thread([&] { connects(on_thread); }).join();
-  EXPECT_EQ(on_thread, "first -1 EINPROGRESS, second 0 0, third -1 EISCONN");
-  std::string on_fiber;
-  in_fiber(sched, [&] { connects(on_fiber); });
-  EXPECT_EQ(on_fiber, on_thread);
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(connects);
+  EXPECT_EQ(got.thread, "first -1 EINPROGRESS, second 0 0, third -1 EISCONN");
+  EXPECT_EQ(got.fiber, got.thread);
 }
 
 TEST(HooksTimeout, NoTimeoutSetMeansNone) {
@@ -1125,30 +1129,24 @@ TEST(HooksPipe, AReadTheKernelRefusesFailsAtOnce) {
   const int event = eventfd(0, EFD_CLOEXEC);
   ASSERT_GE(timer, 0);
   ASSERT_GE(event, 0);
-  std::atomic<bool> ready{false};
-  std::atomic<bool> done{false};
-  std::thread watchdog([&] {
-    const auto until = Clock::now() + 5s;
-    while (!done && Clock::now() < until) std::this_thread::sleep_for(1ms);
-    if (done) return;
-    ready = true;
-    const itimerspec soon{{0, 0}, {0, 1'000'000}};
-    EXPECT_EQ(timerfd_settime(timer, 0, &soon, nullptr), 0);
-    const std::uint64_t one = 1;
-    EXPECT_EQ(write(event, &one, sizeof one), ssize_t(sizeof one));
-  });
-  in_fiber(sched, [&] {
-    char small[4];
-    errno = 0;
-    EXPECT_EQ(read(timer, small, sizeof small), -1);
-    EXPECT_EQ(errno, EINVAL);
-    errno = 0;
-    EXPECT_EQ(read(event, small, sizeof small), -1);
-    EXPECT_EQ(errno, EINVAL);
-    EXPECT_FALSE(ready) << "a read the kernel refuses waited for the fd";
-  });
-  done = true;
-  watchdog.join();
+  {  // the watchdog stops before the fds close
+    Watchdog watchdog([&] {
+      const itimerspec soon{{0, 0}, {0, 1'000'000}};
+      EXPECT_EQ(timerfd_settime(timer, 0, &soon, nullptr), 0);
+      const std::uint64_t one = 1;
+      EXPECT_EQ(write(event, &one, sizeof one), ssize_t(sizeof one));
+    });
+    in_fiber(sched, [&] {
+      char small[4];
+      errno = 0;
+      EXPECT_EQ(read(timer, small, sizeof small), -1);
+      EXPECT_EQ(errno, EINVAL);
+      errno = 0;
+      EXPECT_EQ(read(event, small, sizeof small), -1);
+      EXPECT_EQ(errno, EINVAL);
+      EXPECT_FALSE(watchdog.fired()) << "a read the kernel refuses waited for the fd";
+    });
+  }
   close(timer);
   close(event);
 }

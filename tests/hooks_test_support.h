@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include "test_support.h"
@@ -35,6 +37,21 @@ inline Scheduler one_worker() {
   Config config = config_with(1);
   config.max_threads = config.workers;  // no spares
   return Scheduler(config);
+}
+
+// What `body` returned on a plain thread and in a fiber (one worker, no
+// spares), run in that order: the hooks' tests compare a call's results,
+// errno and outputs as text.
+struct ThreadAndFiber {
+  std::string thread;
+  std::string fiber;
+};
+inline ThreadAndFiber on_thread_and_fiber(const std::function<std::string()>& body) {
+  ThreadAndFiber got;
+  std::thread([&] { got.thread = body(); }).join();
+  Scheduler sched = one_worker();
+  sched.spawn([&] { got.fiber = body(); }).join();
+  return got;
 }
 
 // Waits (up to 20 s) until `n` fibers of `sched` are parked on fds.

@@ -30,19 +30,6 @@ std::string outcome(long result) {
   return result >= 0 ? std::to_string(result) : "-1 " + std::string(strerrorname_np(errno));
 }
 
-std::string on_thread(const std::function<std::string()>& body) {
-  std::string out;
-  std::thread([&] { out = body(); }).join();
-  return out;
-}
-
-std::string on_fiber(const std::function<std::string()>& body) {
-  std::string out;
-  Scheduler sched = test::one_worker();
-  sched.spawn([&] { out = body(); }).join();
-  return out;
-}
-
 // Two pages: the first readable and writable, the second with no access.
 struct Pages {
   long size = ::sysconf(_SC_PAGESIZE);
@@ -92,11 +79,11 @@ TEST(HooksUserMemory, VectorCallsOfAnUnreadableArrayFailWithEfault) {
     out += " read " + outcome(got) + " " + std::string(two, 2);
     return out;
   };
-  const std::string thread = on_thread(body);
-  EXPECT_EQ(thread,
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(body);
+  EXPECT_EQ(got.thread,
             "writev socket -1 EFAULT\nwritev pipe -1 EFAULT\nreadv socket -1 EFAULT\n"
             "writev socket off the stack 2 read 2 ab");
-  EXPECT_EQ(on_fiber(body), thread);
+  EXPECT_EQ(got.fiber, got.thread);
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
 }
@@ -150,12 +137,12 @@ TEST(HooksUserMemory, SendsOfUnreadableOrMalformedMessagesGiveTheKernelsError) {
     out += " read " + outcome(::read(sockets.fds[1], two, 2));
     return out;
   };
-  const std::string thread = on_thread(body);
-  EXPECT_EQ(thread,
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(body);
+  EXPECT_EQ(got.thread,
             "sendmsg -1 EFAULT\nsendmmsg -1 EFAULT\ncontrol unreadable -1 EFAULT\nfds unreadable -1 EFAULT\n"
             "header too short -1 EINVAL\nheader too long -1 EINVAL\nsendmmsg off the stack 1\n"
             "sendmsg off the stack 1 read 2");
-  EXPECT_EQ(on_fiber(body), thread);
+  EXPECT_EQ(got.fiber, got.thread);
 }
 
 TEST(HooksUserMemory, SleepsOfAnUnreadableRequestFailWithEfault) {
@@ -172,9 +159,9 @@ TEST(HooksUserMemory, SleepsOfAnUnreadableRequestFailWithEfault) {
     out += "\nnanosleep off the stack " + outcome(::nanosleep(good, nullptr));
     return out;
   };
-  const std::string thread = on_thread(body);
-  EXPECT_EQ(thread, "nanosleep -1 EFAULT\nclock_nanosleep 14\nthrd_sleep -2\nnanosleep off the stack 0");
-  EXPECT_EQ(on_fiber(body), thread);
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(body);
+  EXPECT_EQ(got.thread, "nanosleep -1 EFAULT\nclock_nanosleep 14\nthrd_sleep -2\nnanosleep off the stack 0");
+  EXPECT_EQ(got.fiber, got.thread);
 }
 
 // ioctl(FIONBIO) reads its int to keep the user's view of O_NONBLOCK;
@@ -196,9 +183,9 @@ TEST(HooksUserMemory, IoctlAndWaitidOfMemoryTheKernelRefusesFailWithEfault) {
     out += "\nthen waitpid " + outcome(reaped);
     return out;
   };
-  const std::string thread = on_thread(body);
-  EXPECT_EQ(thread, "ioctl FIONBIO -1 EFAULT\nwaitid -1 EFAULT\nthen waitpid -1 ECHILD");
-  EXPECT_EQ(on_fiber(body), thread);
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(body);
+  EXPECT_EQ(got.thread, "ioctl FIONBIO -1 EFAULT\nwaitid -1 EFAULT\nthen waitpid -1 ECHILD");
+  EXPECT_EQ(got.fiber, got.thread);
 }
 
 }  // namespace

@@ -297,8 +297,7 @@ ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
       fd, state, FdDirection::write, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
       [&](std::size_t done) {
         if (done == 0) return real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
-        rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
-        drop_front(rest, done);
+        iovecs_after(msg->msg_iov, msg->msg_iovlen, done, rest);
         msghdr current = *msg;
         current.msg_iov = rest.data();
         current.msg_iovlen = rest.size();
@@ -327,8 +326,8 @@ int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
       mmsghdr& last = msgs[done - 1];
       const std::size_t total = iov_total(last.msg_hdr.msg_iov, int(last.msg_hdr.msg_iovlen));
       if (!state.stream() || last.msg_len >= total) continue;
-      std::vector<iovec> rest(last.msg_hdr.msg_iov, last.msg_hdr.msg_iov + last.msg_hdr.msg_iovlen);
-      drop_front(rest, last.msg_len);
+      std::vector<iovec> rest;
+      iovecs_after(last.msg_hdr.msg_iov, last.msg_hdr.msg_iovlen, last.msg_len, rest);
       msghdr remainder{};
       remainder.msg_iov = rest.data();
       remainder.msg_iovlen = rest.size();
@@ -399,8 +398,7 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
     auto total = [&] { return iov_total(iov, count); };
     const ssize_t result = transfer_all(fd, state, FdDirection::write, total, [&](std::size_t done) {
       if (done == 0) return ::pwritev2(fd, iov, count, -1, RWF_NOWAIT);
-      rest.assign(iov, iov + count);
-      drop_front(rest, done);
+      iovecs_after(iov, std::size_t(count), done, rest);
       return ::pwritev2(fd, rest.data(), int(rest.size()), -1, RWF_NOWAIT);
     });
     if (result >= 0 || !refused_nowait(state, saved)) return result;
@@ -588,8 +586,7 @@ ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags) {
       fd, state, FdDirection::read, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
       [&](std::size_t done) {
         if (done == 0) return real::recvmsg()(fd, msg, once);
-        rest.assign(msg->msg_iov, msg->msg_iov + msg->msg_iovlen);
-        drop_front(rest, done);
+        iovecs_after(msg->msg_iov, msg->msg_iovlen, done, rest);
         msghdr more{};
         more.msg_iov = rest.data();
         more.msg_iovlen = rest.size();

@@ -29,4 +29,11 @@ inline void drop_front(std::vector<iovec>& iov, std::size_t bytes) {
   }
 }
 
+// `rest` set to `iov`'s `count` entries less their first `bytes` bytes:
+// what a transfer that moved `bytes` of them has left to move.
+inline void iovecs_after(const iovec* iov, std::size_t count, std::size_t bytes, std::vector<iovec>& rest) {
+  rest.assign(iov, iov + count);
+  drop_front(rest, bytes);
+}
+
 }  // namespace weft::detail

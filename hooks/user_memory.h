@@ -3,10 +3,12 @@
 // A hook that reads an argument before libc's call would (select's fd sets,
 // nanosleep's request, the fds a sendmsg carries) must not die of SIGSEGV
 // where the call itself fails with EFAULT: memory freed, unmapped, or with
-// no access. Asked cheaply: memory on the calling fiber's stack, between
-// the hook's frame and the stack's top, is live (the usual `fd_set r;`,
-// `timespec t;`, `msghdr m;`); any other is asked of the kernel, one
-// system call per page. Async-signal-safe: no lock, no allocation.
+// no access. Asked cheaply: memory on the calling stack, a fiber's or a
+// thread's, between the hook's frame and the stack's top, is live (the
+// usual `fd_set r;`, `timespec t;`, `msghdr m;`); any other is asked of
+// the kernel, one system call per page. No lock; a plain thread's stack is
+// looked up at its first use, which allocates (pthread_getattr_np), never
+// from a signal handler the hooks' trampolines count.
 #pragma once
 
 #include <cstddef>

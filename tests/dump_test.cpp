@@ -820,6 +820,45 @@ TEST(Dump, FibersInTheGlobalQueueAreCountedThere) {
       << text;
 }
 
+// The spare threads' line, with the limit reached: three fibers block in a
+// raw read on one worker and one spare (Config::max_threads = 2).
+TEST(Dump, TheSpareThreadsLineCountsThemAndNamesTheLimit) {
+  Config config = test::config_with(1);
+  config.name = "spares-line";
+  config.max_threads = 2;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::string text;
+  ::testing::internal::CaptureStderr();  // the limit's one message
+  {
+    Scheduler sched{config};
+    std::atomic<unsigned> blocked{0};
+    std::vector<Fiber> blockers;
+    for (int i = 0; i < 3; ++i) {
+      blockers.push_back(sched.spawn([&] {
+        ++blocked;
+        char c;
+        EXPECT_EQ(::syscall(SYS_read, fds[0], &c, 1), 1);
+      }));
+    }
+    const bool at_limit = test::wait_until([&] {
+      const SchedulerSnapshot snap = sched.snapshot();
+      return snap.spares.limit_reached && snap.spares.threads == 1;
+    });
+    if (at_limit) text = tools::render_dump_text(tools::request_dump(::getpid(), "dump", 30s).snapshot);
+    ASSERT_EQ(::write(fds[1], "abc", 3), 3);
+    for (Fiber& f : blockers) f.join();
+    EXPECT_TRUE(at_limit);
+  }
+  (void)::testing::internal::GetCapturedStderr();
+  ::close(fds[0]);
+  ::close(fds[1]);
+  EXPECT_NE(text.find("  spare threads: 1 running, 1 alive, limit 2 threads in all REACHED: raise "
+                      "Config::max_threads (WEFT_MAX_THREADS)\n"),
+            std::string::npos)
+      << text;
+}
+
 // Scheduling latency: sampled at one in kRunLatencyPeriod times a fiber is made runnable,
 // summed over the workers, reported for the interval since the previous
 // snapshot; each fiber's runnable time grows with what it waited.

@@ -540,7 +540,7 @@ std::string render_dump_text(const ProcessSnapshot& dump, std::FILE* file, const
              ull(s.blocking.threads), ull(s.blocking.max_threads), ull(s.blocking.busy), ull(s.blocking.queued),
              ull(s.blocking.calls));
     if (s.spares.threads != 0 || s.spares.limit_reached)
-      append(out, "  spare threads: %llu running, %llu alive, limit %llu threads in all%s\n", ull(s.spares.running),
+      append(out, "  spare threads: {} running, {} alive, limit {} threads in all{}\n", ull(s.spares.running),
              ull(s.spares.threads), ull(s.spares.max_threads),
              s.spares.limit_reached ? " REACHED: raise Config::max_threads (WEFT_MAX_THREADS)" : "");
     out += '\n';

@@ -29,11 +29,12 @@ auto announced(Call&& call) {
 // block by block) shares its worker.
 //
 //   ssize_t pwrite(...) { return announced_hook([&] { return real::pwrite()(...); }); }
+//   int fsync(int fd) { return announced_hook([&] { ... }, Sleeps::always); }
 template <class Call>
-auto announced_hook(Call&& call) {
+auto announced_hook(Call&& call, Sleeps sleeps = Sleeps::maybe) {
   if (!parking_enabled()) return call();
   const CheckpointOnReturn at_return;
-  const BlockingCall in_the_kernel;
+  const BlockingCall in_the_kernel(sleeps);
   return call();
 }
 

@@ -1,6 +1,7 @@
 // Regular files from a fiber: reads that the page cache serves are made
-// at once; the others, and fsync, fdatasync and sync_file_range, go to the
-// scheduler's io_uring (io/file_ring.h) while the fiber parks.
+// at once; the others, and sync_file_range, go to the scheduler's io_uring
+// (io/file_ring.h) while the fiber parks. fsync and fdatasync are made on
+// the calling thread, announced as sleeping always (below).
 //
 // A read first tries preadv2(RWF_NOWAIT), which returns what is cached
 // without waiting for the disk (EAGAIN if it would wait), where an
@@ -171,16 +172,15 @@ ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
   return read_file(*file, fd, &iov, 1, offset);
 }
 
-// fsync and fdatasync on the ring.
+// fsync and fdatasync on the calling thread, announced as sleeping every
+// time: the worker's queued fibers go to other threads at once, and a
+// hundred fibers flushing at once come to run on a hundred threads, each
+// woken by the kernel as a plain thread is. Through the ring each flush
+// cost an io-wq thread's wake-up and the completion's, and its fiber
+// waited for its worker after it (docs/benchmarks.md, "fsync: a hand-off
+// at the call's entry").
 int sync_hooked(int fd, bool data_only) {
-  FileRing* ring = parking_enabled() ? current_ring() : nullptr;
-  if (ring == nullptr) return announced_hook([&] { return data_only ? real::fdatasync()(fd) : real::fsync()(fd); });
-  const ErrnoHome home;
-  const int saved = errno_value();
-  const ParkScope park;
-  const long result = as_libc(ring->fsync(fd, data_only));
-  if (result == 0) set_errno(saved);
-  return int(result);
+  return announced_hook([&] { return data_only ? real::fdatasync()(fd) : real::fsync()(fd); }, Sleeps::always);
 }
 
 }  // namespace

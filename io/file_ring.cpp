@@ -47,11 +47,10 @@ void FileRing::set_up() {
     return;
   }
   ring_fd_ = ring_->ring_fd;
-  // The kernel's io-wq runs the requests that wait (fsync, a read from the
-  // disk), by default at most 4 per CPU at once: fewer flushes in flight
-  // than fibers waiting, where threads would each have one in the kernel
-  // (and the journal commits them together). Bounded work gets as many
-  // as the blocking pool's default.
+  // The kernel's io-wq runs the requests that wait (a read from the disk,
+  // a writeback), by default at most 4 per CPU at once: fewer in flight
+  // than fibers waiting, where threads would each have one in the kernel.
+  // Bounded work gets as many as the blocking pool's default.
   unsigned workers[2] = {kIoWorkers, 0};
   io_uring_register_iowq_max_workers(ring_.get(), workers);
 }
@@ -122,10 +121,6 @@ int FileRing::run(void (*prepare)(io_uring_sqe*, void*), void* arg) {
 
 int FileRing::readv(int fd, const iovec* iov, unsigned count, off_t offset) {
   return run([&](io_uring_sqe* sqe) { io_uring_prep_readv(sqe, fd, iov, count, static_cast<__u64>(offset)); });
-}
-
-int FileRing::fsync(int fd, bool data_only) {
-  return run([&](io_uring_sqe* sqe) { io_uring_prep_fsync(sqe, fd, data_only ? IORING_FSYNC_DATASYNC : 0); });
 }
 
 int FileRing::sync_file_range(int fd, off_t offset, std::uint32_t length, unsigned flags) {

@@ -5,12 +5,21 @@
 
 namespace weft::detail {
 
-Worker* enter_blocking_call() noexcept {
+Worker* enter_blocking_call(Sleeps sleeps) noexcept {
   Worker* worker = current_worker();
-  if (worker == nullptr || !worker->begin_blocking_call()) return nullptr;
+  const bool always = sleeps == Sleeps::always;
+  if (worker == nullptr || !worker->begin_blocking_call(always)) return nullptr;
+  Sysmon& sysmon = worker->core().sysmon();
+  // Fibers queued behind a call that will sleep: sysmon hands them off at
+  // its look, which comes now. Nothing queued (a thread per fiber, as a
+  // hundred fibers in fsync come to be): no wake-up, the call is judged at
+  // sysmon's next tick, for the count of blocked threads.
+  if (always && worker->has_work_to_hand_off(true)) {
+    sysmon.look_now();
+    return worker;
+  }
   // A sysmon asleep for longer than the grace would see the call late:
   // wake it (rarely: it stays alert for a while after an announcement).
-  Sysmon& sysmon = worker->core().sysmon();
   if (sysmon.napping()) [[unlikely]]
     sysmon.alert();
   return worker;

@@ -29,6 +29,12 @@
 // its worker fires the timer, as Go's exitsyscall makes a goroutine whose P
 // was retaken queue for one.
 //
+// A call that always sleeps there (fsync: it waits for the disk) says so,
+// Sleeps::always: sysmon judges it blocked at its first look instead of
+// after the grace, and, if the worker has fibers queued, is woken for that
+// look at once (Go's entersyscallblock hands the P off at the call's
+// entry). Its time slice restarts once it is handed off (sched/sysmon.h).
+//
 // Rules: the code inside must not switch fibers (no park, no yield, no
 // checkpoint): the mark belongs to the worker, and the exit clears the
 // mark of the worker it was made on. Announcements nest: an inner one,
@@ -39,10 +45,14 @@ namespace weft::detail {
 
 class Worker;
 
+// Whether a blocking call sleeps in the kernel now and then (a regular
+// file's read, which the page cache may serve) or every time.
+enum class Sleeps { maybe, always };
+
 // Marks the calling thread's worker as in a blocking call. Returns it, for
 // exit_blocking_call; null on a plain thread, or when the worker was
 // already marked (a nested announcement).
-Worker* enter_blocking_call() noexcept;
+Worker* enter_blocking_call(Sleeps sleeps = Sleeps::maybe) noexcept;
 // Ends the announcement that enter_blocking_call returned (null: nothing).
 // True if sysmon's verdict on the worker (Worker::stuck: blocked in this
 // call, or, given before it, a fiber that has held the worker past the
@@ -53,7 +63,7 @@ bool exit_blocking_call(Worker* worker) noexcept;
 // The announcement as a scope.
 class [[nodiscard]] BlockingCall {
  public:
-  BlockingCall() noexcept : worker_(enter_blocking_call()) {}
+  explicit BlockingCall(Sleeps sleeps = Sleeps::maybe) noexcept : worker_(enter_blocking_call(sleeps)) {}
   ~BlockingCall() { exit_blocking_call(worker_); }
   BlockingCall(const BlockingCall&) = delete;
   BlockingCall& operator=(const BlockingCall&) = delete;

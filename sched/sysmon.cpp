@@ -97,6 +97,11 @@ void Sysmon::alert() noexcept {
   futex_wake(wake_word_);
 }
 
+void Sysmon::look_now() noexcept {
+  napping_.store(false, std::memory_order_relaxed);
+  if (wake_word_.exchange(1, std::memory_order_release) == 0) futex_wake(wake_word_);
+}
+
 void Sysmon::run(RawLatch& started) {
   {
     const std::string thread_name = (core_.config().name + "/sysmon").substr(0, 15);
@@ -255,18 +260,36 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
   // off needs no faster look (and a sysmon waking every 100 us competes
   // with the spare for a loaded machine's CPUs).
   if (watch.call != 0 && !announced) tally.in_call = true;
-  if (switched_in(worker, watch, now)) return;
-  ask_to_yield(worker, watch, now, tally);
+  // A call that sleeps always is judged at its first sight, after the
+  // switch that started its fiber.
+  if (switched_in(worker, watch, now) && !announced) return;
   if (announced) {
     // Blocked, as the fiber's own code said: no /proc read, no delay. Its
     // hook pins stay (they are released only for a futex wait, below: the
     // thread comes back from this call, and would find its errno written).
+    //
+    // Once nothing waits for this worker (hand_off moved its queue), the
+    // fiber's time slice starts again, and a request to yield is taken
+    // back: it is not hogging a CPU, and yielding at its hook's return it
+    // would take fibers from the global queue and wait behind them, pinned
+    // to this thread (the caller's errno and thread-locals), through their
+    // blocking calls (docs/benchmarks.md, "fsync: a hand-off at the call's
+    // entry"). A fiber pinned here, which no hand-off moves, still gets
+    // its turn at the slice's end.
+    if (worker.pinned_may_wait()) {
+      ask_to_yield(worker, watch, now, tally);
+    } else {
+      watch.since = now;
+      if (watch.asked != Clock::time_point{}) worker.take_preempt_request();
+      watch.asked = {};
+    }
     worker.set_stuck(true);
     watch.holding_up = true;
     watch.in_kernel = true;
     ++tally.blocked;
     return;
   }
+  ask_to_yield(worker, watch, now, tally);
   judge_hold_up(worker, watch, now, tally);
   if (watch.in_kernel) {
     ++tally.blocked;
@@ -330,9 +353,10 @@ bool Sysmon::blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::
     // A call sysmon has not seen yet: it began at most a tick ago.
     watch.call = call;
     watch.call_since = now;
-    return false;
+    return worker.call_sleeps_always() && someone_to_take();
   }
-  return now - watch.call_since >= kBlockingCallGrace && someone_to_take();
+  const bool past_grace = worker.call_sleeps_always() || now - watch.call_since >= kBlockingCallGrace;
+  return past_grace && someone_to_take();
 }
 
 void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) noexcept {

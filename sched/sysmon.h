@@ -90,6 +90,9 @@ class Sysmon {
   // hand-off does not wait for the end of the sleep (sched/blocking_call.h).
   bool napping() const noexcept { return napping_.load(std::memory_order_relaxed); }
   void alert() noexcept;
+  // Wakes sysmon for a look now, whether it naps or ticks: a call that
+  // always sleeps has fibers queued behind it (sched/blocking_call.h).
+  void look_now() noexcept;
 
   // What sysmon last saw of a worker, for snapshots (any thread).
   struct WorkerView {

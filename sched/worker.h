@@ -174,16 +174,21 @@ class Worker {
   // from two short ones by its value. Written by this worker's thread only.
   std::uint32_t blocking_call() const noexcept { return blocking_call_.load(std::memory_order_relaxed); }
   // False (and nothing changes) if the worker is marked already: the
-  // announcement is nested in another.
-  bool begin_blocking_call() noexcept {
+  // announcement is nested in another. `sleeps_always`: Sleeps::always.
+  bool begin_blocking_call(bool sleeps_always) noexcept {
     const std::uint32_t calls = blocking_call_.load(std::memory_order_relaxed);
     if ((calls & 1) != 0) return false;
+    call_sleeps_always_.store(sleeps_always, std::memory_order_relaxed);
     blocking_call_.store(calls + 1, std::memory_order_relaxed);
     return true;
   }
   void end_blocking_call() noexcept {
     blocking_call_.store(blocking_call_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
+  // Whether the call in progress said Sleeps::always. Read with
+  // blocking_call() without a fence: a look that pairs one call's count
+  // with the last call's flag judges that call a look early or late.
+  bool call_sleeps_always() const noexcept { return call_sleeps_always_.load(std::memory_order_relaxed); }
 
   // --- spares (sched/spares.h) ------------------------------------------
   bool is_spare() const noexcept { return spare_; }
@@ -342,6 +347,7 @@ class Worker {
   std::atomic<std::uint64_t> switch_tick_{0};    // written by the worker
   std::atomic<std::uint64_t> preempt_tick_{0};   // sysmon's request; 0: none
   std::atomic<std::uint32_t> blocking_call_{0};  // odd: in an announced blocking call
+  std::atomic<bool> call_sleeps_always_{false};  // with blocking_call_
   std::atomic<bool> stuck_{false};               // written by sysmon
   std::uint64_t random_state_;
   std::atomic<int> pinned_here_{0};  // fibers pinned on this worker (count_pin; sysmon's releases)

@@ -152,5 +152,61 @@ TEST(BlockingCall, AFiberWhoseCallWasJudgedBlockedLetsADueTimerFire) {
       << "the caller went on after its blocked call, its worker's due timer unfired";
 }
 
+// A fiber whose call sysmon judged blocked, with nothing left waiting for
+// its worker (its queue went to other threads), is not asked to yield
+// however long the call lasts: it hogs no CPU, and yielding at its hook's
+// return it would take fibers from the global queue and wait behind them,
+// pinned to its thread, through their blocking calls.
+TEST(BlockingCall, AFiberHandedOffInALongCallIsNotAskedToYield) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<detail::Worker*> worker{nullptr};
+  std::atomic<bool> done{false};
+  Fiber caller = sched.spawn({.name = "caller"}, [&] {
+    const detail::BlockingCall announced;
+    worker = detail::current_worker();
+    const timespec long_call{0, 200'000'000};  // 20 slices
+    detail::raw_syscall(SYS_nanosleep, &long_call, nullptr);
+    done = true;
+  });
+  ASSERT_TRUE(wait_until([&] { return worker.load() != nullptr; }));
+  bool asked = false;
+  while (!done.load()) {
+    asked = asked || worker.load()->preempt_requested();
+    std::this_thread::sleep_for(1ms);
+  }
+  caller.join();
+  EXPECT_FALSE(asked) << "sysmon asked a fiber blocked in its call, with nothing waiting, to yield";
+}
+
+// But a fiber pinned to that worker, which no hand-off moves, still gets
+// its turn after a slice, at the caller's next checkpoint.
+TEST(BlockingCall, AFiberPinnedBehindLongCallsGetsItsTurn) {
+  Scheduler sched{test::config_with(1)};
+  constexpr int kCalls = 5;
+  std::atomic<int> calls_done{0};
+  int calls_when_pinned_ran = -1;
+  Fiber caller = sched.spawn({.name = "caller"}, [&] {
+    Fiber pinned = spawn({.name = "pinned"}, [&] {
+      const auto pin = this_fiber::pin();
+      this_fiber::yield();  // back in the queue, pinned to this worker
+      calls_when_pinned_ran = calls_done.load();
+    });
+    this_fiber::yield();  // the pinned fiber runs, pins itself and yields
+    for (int i = 0; i < kCalls; ++i) {
+      {
+        const detail::BlockingCall announced;
+        const timespec long_call{0, 30'000'000};  // 3 slices
+        detail::raw_syscall(SYS_nanosleep, &long_call, nullptr);
+      }
+      ++calls_done;
+      this_fiber::checkpoint();
+    }
+    pinned.join();
+  });
+  caller.join();
+  EXPECT_GE(calls_when_pinned_ran, 0) << "the pinned fiber never ran";
+  EXPECT_LT(calls_when_pinned_ran, kCalls) << "the pinned fiber waited for every call";
+}
+
 }  // namespace
 }  // namespace weft

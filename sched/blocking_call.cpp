@@ -25,25 +25,44 @@ Worker* enter_blocking_call(Sleeps sleeps) noexcept {
   return worker;
 }
 
+namespace {
+
+// If a timer is due, the fiber yields at its next checkpoint, the hook's
+// own, as if preempted, and the worker fires the timer first.
+void yield_if_a_timer_is_due(Worker& worker) noexcept {
+  SchedulerCore& core = worker.core();
+  if (core.config().preemption && core.timers().armed() && core.timers().earliest() <= Clock::now())
+    worker.request_preempt(worker.switch_tick());
+}
+
+}  // namespace
+
 bool exit_blocking_call(Worker* worker) noexcept {
   if (worker == nullptr) return false;
   worker->end_blocking_call();
-  if (!worker->stuck()) [[likely]]
+  if (!worker->stuck()) [[likely]] {
+    // Short calls one after another (a file written block by block) never
+    // switch, and while every worker runs fibers only their switches fire
+    // timers: every kTimerLookCalls-th call asks whether one is due, which
+    // otherwise waited for sysmon's backstop, a slice late (a 1 ms ticker
+    // beside 4 fibers writing files: docs/benchmarks.md, "Timers between
+    // short calls"). Not every call: a clock read is a twentieth of a
+    // cached pread.
+    if (worker->count_call_for_timers()) [[unlikely]]
+      yield_if_a_timer_is_due(*worker);
     return false;
+  }
   // Sysmon judged the call blocked and handed the worker's queue off (Go's
   // retake of a P in a system call). The verdict is this call's: cleared
   // here, or each call returning before sysmon's next look would act on it
-  // again. If a timer is due, the fiber yields at its next checkpoint, the
-  // hook's own, as if preempted, and the worker fires the timer: while every
-  // worker runs fibers, timers fire only at their switches (sched/timers.h),
-  // so a fiber going from one long call to the next kept them waiting for a
+  // again. If a timer is due, the fiber yields (above): while every worker
+  // runs fibers, timers fire only at their switches (sched/timers.h), so a
+  // fiber going from one long call to the next kept them waiting for a
   // slice. Not whenever fibers wait: sysmon hands those to other threads,
   // and a fiber that always yielded here made every call of a busy worker
   // wait for a hand-off (docs/benchmarks.md, "Checkpoints at file calls").
   worker->set_stuck(false);
-  SchedulerCore& core = worker->core();
-  if (core.config().preemption && core.timers().armed() && core.timers().earliest() <= Clock::now())
-    worker->request_preempt(worker->switch_tick());
+  yield_if_a_timer_is_due(*worker);
   return true;
 }
 

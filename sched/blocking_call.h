@@ -27,7 +27,9 @@
 // (Worker::stuck) and a timer is due, the fiber is asked to yield at its
 // next checkpoint, the hook's (hooks/announced.h, announced_hook), so that
 // its worker fires the timer, as Go's exitsyscall makes a goroutine whose P
-// was retaken queue for one.
+// was retaken queue for one. Every Worker::kTimerLookCalls-th call that
+// returns without a verdict asks the same: short calls one after another
+// never switch, and a timer waited for sysmon's backstop, a slice.
 //
 // A call that always sleeps there (fsync: it waits for the disk) says so,
 // Sleeps::always: sysmon judges it blocked at its first look instead of

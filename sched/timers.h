@@ -6,6 +6,10 @@
 //   - a worker, every kGlobalCheckInterval picks (with its look at the
 //     global queue), when sysmon preempts its fiber, and on entering its
 //     idle loop and after every sleep (sched/worker.cpp);
+//   - a fiber's announced blocking call, at its return if it was judged
+//     blocked and at every Worker::kTimerLookCalls-th return otherwise:
+//     the fiber yields at its hook's checkpoint if a timer is due
+//     (sched/blocking_call.h), since calls one after another never switch;
 //   - the blocker, the one idle worker that sleeps in the netpoller's
 //     epoll_wait, with the earliest deadline as its timeout (ns, through
 //     epoll_pwait2): its wake-up is the timer's;

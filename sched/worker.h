@@ -185,6 +185,10 @@ class Worker {
   void end_blocking_call() noexcept {
     blocking_call_.store(blocking_call_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
+  // Counts an announced call that returned without a verdict; true at every
+  // kTimerLookCalls-th, when the call asks whether a timer is due.
+  bool count_call_for_timers() noexcept { return (++calls_since_timer_look_ & (kTimerLookCalls - 1)) == 0; }
+  static constexpr std::uint32_t kTimerLookCalls = 8;  // a power of two
   // Whether the call in progress said Sleeps::always. Read with
   // blocking_call() without a fence: a look that pairs one call's count
   // with the last call's flag judges that call a look early or late.
@@ -348,6 +352,7 @@ class Worker {
   std::atomic<std::uint64_t> preempt_tick_{0};   // sysmon's request; 0: none
   std::atomic<std::uint32_t> blocking_call_{0};  // odd: in an announced blocking call
   std::atomic<bool> call_sleeps_always_{false};  // with blocking_call_
+  std::uint32_t calls_since_timer_look_ = 0;     // this worker's thread only
   std::atomic<bool> stuck_{false};               // written by sysmon
   std::uint64_t random_state_;
   std::atomic<int> pinned_here_{0};  // fibers pinned on this worker (count_pin; sysmon's releases)

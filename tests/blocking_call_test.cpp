@@ -208,5 +208,41 @@ TEST(BlockingCall, AFiberPinnedBehindLongCallsGetsItsTurn) {
   EXPECT_LT(calls_when_pinned_ran, kCalls) << "the pinned fiber waited for every call";
 }
 
+// Short announced calls one after another (a file written block by block)
+// never switch and are never judged blocked: a timer due meanwhile fires
+// at one of their returns, not at sysmon's backstop a slice later (here a
+// second, and no spare or other worker could run it).
+TEST(BlockingCall, ATimerDueDuringShortCallsFiresBetweenThem) {
+  Config config = test::config_with(1);
+  config.max_threads = config.workers;  // no spares
+  config.time_slice = 1s;
+  Scheduler sched{config};
+  std::atomic<bool> sleeper_woke{false};
+  bool woke_during_calls = false;
+  long calls = 0;
+  sched
+      .spawn({.name = "caller"},
+             [&] {
+               Fiber sleeper = spawn({.name = "sleeper"}, [&] {
+                 this_fiber::sleep_for(1ms);
+                 sleeper_woke = true;
+               });
+               this_fiber::yield();  // the sleeper runs and parks, its timer armed
+               const auto limit = Clock::now() + 500ms;
+               while (!sleeper_woke.load() && Clock::now() < limit) {
+                 {
+                   const detail::BlockingCall announced;
+                   detail::raw_syscall(SYS_getppid);
+                 }
+                 this_fiber::checkpoint();
+                 ++calls;
+               }
+               woke_during_calls = sleeper_woke.load();
+               sleeper.join();
+             })
+      .join();
+  EXPECT_TRUE(woke_during_calls) << "the sleeper's timer waited for the calls to end (" << calls << " calls)";
+}
+
 }  // namespace
 }  // namespace weft

@@ -102,11 +102,13 @@ ssize_t splice(int in, off64_t* in_offset, int out, off64_t* out_offset, size_t 
 int msync(void* address, size_t length, int flags) {
   return announced_hook([&] { return real::msync()(address, length, flags); });
 }
+// sync and syncfs wait for the writeback every time, as fsync does
+// (hooks_files.cpp): the worker's queued fibers go to other threads at once.
 void sync() noexcept {
-  announced_hook([&] { real::sync()(); });
+  announced_hook([&] { real::sync()(); }, Sleeps::always);
 }
 int syncfs(int fd) noexcept {
-  return announced_hook([&] { return real::syncfs()(fd); });
+  return announced_hook([&] { return real::syncfs()(fd); }, Sleeps::always);
 }
 
 pid_t wait(int* status) {

@@ -31,6 +31,15 @@ using test::wait_until;
 
 bool in_call(detail::Worker* worker) { return (worker->blocking_call() & 1) != 0; }
 
+// No spares, and a slice of a second: a timer due while every worker runs
+// a fiber fires only where the fibers let it, not at sysmon's backstop.
+Config without_backstop(unsigned workers) {
+  Config config = test::config_with(workers);
+  config.max_threads = config.workers;
+  config.time_slice = 1s;
+  return config;
+}
+
 TEST(BlockingCall, OnAPlainThreadDoesNothing) {
   EXPECT_EQ(detail::enter_blocking_call(), nullptr);
   detail::exit_blocking_call(nullptr);
@@ -109,10 +118,7 @@ INSTANTIATE_TEST_SUITE_P(Workers, AnnouncedCall, ::testing::Values(1u, 2u), ::we
 // worker spins in a fiber that never switches, there are no spares, and
 // the slice (after which sysmon fires overdue timers itself) is a second.
 TEST(BlockingCall, AFiberWhoseCallWasJudgedBlockedLetsADueTimerFire) {
-  Config config = test::config_with(2);
-  config.max_threads = config.workers;  // no spares
-  config.time_slice = 1s;
-  Scheduler sched{config};
+  Scheduler sched{without_backstop(2)};
   std::atomic<bool> hog_running{false};
   std::atomic<bool> stop_hog{false};
   std::atomic<bool> sleeper_woke{false};
@@ -213,10 +219,7 @@ TEST(BlockingCall, AFiberPinnedBehindLongCallsGetsItsTurn) {
 // at one of their returns, not at sysmon's backstop a slice later (here a
 // second, and no spare or other worker could run it).
 TEST(BlockingCall, ATimerDueDuringShortCallsFiresBetweenThem) {
-  Config config = test::config_with(1);
-  config.max_threads = config.workers;  // no spares
-  config.time_slice = 1s;
-  Scheduler sched{config};
+  Scheduler sched{without_backstop(1)};
   std::atomic<bool> sleeper_woke{false};
   bool woke_during_calls = false;
   long calls = 0;

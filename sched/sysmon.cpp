@@ -289,7 +289,12 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
     ++tally.blocked;
     return;
   }
-  ask_to_yield(worker, watch, now, tally);
+  // Nor is a fiber in a call that awaits its verdict, with nothing waiting
+  // here: the verdict restarts its slice, and a request made now would
+  // have it yield at the call's return, pinned, to the global queue's
+  // fibers, as above.
+  const bool awaiting_verdict = watch.call != 0 && someone_to_take() && !worker.pinned_may_wait();
+  if (!awaiting_verdict) ask_to_yield(worker, watch, now, tally);
   judge_hold_up(worker, watch, now, tally);
   if (watch.in_kernel) {
     ++tally.blocked;

@@ -12,6 +12,8 @@
 //             wait in __cxa_guard_acquire's futex (hooks/hooks_futex.cpp)
 //   fsync     100 fibers vs 100 threads, each writing 4 KiB and fsyncing
 //             its own file, for --seconds
+//   range     the same with sync_file_range (WAIT_BEFORE | WRITE |
+//             WAIT_AFTER, the whole file) for fsync
 //   pread     a 4 KiB pread of a cached file: ns per call from a fiber vs
 //             from a thread
 //   write     a 4 KiB write into the page cache: ns per call, fiber vs thread
@@ -145,9 +147,10 @@ void bench_static() {
   }
 }
 
-// Each of n writers appends 4 KiB and fsyncs its own file until the time
-// is up; returns the fsyncs per second of all.
-double fsync_rate(bool fibers, int n) {
+// Each of n writers appends 4 KiB and flushes its own file (fsync, or
+// with `range` sync_file_range of the whole file, waiting for it) until
+// the time is up; returns the flushes per second of all.
+double fsync_rate(bool fibers, int n, bool range = false) {
   std::atomic<long> done{0};
   const auto end = Clock::now() + std::chrono::seconds(seconds);
   auto writer = [&](int i) {
@@ -157,7 +160,9 @@ double fsync_rate(bool fibers, int n) {
     std::memset(block, 'x', sizeof block);
     long mine = 0;
     while (Clock::now() < end) {
-      if (::write(fd, block, sizeof block) != sizeof block || ::fsync(fd) != 0) break;
+      if (::write(fd, block, sizeof block) != sizeof block) break;
+      constexpr unsigned kWholeRange = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER;
+      if ((range ? ::sync_file_range(fd, 0, 0, kWholeRange) : ::fsync(fd)) != 0) break;
       ++mine;
     }
     ::close(fd);
@@ -168,11 +173,12 @@ double fsync_rate(bool fibers, int n) {
   return static_cast<double>(done.load()) / (wall / 1000);
 }
 
-void bench_fsync() {
+void bench_fsync(bool range) {
   for (int round = 0; round < 3; ++round) {
-    const double fibers = fsync_rate(true, writers);
-    const double threads = fsync_rate(false, writers);
-    const std::string what = std::to_string(writers) + " x (write 4 KiB + fsync)";
+    const double fibers = fsync_rate(true, writers, range);
+    const double threads = fsync_rate(false, writers, range);
+    const std::string what =
+        std::to_string(writers) + (range ? " x (write 4 KiB + sync_file_range)" : " x (write 4 KiB + fsync)");
     std::printf("%-44s fibers %8.0f /s  threads %8.0f /s  ratio %.2f\n", what.c_str(), fibers, threads,
                 fibers / threads);
   }
@@ -337,11 +343,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> cases;
   CLI::App app{"blocking_io: calls that are not sockets, from fibers and from threads", "blocking_io"};
   app.add_option("cases", cases, "the cases to run (all by default)")
-      ->check(CLI::IsMember({"dns", "blocking", "static", "fsync", "pread", "write", "file", "ticker"}));
+      ->check(CLI::IsMember({"dns", "blocking", "static", "fsync", "range", "pread", "write", "file", "ticker"}));
   weft::bench::add_count(app, "--seconds", seconds, 1, 600, "how long the fsync case runs");
   weft::bench::add_count(app, "--writers", writers, 1, 10'000, "fibers (and threads) of the fsync case");
   weft::bench::parse(app, argc, argv);
-  if (cases.empty()) cases = {"dns", "blocking", "static", "fsync", "pread", "write", "file", "ticker"};
+  if (cases.empty()) cases = {"dns", "blocking", "static", "fsync", "range", "pread", "write", "file", "ticker"};
   auto wanted = [&](const char* name) { return std::find(cases.begin(), cases.end(), name) != cases.end(); };
   if (wanted("dns")) {
     // Before any thread starts: the namespaces are the calling thread's.
@@ -352,7 +358,8 @@ int main(int argc, char** argv) {
   if (wanted("dns")) bench_dns();
   if (wanted("blocking")) bench_blocking();
   if (wanted("static")) bench_static();
-  if (wanted("fsync")) bench_fsync();
+  if (wanted("fsync")) bench_fsync(false);
+  if (wanted("range")) bench_fsync(true);
   if (wanted("pread")) bench_pread();
   if (wanted("write")) bench_write();
   if (wanted("file")) bench_whole_file();

@@ -123,12 +123,6 @@ int FileRing::readv(int fd, const iovec* iov, unsigned count, off_t offset) {
   return run([&](io_uring_sqe* sqe) { io_uring_prep_readv(sqe, fd, iov, count, static_cast<__u64>(offset)); });
 }
 
-int FileRing::sync_file_range(int fd, off_t offset, std::uint32_t length, unsigned flags) {
-  return run([&](io_uring_sqe* sqe) {
-    io_uring_prep_sync_file_range(sqe, fd, length, static_cast<__u64>(offset), static_cast<int>(flags));
-  });
-}
-
 void FileRing::lead(Op& op) {
   for (;;) {
     lock_.lock();

@@ -1,8 +1,8 @@
 // FileRing: regular-file I/O that parks the fiber, on io_uring, one ring
 // per scheduler (sched/extension.h), set up on first use. The libc hooks
-// send a regular file's reads that the page cache cannot serve at once,
-// and sync_file_range, through it
-// (hooks/hooks_files.cpp; docs/io.md says which calls and why those).
+// send a regular file's reads that the page cache cannot serve at once
+// through it (hooks/hooks_files.cpp; docs/io.md says which calls and why
+// those).
 //
 // Completions come back through the netpoller: the ring's fd is readable
 // while its completion queue holds entries, and one fiber at a time, the
@@ -73,7 +73,6 @@ class FileRing final : public Extension {
   // completed, and returns its result (>= 0, or -errno). `offset` -1
   // reads at the file position and advances it.
   int readv(int fd, const iovec* iov, unsigned count, off_t offset);
-  int sync_file_range(int fd, off_t offset, std::uint32_t length, unsigned flags);
 
   struct Stats {
     std::uint64_t submitted = 0;

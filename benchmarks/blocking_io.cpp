@@ -150,7 +150,7 @@ void bench_static() {
 // Each of n writers appends 4 KiB and flushes its own file (fsync, or
 // with `range` sync_file_range of the whole file, waiting for it) until
 // the time is up; returns the flushes per second of all.
-double fsync_rate(bool fibers, int n, bool range = false) {
+double fsync_rate(bool fibers, int n, bool range) {
   std::atomic<long> done{0};
   const auto end = Clock::now() + std::chrono::seconds(seconds);
   auto writer = [&](int i) {

@@ -7,14 +7,13 @@ namespace weft::detail {
 
 Worker* enter_blocking_call(Sleeps sleeps) noexcept {
   Worker* worker = current_worker();
-  const bool always = sleeps == Sleeps::always;
-  if (worker == nullptr || !worker->begin_blocking_call(always)) return nullptr;
+  if (worker == nullptr || !worker->begin_blocking_call(sleeps)) return nullptr;
   Sysmon& sysmon = worker->core().sysmon();
   // Fibers queued behind a call that will sleep: sysmon hands them off at
   // its look, which comes now. Nothing queued (a thread per fiber, as a
   // hundred fibers in fsync come to be): no wake-up, the call is judged at
   // sysmon's next tick, for the count of blocked threads.
-  if (always && worker->has_work_to_hand_off(true)) {
+  if (sleeps == Sleeps::always && worker->has_work_to_hand_off(true)) {
     sysmon.look_now();
     return worker;
   }
@@ -31,8 +30,10 @@ namespace {
 // own, as if preempted, and the worker fires the timer first.
 void yield_if_a_timer_is_due(Worker& worker) noexcept {
   SchedulerCore& core = worker.core();
-  if (core.config().preemption && core.timers().armed() && core.timers().earliest() <= Clock::now())
-    worker.request_preempt(worker.switch_tick());
+  if (!core.config().preemption) return;
+  // One load; no timer is time_point::max(), and then no clock read.
+  const Clock::time_point earliest = core.timers().earliest();
+  if (earliest != Clock::time_point::max() && earliest <= Clock::now()) worker.request_preempt(worker.switch_tick());
 }
 
 }  // namespace

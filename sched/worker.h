@@ -12,6 +12,7 @@
 #include "../runtime/context.h"
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
+#include "blocking_call.h"
 #include "current.h"
 #include "idle.h"
 #include "latency_histogram.h"
@@ -174,11 +175,11 @@ class Worker {
   // from two short ones by its value. Written by this worker's thread only.
   std::uint32_t blocking_call() const noexcept { return blocking_call_.load(std::memory_order_relaxed); }
   // False (and nothing changes) if the worker is marked already: the
-  // announcement is nested in another. `sleeps_always`: Sleeps::always.
-  bool begin_blocking_call(bool sleeps_always) noexcept {
+  // announcement is nested in another.
+  bool begin_blocking_call(Sleeps sleeps) noexcept {
     const std::uint32_t calls = blocking_call_.load(std::memory_order_relaxed);
     if ((calls & 1) != 0) return false;
-    call_sleeps_always_.store(sleeps_always, std::memory_order_relaxed);
+    call_sleeps_always_.store(sleeps == Sleeps::always, std::memory_order_relaxed);
     blocking_call_.store(calls + 1, std::memory_order_relaxed);
     return true;
   }

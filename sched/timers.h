@@ -4,8 +4,9 @@
 //
 // Who runs due timers (run_due), cheapest first:
 //   - a worker, every kGlobalCheckInterval picks (with its look at the
-//     global queue), when sysmon preempts its fiber, and on entering its
-//     idle loop and after every sleep (sched/worker.cpp);
+//     global queue), when its fiber is preempted (the timer's fiber then
+//     runs first, before the global queue's), and on entering its idle
+//     loop and after every sleep (sched/worker.cpp);
 //   - a fiber's announced blocking call, at its return if it was judged
 //     blocked and at every Worker::kTimerLookCalls-th return otherwise:
 //     the fiber yields at its hook's checkpoint if a timer is due

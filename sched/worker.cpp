@@ -418,18 +418,22 @@ void Worker::preempt_current() {
     return;
   }
   // Due timers first, so that their fibers are among those this one
-  // yields to (sysmon asks every slice while a fiber runs).
-  core_.timers().run_due();
+  // yields to (sysmon asks every slice while a fiber runs), and the first
+  // of them: ready() put the last one fired in the next slot, and this
+  // preemption may have been asked for it (a blocking call's timer look,
+  // sched/blocking_call.h). Behind the global queue's oldest below, it
+  // waited for that fiber's whole slice, a CPU-bound one's (a 1 ms ticker
+  // beside fibers writing files: docs/benchmarks.md, "Timers first").
+  FiberControl* next = core_.timers().run_due() != 0 ? next_.take() : nullptr;
   // The back of the run queue means behind every fiber that became ready
   // while this one ran, and sysmon and other threads put those in the
   // global queue, of which pick_next takes one batch (and which is not FIFO
   // across producers). So first take this worker's share of it, and run
-  // the oldest of that share now: it has waited since it was made
-  // runnable (a timer's sleeper: since its deadline), while what the run queue
-  // holds under a hog is mostly fibers preempted after a slice of their
-  // own, behind which a sleeper would wait for slices
+  // the oldest of that share now (unless a timer's fiber runs first): it
+  // has waited since it was made runnable, while what the run queue holds
+  // under a hog is mostly fibers preempted after a slice of their own,
+  // behind which a sleeper would wait for slices
   // (tests/checkpoint_test.cpp).
-  FiberControl* next = nullptr;
   const std::int64_t waiting = core_.global_size();
   if (waiting > 0) {
     auto owner = run_queue_.owner();

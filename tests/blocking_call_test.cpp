@@ -247,5 +247,42 @@ TEST(BlockingCall, ATimerDueDuringShortCallsFiresBetweenThem) {
   EXPECT_TRUE(woke_during_calls) << "the sleeper's timer waited for the calls to end (" << calls << " calls)";
 }
 
+// The timer's fiber runs at the preemption its timer asked for, before a
+// fiber waiting in the global queue, which never switches either and would
+// keep it waiting for a whole slice (here a second).
+TEST(BlockingCall, ATimersFiberRunsBeforeTheGlobalQueuesAtItsPreemption) {
+  Scheduler sched{without_backstop(1)};
+  std::atomic<bool> armed{false};
+  std::atomic<bool> sleeper_woke{false};
+  std::atomic<bool> first_started{false};
+  std::atomic<int> saw_the_wake{0};
+  Fiber sleeper = sched.spawn({.name = "sleeper"}, [&] {
+    armed = true;
+    this_fiber::sleep_for(20ms);
+    sleeper_woke = true;
+  });
+  while (!armed.load()) std::this_thread::yield();
+  const auto caller = [&] {
+    first_started = true;
+    const auto limit = Clock::now() + 500ms;
+    while (!sleeper_woke.load() && Clock::now() < limit) {
+      {
+        const detail::BlockingCall announced;
+        detail::raw_syscall(SYS_getppid);
+      }
+      this_fiber::checkpoint();
+    }
+    if (sleeper_woke.load()) ++saw_the_wake;
+  };
+  Fiber first = sched.spawn({.name = "first caller"}, caller);
+  while (!first_started.load()) std::this_thread::yield();
+  // From a plain thread while the first one runs: into the global queue.
+  Fiber second = sched.spawn({.name = "second caller"}, caller);
+  first.join();
+  second.join();
+  sleeper.join();
+  EXPECT_EQ(saw_the_wake.load(), 2) << "a caller ran 500 ms while the sleeper's timer had fired";
+}
+
 }  // namespace
 }  // namespace weft

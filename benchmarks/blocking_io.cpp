@@ -22,7 +22,8 @@
 //   ticker    a fiber sleeping 1 ms in a loop beside fibers doing file I/O
 //             with fsync, system() and popen(), and beside 4 fibers that
 //             only write files (2 in 64 KiB blocks, 2 in 4 KiB): its worst
-//             lateness, and the same ticker alone (the machine's own noise)
+//             lateness, and the same ticker alone (the machine's own noise);
+//             then each as threads (a thread ticker beside thread load)
 //
 //   blocking_io                 # all
 //   blocking_io fsync pread     # some
@@ -272,26 +273,13 @@ void write_blocks(const std::string& name, std::size_t block_size, Clock::time_p
   ::unlink(path.c_str());
 }
 
-// A fiber sleeping 1 ms in a loop for --seconds, beside `load` (fibers
-// spawned on the same scheduler, or none); its worst lateness and ticks.
-void ticker_beside(const char* what, TickerLoad what_load) {
-  weft::Scheduler sched{two_workers("ticker")};
-  std::atomic<bool> stop{false};
-  double worst = 0;
-  long ticks = 0;
-  weft::Fiber ticker = sched.spawn([&] {
-    while (!stop.load()) {
-      const auto due = Clock::now() + std::chrono::milliseconds(1);
-      weft::this_fiber::sleep_for(std::chrono::milliseconds(1));
-      worst = std::max(worst, ms(Clock::now() - due));
-      ++ticks;
-    }
-  });
-  const auto end = Clock::now() + std::chrono::seconds(seconds);
-  std::vector<weft::Fiber> load;
+// The load beside the ticker: bodies to run as fibers or as threads, each
+// until `end`.
+std::vector<std::function<void()>> ticker_load(TickerLoad what_load, Clock::time_point end) {
+  std::vector<std::function<void()>> load;
   if (what_load == TickerLoad::fsync_and_processes) {
     for (int i = 0; i < 8; ++i) {
-      load.push_back(sched.spawn([&, i] {
+      load.emplace_back([end, i] {
         const std::string path = "/tmp/weft-bench-tick-" + std::to_string(::getpid()) + "-" + std::to_string(i);
         const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
         char block[65536];
@@ -302,12 +290,12 @@ void ticker_beside(const char* what, TickerLoad what_load) {
         }
         ::close(fd);
         ::unlink(path.c_str());
-      }));
+      });
     }
-    load.push_back(sched.spawn([&] {
+    load.emplace_back([end] {
       while (Clock::now() < end) (void)std::system("sleep 0.05");
-    }));
-    load.push_back(sched.spawn([&] {
+    });
+    load.emplace_back([end] {
       while (Clock::now() < end) {
         FILE* pipe = ::popen("sleep 0.05; echo done", "r");
         char line[32];
@@ -315,17 +303,64 @@ void ticker_beside(const char* what, TickerLoad what_load) {
         }
         if (pipe != nullptr) ::pclose(pipe);
       }
-    }));
+    });
   } else if (what_load == TickerLoad::writes) {
     for (int i = 0; i < 4; ++i)
-      load.push_back(sched.spawn([&, i] { write_blocks("writes-" + std::to_string(i), i < 2 ? 65536 : 4096, end); }));
-  } else {
-    std::this_thread::sleep_until(end);
+      load.emplace_back([end, i] { write_blocks("writes-" + std::to_string(i), i < 2 ? 65536 : 4096, end); });
   }
+  return load;
+}
+
+struct TickerResult {
+  double worst_ms = 0;
+  long ticks = 0;
+};
+
+// A task sleeping 1 ms in a loop for --seconds, beside `load` (or none),
+// all fibers of one scheduler or all threads; its worst lateness and ticks.
+TickerResult run_ticker(TickerLoad what_load, bool on_threads) {
+  // The last case's dirty pages written back first, not during this one.
+  ::sync();
+  std::atomic<bool> stop{false};
+  TickerResult result;
+  // weft::this_fiber::sleep_for sleeps a plain thread as std::this_thread's.
+  const auto tick = [&] {
+    while (!stop.load()) {
+      const auto due = Clock::now() + std::chrono::milliseconds(1);
+      weft::this_fiber::sleep_for(std::chrono::milliseconds(1));
+      result.worst_ms = std::max(result.worst_ms, ms(Clock::now() - due));
+      ++result.ticks;
+    }
+  };
+  const auto end = Clock::now() + std::chrono::seconds(seconds);
+  if (on_threads) {
+    std::thread ticker(tick);
+    std::vector<std::thread> load;
+    for (auto& body : ticker_load(what_load, end)) load.emplace_back(std::move(body));
+    if (load.empty()) std::this_thread::sleep_until(end);
+    for (auto& thread : load) thread.join();
+    stop = true;
+    ticker.join();
+    return result;
+  }
+  weft::Scheduler sched{two_workers("ticker")};
+  weft::Fiber ticker = sched.spawn(tick);
+  std::vector<weft::Fiber> load;
+  for (auto& body : ticker_load(what_load, end)) load.push_back(sched.spawn(std::move(body)));
+  if (load.empty()) std::this_thread::sleep_until(end);
   for (auto& fiber : load) fiber.join();
   stop = true;
   ticker.join();
-  std::printf("%-44s worst lateness %6.2f ms over %ld ticks\n", what, worst, ticks);
+  return result;
+}
+
+// The ticker on fibers, then the same on threads (what the machine does to
+// a thread's 1 ms sleep beside the same load).
+void ticker_beside(const char* what, TickerLoad what_load) {
+  const TickerResult fibers = run_ticker(what_load, false);
+  const TickerResult threads = run_ticker(what_load, true);
+  std::printf("%-44s worst lateness %6.2f ms over %ld ticks  threads %6.2f ms over %ld ticks\n", what, fibers.worst_ms,
+              fibers.ticks, threads.worst_ms, threads.ticks);
 }
 
 void bench_ticker() {

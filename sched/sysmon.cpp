@@ -68,6 +68,8 @@ void Sysmon::start(RawLatch& started) {
 void Sysmon::stop() noexcept {
   if (!thread_.joinable()) return;
   stopping_.store(true, std::memory_order_seq_cst);
+  // Not ring(): a wake even if the word is set, so that the futex call
+  // orders stopping_ before sysmon's next look at it.
   wake_word_.store(1, std::memory_order_release);
   futex_wake(wake_word_);
   thread_.join();
@@ -75,8 +77,7 @@ void Sysmon::stop() noexcept {
 
 void Sysmon::wake() noexcept {
   if (!deep_asleep_.exchange(false, std::memory_order_acq_rel)) return;  // someone else did
-  wake_word_.store(1, std::memory_order_release);
-  futex_wake(wake_word_);
+  ring();
 }
 
 Sysmon::WorkerView Sysmon::view(unsigned worker) const noexcept {
@@ -93,12 +94,17 @@ Sysmon::WorkerView Sysmon::view(unsigned worker) const noexcept {
 
 void Sysmon::alert() noexcept {
   if (!napping_.exchange(false, std::memory_order_relaxed)) return;  // someone else did, or it woke
-  wake_word_.store(1, std::memory_order_release);
-  futex_wake(wake_word_);
+  ring();
 }
 
 void Sysmon::look_now() noexcept {
   napping_.store(false, std::memory_order_relaxed);
+  ring();
+}
+
+void Sysmon::ring() noexcept {
+  // One futex wake per sleep: the word stays set until sysmon, awake,
+  // clears it before its next sleep.
   if (wake_word_.exchange(1, std::memory_order_release) == 0) futex_wake(wake_word_);
 }
 

@@ -249,6 +249,9 @@ class Sysmon {
   bool manage_spares(unsigned blocked, unsigned idle, bool held_up_work) noexcept;
   void deep_sleep();
   void wake() noexcept;
+  // Sets the wake word and wakes sysmon's sleep on it: what wake, alert
+  // and look_now share.
+  void ring() noexcept;
 
   SchedulerCore& core_;
   const std::chrono::microseconds slice_;

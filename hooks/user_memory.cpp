@@ -1,10 +1,9 @@
 #include "user_memory.h"
 
-#include <pthread.h>
-
 #include <cerrno>
 #include <cstdint>
 
+#include "../runtime/context.h"
 #include "../runtime/fiber_control.h"
 #include "../sched/futex.h"
 #include "signal_handlers.h"
@@ -30,15 +29,11 @@ bool find_thread_stack(const char*& bottom, const char*& top) noexcept {
   if (!thread_stack.looked) {
     if (in_signal_handler()) return false;
     thread_stack.looked = true;
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) != 0) return false;
     void* base = nullptr;
     std::size_t size = 0;
-    if (pthread_attr_getstack(&attr, &base, &size) == 0 && base != nullptr) {
-      thread_stack.bottom = static_cast<const char*>(base);
-      thread_stack.top = thread_stack.bottom + size;
-    }
-    pthread_attr_destroy(&attr);
+    if (!thread_stack_bounds(base, size)) return false;
+    thread_stack.bottom = static_cast<const char*>(base);
+    thread_stack.top = thread_stack.bottom + size;
   }
   bottom = thread_stack.bottom;
   top = thread_stack.top;

@@ -95,13 +95,20 @@ void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, Context
 #endif
 }
 
-void adopt_thread_context(ExecutionContext& ctx) {
+bool thread_stack_bounds(void*& bottom, std::size_t& size) noexcept {
   pthread_attr_t attr;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    void* bottom = nullptr;
-    std::size_t size = 0;
-    pthread_attr_getstack(&attr, &bottom, &size);
-    pthread_attr_destroy(&attr);
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return false;
+  bottom = nullptr;
+  size = 0;
+  const bool known = pthread_attr_getstack(&attr, &bottom, &size) == 0 && bottom != nullptr;
+  pthread_attr_destroy(&attr);
+  return known;
+}
+
+void adopt_thread_context(ExecutionContext& ctx) {
+  void* bottom = nullptr;
+  std::size_t size = 0;
+  if (thread_stack_bounds(bottom, size)) {
     ctx.stack_bottom = bottom;
     ctx.stack_size = size;
   }

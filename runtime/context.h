@@ -54,6 +54,9 @@ struct ExecutionContext {
 void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, ContextEntry entry, void* sanitizer_fiber);
 // Describes the calling thread's own stack (a worker's scheduling loop).
 void adopt_thread_context(ExecutionContext& ctx);
+// The calling thread's stack, as pthread_getattr_np reports it (which
+// allocates: never from a signal handler). False if it could not tell.
+bool thread_stack_bounds(void*& bottom, std::size_t& size) noexcept;
 // ThreadSanitizer's per-fiber state is slow to create and destroy
 // (docs/benchmarks.md, "Figures behind the comments"), so it is made once
 // per stack and reused with the stack from the pool.

@@ -318,37 +318,28 @@ struct TickerResult {
 
 // A task sleeping 1 ms in a loop for --seconds, beside `load` (or none),
 // all fibers of one scheduler or all threads; its worst lateness and ticks.
-TickerResult run_ticker(TickerLoad what_load, bool on_threads) {
+// `start(body)` starts a task (a std::thread or a weft::Fiber: anything
+// with join()).
+template <class Start>
+TickerResult run_ticker(TickerLoad what_load, Start start) {
   // The last case's dirty pages written back first, not during this one.
   ::sync();
   std::atomic<bool> stop{false};
   TickerResult result;
   // weft::this_fiber::sleep_for sleeps a plain thread as std::this_thread's.
-  const auto tick = [&] {
+  auto ticker = start([&] {
     while (!stop.load()) {
       const auto due = Clock::now() + std::chrono::milliseconds(1);
       weft::this_fiber::sleep_for(std::chrono::milliseconds(1));
       result.worst_ms = std::max(result.worst_ms, ms(Clock::now() - due));
       ++result.ticks;
     }
-  };
+  });
   const auto end = Clock::now() + std::chrono::seconds(seconds);
-  if (on_threads) {
-    std::thread ticker(tick);
-    std::vector<std::thread> load;
-    for (auto& body : ticker_load(what_load, end)) load.emplace_back(std::move(body));
-    if (load.empty()) std::this_thread::sleep_until(end);
-    for (auto& thread : load) thread.join();
-    stop = true;
-    ticker.join();
-    return result;
-  }
-  weft::Scheduler sched{two_workers("ticker")};
-  weft::Fiber ticker = sched.spawn(tick);
-  std::vector<weft::Fiber> load;
-  for (auto& body : ticker_load(what_load, end)) load.push_back(sched.spawn(std::move(body)));
+  std::vector<decltype(ticker)> load;
+  for (auto& body : ticker_load(what_load, end)) load.push_back(start(std::move(body)));
   if (load.empty()) std::this_thread::sleep_until(end);
-  for (auto& fiber : load) fiber.join();
+  for (auto& task : load) task.join();
   stop = true;
   ticker.join();
   return result;
@@ -357,8 +348,13 @@ TickerResult run_ticker(TickerLoad what_load, bool on_threads) {
 // The ticker on fibers, then the same on threads (what the machine does to
 // a thread's 1 ms sleep beside the same load).
 void ticker_beside(const char* what, TickerLoad what_load) {
-  const TickerResult fibers = run_ticker(what_load, false);
-  const TickerResult threads = run_ticker(what_load, true);
+  TickerResult fibers;
+  {
+    weft::Scheduler sched{two_workers("ticker")};  // gone before the threads' run
+    fibers = run_ticker(what_load, [&](std::function<void()> body) { return sched.spawn(std::move(body)); });
+  }
+  const TickerResult threads =
+      run_ticker(what_load, [](std::function<void()> body) { return std::thread(std::move(body)); });
   std::printf("%-44s worst lateness %6.2f ms over %ld ticks  threads %6.2f ms over %ld ticks\n", what, fibers.worst_ms,
               fibers.ticks, threads.worst_ms, threads.ticks);
 }

@@ -172,17 +172,6 @@ ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
   return read_file(*file, fd, &iov, 1, offset);
 }
 
-// fsync and fdatasync on the calling thread, announced as sleeping every
-// time: the worker's queued fibers go to other threads at once, and a
-// hundred fibers flushing at once come to run on a hundred threads, each
-// woken by the kernel as a plain thread is. Through the ring each flush
-// cost an io-wq thread's wake-up and the completion's, and its fiber
-// waited for its worker after it (docs/benchmarks.md, "fsync: a hand-off
-// at the call's entry").
-int sync_hooked(int fd, bool data_only) {
-  return announced_hook([&] { return data_only ? real::fdatasync()(fd) : real::fsync()(fd); }, Sleeps::always);
-}
-
 }  // namespace
 
 }  // namespace weft::detail
@@ -214,13 +203,25 @@ ssize_t preadv(int fd, const iovec* iov, int count, off_t offset) {
 }
 ssize_t preadv64(int fd, const iovec* iov, int count, off_t offset) { return preadv(fd, iov, count, offset); }
 
-int fsync(int fd) { return sync_hooked(fd, false); }
-int fdatasync(int fd) { return sync_hooked(fd, true); }
+// fsync and fdatasync on the calling thread, announced as sleeping every
+// time: the worker's queued fibers go to other threads at once, and a
+// hundred fibers flushing at once come to run on a hundred threads, each
+// woken by the kernel as a plain thread is. Through the ring each flush
+// cost an io-wq thread's wake-up and the completion's, and its fiber
+// waited for its worker after it (docs/benchmarks.md, "fsync: a hand-off
+// at the call's entry").
+int fsync(int fd) {
+  return announced_hook([&] { return real::fsync()(fd); }, Sleeps::always);
+}
+int fdatasync(int fd) {
+  return announced_hook([&] { return real::fdatasync()(fd); }, Sleeps::always);
+}
 
 // As fsync: on the calling thread, announced as sleeping always when it
 // waits for the writeback (a WAIT flag), else as maybe sleeping (a WRITE
 // alone starts it). Through the ring, 100 fibers writing 4 KiB and
-// syncing the range ran at 0.54-0.65x threads (docs/benchmarks.md).
+// syncing the range ran well below threads' throughput (docs/benchmarks.md,
+// "fsync: a hand-off at the call's entry").
 int sync_file_range(int fd, off_t offset, off_t length, unsigned int flags) {
   constexpr unsigned kWaits = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WAIT_AFTER;
   return announced_hook([&] { return real::sync_file_range()(fd, offset, length, flags); },

@@ -30,10 +30,7 @@ namespace {
 // own, as if preempted, and the worker fires the timer first.
 void yield_if_a_timer_is_due(Worker& worker) noexcept {
   SchedulerCore& core = worker.core();
-  if (!core.config().preemption) return;
-  // One load; no timer is time_point::max(), and then no clock read.
-  const Clock::time_point earliest = core.timers().earliest();
-  if (earliest != Clock::time_point::max() && earliest <= Clock::now()) worker.request_preempt(worker.switch_tick());
+  if (core.config().preemption && core.timers().due()) worker.request_preempt(worker.switch_tick());
 }
 
 }  // namespace

@@ -269,25 +269,27 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
   // A call that sleeps always is judged at its first sight, after the
   // switch that started its fiber.
   if (switched_in(worker, watch, now) && !announced) return;
+  // A fiber in an announced call with nothing waiting for its worker (its
+  // queue handed off, or none) is not asked to yield: it is not hogging a
+  // CPU, and yielding at its hook's return it would take fibers from the
+  // global queue and wait behind them, pinned to this thread (the caller's
+  // errno and thread-locals), through their blocking calls
+  // (docs/benchmarks.md, "fsync: a hand-off at the call's entry"). A fiber
+  // pinned here, which no hand-off moves, still gets its turn at the
+  // slice's end.
+  const bool nothing_waits = watch.call != 0 && someone_to_take() && !worker.pinned_may_wait();
   if (announced) {
     // Blocked, as the fiber's own code said: no /proc read, no delay. Its
     // hook pins stay (they are released only for a futex wait, below: the
     // thread comes back from this call, and would find its errno written).
-    //
-    // Once nothing waits for this worker (hand_off moved its queue), the
-    // fiber's time slice starts again, and a request to yield is taken
-    // back: it is not hogging a CPU, and yielding at its hook's return it
-    // would take fibers from the global queue and wait behind them, pinned
-    // to this thread (the caller's errno and thread-locals), through their
-    // blocking calls (docs/benchmarks.md, "fsync: a hand-off at the call's
-    // entry"). A fiber pinned here, which no hand-off moves, still gets
-    // its turn at the slice's end.
-    if (worker.pinned_may_wait()) {
-      ask_to_yield(worker, watch, now, tally);
-    } else {
+    // With nothing waiting, its slice starts again and an earlier request
+    // to yield is taken back.
+    if (nothing_waits) {
       watch.since = now;
       if (watch.asked != Clock::time_point{}) worker.take_preempt_request();
       watch.asked = {};
+    } else {
+      ask_to_yield(worker, watch, now, tally);
     }
     worker.set_stuck(true);
     watch.holding_up = true;
@@ -295,12 +297,8 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
     ++tally.blocked;
     return;
   }
-  // Nor is a fiber in a call that awaits its verdict, with nothing waiting
-  // here: the verdict restarts its slice, and a request made now would
-  // have it yield at the call's return, pinned, to the global queue's
-  // fibers, as above.
-  const bool awaiting_verdict = watch.call != 0 && someone_to_take() && !worker.pinned_may_wait();
-  if (!awaiting_verdict) ask_to_yield(worker, watch, now, tally);
+  // Before the verdict likewise, without the restart: the verdict makes it.
+  if (!nothing_waits) ask_to_yield(worker, watch, now, tally);
   judge_hold_up(worker, watch, now, tally);
   if (watch.in_kernel) {
     ++tally.blocked;

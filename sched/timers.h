@@ -79,15 +79,19 @@ class TimerQueue {
     return Clock::time_point(Clock::duration(earliest_.load(std::memory_order_relaxed)));
   }
   bool armed() const noexcept { return earliest_.load(std::memory_order_relaxed) != kNone; }
-  // Cheap when nothing is due (one relaxed load; a clock read only while a
-  // timer is armed): fires every timer due by now, if the earliest has
-  // been due for at least `overdue`. Returns how many fired. Skips if
-  // another thread is running them (it fires what is due).
-  std::size_t run_due(Clock::duration overdue = Clock::duration::zero()) noexcept {
+  // Whether the earliest timer has been due for at least `overdue`: one
+  // relaxed load, and a clock read only while a timer is armed.
+  bool due(Clock::duration overdue = Clock::duration::zero()) const noexcept {
     // One load: armed() then earliest() could see the last node removed in
     // between, and max() + overdue overflows (UBSan).
     const Clock::rep earliest = earliest_.load(std::memory_order_relaxed);
-    if (earliest == kNone || Clock::time_point(Clock::duration(earliest)) > Clock::now() - overdue) [[likely]]
+    return earliest != kNone && Clock::time_point(Clock::duration(earliest)) <= Clock::now() - overdue;
+  }
+  // Cheap when nothing is due (due()): fires every timer due by now, if the
+  // earliest has been due for at least `overdue`. Returns how many fired.
+  // Skips if another thread is running them (it fires what is due).
+  std::size_t run_due(Clock::duration overdue = Clock::duration::zero()) noexcept {
+    if (!due(overdue)) [[likely]]
       return 0;
     return run_due_slow();
   }

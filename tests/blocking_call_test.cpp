@@ -40,6 +40,16 @@ Config without_backstop(unsigned workers) {
   return config;
 }
 
+// A short call as a hook makes it (hooks/announced.h, announced_hook): the
+// announced call, then the hook's checkpoint.
+void short_hooked_call() {
+  {
+    const detail::BlockingCall announced;
+    detail::raw_syscall(SYS_getppid);
+  }
+  this_fiber::checkpoint();
+}
+
 TEST(BlockingCall, OnAPlainThreadDoesNothing) {
   EXPECT_EQ(detail::enter_blocking_call(), nullptr);
   detail::exit_blocking_call(nullptr);
@@ -233,11 +243,7 @@ TEST(BlockingCall, ATimerDueDuringShortCallsFiresBetweenThem) {
                this_fiber::yield();  // the sleeper runs and parks, its timer armed
                const auto limit = Clock::now() + 500ms;
                while (!sleeper_woke.load() && Clock::now() < limit) {
-                 {
-                   const detail::BlockingCall announced;
-                   detail::raw_syscall(SYS_getppid);
-                 }
-                 this_fiber::checkpoint();
+                 short_hooked_call();
                  ++calls;
                }
                woke_during_calls = sleeper_woke.load();
@@ -266,11 +272,7 @@ TEST(BlockingCall, ATimersFiberRunsBeforeTheGlobalQueuesAtItsPreemption) {
     first_started = true;
     const auto limit = Clock::now() + 500ms;
     while (!sleeper_woke.load() && Clock::now() < limit) {
-      {
-        const detail::BlockingCall announced;
-        detail::raw_syscall(SYS_getppid);
-      }
-      this_fiber::checkpoint();
+      short_hooked_call();
     }
     if (sleeper_woke.load()) ++saw_the_wake;
   };

@@ -170,6 +170,63 @@ auto passed_through(const FdRecord* state, Call&& call) {
   return announced(call);
 }
 
+// The time from now until `deadline`, never below zero, as a timespec.
+timespec time_left(Clock::time_point deadline) {
+  const auto left = std::max(deadline - Clock::now(), Clock::duration::zero());
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  return timespec{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
+}
+
+// recvmmsg as a blocking one receives (the kernel's do_recvmmsg): it waits
+// for each message until `count` (at most UIO_MAXIOV) have come, except
+// that MSG_WAITFORONE stops waiting after the first and out-of-band data
+// ends it; `timeout` is looked at only after each message (a message that
+// never comes is waited for without end, recvmmsg(2)'s BUGS, bounded only
+// by SO_RCVTIMEO), and once messages came the time left is written back
+// to it. The messages come in batches taken with MSG_DONTWAIT, each given
+// the time left as its own timeout, so that the kernel ends a batch where
+// it would have ended the whole call. An error after the first message
+// returns the count so far, errno untouched, as the kernel does; the
+// kernel also keeps that error for the next call (SO_ERROR), which a batch
+// that received nothing cannot.
+int recvmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int flags, timespec* timeout) {
+  count = std::min(count, unsigned(UIO_MAXIOV));  // the kernel receives no more in one call
+  const ErrnoHome home;
+  const int saved = errno_value();
+  const Clock::time_point deadline = timeout == nullptr
+                                         ? no_deadline
+                                         : deadline_after(WideNanos(static_cast<long double>(timeout->tv_sec) * 1e9L +
+                                                                    static_cast<long double>(timeout->tv_nsec)));
+  timespec left{};        // the time left given to the batch being taken
+  timespec after_last{};  // what the kernel wrote back after the last message
+  unsigned got = 0;
+  for (;;) {
+    const int received = attempt_or_park(fd, state, FdDirection::read, 0, [&] {
+      if (timeout != nullptr) left = time_left(deadline);
+      return real::recvmmsg()(fd, msgs + got, count - got, flags | MSG_DONTWAIT, timeout == nullptr ? nullptr : &left);
+    });
+    if (received <= 0) {
+      if (got == 0) return received;
+      set_errno(saved);
+      break;
+    }
+    got += unsigned(received);
+    after_last = left;
+    if (got == count || (flags & MSG_WAITFORONE) || (msgs[got - 1].msg_hdr.msg_flags & MSG_OOB)) break;
+    if (timeout != nullptr && left.tv_sec == 0 && left.tv_nsec == 0) break;  // the time is up
+  }
+  if (timeout != nullptr) *timeout = after_last;
+  return int(got);
+}
+
+// Whether recvmmsg's `timeout` is one the kernel takes: readable, with
+// its nanoseconds below a second and nothing negative (else EFAULT or
+// EINVAL, before any message is received).
+bool recvmmsg_timeout_valid(const timespec* timeout) noexcept {
+  return timeout == nullptr || (readable_by_kernel(timeout) && timeout->tv_sec >= 0 && timeout->tv_nsec >= 0 &&
+                                timeout->tv_nsec < 1'000'000'000);
+}
+
 // A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
 // blocking call. Another reader may take what made it ready, and then the
 // call blocks this worker as it would block a thread (docs/io.md): so it
@@ -609,6 +666,15 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
                          [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
 }
 
+int recvmmsg_hooked(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
+  if (!parking_enabled()) return real::recvmmsg()(fd, msgs, count, flags, timeout);
+  const CheckpointOnReturn at_return;
+  FdRecord* state = parkable(fd, flags, true);
+  if (state == nullptr || state->kind() != FdKind::socket || !recvmmsg_timeout_valid(timeout))
+    return real::recvmmsg()(fd, msgs, count, flags, timeout);
+  return recvmmsg_all(fd, *state, msgs, count, flags, timeout);
+}
+
 // Calls `visit(fd)` for each fd the message carries with SCM_RIGHTS,
 // reading only what `readable(pointer, bytes)` allows. A control header
 // the kernel would refuse (EINVAL: shorter than itself, or running past
@@ -779,14 +845,9 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 }
 
 int recvmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {
-  if (!parking_enabled()) return real::recvmmsg()(fd, msgs, count, flags, timeout);
-  const CheckpointOnReturn at_return;
-  FdRecord* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket) return real::recvmmsg()(fd, msgs, count, flags, timeout);
-  // Parks for the first message; then returns what has arrived (as with
-  // MSG_WAITFORONE; docs/io.md).
-  return attempt_or_park(fd, *state, FdDirection::read, 0,
-                         [&] { return real::recvmmsg()(fd, msgs, count, flags | MSG_DONTWAIT, nullptr); });
+  const int result = recvmmsg_hooked(fd, msgs, count, flags, timeout);
+  for (int i = 0; i < result; ++i) fds_received(&msgs[i].msg_hdr);
+  return result;
 }
 
 ssize_t send(int fd, const void* buf, size_t n, int flags) {

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -311,6 +312,57 @@ TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {
   for (int fd : {fresh, copy, pair[0], pair[1], sent, inherited, closed_on_exec, marked_later, named_in_dup2,
                  before_fork, after_fork})
     close(fd);
+}
+
+// An fd received with SCM_RIGHTS is the sender's too, through recvmsg and
+// recvmmsg alike: its record must keep nothing of the number's last fd,
+// here the "made here" of a socket closed where no hook saw it (a raw
+// close). Before, recvmmsg left that record as it was, and the hooks would
+// have flipped O_NONBLOCK on a description another process holds.
+TEST(HooksSharedFd, AnFdReceivedIsNotPrivate) {
+  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
+  for (const bool many : {false, true}) {
+    SCOPED_TRACE(many ? "recvmmsg" : "recvmsg");
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+    const int sent = socket(AF_INET, SOCK_STREAM, 0);
+    const int stale = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_TRUE(is_private(stale));
+    ASSERT_EQ(syscall(SYS_close, stale), 0);  // unseen by the hooks
+
+    char byte = 'x';
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* header = CMSG_FIRSTHDR(&msg);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &sent, sizeof(int));
+    ASSERT_EQ(sendmsg(pair[0], &msg, 0), 1);
+
+    std::memset(control, 0, sizeof(control));
+    msg.msg_controllen = sizeof(control);
+    if (many) {
+      mmsghdr one{};
+      one.msg_hdr = msg;
+      ASSERT_EQ(recvmmsg(pair[1], &one, 1, 0, nullptr), 1);
+      msg = one.msg_hdr;
+    } else {
+      ASSERT_EQ(recvmsg(pair[1], &msg, 0), 1);
+    }
+    header = CMSG_FIRSTHDR(&msg);
+    ASSERT_NE(header, nullptr);
+    int received = -1;
+    std::memcpy(&received, CMSG_DATA(header), sizeof(int));
+    ASSERT_EQ(received, stale) << "the kernel gives the lowest free number";
+    EXPECT_FALSE(is_private(received)) << "received with SCM_RIGHTS";
+    for (int fd : {pair[0], pair[1], sent, received}) close(fd);
+  }
 }
 
 }  // namespace

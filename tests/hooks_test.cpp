@@ -507,6 +507,58 @@ TEST(HooksSocket, ErrorQueueAndOutOfBandReceivesNeverWait) {
   close(udp);
 }
 
+// A blocking recvmmsg waits for each message until `count` have come, as
+// the kernel's does (do_recvmmsg): MSG_WAITFORONE stops waiting after the
+// first, and a timeout is looked at only after each message, the time left
+// written back. Before, a fiber's returned after the first message it
+// found, and neither honoured nor wrote back its timeout.
+TEST(HooksSocket, RecvmmsgWaitsForEveryMessageAsOnAThread) {
+  // One message is there at the call; a sender thread sends two more,
+  // `apart` after the call began and again `apart` later.
+  auto receive = [](int flags, const timespec* timeout, std::chrono::milliseconds apart) {
+    SocketPair pair(SOCK_DGRAM);
+    EXPECT_EQ(send(pair.b(), "1", 1, 0), 1);
+    std::thread sender([&] {
+      for (const char* message : {"2", "3"}) {
+        std::this_thread::sleep_for(apart);
+        EXPECT_EQ(send(pair.b(), message, 1, 0), 1);
+      }
+    });
+    char bufs[3][4] = {};
+    iovec iovs[3];
+    mmsghdr msgs[3] = {};
+    for (int i = 0; i < 3; ++i) {
+      iovs[i] = {bufs[i], sizeof bufs[i]};
+      msgs[i].msg_hdr.msg_iov = &iovs[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    timespec left{};
+    if (timeout != nullptr) left = *timeout;
+    errno = EDOM;
+    const int got = recvmmsg(pair.a(), msgs, 3, flags, timeout == nullptr ? nullptr : &left);
+    std::string out = std::to_string(got) + " " + strerrorname_np(errno) + " [";
+    for (int i = 0; i < got; ++i) out += std::string(bufs[i], msgs[i].msg_len);
+    out += "]";
+    if (timeout != nullptr) {
+      const double asked = double(timeout->tv_sec) + double(timeout->tv_nsec) / 1e9;
+      const double remaining = double(left.tv_sec) + double(left.tv_nsec) / 1e9;
+      out += remaining == 0                               ? ", none left"
+             : remaining > asked - 2 && remaining < asked ? ", some left"
+                                                          : ", wrong left";
+    }
+    sender.join();
+    return out;
+  };
+  const timespec short_timeout{0, 150'000'000};
+  const timespec long_timeout{5, 0};
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([&] {
+    return receive(0, nullptr, 50ms) + "; " + receive(MSG_WAITFORONE, nullptr, 50ms) + "; " +
+           receive(0, &long_timeout, 50ms) + "; " + receive(0, &short_timeout, 400ms);
+  });
+  EXPECT_EQ(got.thread, "3 EDOM [123]; 1 EDOM [1]; 3 EDOM [123], some left; 2 EDOM [12], none left");
+  EXPECT_EQ(got.fiber, got.thread);
+}
+
 // writev and readv of more than UIO_MAXIOV iovecs are EINVAL, as on a
 // thread; a fiber's, made as a sendmsg or recvmsg on a socket, were
 // EMSGSIZE.

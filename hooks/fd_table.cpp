@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "../io/netpoller.h"
+#include "cache_trust.h"
 #include "description_sharing.h"
 #include "real_calls.h"
 #include "signal_handlers.h"
@@ -40,6 +41,12 @@ FdRecord* classified_fd_state(int fd) noexcept {
       kind = FdKind::socket;
     } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode)) {
       kind = FdKind::unpollable;
+      if (S_ISREG(st.st_mode)) {
+        // A file whose last fds the cache served starts trusted.
+        const std::uint64_t key = cache_trust_key(st);
+        state->file_key.store(key, std::memory_order_relaxed);
+        if (cache_trusted(key)) state->cached_reads.store(FdRecord::kTrustCache, std::memory_order_relaxed);
+      }
     } else {
       kind = FdKind::pollable;  // FIFOs, terminals, anonymous inodes (eventfd, epoll, timerfd)
     }
@@ -101,6 +108,7 @@ void fd_duplicated(int from, int to) noexcept {
   // The flip is the source's moment, not the copy's.
   target->flags.store(source->flags.load(std::memory_order_relaxed) & ~FdRecord::flipped_bit,
                       std::memory_order_relaxed);
+  target->file_key.store(source->file_key.load(std::memory_order_relaxed), std::memory_order_relaxed);
   // Another fd now names the description: a flip through one of them is
   // not seen by the other's record.
   description_passed(source);
@@ -110,6 +118,7 @@ void fd_duplicated(int from, int to) noexcept {
 void fd_description_reset(FdRecord& record) noexcept {
   record.flags.store(0, std::memory_order_relaxed);
   record.cached_reads.store(0, std::memory_order_relaxed);
+  record.file_key.store(0, std::memory_order_relaxed);
   record.forget_timeouts();
 }
 

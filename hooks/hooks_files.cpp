@@ -37,6 +37,7 @@
 #include "../sched/current.h"
 #include "../sched/scheduler_core.h"
 #include "announced.h"
+#include "cache_trust.h"
 #include "fd_table.h"
 #include "file_io.h"
 #include "hook_support.h"
@@ -108,7 +109,10 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     // reads back to RWF_NOWAIT and the ring.
     Worker* const worker = enter_blocking_call();
     const ssize_t result = plain_read(fd, iov, count, offset);
-    if (exit_blocking_call(worker)) cached_reads.store(0, std::memory_order_relaxed);
+    if (exit_blocking_call(worker)) {
+      cached_reads.store(0, std::memory_order_relaxed);
+      distrust_cache(file.file_key.load(std::memory_order_relaxed));
+    }
     return result;
   }
   const ErrnoHome home;
@@ -130,7 +134,10 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
       cached += more;
     }
     if (cached == 0 || cached >= wanted || at_end) {
-      if (cached > 0) cached_reads.store(served + 1, std::memory_order_relaxed);
+      if (cached > 0) {
+        cached_reads.store(served + 1, std::memory_order_relaxed);
+        cache_served(file.file_key.load(std::memory_order_relaxed));
+      }
       return cached;
     }
   } else if (errno_value() != EAGAIN) {
@@ -144,6 +151,7 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
   }
   // The rest, past what the cache gave.
   cached_reads.store(0, std::memory_order_relaxed);
+  distrust_cache(file.file_key.load(std::memory_order_relaxed));
   const ssize_t done = std::max<ssize_t>(cached, 0);
   const Rest rest = rest_of(iov, count, offset, done);
   FileRing* ring = current_ring();

@@ -267,6 +267,52 @@ TEST(Files, AReadTheCacheCouldNotServeStartsTheCountAgain) {
         EXPECT_EQ(cached_reads(fd), 0u);
         EXPECT_GT(ring_requests(), before) << "the uncached read did not go to the ring";
         ::close(fd);
+        // The file's count over its fds (hooks/cache_trust.h) started
+        // again too: one more read served whole (the page the ring just
+        // brought in), through another fd, does not make it kTrustCache,
+        // and a new fd starts untrusted.
+        const int again = ::open(path.c_str(), O_RDONLY);
+        ASSERT_EQ(::pread(again, page, sizeof page, kFar), 4096);
+        ::close(again);
+        const int next = ::open(path.c_str(), O_RDONLY);
+        ASSERT_EQ(::pread(next, page, sizeof page, kFar), 4096);
+        EXPECT_EQ(cached_reads(next), 1u) << "the file kept the reads before the uncached one";
+        ::close(next);
+      })
+      .join();
+  ::unlink(path.c_str());
+}
+
+// The count of reads the cache served whole is kept for the file too,
+// across its fds (hooks/cache_trust.h): a file read whole kTrustCache
+// times through one fd starts trusted at its next open (its reads are the
+// plain calls from the first), and once written again, it starts over.
+TEST(Files, AFileTheCacheServedStartsTrustedAtItsNextOpen) {
+  const std::string path = make_file();
+  Scheduler sched{test::config_with(1)};
+  sched
+      .spawn([&] {
+        char page[4096];
+        const int first = ::open(path.c_str(), O_RDONLY);
+        for (unsigned i = 0; i < detail::FdRecord::kTrustCache; ++i)
+          ASSERT_EQ(::pread(first, page, sizeof page, static_cast<off_t>(i) * 4096), 4096);
+        ::close(first);
+
+        const int second = ::open(path.c_str(), O_RDONLY);
+        ASSERT_EQ(::pread(second, page, sizeof page, 0), 4096);
+        EXPECT_EQ(cached_reads(second), detail::FdRecord::kTrustCache) << "a new fd of the file started over";
+        ::close(second);
+
+        // Written since: its change time moved, so it is not the file
+        // that was trusted (a coarse clock's tick apart, to be sure).
+        this_fiber::sleep_for(std::chrono::milliseconds(20));
+        const int writer = ::open(path.c_str(), O_WRONLY);
+        ASSERT_EQ(::pwrite(writer, "z", 1, 0), 1);
+        ::close(writer);
+        const int third = ::open(path.c_str(), O_RDONLY);
+        ASSERT_EQ(::pread(third, page, sizeof page, 0), 4096);
+        EXPECT_EQ(cached_reads(third), 1u) << "a file written since kept the trust";
+        ::close(third);
       })
       .join();
   ::unlink(path.c_str());

@@ -243,6 +243,45 @@ TEST(HooksSharedFd, AnAcceptOnASharedListenerStillParks) {
   close(listener);
 }
 
+// Sends one byte carrying `fd` with SCM_RIGHTS on `socket`; sendmsg's
+// result.
+ssize_t send_fd(int socket, int fd) {
+  char byte = 'x';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* header = CMSG_FIRSTHDR(&msg);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+  return sendmsg(socket, &msg, 0);
+}
+
+// Receives what send_fd sent, with recvmmsg (`many`) or recvmsg: the fd it
+// carried, or -1.
+int receive_fd(int socket, bool many) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  mmsghdr one{};
+  msghdr& msg = one.msg_hdr;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const long got = many ? recvmmsg(socket, &one, 1, 0, nullptr) : recvmsg(socket, &msg, 0);
+  const cmsghdr* header = got == 1 ? CMSG_FIRSTHDR(&msg) : nullptr;
+  if (header == nullptr || header->cmsg_type != SCM_RIGHTS) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+  return fd;
+}
+
 // What proves a description private (hooks/description_sharing.h), and
 // what takes the proof away.
 TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {
@@ -258,20 +297,7 @@ TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
   const int sent = socket(AF_INET, SOCK_STREAM, 0);
   EXPECT_TRUE(is_private(sent));
-  char byte = 'x';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* header = CMSG_FIRSTHDR(&msg);
-  header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &sent, sizeof(int));
-  ASSERT_EQ(sendmsg(pair[0], &msg, 0), 1);
+  ASSERT_EQ(send_fd(pair[0], sent), 1);
   EXPECT_FALSE(is_private(sent)) << "sent with SCM_RIGHTS";
 
   // A spawned child keeps what is not close-on-exec.
@@ -330,35 +356,8 @@ TEST(HooksSharedFd, AnFdReceivedIsNotPrivate) {
     ASSERT_TRUE(is_private(stale));
     ASSERT_EQ(syscall(SYS_close, stale), 0);  // unseen by the hooks
 
-    char byte = 'x';
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* header = CMSG_FIRSTHDR(&msg);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &sent, sizeof(int));
-    ASSERT_EQ(sendmsg(pair[0], &msg, 0), 1);
-
-    std::memset(control, 0, sizeof(control));
-    msg.msg_controllen = sizeof(control);
-    if (many) {
-      mmsghdr one{};
-      one.msg_hdr = msg;
-      ASSERT_EQ(recvmmsg(pair[1], &one, 1, 0, nullptr), 1);
-      msg = one.msg_hdr;
-    } else {
-      ASSERT_EQ(recvmsg(pair[1], &msg, 0), 1);
-    }
-    header = CMSG_FIRSTHDR(&msg);
-    ASSERT_NE(header, nullptr);
-    int received = -1;
-    std::memcpy(&received, CMSG_DATA(header), sizeof(int));
+    ASSERT_EQ(send_fd(pair[0], sent), 1);
+    const int received = receive_fd(pair[1], many);
     ASSERT_EQ(received, stale) << "the kernel gives the lowest free number";
     EXPECT_FALSE(is_private(received)) << "received with SCM_RIGHTS";
     for (int fd : {pair[0], pair[1], sent, received}) close(fd);

@@ -37,6 +37,7 @@ void yield_if_a_timer_is_due(Worker& worker) noexcept {
 
 bool exit_blocking_call(Worker* worker) noexcept {
   if (worker == nullptr) return false;
+  const std::uint32_t call = worker->blocking_call();
   worker->end_blocking_call();
   if (!worker->stuck()) [[likely]] {
     // Short calls one after another (a file written block by block) never
@@ -51,9 +52,12 @@ bool exit_blocking_call(Worker* worker) noexcept {
     return false;
   }
   // Sysmon judged the call blocked and handed the worker's queue off (Go's
-  // retake of a P in a system call). The verdict is this call's: cleared
-  // here, or each call returning before sysmon's next look would act on it
-  // again. If a timer is due, the fiber yields (above): while every worker
+  // retake of a P in a system call), or judged that the fiber, its short
+  // calls coming and going, held the worker too long. The verdict is
+  // cleared here, or each call returning before sysmon's next look would
+  // act on it again; only the first kind is reported as this call's
+  // (a cached read then takes the slow way again, hooks_files.cpp: not
+  // after a hold-up, which says nothing of the cache). If a timer is due, the fiber yields (above): while every worker
   // runs fibers, timers fire only at their switches (sched/timers.h), so a
   // fiber going from one long call to the next kept them waiting for a
   // slice. Not whenever fibers wait: sysmon hands those to other threads,
@@ -61,7 +65,7 @@ bool exit_blocking_call(Worker* worker) noexcept {
   // wait for a hand-off (docs/benchmarks.md, "Checkpoints at file calls").
   worker->set_stuck(false);
   yield_if_a_timer_is_due(*worker);
-  return true;
+  return worker->judged_call() == call;
 }
 
 }  // namespace weft::detail

@@ -56,10 +56,11 @@ enum class Sleeps { maybe, always };
 // already marked (a nested announcement).
 Worker* enter_blocking_call(Sleeps sleeps = Sleeps::maybe) noexcept;
 // Ends the announcement that enter_blocking_call returned (null: nothing).
-// True if sysmon's verdict on the worker (Worker::stuck: blocked in this
-// call, or, given before it, a fiber that has held the worker past the
-// hand-off delay) stood at the exit; the verdict is cleared, and the fiber
-// asked to yield if a timer is due (above).
+// True if sysmon judged this call blocked (it outlasted the grace:
+// Worker::judged_call). A verdict on the worker that stood at the exit
+// (Worker::stuck: that call's, or a fiber's that has held the worker past
+// the hand-off delay, its short calls coming and going) is cleared either
+// way, and the fiber asked to yield if a timer is due (above).
 bool exit_blocking_call(Worker* worker) noexcept;
 
 // The announcement as a scope.

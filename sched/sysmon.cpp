@@ -291,6 +291,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
     } else {
       ask_to_yield(worker, watch, now, tally);
     }
+    worker.judge_call_blocked(watch.call);
     worker.set_stuck(true);
     watch.holding_up = true;
     watch.in_kernel = true;

@@ -194,6 +194,13 @@ class Worker {
   // blocking_call() without a fence: a look that pairs one call's count
   // with the last call's flag judges that call a look early or late.
   bool call_sleeps_always() const noexcept { return call_sleeps_always_.load(std::memory_order_relaxed); }
+  // Sysmon's verdict that the announced call counted `call` (an odd
+  // blocking_call()) outlasted the grace: that call was blocked. Kept apart
+  // from stuck(), which a fiber holding the worker also draws while its
+  // short calls come and go. A hint, written by sysmon before stuck(): a
+  // store seen late makes the call look unjudged.
+  void judge_call_blocked(std::uint32_t call) noexcept { judged_call_.store(call, std::memory_order_relaxed); }
+  std::uint32_t judged_call() const noexcept { return judged_call_.load(std::memory_order_relaxed); }
 
   // --- spares (sched/spares.h) ------------------------------------------
   bool is_spare() const noexcept { return spare_; }
@@ -353,6 +360,7 @@ class Worker {
   std::atomic<std::uint64_t> preempt_tick_{0};   // sysmon's request; 0: none
   std::atomic<std::uint32_t> blocking_call_{0};  // odd: in an announced blocking call
   std::atomic<bool> call_sleeps_always_{false};  // with blocking_call_
+  std::atomic<std::uint32_t> judged_call_{0};    // written by sysmon: judge_call_blocked
   std::uint32_t calls_since_timer_look_ = 0;     // this worker's thread only
   std::atomic<bool> stuck_{false};               // written by sysmon
   std::uint64_t random_state_;

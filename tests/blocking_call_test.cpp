@@ -77,6 +77,36 @@ TEST(BlockingCall, MarksItsWorkerForItsScopeAndNests) {
       .join();
 }
 
+// exit_blocking_call reports sysmon's verdict on the call itself (it
+// outlasted the grace), not a verdict on the worker given while the
+// fiber's short calls came and went (Worker::stuck, which a fiber holding
+// the worker draws): that one is cleared at the exit, and does not send a
+// cached read back to the slow way (hooks_files.cpp). Before, any standing
+// verdict was reported as the call's.
+TEST(BlockingCall, ReportsTheVerdictOnTheCallItself) {
+  Scheduler sched{test::config_with(1)};
+  bool hold_up_reported = true;
+  bool hold_up_cleared = false;
+  bool blocked_reported = false;
+  sched
+      .spawn([&] {
+        detail::Worker* worker = detail::enter_blocking_call();
+        ASSERT_NE(worker, nullptr);
+        worker->set_stuck(true);  // as sysmon's verdict on a fiber holding the worker
+        hold_up_reported = detail::exit_blocking_call(worker);
+        hold_up_cleared = !worker->stuck();
+
+        worker = detail::enter_blocking_call();
+        const timespec long_call{0, 50'000'000};  // 500 graces
+        detail::raw_syscall(SYS_nanosleep, &long_call, nullptr);
+        blocked_reported = detail::exit_blocking_call(worker);
+      })
+      .join();
+  EXPECT_FALSE(hold_up_reported) << "a verdict on the worker was reported as the call's";
+  EXPECT_TRUE(hold_up_cleared);
+  EXPECT_TRUE(blocked_reported) << "a call blocked 50 ms was not reported judged blocked";
+}
+
 // Every worker is in an announced call that spins on a CPU (sched_yield:
 // the thread stays runnable, never asleep in the kernel, as in a long copy
 // from the page cache). Fibers spawned by a blocked fiber before its call

@@ -290,16 +290,23 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
       (options & (WNOHANG | WSTOPPED | WCONTINUED)) != 0 || (type == P_PIDFD && !blocking_pidfd(id)))
     return announced([&] { return real::waitid()(type, id, info, options); });
   const CheckpointOnReturn at_return;
-  return wait_for_one(
+  const auto blocking = [&] { return announced([&] { return real::waitid()(type, id, info, options); }); };
+  bool unwritable = false;
+  const int result = wait_for_one(
       static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1,
       [&](int& result) {
         // With WNOHANG, "nothing yet" is 0 with si_pid 0 (waitid(2)),
         // which Linux writes itself: set here first, an info the kernel
         // cannot write (EFAULT) would have died of SIGSEGV.
         result = real::waitid()(type, id, info, options | WNOHANG);
+        unwritable = result < 0 && errno_value() == EFAULT;
         return result != 0 || info->si_pid != 0;
       },
-      [&] { return announced([&] { return real::waitid()(type, id, info, options); }); });
+      blocking);
+  // An info the kernel cannot write fails the WNOHANG ask at once, child
+  // running or not; the blocking call fails so only once the child has
+  // exited, having reaped it. That call, then.
+  return unwritable ? blocking() : result;
 }
 
 // One implementation for every caller while the hooks are on, fibers and

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio_ext.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -198,6 +199,32 @@ TEST(Waitid, GivesWhatAPlainThreadGets) {
   EXPECT_EQ(thread, "0 code " + std::to_string(CLD_EXITED) + " status 5 same 1; 0 code " + std::to_string(CLD_EXITED) +
                         " status 5; 0 code " + std::to_string(CLD_EXITED) + " status 6; -1 errno " +
                         std::to_string(ECHILD));
+}
+
+// A siginfo the kernel cannot write: waitid fails with EFAULT once the
+// child has exited, having reaped it, as on a thread. Before, a fiber's
+// failed at once (its WNOHANG ask could not write "nothing yet") and left
+// the child to be reaped by the next wait.
+TEST(Waitid, AnUnwritableSiginfoFailsOnceTheChildHasExited) {
+  void* page = ::mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  auto* read_only = static_cast<siginfo_t*>(page);
+  const auto [thread, fiber] = on_thread_and_fiber([&] {
+    std::ostringstream out;
+    const pid_t pid = spawn_shell("sleep 0.1; exit 7");
+    errno = 0;
+    const int r = ::waitid(P_PID, static_cast<id_t>(pid), read_only, WEXITED);
+    out << r << " errno " << errno << "; ";
+    errno = 0;
+    int status = 0;
+    const pid_t again = ::waitpid(pid, &status, WNOHANG);  // the child is reaped already, or exits soon
+    out << "then " << (again == pid ? "reaped by waitpid" : std::to_string(again) + " errno " + std::to_string(errno));
+    if (again == 0) ::waitpid(pid, &status, 0);
+    return out.str();
+  });
+  ::munmap(page, 4096);
+  EXPECT_EQ(fiber, thread);
+  EXPECT_EQ(thread, "-1 errno " + std::to_string(EFAULT) + "; then -1 errno " + std::to_string(ECHILD));
 }
 
 // A pidfd opened with PIDFD_NONBLOCK (O_NONBLOCK) makes waitid itself

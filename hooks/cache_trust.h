@@ -12,12 +12,13 @@
 // trusted, and a read the cache could not serve, or that sysmon judged
 // blocked, takes the file's trust away.
 //
-// A file is named by its key: its device, inode and change time, so that
-// an inode number reused by a new file, or a file written since, is not
-// taken for one that was trusted. The table is a fixed array of slots, each
-// a key and its count in one word, without a lock: a key may push another out (that file starts
-// over), and a stale or lost count only picks the other way to read, never
-// a different result.
+// A file is named by its key, 32 bits of a hash of its device, inode and
+// change time, so that an inode number reused by a new file, or a file
+// written since, is not taken for one that was trusted. The table is a
+// fixed array of slots, each a key and its count in one word, without a
+// lock: a key may push another out (that file starts over), and a stale or
+// lost count, or two files of one key, only pick the other way to read,
+// never a different result.
 #pragma once
 
 #include <sys/stat.h>
@@ -27,14 +28,14 @@
 namespace weft::detail {
 
 // The key of the file `st` describes (never 0: 0 is "no file").
-std::uint64_t cache_trust_key(const struct stat& st) noexcept;
+std::uint32_t cache_trust_key(const struct stat& st) noexcept;
 
 // Whether the cache served the file's last FdRecord::kTrustCache reads
 // (through any of its fds) whole.
-bool cache_trusted(std::uint64_t key) noexcept;
+bool cache_trusted(std::uint32_t key) noexcept;
 // A read of the file that the cache served whole.
-void cache_served(std::uint64_t key) noexcept;
+void cache_served(std::uint32_t key) noexcept;
 // A read of the file waited for the disk (or was judged blocked).
-void distrust_cache(std::uint64_t key) noexcept;
+void distrust_cache(std::uint32_t key) noexcept;
 
 }  // namespace weft::detail

@@ -43,7 +43,7 @@ FdRecord* classified_fd_state(int fd) noexcept {
       kind = FdKind::unpollable;
       if (S_ISREG(st.st_mode)) {
         // A file whose last fds the cache served starts trusted.
-        const std::uint64_t key = cache_trust_key(st);
+        const std::uint32_t key = cache_trust_key(st);
         state->file_key.store(key, std::memory_order_relaxed);
         if (cache_trusted(key)) state->cached_reads.store(FdRecord::kTrustCache, std::memory_order_relaxed);
       }

@@ -292,7 +292,7 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   const CheckpointOnReturn at_return;
   const auto blocking = [&] { return announced([&] { return real::waitid()(type, id, info, options); }); };
   bool unwritable = false;
-  const int result = wait_for_one(
+  const int answer = wait_for_one(
       static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1,
       [&](int& result) {
         // With WNOHANG, "nothing yet" is 0 with si_pid 0 (waitid(2)),
@@ -306,7 +306,7 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   // An info the kernel cannot write fails the WNOHANG ask at once, child
   // running or not; the blocking call fails so only once the child has
   // exited, having reaped it. That call, then.
-  return unwritable ? blocking() : result;
+  return unwritable ? blocking() : answer;
 }
 
 // One implementation for every caller while the hooks are on, fibers and

@@ -114,8 +114,9 @@ struct alignas(64) FdRecord {
   static constexpr std::uint8_t kTrustCache = 8;
   std::atomic<std::uint8_t> cached_reads{0};
   // A regular file's key in the hooks' table of files the cache serves
-  // (hooks/cache_trust.h), from its classification; 0: none.
-  std::atomic<std::uint64_t> file_key{0};
+  // (hooks/cache_trust.h), from its classification; 0: none. 32 bits: the
+  // record stays within two cache lines.
+  std::atomic<std::uint32_t> file_key{0};
 
   FdKind kind() const noexcept { return FdKind(flags.load(std::memory_order_relaxed) & kind_mask); }
   bool user_nonblock() const noexcept { return flags.load(std::memory_order_relaxed) & user_nonblock_bit; }

@@ -55,14 +55,15 @@ bool exit_blocking_call(Worker* worker) noexcept {
   // retake of a P in a system call), or judged that the fiber, its short
   // calls coming and going, held the worker too long. The verdict is
   // cleared here, or each call returning before sysmon's next look would
-  // act on it again; only the first kind is reported as this call's
-  // (a cached read then takes the slow way again, hooks_files.cpp: not
-  // after a hold-up, which says nothing of the cache). If a timer is due, the fiber yields (above): while every worker
-  // runs fibers, timers fire only at their switches (sched/timers.h), so a
-  // fiber going from one long call to the next kept them waiting for a
-  // slice. Not whenever fibers wait: sysmon hands those to other threads,
-  // and a fiber that always yielded here made every call of a busy worker
-  // wait for a hand-off (docs/benchmarks.md, "Checkpoints at file calls").
+  // act on it again; only the first kind is reported as this call's (a
+  // cached read then takes the slow way again, hooks_files.cpp: not after a
+  // hold-up, which says nothing of the cache). If a timer is due, the fiber
+  // yields (above): while every worker runs fibers, timers fire only at
+  // their switches (sched/timers.h), so a fiber going from one long call to
+  // the next kept them waiting for a slice. Not whenever fibers wait:
+  // sysmon hands those to other threads, and a fiber that always yielded
+  // here made every call of a busy worker wait for a hand-off
+  // (docs/benchmarks.md, "Checkpoints at file calls").
   worker->set_stuck(false);
   yield_if_a_timer_is_due(*worker);
   return worker->judged_call() == call;

@@ -211,6 +211,28 @@ ssize_t preadv(int fd, const iovec* iov, int count, off_t offset) {
 }
 ssize_t preadv64(int fd, const iovec* iov, int count, off_t offset) { return preadv(fd, iov, count, offset); }
 
+// preadv2 and pwritev2 without flags are readv and writev (offset -1: at
+// the file position) or preadv and pwritev, and are those hooks. With
+// RWF_NOWAIT they never wait: libc's call. With any other flag (RWF_HIPRI,
+// RWF_DSYNC, RWF_SYNC, RWF_APPEND: regular files), the call, announced.
+ssize_t preadv2(int fd, const iovec* iov, int count, off_t offset, int flags) {
+  if (!parking_enabled() || (flags & RWF_NOWAIT) != 0) return real::preadv2()(fd, iov, count, offset, flags);
+  if (flags == 0) return offset == -1 ? readv(fd, iov, count) : preadv(fd, iov, count, offset);
+  return announced_hook([&] { return real::preadv2()(fd, iov, count, offset, flags); });
+}
+ssize_t preadv64v2(int fd, const iovec* iov, int count, off64_t offset, int flags) {
+  return preadv2(fd, iov, count, offset, flags);
+}
+
+ssize_t pwritev2(int fd, const iovec* iov, int count, off_t offset, int flags) {
+  if (!parking_enabled() || (flags & RWF_NOWAIT) != 0) return real::pwritev2()(fd, iov, count, offset, flags);
+  if (flags == 0) return offset == -1 ? writev(fd, iov, count) : pwritev(fd, iov, count, offset);
+  return announced_hook([&] { return real::pwritev2()(fd, iov, count, offset, flags); });
+}
+ssize_t pwritev64v2(int fd, const iovec* iov, int count, off64_t offset, int flags) {
+  return pwritev2(fd, iov, count, offset, flags);
+}
+
 // fsync and fdatasync on the calling thread, announced as sleeping every
 // time: the worker's queued fibers go to other threads at once, and a
 // hundred fibers flushing at once come to run on a hundred threads, each

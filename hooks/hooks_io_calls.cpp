@@ -441,8 +441,8 @@ bool refused_nowait(FdRecord& state, int saved) {
 ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
   if (!refuses_nowait(state)) {
-    const ssize_t result =
-        attempt_or_park(fd, state, FdDirection::read, 0, [&] { return ::preadv2(fd, iov, count, -1, RWF_NOWAIT); });
+    const ssize_t result = attempt_or_park(fd, state, FdDirection::read, 0,
+                                           [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
     if (result >= 0 || !refused_nowait(state, saved)) return result;
   }
   return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
@@ -454,9 +454,9 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
     std::vector<iovec> rest;
     auto total = [&] { return iov_total(iov, count); };
     const ssize_t result = transfer_all(fd, state, FdDirection::write, total, [&](std::size_t done) {
-      if (done == 0) return ::pwritev2(fd, iov, count, -1, RWF_NOWAIT);
+      if (done == 0) return real::pwritev2()(fd, iov, count, -1, RWF_NOWAIT);
       iovecs_after(iov, std::size_t(count), done, rest);
-      return ::pwritev2(fd, rest.data(), int(rest.size()), -1, RWF_NOWAIT);
+      return real::pwritev2()(fd, rest.data(), int(rest.size()), -1, RWF_NOWAIT);
     });
     if (result >= 0 || !refused_nowait(state, saved)) return result;
   }

@@ -232,6 +232,9 @@ ssize_t sys_pwrite(int fd, const void* buf, size_t n, off_t offset) {
 ssize_t sys_pwritev(int fd, const iovec* iov, int count, off_t offset) {
   return sys::call(SYS_pwritev, fd, iov, count, low_word(offset), high_word(offset));
 }
+ssize_t sys_pwritev2(int fd, const iovec* iov, int count, off_t offset, int flags) {
+  return sys::call(SYS_pwritev2, fd, iov, count, low_word(offset), high_word(offset), flags);
+}
 int sys_flock(int fd, int operation) { return int(sys::call(SYS_flock, fd, operation)); }
 int sys_ftruncate(int fd, off_t length) { return int(sys::call(SYS_ftruncate, fd, length)); }
 int sys_fallocate(int fd, int mode, off_t offset, off_t length) {
@@ -377,6 +380,7 @@ const Fallback fallbacks[] = {
     entry("pwrite64", &sys_pwrite),
     entry("pwritev", &sys_pwritev),
     entry("pwritev64", &sys_pwritev),
+    entry("pwritev2", &sys_pwritev2),
     entry("ftruncate", &sys_ftruncate),
     entry("ftruncate64", &sys_ftruncate),
     entry("fallocate", &sys_fallocate),

@@ -1226,6 +1226,69 @@ TEST(HooksPipe, APipeReadParksUntilTheWriterWrites) {
   close(fds[1]);
 }
 
+// preadv2 and pwritev2 without flags are readv and writev, and park as
+// they do: on one worker without spares, a fiber's preadv2 of an empty pipe
+// lets the fiber that writes to it (with pwritev2) run. Before (no hook),
+// the read held the worker until the watchdog's byte, 5 s later.
+TEST(HooksPipe, Preadv2AndPwritev2ParkAsReadvAndWritev) {
+  Scheduler sched = one_worker();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::string got;
+  {
+    const Watchdog watchdog([&] { EXPECT_EQ(write(fds[1], "w", 1), 1); });
+    sched
+        .spawn([&] {
+          Fiber writer = spawn([&] {
+            char byte = 'f';
+            iovec iov{&byte, 1};
+            EXPECT_EQ(pwritev2(fds[1], &iov, 1, -1, 0), 1);
+          });
+          char byte = 0;
+          iovec iov{&byte, 1};
+          EXPECT_EQ(preadv2(fds[0], &iov, 1, -1, 0), 1);
+          got.assign(1, byte);
+          writer.join();
+        })
+        .join();
+    EXPECT_FALSE(watchdog.fired()) << "the read held the worker until the watchdog wrote";
+  }
+  EXPECT_EQ(got, "f");
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// With flags they are the calls themselves (announced), and give what a
+// plain thread gets: RWF_DSYNC and RWF_APPEND writes, an RWF_NOWAIT read,
+// reads at an offset and at the file position.
+TEST(HooksFile, Preadv2AndPwritev2GiveWhatAPlainThreadGets) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    char path[] = "/tmp/weft-preadv2-XXXXXX";
+    const int fd = mkstemp(path);
+    unlink(path);
+    std::string out;
+    auto outcome = [&](long result) { out += std::to_string(result) + " " + strerrorname_np(errno) + "; "; };
+    char text[] = "abcdefgh";
+    iovec whole{text, 8};
+    errno = 0;
+    outcome(pwritev2(fd, &whole, 1, 0, RWF_DSYNC));
+    outcome(pwritev2(fd, &whole, 1, 0, RWF_APPEND));  // at the end, whatever the offset
+    outcome(pwritev2(fd, &whole, 1, -1, 0));          // at the file position: 0
+    char buf[32] = {};
+    iovec into{buf, sizeof buf};
+    outcome(preadv2(fd, &into, 1, 4, 0));
+    out += std::string(buf, 12) + "; ";
+    outcome(preadv2(fd, &into, 1, 0, RWF_NOWAIT));
+    outcome(preadv2(fd, &into, 1, -1, RWF_HIPRI));  // at the position, after the third write
+    outcome(preadv2(fd, &into, 1, -2, 0));          // EINVAL
+    outcome(preadv2(fd, &into, 1, 0, 0x1000000));   // an unknown flag: EOPNOTSUPP
+    close(fd);
+    return out;
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread, "8 0; 8 0; 8 0; 12 0; efghabcdefgh; 16 0; 8 0; -1 EINVAL; -1 EOPNOTSUPP; ");
+}
+
 // A write larger than the pipe holds parks after the part that fit, as a
 // socket's does: on one worker without spares its reader is a fiber of the
 // same worker. Before, the write blocked the worker's thread until a reader

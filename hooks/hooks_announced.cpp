@@ -99,8 +99,11 @@ ssize_t sendfile64(int out, int in, off64_t* offset, size_t n) {
 ssize_t splice(int in, off64_t* in_offset, int out, off64_t* out_offset, size_t n, unsigned int flags) {
   return announced_hook([&] { return real::splice()(in, in_offset, out, out_offset, n, flags); });
 }
+// msync with MS_SYNC waits for the writeback of the range, as fsync does
+// (hooks_files.cpp); MS_ASYNC and MS_INVALIDATE alone do not wait.
 int msync(void* address, size_t length, int flags) {
-  return announced_hook([&] { return real::msync()(address, length, flags); });
+  return announced_hook([&] { return real::msync()(address, length, flags); },
+                        (flags & MS_SYNC) != 0 ? Sleeps::always : Sleeps::maybe);
 }
 // sync and syncfs wait for the writeback every time, as fsync does
 // (hooks_files.cpp): the worker's queued fibers go to other threads at once.

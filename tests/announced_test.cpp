@@ -17,6 +17,7 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -453,6 +454,42 @@ TEST(Announced, ACallOnANonBlockingFdIsNotButAFilesWriteIs) {
   ::close(listener);
   ::close(pair[0]);
   ::close(pair[1]);
+}
+
+// msync with MS_SYNC waits for the range's writeback, as fsync does, and
+// says so (Sleeps::always: sysmon judges it blocked at its first look, and
+// it wakes sysmon when fibers wait behind it); MS_ASYNC does not wait. The
+// worker keeps its last call's flag. Before, both were Sleeps::maybe.
+TEST(Announced, MsyncWithMsSyncSleepsAlways) {
+  const std::string path = temp_file();
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  void* map = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  bool sync_always = false;
+  bool async_always = true;
+  std::uint32_t calls = 0;
+  {
+    Scheduler sched{test::config_with(1)};
+    sched
+        .spawn([&] {
+          const detail::Worker* worker = detail::current_worker();
+          const std::uint32_t before = worker->blocking_call();
+          static_cast<char*>(map)[0] = 'x';
+          EXPECT_EQ(::msync(map, 4096, MS_SYNC), 0);
+          sync_always = worker->call_sleeps_always();
+          EXPECT_EQ(::msync(map, 4096, MS_ASYNC), 0);
+          async_always = worker->call_sleeps_always();
+          calls = worker->blocking_call() - before;
+        })
+        .join();
+  }
+  EXPECT_EQ(calls, 4u) << "both announced";
+  EXPECT_TRUE(sync_always);
+  EXPECT_FALSE(async_always);
+  ::munmap(map, 4096);
+  ::close(fd);
+  ::unlink(path.c_str());
 }
 
 // The locks the hooks leave to glibc (docs/locks.md, "What passes

@@ -162,11 +162,11 @@ TEST(RealCallsFallback, EveryCallWithASystemCallBeneathHasOne) {
         "signalfd", "inotify_init", "inotify_init1"})
     EXPECT_NE(raw_syscall_fallback(name), nullptr) << name;
   for (const char* name :
-       {"waitpid",         "wait4",           "waitid",  "pread",       "preadv",       "preadv2",   "fsync",
-        "fdatasync",       "sync_file_range", "flock",   "pwrite",      "pwritev",      "pwritev2",  "ftruncate", "fallocate",
-        "copy_file_range", "sendfile",        "splice",  "msync",       "sync",         "syncfs",    "wait",
-        "pause",           "sigsuspend",      "sigwait", "sigwaitinfo", "sigtimedwait", "msgrcv",    "msgsnd",
-        "semop",           "semtimedop"})
+       {"waitpid",   "wait4",           "waitid",     "pread",   "preadv",      "preadv2",      "fsync",
+        "fdatasync", "sync_file_range", "flock",      "pwrite",  "pwritev",     "pwritev2",     "ftruncate",
+        "fallocate", "copy_file_range", "sendfile",   "splice",  "msync",       "sync",         "syncfs",
+        "wait",      "pause",           "sigsuspend", "sigwait", "sigwaitinfo", "sigtimedwait", "msgrcv",
+        "msgsnd",    "semop",           "semtimedop"})
     EXPECT_NE(raw_syscall_fallback(name), nullptr) << name;
 }
 

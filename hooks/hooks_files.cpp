@@ -171,6 +171,19 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
 
 namespace {
 
+// preadv2 and pwritev2, given libc's call and the hooks of the same
+// transfer without flags: at the file position (readv, writev: offset -1)
+// and at an offset (preadv, pwritev), which they then are. With RWF_NOWAIT
+// they never wait: libc's call. With any other flag (RWF_HIPRI, RWF_DSYNC,
+// RWF_SYNC, RWF_APPEND: regular files), the call, announced.
+template <class Real, class AtPosition, class AtOffset>
+ssize_t flagged_transfer(Real real, AtPosition at_position, AtOffset at_offset, int fd, const iovec* iov, int count,
+                         off_t offset, int flags) {
+  if (!parking_enabled() || (flags & RWF_NOWAIT) != 0) return real(fd, iov, count, offset, flags);
+  if (flags == 0) return offset == -1 ? at_position(fd, iov, count) : at_offset(fd, iov, count, offset);
+  return announced_hook([&] { return real(fd, iov, count, offset, flags); });
+}
+
 ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
   FdRecord* const file = parking_enabled() ? unpollable_file(fd) : nullptr;
   if (file == nullptr) return real::pread()(fd, buf, n, offset);
@@ -211,23 +224,14 @@ ssize_t preadv(int fd, const iovec* iov, int count, off_t offset) {
 }
 ssize_t preadv64(int fd, const iovec* iov, int count, off_t offset) { return preadv(fd, iov, count, offset); }
 
-// preadv2 and pwritev2 without flags are readv and writev (offset -1: at
-// the file position) or preadv and pwritev, and are those hooks. With
-// RWF_NOWAIT they never wait: libc's call. With any other flag (RWF_HIPRI,
-// RWF_DSYNC, RWF_SYNC, RWF_APPEND: regular files), the call, announced.
 ssize_t preadv2(int fd, const iovec* iov, int count, off_t offset, int flags) {
-  if (!parking_enabled() || (flags & RWF_NOWAIT) != 0) return real::preadv2()(fd, iov, count, offset, flags);
-  if (flags == 0) return offset == -1 ? readv(fd, iov, count) : preadv(fd, iov, count, offset);
-  return announced_hook([&] { return real::preadv2()(fd, iov, count, offset, flags); });
+  return flagged_transfer(real::preadv2(), readv, preadv, fd, iov, count, offset, flags);
 }
 ssize_t preadv64v2(int fd, const iovec* iov, int count, off64_t offset, int flags) {
   return preadv2(fd, iov, count, offset, flags);
 }
-
 ssize_t pwritev2(int fd, const iovec* iov, int count, off_t offset, int flags) {
-  if (!parking_enabled() || (flags & RWF_NOWAIT) != 0) return real::pwritev2()(fd, iov, count, offset, flags);
-  if (flags == 0) return offset == -1 ? writev(fd, iov, count) : pwritev(fd, iov, count, offset);
-  return announced_hook([&] { return real::pwritev2()(fd, iov, count, offset, flags); });
+  return flagged_transfer(real::pwritev2(), writev, pwritev, fd, iov, count, offset, flags);
 }
 ssize_t pwritev64v2(int fd, const iovec* iov, int count, off64_t offset, int flags) {
   return pwritev2(fd, iov, count, offset, flags);

@@ -9,6 +9,7 @@
 // exactly libc's behaviour.
 #pragma once
 
+#include <time.h>
 #include <weft/detail/checkpoint.h>
 #include <weft/detail/park.h>
 #include <weft/this_fiber.h>
@@ -206,6 +207,21 @@ class [[nodiscard]] CheckpointOnReturn {
 inline Clock::time_point deadline_after_ns(std::int64_t ns) {
   if (ns <= 0) return no_deadline;
   return deadline_after(std::chrono::nanoseconds(ns));
+}
+
+// Whether the kernel takes `ts` as a timeout: nothing negative, the
+// nanoseconds below a second (else EINVAL). Null, no timeout, is valid.
+inline bool valid_timespec(const timespec* ts) noexcept {
+  return ts == nullptr || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1'000'000'000);
+}
+
+// A relative timeout as a deadline (null: none), `timeout` valid: exact
+// where steady_clock can hold it, "never" beyond (deadline_after), so that
+// the time left is still what was asked less what went.
+inline Clock::time_point deadline_after_timespec(const timespec* timeout) {
+  if (timeout == nullptr) return no_deadline;
+  return deadline_after(
+      WideNanos(static_cast<long double>(timeout->tv_sec) * 1e9L + static_cast<long double>(timeout->tv_nsec)));
 }
 
 // Waits until `fd` is ready for `direction`, or the deadline. Returns 0

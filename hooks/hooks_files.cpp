@@ -89,6 +89,18 @@ Rest rest_of(const iovec* iov, int count, off_t offset, ssize_t done) {
   return rest;
 }
 
+// The page cache served a read of `file` whole, the fd's `served`-th in a
+// row; or it could not (or sysmon judged the read blocked). Kept for the
+// fd and for its file (hooks/cache_trust.h), which move together.
+void count_served(FdRecord& file, std::uint8_t served) noexcept {
+  file.cached_reads.store(served + 1, std::memory_order_relaxed);
+  cache_served(file.file_key.load(std::memory_order_relaxed));
+}
+void count_missed(FdRecord& file) noexcept {
+  file.cached_reads.store(0, std::memory_order_relaxed);
+  distrust_cache(file.file_key.load(std::memory_order_relaxed));
+}
+
 }  // namespace
 
 FdRecord* unpollable_file(FdRecord* record) noexcept {
@@ -98,8 +110,7 @@ FdRecord* unpollable_file(FdRecord* record) noexcept {
 FdRecord* unpollable_file(int fd) noexcept { return unpollable_file(classified_fd_state(fd)); }
 
 ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t offset) {
-  std::atomic<std::uint8_t>& cached_reads = file.cached_reads;
-  const std::uint8_t served = cached_reads.load(std::memory_order_relaxed);
+  const std::uint8_t served = file.cached_reads.load(std::memory_order_relaxed);
   if (served >= FdRecord::kTrustCache) {
     // The cache served this fd's last reads whole: the plain call, as a
     // thread makes it, since preadv2's vectored path costs more than
@@ -109,10 +120,7 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     // reads back to RWF_NOWAIT and the ring.
     Worker* const worker = enter_blocking_call();
     const ssize_t result = plain_read(fd, iov, count, offset);
-    if (exit_blocking_call(worker)) {
-      cached_reads.store(0, std::memory_order_relaxed);
-      distrust_cache(file.file_key.load(std::memory_order_relaxed));
-    }
+    if (exit_blocking_call(worker)) count_missed(file);
     return result;
   }
   const ErrnoHome home;
@@ -134,10 +142,7 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
       cached += more;
     }
     if (cached == 0 || cached >= wanted || at_end) {
-      if (cached > 0) {
-        cached_reads.store(served + 1, std::memory_order_relaxed);
-        cache_served(file.file_key.load(std::memory_order_relaxed));
-      }
+      if (cached > 0) count_served(file, served);
       return cached;
     }
   } else if (errno_value() != EAGAIN) {
@@ -150,8 +155,7 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     return blocking_read(fd, iov, count, offset);
   }
   // The rest, past what the cache gave.
-  cached_reads.store(0, std::memory_order_relaxed);
-  distrust_cache(file.file_key.load(std::memory_order_relaxed));
+  count_missed(file);
   const ssize_t done = std::max<ssize_t>(cached, 0);
   const Rest rest = rest_of(iov, count, offset, done);
   FileRing* ring = current_ring();

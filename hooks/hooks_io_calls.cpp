@@ -193,10 +193,7 @@ int recvmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
   count = std::min(count, unsigned(UIO_MAXIOV));  // the kernel receives no more in one call
   const ErrnoHome home;
   const int saved = errno_value();
-  const Clock::time_point deadline = timeout == nullptr
-                                         ? no_deadline
-                                         : deadline_after(WideNanos(static_cast<long double>(timeout->tv_sec) * 1e9L +
-                                                                    static_cast<long double>(timeout->tv_nsec)));
+  const Clock::time_point deadline = deadline_after_timespec(timeout);
   timespec left{};        // the time left given to the batch being taken
   timespec after_last{};  // what the kernel wrote back after the last message
   unsigned got = 0;
@@ -217,14 +214,6 @@ int recvmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
   }
   if (timeout != nullptr) *timeout = after_last;
   return int(got);
-}
-
-// Whether recvmmsg's `timeout` is one the kernel takes: readable, with
-// its nanoseconds below a second and nothing negative (else EFAULT or
-// EINVAL, before any message is received).
-bool recvmmsg_timeout_valid(const timespec* timeout) noexcept {
-  return timeout == nullptr || (readable_by_kernel(timeout) && timeout->tv_sec >= 0 && timeout->tv_nsec >= 0 &&
-                                timeout->tv_nsec < 1'000'000'000);
 }
 
 // A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
@@ -670,7 +659,10 @@ int recvmmsg_hooked(int fd, mmsghdr* msgs, unsigned int count, int flags, timesp
   if (!parking_enabled()) return real::recvmmsg()(fd, msgs, count, flags, timeout);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket || !recvmmsg_timeout_valid(timeout))
+  // A timeout the kernel cannot read or refuses: its EFAULT or EINVAL, at
+  // once, before any message.
+  if (state == nullptr || state->kind() != FdKind::socket ||
+      (timeout != nullptr && !(readable_by_kernel(timeout) && valid_timespec(timeout))))
     return real::recvmmsg()(fd, msgs, count, flags, timeout);
   return recvmmsg_all(fd, *state, msgs, count, flags, timeout);
 }

@@ -47,12 +47,6 @@ Clock::time_point deadline_after_ms(int timeout_ms) {
   return timeout_ms < 0 ? no_deadline : deadline_after(std::chrono::milliseconds(timeout_ms));
 }
 
-Clock::time_point deadline_after_timespec(const timespec* timeout) {
-  if (timeout == nullptr) return no_deadline;
-  if (timeout->tv_sec > 1'000'000'000) return no_deadline;  // 31 years: never, and no overflow
-  return deadline_after(std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec));
-}
-
 // What `fds` watch: how many distinct (fd, events) entries, and the last
 // of them. One entry in one direction is waited for on its fd itself.
 struct Watched {
@@ -369,10 +363,6 @@ void remaining_into(timeval& timeout, const timespec& asked, Clock::duration sle
   timeout.tv_usec = nsec / 1'000;
 }
 
-bool valid(const timespec* ts) {
-  return ts == nullptr || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1'000'000'000);
-}
-
 }  // namespace
 }  // namespace weft::detail
 
@@ -393,7 +383,7 @@ int poll(pollfd* fds, nfds_t count, int timeout_ms) {
 int ppoll(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::ppoll()(fds, count, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout))
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout))
     return real::ppoll()(fds, count, timeout, mask);
   return poll_hooked(fds, count, deadline_after_timespec(timeout), mask, true);
 }
@@ -425,7 +415,7 @@ int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::pselect()(nfds, r, w, e, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || nfds < 0 || !valid(timeout))
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || nfds < 0 || !valid_timespec(timeout))
     return real::pselect()(nfds, r, w, e, timeout, mask);
   return select_hooked(nfds, r, w, e, deadline_after_timespec(timeout), mask, true);
 }
@@ -451,7 +441,7 @@ int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const si
 int epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::epoll_pwait2()(epfd, events, max, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid(timeout))
+  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout))
     return real::epoll_pwait2()(epfd, events, max, timeout, mask);
   return epoll_hooked(epfd, deadline_after_timespec(timeout), mask, [&] {
     static const timespec zero{0, 0};

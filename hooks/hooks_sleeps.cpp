@@ -17,17 +17,10 @@
 namespace weft::detail {
 namespace {
 
-bool valid(const timespec* ts) { return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1'000'000'000; }
-
-Clock::time_point deadline_after_timespec(const timespec& ts) {
-  if (ts.tv_sec > 1'000'000'000) return no_deadline;  // 31 years: never, and no overflow
-  return deadline_after(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-}
-
 // A relative sleep of `ts` in a fiber; zero returns at once, as the kernel does.
 void sleep_for(const timespec& ts) {
   if (ts.tv_sec == 0 && ts.tv_nsec == 0) return;
-  sleep_parked(deadline_after_timespec(ts));
+  sleep_parked(deadline_after_timespec(&ts));
 }
 
 // clock_nanosleep's fiber side, for it and for thrd_sleep.
@@ -36,7 +29,7 @@ int clock_nanosleep_in_fiber(clockid_t clock, int flags, const timespec* request
       clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC || clock == CLOCK_BOOTTIME || clock == CLOCK_TAI;
   // A request the kernel cannot read is its EFAULT, as libc says it.
   if (!parkable_clock || !readable_by_kernel(request)) return real::clock_nanosleep()(clock, flags, request, remaining);
-  if (!valid(request)) return EINVAL;  // returned, not put in errno
+  if (!valid_timespec(request)) return EINVAL;  // returned, not put in errno
   const int saved = errno_value();
   if (flags & TIMER_ABSTIME) {
     // The time left on that clock, measured once: a later step of a
@@ -71,7 +64,7 @@ int nanosleep(const timespec* request, timespec* remaining) {
   if (!parking_enabled()) return real::nanosleep()(request, remaining);
   const CheckpointOnReturn at_return;
   if (!readable_by_kernel(request)) return real::nanosleep()(request, remaining);  // EFAULT as libc says
-  if (!valid(request)) {
+  if (!valid_timespec(request)) {
     set_errno(EINVAL);
     return -1;
   }

@@ -37,8 +37,7 @@ void yield_if_a_timer_is_due(Worker& worker) noexcept {
 
 bool exit_blocking_call(Worker* worker) noexcept {
   if (worker == nullptr) return false;
-  const std::uint32_t call = worker->blocking_call();
-  worker->end_blocking_call();
+  const std::uint32_t call = worker->end_blocking_call();
   if (!worker->stuck()) [[likely]] {
     // Short calls one after another (a file written block by block) never
     // switch, and while every worker runs fibers only their switches fire

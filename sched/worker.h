@@ -183,8 +183,11 @@ class Worker {
     blocking_call_.store(calls + 1, std::memory_order_relaxed);
     return true;
   }
-  void end_blocking_call() noexcept {
-    blocking_call_.store(blocking_call_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Returns the count of the call it ends (odd), for judged_call().
+  std::uint32_t end_blocking_call() noexcept {
+    const std::uint32_t call = blocking_call_.load(std::memory_order_relaxed);
+    blocking_call_.store(call + 1, std::memory_order_relaxed);
+    return call;
   }
   // Counts an announced call that returned without a verdict; true at every
   // kTimerLookCalls-th, when the call asks whether a timer is due.

@@ -258,21 +258,15 @@ LatencySummary SchedulerCore::sched_latency_since_last() {
   return LatencyHistogram::summarize(interval, LatencyHistogram::unknown_max);
 }
 
-void SchedulerCore::push_global(FiberControl* fiber) noexcept {
-  global_.enqueue(fiber);
-  global_size_.fetch_add(1, std::memory_order_relaxed);
-}
+void SchedulerCore::push_global(FiberControl* fiber) noexcept { push_global_bulk(&fiber, 1); }
 
 void SchedulerCore::push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept {
-  if (count == 0) return;
-  global_.enqueue_bulk(fibers, count);
-  global_size_.fetch_add(static_cast<std::int64_t>(count), std::memory_order_relaxed);
+  const Worker* const own = own_worker();
+  global_.push(fibers, count, own != nullptr && !own->is_spare() ? own->index() : GlobalQueue::kAnyThread);
 }
 
 std::size_t SchedulerCore::pop_global_bulk(FiberControl** out, std::size_t max) noexcept {
-  const std::size_t n = global_.try_dequeue_bulk(out, max);
-  if (n > 0) global_size_.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_relaxed);
-  return n;
+  return global_.pop(out, max);
 }
 
 transfer_t SchedulerCore::finish_fiber(FiberControl* fiber) noexcept {

@@ -23,7 +23,7 @@
 //               first, as a fork-join wants) and stolen oldest first.
 //   inbox       per worker, for pinned fibers woken elsewhere: only their
 //               worker may run them.
-//   global      one moodycamel::ConcurrentQueue per scheduler: spawns from
+//   global      one per scheduler (sched/global_queue.h): spawns from
 //               plain threads, wakes from plain threads and the timers
 //               sysmon runs, and overflow from full run queues. Checked
 //               every 61 ticks even when the local queues are busy, and
@@ -63,7 +63,6 @@
 // unpark decide with one CAS on the waiter's state (detail/park.h).
 #pragma once
 
-#include <concurrentqueue/concurrentqueue.h>
 #include <weft/config.h>
 
 #include <array>
@@ -78,6 +77,7 @@
 #include "../runtime/stack.h"
 #include "extension.h"
 #include "fiber_registry.h"
+#include "global_queue.h"
 #include "idle.h"
 #include "idle_poller.h"
 #include "latency_histogram.h"
@@ -190,7 +190,7 @@ class SchedulerCore {
   void push_global_bulk(FiberControl* const* fibers, std::size_t count) noexcept;
   std::size_t pop_global_bulk(FiberControl** out, std::size_t max) noexcept;
   bool global_empty() const noexcept { return global_size() <= 0; }
-  std::int64_t global_size() const noexcept { return global_size_.load(std::memory_order_relaxed); }
+  std::int64_t global_size() const noexcept { return global_.size(); }
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
 
   // Runs on the fiber's own stack when its body has returned; the fiber's
@@ -235,8 +235,7 @@ class SchedulerCore {
   // The netpoller (io/netpoller.h); built before the workers start.
   std::unique_ptr<IdlePoller> poller_;
   TimerQueue timers_;
-  moodycamel::ConcurrentQueue<FiberControl*> global_;
-  std::atomic<std::int64_t> global_size_{0};
+  GlobalQueue global_{config_.workers};
   std::vector<std::unique_ptr<Worker>> workers_;
   Spares spares_;
   Sysmon sysmon_{*this};  // after workers_ and spares_: it watches them

@@ -47,6 +47,12 @@ Clock::time_point deadline_after_ms(int timeout_ms) {
   return timeout_ms < 0 ? no_deadline : deadline_after(std::chrono::milliseconds(timeout_ms));
 }
 
+// A timespec timeout that makes the call libc's own: zero (a poll, which
+// never waits) or one the kernel refuses (its EINVAL).
+bool zero_or_invalid(const timespec* timeout) noexcept {
+  return (timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout);
+}
+
 // What `fds` watch: how many distinct (fd, events) entries, and the last
 // of them. One entry in one direction is waited for on its fd itself.
 struct Watched {
@@ -383,8 +389,7 @@ int poll(pollfd* fds, nfds_t count, int timeout_ms) {
 int ppoll(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::ppoll()(fds, count, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout))
-    return real::ppoll()(fds, count, timeout, mask);
+  if (zero_or_invalid(timeout)) return real::ppoll()(fds, count, timeout, mask);
   return poll_hooked(fds, count, deadline_after_timespec(timeout), mask, true);
 }
 
@@ -415,8 +420,7 @@ int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::pselect()(nfds, r, w, e, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || nfds < 0 || !valid_timespec(timeout))
-    return real::pselect()(nfds, r, w, e, timeout, mask);
+  if (zero_or_invalid(timeout) || nfds < 0) return real::pselect()(nfds, r, w, e, timeout, mask);
   return select_hooked(nfds, r, w, e, deadline_after_timespec(timeout), mask, true);
 }
 
@@ -441,8 +445,7 @@ int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const si
 int epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::epoll_pwait2()(epfd, events, max, timeout, mask);
   const CheckpointOnReturn at_return;
-  if ((timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout))
-    return real::epoll_pwait2()(epfd, events, max, timeout, mask);
+  if (zero_or_invalid(timeout)) return real::epoll_pwait2()(epfd, events, max, timeout, mask);
   return epoll_hooked(epfd, deadline_after_timespec(timeout), mask, [&] {
     static const timespec zero{0, 0};
     return real::epoll_pwait2()(epfd, events, max, &zero, mask);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <weft/weft.h>
 
@@ -34,6 +35,14 @@ bool wait_until(Done&& done, std::chrono::steady_clock::duration limit = std::ch
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// The CPU time this process has used, user and system, in ms: for tests
+// that tell a spinning thread from a sleeping one.
+inline double process_cpu_ms() {
+  timespec now{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
 }
 
 inline Config config_with(unsigned workers) {

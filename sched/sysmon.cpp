@@ -132,6 +132,11 @@ void Sysmon::run(RawLatch& started) {
     // the global queue, and the busy workers' fibers are asked to yield to
     // them at the slice.
     core_.timers().run_due(slice_);
+    // Timers that a worker which sleeps could run, but none does: the one
+    // that ran them left its epoll_wait for a fiber, which blocked, while
+    // the others sleep on their futexes. One of them runs them, into its
+    // own next slot.
+    if (tally.idle > 0 && core_.timers().due(kTimerOverdue)) core_.idle().notify_work();
     delay = next_delay(delay, tally);
     idle_rounds = tally.all_sleeping ? idle_rounds + 1 : 0;
     if (idle_rounds >= kDeepSleepAfter) {
@@ -140,12 +145,14 @@ void Sysmon::run(RawLatch& started) {
       last_look = {};  // every worker slept: nothing was being watched
       continue;
     }
-    // Awake at the next timer's deadline too, if it is still ahead (one
-    // already due is a worker's to run, or the backstop's above): on an
+    // Awake at the next timer's deadline too, if it is still ahead: on an
     // overloaded machine that wake-up is what got the process's busy
-    // workers back onto a CPU in time (sched/timers.h).
+    // workers back onto a CPU in time (sched/timers.h). One already due
+    // is a worker's to run, or the backstop's above; sysmon looks again
+    // when the rule above would wake a sleeper for it.
     const Clock::time_point woken_by_tick = Clock::now() + delay;
-    const Clock::time_point next_timer = core_.timers().earliest();
+    Clock::time_point next_timer = core_.timers().earliest();
+    if (next_timer <= Clock::now()) next_timer += kTimerOverdue;
     // Napping: an announced blocking call wakes it (alert). Not fenced
     // against the announcement: one that misses this store is seen at the
     // next look, a running tick at most later.

@@ -124,6 +124,11 @@ class Sysmon {
   // (Worker::release_hook_pinned). Long, because the release is safe only
   // while the thread stays asleep.
   static constexpr std::chrono::milliseconds kReleaseHookPinsAfter{100};
+  // A timer due this long while a worker sleeps: nobody is running the
+  // timers (the blocker left to run a fiber that then blocked, and the
+  // other sleepers were never told of them, sched/timers.h), so sysmon
+  // wakes a sleeper for them. Within the hand-off millisecond.
+  static constexpr std::chrono::microseconds kTimerOverdue{1'000};
   static constexpr unsigned kDeepSleepAfter = 50;
   static constexpr std::chrono::milliseconds kPollStaleAfter{10};
   // A worker that switched this many times since the last look, at least

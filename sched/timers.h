@@ -21,6 +21,12 @@
 //     slot, ahead of the fibers queued in the run queue, while sysmon's go to
 //     the global queue, behind them: beside more CPU-bound fibers than
 //     workers, a timer's fiber would wait a slice per fiber ahead of it.
+//     And sysmon wakes a sleeping worker for a timer Sysmon::kTimerOverdue
+//     late: the blocker left epoll_wait for a fiber that then blocked its
+//     thread, and the other sleepers were never told of the timers armed
+//     while it slept (the invariant below holds for an arm, not after the
+//     blocker leaves; a running worker's switches run them, a blocked one's
+//     do not).
 // A fired timer readies its fiber with the scheduler's ready(): on a worker
 // into its next slot (no hop at all), from sysmon into the global queue.
 //

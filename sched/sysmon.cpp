@@ -444,7 +444,6 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
     Watch& watch = *found;
     Worker& worker = core_.worker(i);
     if (!watch.holding_up || !worker.has_work_to_hand_off(watch.in_kernel)) continue;
-    if (watch.in_kernel) held_up_work = true;
     // The global queue is a hand-off only if some thread will take from
     // it: an idle worker (woken below), a spare about to start, or a
     // worker that is running fibers one after another; one hand-off per
@@ -463,10 +462,21 @@ bool Sysmon::hand_off(unsigned blocked, unsigned idle, bool& acted) noexcept {
       continue;
     } else {
       if (takers < 0) takers = static_cast<int>(idle) + count_free_runners();
-      if (takers == 0) continue;
+      if (takers == 0) {
+        if (watch.in_kernel) held_up_work = true;
+        continue;
+      }
       --takers;
     }
-    if (worker.hand_off_queued(scratch_, watch.in_kernel) != 0) acted = true;
+    const std::size_t moved = worker.hand_off_queued(scratch_, watch.in_kernel);
+    // Nothing moved and nothing for thieves: what waits here is pinned to
+    // this thread (a fiber that yielded inside a hook), and no other
+    // thread may run it. Nobody is woken or started for it: beside 8
+    // fsync writers, a wake at every look kept the blocker polling 5,000
+    // times a second for such fibers.
+    if (moved == 0 && !worker.has_stealable_spawns()) continue;
+    if (watch.in_kernel) held_up_work = true;
+    if (moved != 0) acted = true;
     // For what moved, and for what thieves may now take (its spawns, which
     // stay): at every look while they wait, since a thief that searched
     // before the worker was marked stuck went back to sleep without them.

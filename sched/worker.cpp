@@ -163,7 +163,9 @@ std::uint32_t Worker::pinned_count() const noexcept {
   return n > 0 ? static_cast<std::uint32_t>(n) : 0;
 }
 
-bool Worker::has_stealable_work() const noexcept { return run_queue_.size() != 0 || spawned_.stealable(stuck()); }
+bool Worker::has_stealable_work() const noexcept { return run_queue_.size() != 0 || has_stealable_spawns(); }
+
+bool Worker::has_stealable_spawns() const noexcept { return spawned_.stealable(stuck()); }
 
 template <class Take>
 void Worker::drain_inbox(Take&& take) noexcept {

@@ -137,6 +137,8 @@ class Worker {
   // spawns but one held for this worker (all of them while it is stuck).
   // The next slot is not stealable (only sysmon's hand-off seizes it).
   bool has_stealable_work() const noexcept;
+  // Its spawned fibers that a thief may take now.
+  bool has_stealable_spawns() const noexcept;
   // What sysmon's hand-off would move, or let thieves take; `blocked`: the
   // worker's thread is blocked in the kernel (see hand_off_queued).
   bool has_work_to_hand_off(bool blocked) const noexcept {

@@ -308,12 +308,12 @@ bool has_bits(const std::string& text, const char* field, unsigned long bits) {
 // Whether the thread `tid` of this process blocks `signal`
 // (/proc/self/task/<tid>/status, SigBlk).
 bool thread_blocks(int tid, int signal) {
-  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.starts_with("SigBlk:")) return (std::stoull(line.substr(7), nullptr, 16) >> (signal - 1) & 1) != 0;
-  ADD_FAILURE() << "no SigBlk for thread " << tid;
-  return false;
+  const std::string blocked = test::thread_status_field(tid, "SigBlk");
+  if (blocked.empty()) {
+    ADD_FAILURE() << "no SigBlk for thread " << tid;
+    return false;
+  }
+  return (std::stoull(blocked, nullptr, 16) >> (signal - 1) & 1) != 0;
 }
 
 // system() blocks SIGCHLD in the calling thread while the command runs and

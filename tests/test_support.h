@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,6 +44,19 @@ inline double process_cpu_ms() {
   timespec now{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
   return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+// A field of /proc/self/task/<tid>/status ("SigBlk", "voluntary_ctxt_switches"),
+// its value without the padding; empty if the file or the field is missing.
+inline std::string thread_status_field(int tid, const std::string& field) {
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  const std::string prefix = field + ":";
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with(prefix)) {
+      const std::size_t value = line.find_first_not_of(" \t", prefix.size());
+      return value == std::string::npos ? std::string{} : line.substr(value);
+    }
+  return {};
 }
 
 inline Config config_with(unsigned workers) {

@@ -11,17 +11,22 @@ Worker* enter_blocking_call(Sleeps sleeps) noexcept {
   Sysmon& sysmon = worker->core().sysmon();
   // Fibers queued behind a call that will sleep: sysmon hands them off at
   // its look, which comes now. Nothing queued (a thread per fiber, as a
-  // hundred fibers in fsync come to be): no wake-up, the call is judged at
-  // sysmon's next tick, for the count of blocked threads.
+  // hundred fibers in fsync come to be): no wake-up for the hand-off.
   if (sleeps == Sleeps::always && worker->has_work_to_hand_off(true)) {
     sysmon.look_now();
     return worker;
   }
   // A sysmon asleep for longer than the grace would see the call late:
-  // wake it (rarely: it stays alert for a while after an announcement).
-  if (sysmon.napping()) [[unlikely]]
+  // wake it if its verdict is awaited (rarely: it stays alert for a while
+  // after an announcement). If not, the call is judged at sysmon's next
+  // tick, for the count of blocked threads.
+  if (sysmon.napping() && verdict_awaited(*worker)) [[unlikely]]
     sysmon.alert();
   return worker;
+}
+
+bool verdict_awaited(Worker& worker) noexcept {
+  return worker.has_work_to_hand_off(true) || worker.core().timers().armed();
 }
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include "../runtime/log.h"
 #include "asymmetric_fence.h"
+#include "blocking_call.h"
 #include "kernel_call.h"
 #include "scheduler_core.h"
 
@@ -270,9 +271,10 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
   // its fiber switched in since the last look.
   const bool announced = blocking_call_outlasted_grace(worker, watch, now);
   // Ticking at the grace only while a call awaits its verdict: one handed
-  // off needs no faster look (and a sysmon waking every 100 us competes
-  // with the spare for a loaded machine's CPUs).
-  if (watch.call != 0 && !announced) tally.in_call = true;
+  // off, or one with nothing behind it, needs no faster look (and a sysmon
+  // waking every 100 us competes with the spare for a loaded machine's
+  // CPUs).
+  if (watch.call != 0 && !announced && verdict_awaited(worker)) tally.in_call = true;
   // A call that sleeps always is judged at its first sight, after the
   // switch that started its fiber.
   if (switched_in(worker, watch, now) && !announced) return;
@@ -296,7 +298,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
       if (watch.asked != Clock::time_point{}) worker.take_preempt_request();
       watch.asked = {};
     } else {
-      ask_to_yield(worker, watch, now, tally);
+      ask_to_yield(worker, watch, now);
     }
     worker.judge_call_blocked(watch.call);
     worker.set_stuck(true);
@@ -306,7 +308,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
     return;
   }
   // Before the verdict likewise, without the restart: the verdict makes it.
-  if (!nothing_waits) ask_to_yield(worker, watch, now, tally);
+  if (!nothing_waits) ask_to_yield(worker, watch, now);
   judge_hold_up(worker, watch, now, tally);
   if (watch.in_kernel) {
     ++tally.blocked;
@@ -333,7 +335,7 @@ bool Sysmon::switched_in(Worker& worker, Watch& watch, Clock::time_point now) no
   return true;
 }
 
-void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) {
+void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now) {
   const bool preemption = core_.config().preemption;
   const auto ran = now - watch.since;
   watch.short_run = ran < kHandOffAfter;
@@ -351,10 +353,12 @@ void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, T
     report_stuck(worker, watch, now);
   }
   if (ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
-    if (preemption) {
-      worker.request_preempt(watch.tick);
-      tally.acted = true;
-    }
+    // Not counted as acting: the fiber answers at its next checkpoint, and
+    // the next request is a slice away, so no quicker look follows. Fibers
+    // found between their file calls drew a thousand requests a second
+    // beside a hundred writers, each of which put sysmon back to its
+    // shortest tick.
+    if (preemption) worker.request_preempt(watch.tick);
     watch.asked = now;
     watch.asked_cpu_ns = worker.os_thread().cpu_time_ns();
   }

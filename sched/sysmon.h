@@ -211,7 +211,7 @@ class Sysmon {
   // A fiber switched in since the last look: watch it afresh. True if so.
   bool switched_in(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   // Preemption requests every slice, and the stuck report.
-  void ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally);
+  void ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now);
   // Whether the worker's announced blocking call has outlasted the grace.
   bool blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   // The unannounced case: whether the worker holds its queued fibers up,

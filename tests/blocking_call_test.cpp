@@ -15,6 +15,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -322,6 +325,53 @@ TEST(BlockingCall, ATimersFiberRunsBeforeTheGlobalQueuesAtItsPreemption) {
   second.join();
   sleeper.join();
   EXPECT_EQ(saw_the_wake.load(), 2) << "a caller ran 500 ms while the sleeper's timer had fired";
+}
+
+// The thread of `name` in this process (its comm), or 0.
+int thread_named(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) return std::stoi(task.path().filename().string());
+  }
+  return 0;
+}
+
+// A call with nothing queued behind it and no timer armed awaits no
+// verdict: nothing would be handed off, nothing fired at its return. Such
+// calls one after another leave sysmon at its running tick (here the
+// slice's eighth, 10 ms). Before, each woke it from its nap and kept it
+// looking every 100 us (the grace) for 50 looks; beside a hundred fibers
+// writing and fsyncing files it looked about 3,000 times a second.
+TEST(BlockingCall, CallsWithNothingBehindThemLeaveSysmonAtItsTick) {
+  Config config = test::config_with(2);
+  config.time_slice = 80ms;
+  Scheduler sched{config};
+  const int sysmon_tid = thread_named("test/sysmon");
+  ASSERT_NE(sysmon_tid, 0);
+  std::atomic<bool> stop{false};
+  std::atomic<bool> calling{false};
+  // One fiber on two workers: nothing is ever queued behind its calls.
+  Fiber caller = sched.spawn({.name = "caller"}, [&] {
+    const auto limit = Clock::now() + 30s;
+    while (!stop.load() && Clock::now() < limit) {
+      const detail::BlockingCall announced;
+      calling = true;
+      const timespec short_call{0, 50'000};  // within the grace
+      detail::raw_syscall(SYS_nanosleep, &short_call, nullptr);
+    }
+  });
+  ASSERT_TRUE(wait_until([&] { return calling.load(); }));
+  std::this_thread::sleep_for(50ms);
+  // How often sysmon went to sleep: once per look.
+  const std::string before = test::thread_status_field(sysmon_tid, "voluntary_ctxt_switches");
+  std::this_thread::sleep_for(300ms);
+  const std::string after = test::thread_status_field(sysmon_tid, "voluntary_ctxt_switches");
+  stop = true;
+  caller.join();
+  ASSERT_FALSE(before.empty() || after.empty()) << "no voluntary_ctxt_switches in /proc";
+  // At its tick 30-200 sleeps here; at the grace, 1,500-1,700.
+  EXPECT_LT(std::stol(after) - std::stol(before), 600) << "sysmon looked at the grace for calls nobody waited on";
 }
 
 }  // namespace

@@ -298,7 +298,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
       if (watch.asked != Clock::time_point{}) worker.take_preempt_request();
       watch.asked = {};
     } else {
-      ask_to_yield(worker, watch, now);
+      ask_to_yield(worker, watch, now, tally);
     }
     worker.judge_call_blocked(watch.call);
     worker.set_stuck(true);
@@ -308,7 +308,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
     return;
   }
   // Before the verdict likewise, without the restart: the verdict makes it.
-  if (!nothing_waits) ask_to_yield(worker, watch, now);
+  if (!nothing_waits) ask_to_yield(worker, watch, now, tally);
   judge_hold_up(worker, watch, now, tally);
   if (watch.in_kernel) {
     ++tally.blocked;
@@ -335,7 +335,7 @@ bool Sysmon::switched_in(Worker& worker, Watch& watch, Clock::time_point now) no
   return true;
 }
 
-void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now) {
+void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) {
   const bool preemption = core_.config().preemption;
   const auto ran = now - watch.since;
   watch.short_run = ran < kHandOffAfter;
@@ -353,12 +353,16 @@ void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now) {
     report_stuck(worker, watch, now);
   }
   if (ran >= slice_ && (!asked || now - watch.asked >= slice_)) {
-    // Not counted as acting: the fiber answers at its next checkpoint, and
-    // the next request is a slice away, so no quicker look follows. Fibers
-    // found between their file calls drew a thousand requests a second
-    // beside a hundred writers, each of which put sysmon back to its
-    // shortest tick.
-    if (preemption) worker.request_preempt(watch.tick);
+    if (preemption) {
+      worker.request_preempt(watch.tick);
+      // Acting, for a quick look that sees the switch the request brings,
+      // from which the next slice counts. None comes where no other fiber
+      // waits: the fiber clears the request at its checkpoint. Fibers
+      // found between their file calls drew a thousand such requests a
+      // second beside a hundred writers, each of which put sysmon back to
+      // its shortest tick.
+      if (others_wait(worker)) tally.acted = true;
+    }
     watch.asked = now;
     watch.asked_cpu_ns = worker.os_thread().cpu_time_ns();
   }
@@ -534,6 +538,11 @@ bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) n
   bool acted = false;
   while (spares.active() < target && spares.activate()) acted = true;
   return acted;
+}
+
+bool Sysmon::others_wait(Worker& worker) const noexcept {
+  return worker.has_work_to_hand_off(true) || worker.pinned_may_wait() || core_.global_size() > 0 ||
+         core_.timers().due();
 }
 
 bool Sysmon::someone_to_take() const noexcept {

@@ -211,7 +211,7 @@ class Sysmon {
   // A fiber switched in since the last look: watch it afresh. True if so.
   bool switched_in(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   // Preemption requests every slice, and the stuck report.
-  void ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now);
+  void ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally);
   // Whether the worker's announced blocking call has outlasted the grace.
   bool blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
   // The unannounced case: whether the worker holds its queued fibers up,
@@ -227,6 +227,10 @@ class Sysmon {
   // first look (null if memory ran out); find_watch only reads.
   Watch* watch(std::size_t i) noexcept;
   const Watch* find_watch(std::size_t i) const noexcept;
+  // Whether a fiber asked to yield on `worker` would switch: fibers wait
+  // on the worker (pinned ones too), in the global queue, or behind a due
+  // timer (Worker::preempt_current).
+  bool others_wait(Worker& worker) const noexcept;
   // Whether a hand-off has a thread to go to: another worker, or a spare.
   bool someone_to_take() const noexcept;
   // Hook-pinned fibers of a worker asleep in futex(2) for long (below).

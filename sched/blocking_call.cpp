@@ -20,13 +20,9 @@ Worker* enter_blocking_call(Sleeps sleeps) noexcept {
   // wake it if its verdict is awaited (rarely: it stays alert for a while
   // after an announcement). If not, the call is judged at sysmon's next
   // tick, for the count of blocked threads.
-  if (sysmon.napping() && verdict_awaited(*worker)) [[unlikely]]
+  if (sysmon.napping() && sysmon.verdict_awaited(*worker)) [[unlikely]]
     sysmon.alert();
   return worker;
-}
-
-bool verdict_awaited(Worker& worker) noexcept {
-  return worker.has_work_to_hand_off(true) || worker.core().timers().armed();
 }
 
 namespace {

@@ -31,7 +31,7 @@
 // returns without a verdict asks the same: short calls one after another
 // never switch, and a timer waited for sysmon's backstop, a slice.
 //
-// Only a call whose verdict is awaited (verdict_awaited: fibers queued
+// Only a call whose verdict is awaited (Sysmon::verdict_awaited: fibers queued
 // behind it, or a timer armed) wakes sysmon or keeps it looking at the
 // grace: beside a hundred fibers writing and fsyncing files, each on a
 // thread of its own with nothing behind it, those wakes kept sysmon looking
@@ -69,13 +69,6 @@ Worker* enter_blocking_call(Sleeps sleeps = Sleeps::maybe) noexcept;
 // the hand-off delay, its short calls coming and going) is cleared either
 // way, and the fiber asked to yield if a timer is due (above).
 bool exit_blocking_call(Worker* worker) noexcept;
-
-// Whether sysmon's verdict on `worker`'s call would change anything soon:
-// fibers are queued behind it that a hand-off would move, or a timer is
-// armed, which the fiber lets its worker fire at the call's return once
-// the call was judged blocked. Otherwise the verdict can wait for sysmon's
-// running tick: it only counts the thread as blocked.
-bool verdict_awaited(Worker& worker) noexcept;
 
 // The announcement as a scope.
 class [[nodiscard]] BlockingCall {

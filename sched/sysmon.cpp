@@ -10,7 +10,6 @@
 
 #include "../runtime/log.h"
 #include "asymmetric_fence.h"
-#include "blocking_call.h"
 #include "kernel_call.h"
 #include "scheduler_core.h"
 
@@ -538,6 +537,10 @@ bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) n
   bool acted = false;
   while (spares.active() < target && spares.activate()) acted = true;
   return acted;
+}
+
+bool Sysmon::verdict_awaited(Worker& worker) const noexcept {
+  return worker.has_work_to_hand_off(true) || core_.timers().armed();
 }
 
 bool Sysmon::others_wait(Worker& worker) const noexcept {

@@ -86,10 +86,17 @@ class Sysmon {
   }
 
   // Whether sysmon sleeps longer than kBlockingCallGrace now: an
-  // announced blocking call then wakes it (alert), so that the call's
-  // hand-off does not wait for the end of the sleep (sched/blocking_call.h).
+  // announced blocking call whose verdict is awaited then wakes it (alert),
+  // so that the call's hand-off does not wait for the end of the sleep
+  // (sched/blocking_call.h).
   bool napping() const noexcept { return napping_.load(std::memory_order_relaxed); }
   void alert() noexcept;
+  // Whether a verdict on `worker`'s announced call would change anything
+  // soon: fibers are queued behind it that a hand-off would move, or a
+  // timer is armed, which the fiber lets its worker fire at the call's
+  // return once the call was judged blocked. Otherwise the verdict can wait
+  // for the running tick: it only counts the thread as blocked. Any thread.
+  bool verdict_awaited(Worker& worker) const noexcept;
   // Wakes sysmon for a look now, whether it naps or ticks: a call that
   // always sleeps has fibers queued behind it (sched/blocking_call.h).
   void look_now() noexcept;
@@ -229,7 +236,8 @@ class Sysmon {
   const Watch* find_watch(std::size_t i) const noexcept;
   // Whether a fiber asked to yield on `worker` would switch: fibers wait
   // on the worker (pinned ones too), in the global queue, or behind a due
-  // timer (Worker::preempt_current).
+  // timer (Worker::preempt_current). Beside verdict_awaited, which asks
+  // the same of a call's verdict.
   bool others_wait(Worker& worker) const noexcept;
   // Whether a hand-off has a thread to go to: another worker, or a spare.
   bool someone_to_take() const noexcept;

@@ -31,12 +31,12 @@
 // returns without a verdict asks the same: short calls one after another
 // never switch, and a timer waited for sysmon's backstop, a slice.
 //
-// Only a call whose verdict is awaited (Sysmon::verdict_awaited: fibers queued
-// behind it, or a timer armed) wakes sysmon or keeps it looking at the
-// grace: beside a hundred fibers writing and fsyncing files, each on a
-// thread of its own with nothing behind it, those wakes kept sysmon looking
-// every 100 us to no end (docs/benchmarks.md, "Sysmon beside a hundred
-// writers").
+// Only a call whose verdict is awaited (Sysmon::verdict_awaited: fibers
+// queued behind it or in the global queue, or a timer armed) wakes sysmon
+// or keeps it looking at the grace: beside a hundred fibers writing and
+// fsyncing files, each on a thread of its own with nothing behind it,
+// those wakes kept sysmon looking every 100 us to no end
+// (docs/benchmarks.md, "Sysmon beside a hundred writers").
 //
 // A call that always sleeps there (fsync: it waits for the disk) says so,
 // Sleeps::always: sysmon judges it blocked at its first look instead of

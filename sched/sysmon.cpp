@@ -540,7 +540,7 @@ bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) n
 }
 
 bool Sysmon::verdict_awaited(Worker& worker) const noexcept {
-  return worker.has_work_to_hand_off(true) || core_.timers().armed();
+  return worker.has_work_to_hand_off(true) || core_.global_size() > 0 || core_.timers().armed();
 }
 
 bool Sysmon::others_wait(Worker& worker) const noexcept {

@@ -92,7 +92,9 @@ class Sysmon {
   bool napping() const noexcept { return napping_.load(std::memory_order_relaxed); }
   void alert() noexcept;
   // Whether a verdict on `worker`'s announced call would change anything
-  // soon: fibers are queued behind it that a hand-off would move, or a
+  // soon: fibers are queued behind it that a hand-off would move, or in
+  // the global queue, which a spare starts for once the call is judged
+  // blocked (with every worker in a call, nobody else takes them), or a
   // timer is armed, which the fiber lets its worker fire at the call's
   // return once the call was judged blocked. Otherwise the verdict can wait
   // for the running tick: it only counts the thread as blocked. Any thread.

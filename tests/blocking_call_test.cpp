@@ -13,8 +13,10 @@
 #include <weft/detail/raw_syscall.h>
 #include <weft/weft.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -372,6 +374,68 @@ TEST(BlockingCall, CallsWithNothingBehindThemLeaveSysmonAtItsTick) {
   ASSERT_FALSE(before.empty() || after.empty()) << "no voluntary_ctxt_switches in /proc";
   // At its tick 28-196 sleeps here; at the grace, 1,505-1,674.
   EXPECT_LT(std::stol(after) - std::stol(before), 600) << "sysmon looked at the grace for calls nobody waited on";
+}
+
+// How long a fiber in the global queue (spawned by a plain thread) waits
+// when every worker then enters an announced call, with nothing queued
+// behind the calls and no timer armed: it runs on a spare, which starts
+// once a call is judged blocked. The global queue awaits that verdict as a
+// worker's own queue does, so the calls wake a napping sysmon, which
+// judges them at the grace. Before, they were judged at its running tick
+// (here 10 ms), two looks after they began: 10-20 ms. The calls run on a
+// CPU, so that only their announcement says they block (a thread asleep in
+// the kernel is found so at a look, after another grace). The first trial
+// starts the spare's thread and is not counted: the others wake it.
+TEST(BlockingCall, AFiberInTheGlobalQueueRunsSoonAfterEveryWorkerEntersACall) {
+  constexpr int kTrials = 9;
+  Config config = test::config_with(2);
+  config.time_slice = 80ms;  // sysmon's running tick: its eighth
+  Scheduler sched{config};
+  std::vector<double> waited_ms;
+  for (int trial = 0; trial <= kTrials; ++trial) {
+    std::atomic<unsigned> spinning{0};
+    std::atomic<bool> go{false};
+    std::atomic<bool> release{false};
+    std::atomic<bool> queued_ran{false};
+    std::atomic<std::int64_t> queued_ran_at{0};
+    const auto limit = Clock::now() + 20s;
+    std::vector<Fiber> callers;
+    for (int i = 0; i < 2; ++i) {
+      callers.push_back(sched.spawn({.name = "caller"}, [&] {
+        ++spinning;  // both at once: one on each worker
+        while (!go.load() && Clock::now() < limit) {
+        }
+        // On a CPU, never asleep in the kernel: only the announcement
+        // tells sysmon this worker is blocked.
+        const detail::BlockingCall announced;
+        while (!release.load() && Clock::now() < limit) detail::raw_syscall(SYS_sched_yield);
+      }));
+    }
+    ASSERT_TRUE(wait_until([&] { return spinning.load() == 2; }));
+    std::this_thread::sleep_for(50ms);  // sysmon back at its running tick
+    const auto entered = Clock::now();
+    Fiber queued = sched.spawn([&] {
+      queued_ran_at = Clock::now().time_since_epoch().count();
+      queued_ran = true;
+    });
+    go = true;
+    const bool ran = wait_until([&] { return queued_ran.load(); }, 10s);
+    release = true;
+    for (auto& fiber : callers) fiber.join();
+    queued.join();
+    ASSERT_TRUE(ran) << "the queued fiber did not run while the calls lasted";
+    const double waited = static_cast<double>(queued_ran_at.load() - entered.time_since_epoch().count()) / 1e6;
+    if (trial > 0) waited_ms.push_back(waited);
+    // The spares of this trial retire: one left would run the next
+    // trial's fiber at once, or one of its callers.
+    std::this_thread::sleep_for(100ms);
+  }
+  std::sort(waited_ms.begin(), waited_ms.end());
+  // Medians here: 0.28-0.42 ms at the grace (release and TSan builds;
+  // 0.4-5.6 ms with six CPU-bound processes beside them), 11-15 ms at the
+  // running tick, where the verdict takes two looks 10 ms apart.
+  EXPECT_LT(waited_ms[kTrials / 2], 8.0) << "median wait of the queued fiber, ms (worst " << waited_ms.back()
+                                         << "): the calls were judged at sysmon's running tick";
 }
 
 }  // namespace

@@ -17,8 +17,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -329,16 +327,6 @@ TEST(BlockingCall, ATimersFiberRunsBeforeTheGlobalQueuesAtItsPreemption) {
   EXPECT_EQ(saw_the_wake.load(), 2) << "a caller ran 500 ms while the sleeper's timer had fired";
 }
 
-// The thread of `name` in this process (its comm), or 0.
-int thread_named(const std::string& name) {
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) return std::stoi(task.path().filename().string());
-  }
-  return 0;
-}
-
 // A call with nothing queued behind it and no timer armed awaits no
 // verdict: nothing would be handed off, nothing fired at its return. Such
 // calls one after another leave sysmon at its running tick (here the
@@ -349,8 +337,9 @@ TEST(BlockingCall, CallsWithNothingBehindThemLeaveSysmonAtItsTick) {
   Config config = test::config_with(2);
   config.time_slice = 80ms;
   Scheduler sched{config};
-  const int sysmon_tid = thread_named("test/sysmon");
-  ASSERT_NE(sysmon_tid, 0);
+  const std::vector<int> sysmon = test::threads_named("test/sysmon");
+  ASSERT_EQ(sysmon.size(), 1u);
+  const int sysmon_tid = sysmon.front();
   std::atomic<bool> stop{false};
   std::atomic<bool> calling{false};
   // One fiber on two workers: nothing is ever queued behind its calls.

@@ -10,8 +10,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -150,12 +148,7 @@ TEST_P(PoolTest, StartsRunnersOnlyAsTasksNeedThem) {
         if (f.name.rfind(prefix, 0) == 0) ++n;
       return n;
     }
-    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-      std::ifstream comm(task.path() / "comm");
-      std::string name;
-      if (std::getline(comm, name) && name.rfind(prefix, 0) == 0) ++n;
-    }
-    return n;
+    return test::threads_named(prefix).size();
   };
   Pool pool{options("ondemand", 64)};
   EXPECT_EQ(runners("ondemand-"), 0u) << "before any task";

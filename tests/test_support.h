@@ -12,10 +12,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace weft::test {
 
@@ -57,6 +59,19 @@ inline std::string thread_status_field(int tid, const std::string& field) {
       return value == std::string::npos ? std::string{} : line.substr(value);
     }
   return {};
+}
+
+// The threads of this process whose name (comm) begins with `prefix`,
+// by id.
+inline std::vector<int> threads_named(const std::string& prefix) {
+  std::vector<int> tids;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.starts_with(prefix))
+      tids.push_back(std::stoi(task.path().filename().string()));
+  }
+  return tids;
 }
 
 inline Config config_with(unsigned workers) {

@@ -539,13 +539,16 @@ bool Sysmon::manage_spares(unsigned blocked, unsigned idle, bool held_up_work) n
   return acted;
 }
 
+bool Sysmon::movable_fibers_wait(Worker& worker) const noexcept {
+  return worker.has_work_to_hand_off(true) || core_.global_size() > 0;
+}
+
 bool Sysmon::verdict_awaited(Worker& worker) const noexcept {
-  return worker.has_work_to_hand_off(true) || core_.global_size() > 0 || core_.timers().armed();
+  return movable_fibers_wait(worker) || core_.timers().armed();
 }
 
 bool Sysmon::others_wait(Worker& worker) const noexcept {
-  return worker.has_work_to_hand_off(true) || worker.pinned_may_wait() || core_.global_size() > 0 ||
-         core_.timers().due();
+  return movable_fibers_wait(worker) || worker.pinned_may_wait() || core_.timers().due();
 }
 
 bool Sysmon::someone_to_take() const noexcept {

@@ -92,12 +92,12 @@ class Sysmon {
   bool napping() const noexcept { return napping_.load(std::memory_order_relaxed); }
   void alert() noexcept;
   // Whether a verdict on `worker`'s announced call would change anything
-  // soon: fibers are queued behind it that a hand-off would move, or in
-  // the global queue, which a spare starts for once the call is judged
-  // blocked (with every worker in a call, nobody else takes them), or a
-  // timer is armed, which the fiber lets its worker fire at the call's
-  // return once the call was judged blocked. Otherwise the verdict can wait
-  // for the running tick: it only counts the thread as blocked. Any thread.
+  // soon: movable fibers wait (below), which a hand-off moves or a spare
+  // started for the blocked call runs (with every worker in a call, nobody
+  // else takes the global queue's), or a timer is armed, which the fiber
+  // lets its worker fire at the call's return once the call was judged
+  // blocked. Otherwise the verdict can wait for the running tick: it only
+  // counts the thread as blocked. Any thread.
   bool verdict_awaited(Worker& worker) const noexcept;
   // Wakes sysmon for a look now, whether it naps or ticks: a call that
   // always sleeps has fibers queued behind it (sched/blocking_call.h).
@@ -236,10 +236,14 @@ class Sysmon {
   // first look (null if memory ran out); find_watch only reads.
   Watch* watch(std::size_t i) noexcept;
   const Watch* find_watch(std::size_t i) const noexcept;
-  // Whether a fiber asked to yield on `worker` would switch: fibers wait
-  // on the worker (pinned ones too), in the global queue, or behind a due
-  // timer (Worker::preempt_current). Beside verdict_awaited, which asks
-  // the same of a call's verdict.
+  // Fibers that another thread may run wait for `worker`'s: queued on it
+  // and not pinned there, or in the global queue. Shared by the two
+  // predicates around it.
+  bool movable_fibers_wait(Worker& worker) const noexcept;
+  // Whether a fiber asked to yield on `worker` would switch: movable fibers
+  // wait, or fibers pinned to the worker, or a due timer's
+  // (Worker::preempt_current). Beside verdict_awaited, which asks the same
+  // of a call's verdict.
   bool others_wait(Worker& worker) const noexcept;
   // Whether a hand-off has a thread to go to: another worker, or a spare.
   bool someone_to_take() const noexcept;

@@ -158,6 +158,12 @@ std::uint32_t Worker::inbox_length() const noexcept {
   return n > 0 ? static_cast<std::uint32_t>(n) : 0;
 }
 
+std::uint32_t Worker::placed_in_inbox() const noexcept {
+  // Counted before the push (accept_placed) and after the take, so never
+  // below 0.
+  return static_cast<std::uint32_t>(placed_in_inbox_.load(std::memory_order_relaxed));
+}
+
 std::uint32_t Worker::pinned_count() const noexcept {
   const int n = pinned_here_.load(std::memory_order_relaxed);
   return n > 0 ? static_cast<std::uint32_t>(n) : 0;
@@ -775,8 +781,11 @@ FiberControl* Worker::pick_queued() {
 // burners"). So a worker about to start a fresh fiber, if it holds more
 // fibers than the lightest peer that can take one by more than the slack,
 // places the fiber in that peer's inbox and wakes it. "Holds" counts the
-// fibers pinned to a worker and those in its inbox (home_load), so that a
-// burst is split evenly however late the peer wakes. A peer in an
+// fibers pinned to a worker and those placed in its inbox (home_load), so
+// that a burst is split evenly however late the peer wakes; not its whole
+// inbox, whose pinned fibers are counted as pinned already (counted twice,
+// the connections a server's first echoes woke kept a burst of new ones
+// off their busy worker: tests/placement_test.cpp). A peer in an
 // announced blocking call is passed over; one blocked in the kernel
 // otherwise has its placed fibers handed off by sysmon (hand_off_queued).
 // One that runs a long fiber is not passed over: it runs them at its next

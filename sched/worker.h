@@ -107,8 +107,10 @@ class Worker {
   // a fiber that has not run yet placed here (placed_elsewhere).
   void push_inbox(FiberControl* fiber) noexcept;
   // What placement weighs (worker.cpp, "Where a fiber starts"): the fibers
-  // pinned here and those waiting in the inbox, which only this worker runs.
-  std::uint32_t home_load() const noexcept { return pinned_count() + in_inbox(); }
+  // that only this worker runs, each once: those pinned here, in any state
+  // (a pinned fiber woken into the inbox among them), and those a peer
+  // placed in the inbox.
+  std::uint32_t home_load() const noexcept { return pinned_count() + placed_in_inbox(); }
   IdleSlot& idle_slot() noexcept { return idle_slot_; }
 
   // --- sysmon (sched/sysmon.h) ------------------------------------------
@@ -226,6 +228,8 @@ class Worker {
   std::uint32_t inbox_length() const noexcept;
   // Every fiber in the inbox.
   std::uint32_t in_inbox() const noexcept;
+  // Of those, the fibers a peer placed here, which are not pinned.
+  std::uint32_t placed_in_inbox() const noexcept;
   // Fibers pinned to this worker, in any state (this_fiber::pin, the hooks).
   std::uint32_t pinned_count() const noexcept;
   const WorkerCounters& counters() const noexcept { return counters_; }

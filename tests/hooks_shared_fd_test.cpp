@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -98,15 +99,28 @@ int listen_on_loopback(sockaddr_in& address) {
 }
 
 // Connects `count` times to `address` from a plain thread, closing each
-// connection at once (20 s at most).
-void connect_many(const sockaddr_in& address, int count) {
+// connection at once (20 s at most); how many connected.
+long connect_many(const sockaddr_in& address, int count) {
   const auto until = Clock::now() + 20s;
+  long connected = 0;
   for (int i = 0; i < count && Clock::now() < until; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0)
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0)
+      ++connected;
+    else
       ADD_FAILURE() << "connect: " << std::strerror(errno);
     close(fd);
   }
+  return connected;
+}
+
+// The connections waiting in a listener's accept queue: Linux reports that
+// length as a listener's tcpi_unacked (TCP_INFO). -1 if it cannot be read.
+int accept_queue_length(int listener) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(listener, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return -1;
+  return static_cast<int>(info.tcpi_unacked);
 }
 
 // Fibers that accept on `listener` until it is shut down, counting the
@@ -151,7 +165,13 @@ TEST(HooksSharedFd, AnotherProcessAcceptingOnTheListenerSeesNoEagain) {
   {
     Scheduler sched(test::config_with(2));
     FiberAcceptors acceptors(sched, listener, 4);
-    connect_many(address, int(test::scaled(4000)));
+    const long connected = connect_many(address, int(test::scaled(4000)));
+    // Every connection accepted before the shutdown, which would otherwise
+    // race the acceptors: under TSan the connections were once all made,
+    // and the listener shut down, before the fibers or the other process
+    // had accepted one.
+    EXPECT_TRUE(test::wait_until([&] { return accept_queue_length(listener) == 0; }))
+        << accept_queue_length(listener) << " connections never accepted";
     ASSERT_EQ(shutdown(listener, SHUT_RDWR), 0);
     acceptors.join();
     long accepted = -1;
@@ -161,7 +181,8 @@ TEST(HooksSharedFd, AnotherProcessAcceptingOnTheListenerSeesNoEagain) {
     EXPECT_EQ(eagain, 0) << "the other process's blocking accept failed with EAGAIN (it accepted " << accepted
                          << ", weft's fibers " << acceptors.accepted.load() << ")";
     EXPECT_EQ(acceptors.eagain.load(), 0);
-    EXPECT_GT(accepted + acceptors.accepted.load(), 0);
+    EXPECT_EQ(accepted + acceptors.accepted.load(), connected)
+        << "the other process accepted " << accepted << ", weft's fibers " << acceptors.accepted.load();
   }
   close(listener);
 }

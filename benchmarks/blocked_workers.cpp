@@ -15,9 +15,14 @@
 //    --waiters (default 1000) fibers on 2 workers lock and unlock it, each
 //    blocking its thread in futex(2) meanwhile; how long until all are
 //    done, against as many threads.
+// 3. Sysmon's cost: --in-kernel (default 1000) fibers on 2 workers each
+//    block 6 s in a raw nanosleep system call, so that as many threads sit
+//    in the kernel (a spare takes over each blocked one, in turn); sysmon's
+//    CPU time from when all have blocked to the end, as a share of one
+//    CPU. Threads have no monitor to pay for.
 //
 //   blocked_workers
-//   blocked_workers --block-ms 200 --waiters 200
+//   blocked_workers --block-ms 200 --waiters 200 --in-kernel 200
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +33,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -245,15 +251,70 @@ double mutex_threads(int waiters) {
   return took;
 }
 
+// CPU time, in ns, of the process's threads named `name` (schedstat's
+// first field).
+std::int64_t threads_cpu_ns(const std::string& name) {
+  std::int64_t total = 0;
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    char comm[32] = {};
+    if (std::FILE* file = std::fopen((task.path() / "comm").c_str(), "r")) {
+      if (std::fgets(comm, sizeof comm, file) == nullptr) comm[0] = 0;
+      std::fclose(file);
+    }
+    if (std::string(comm) != name + "\n") continue;
+    long long ran = 0;
+    if (std::FILE* file = std::fopen((task.path() / "schedstat").c_str(), "r")) {
+      if (std::fscanf(file, "%lld", &ran) != 1) ran = 0;
+      std::fclose(file);
+    }
+    total += ran;
+  }
+  return total;
+}
+
+// Sysmon's share of one CPU while `fibers` fibers block in the kernel,
+// over what is left of their block once every one of them has entered it
+// (a spare takes over each blocked thread in turn: about a millisecond
+// each, a second or so for a thousand).
+double sysmon_cpu_share(int fibers) {
+  constexpr int kBlockMs = 6000;
+  weft::Config config;
+  config.workers = 2;
+  config.name = "kernel";  // sysmon: "kernel/sysmon", within a thread name's 15 characters
+  weft::Scheduler sched{config};
+  const auto begin = Clock::now();
+  std::atomic<int> entered{0};
+  std::vector<weft::Fiber> blocked;
+  for (int i = 0; i < fibers; ++i) {
+    blocked.push_back(sched.spawn([&] {
+      ++entered;
+      raw_nanosleep(kBlockMs);
+    }));
+  }
+  const auto end = begin + std::chrono::milliseconds(kBlockMs) - 200ms;
+  while (entered.load() < fibers && Clock::now() < end - 500ms) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms);  // the last one judged blocked
+  const auto start = Clock::now();
+  const std::int64_t before = threads_cpu_ns("kernel/sysmon");
+  std::this_thread::sleep_until(end);
+  const std::int64_t after = threads_cpu_ns("kernel/sysmon");
+  const double share = static_cast<double>(after - before) / static_cast<double>((Clock::now() - start).count());
+  for (auto& f : blocked) f.join();
+  return share;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int block_ms = 500;
   int waiters = 1000;
+  int in_kernel = 1000;
   CLI::App app{"blocked_workers: fibers beside workers blocked in the kernel, and a std::mutex held across a park",
                "blocked_workers"};
   weft::bench::add_count(app, "--block-ms", block_ms, 1, 60'000, "how long each worker stays blocked");
   weft::bench::add_count(app, "--waiters", waiters, 1, 5'000, "fibers (and threads) waiting on the std::mutex");
+  weft::bench::add_count(app, "--in-kernel", in_kernel, 1, 5'000, "fibers blocked in the kernel for sysmon's cost");
   weft::bench::parse(app, argc, argv);
   std::printf(
       "2 workers (or threads), both blocked %d ms in a nanosleep system call; a 1 ms ticker (ticks in %lld ms) and "
@@ -270,4 +331,6 @@ int main(int argc, char** argv) {
   const double fibers = mutex_fibers(waiters);
   const double threads = mutex_threads(waiters);
   std::printf("%-24s %10.1f ms\n%-24s %10.1f ms\n", "weft", fibers, "threads", threads);
+  std::printf("\nsysmon's CPU while %d fibers on 2 workers block 6 s in a nanosleep system call: %.1f%% of a CPU\n",
+              in_kernel, 100 * sysmon_cpu_share(in_kernel));
 }

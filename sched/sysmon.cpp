@@ -345,9 +345,9 @@ void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, T
   // its checkpoints with nothing else to run clears the request: it
   // blocks nobody. This check comes before the request is renewed
   // below, which restarts its clock.
-  const bool unanswered = asked && now - watch.asked >= slice_ && (!preemption || worker.preempt_requested()) &&
-                          ignored_request(worker, watch, now);
-  if (!watch.reported && ran >= 2 * slice_ && unanswered) {
+  const bool unanswered = !watch.reported && asked && now - watch.asked >= slice_ &&
+                          (!preemption || worker.preempt_requested()) && ignored_request(worker, watch, now);
+  if (ran >= 2 * slice_ && unanswered) {
     watch.reported = true;
     report_stuck(worker, watch, now);
   }
@@ -363,7 +363,9 @@ void Sysmon::ask_to_yield(Worker& worker, Watch& watch, Clock::time_point now, T
       if (others_wait(worker)) tally.acted = true;
     }
     watch.asked = now;
-    watch.asked_cpu_ns = worker.os_thread().cpu_time_ns();
+    // Read only for the report, which is made once (a system call per
+    // slice for each of a thousand threads blocked in the kernel).
+    if (!watch.reported) watch.asked_cpu_ns = worker.os_thread().cpu_time_ns();
   }
 }
 
@@ -385,6 +387,14 @@ bool Sysmon::blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::
 
 void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) noexcept {
   if (!someone_to_take()) return;
+  if (still_blocked_without_a_read(worker, watch, now)) {
+    watch.state_known = true;
+    watch.asleep = true;
+    watch.in_kernel = true;
+    watch.holding_up = true;
+    worker.set_stuck(true);
+    return;
+  }
   // Asleep in the kernel: at every look, without a switch, for the grace
   // (a raw system call). The thread's state is read only when it did not
   // burn its CPU since the last look.
@@ -407,6 +417,16 @@ void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, 
   // to idle workers (hand_off); a thread that only waits for a CPU keeps it.
   watch.holding_up = watch.in_kernel || ((burning || asleep) && now - watch.since >= kHandOffAfter);
   if (watch.holding_up) worker.set_stuck(true);
+}
+
+bool Sysmon::still_blocked_without_a_read(Worker& worker, const Watch& watch, Clock::time_point now) noexcept {
+  // The verdict came from a read: the look that last read the thread found
+  // it asleep for the grace already. Not while fibers pinned to it wait:
+  // releasing their pins rests on the thread staying asleep, so its looks
+  // read it every time (release_hook_pins_if_waiting_on_futex).
+  const bool judged_by_a_read =
+      watch.kernel_since != Clock::time_point{} && watch.look_time - watch.kernel_since >= kKernelSleepGrace;
+  return judged_by_a_read && now - watch.look_time < kAsleepRecheck && !worker.pinned_may_wait();
 }
 
 bool Sysmon::burned_cpu_since_last_look(Worker& worker, Watch& watch, Clock::time_point now) noexcept {

@@ -119,6 +119,13 @@ class Sysmon {
   // announced): its fibers go to an idle worker or a spare. One look alone
   // could catch a moment's wait (a page fault, a sanitizer's lock).
   static constexpr std::chrono::microseconds kKernelSleepGrace{500};
+  // A thread found blocked in the kernel so is taken to stay blocked for
+  // this long without a read of its CPU clock or its state (each a system
+  // call; at every look at a thousand threads blocked in raw system calls
+  // they were most of sysmon's CPU, docs/benchmarks.md). A switch ends the
+  // verdict at once; only a fiber that runs on, without a switch, after
+  // its call returns is counted blocked up to this much longer.
+  static constexpr std::chrono::milliseconds kAsleepRecheck{10};
   // An announced blocking call (sched/blocking_call.h) that lasts this long
   // has its worker handed off: long enough that a cached read or an
   // uncontended lock never pays for a hand-off, short enough that the
@@ -232,6 +239,9 @@ class Sysmon {
   // Whether the worker's thread ran on a CPU for at least half the time
   // since the last look at this fiber (false at the first).
   bool burned_cpu_since_last_look(Worker& worker, Watch& watch, Clock::time_point now) noexcept;
+  // Whether the thread, blocked in the kernel at the last look that read it
+  // (less than kAsleepRecheck ago), is taken to be so still, unread.
+  bool still_blocked_without_a_read(Worker& worker, const Watch& watch, Clock::time_point now) noexcept;
   // Sysmon's watch of worker `i` (< steal_span): a spare's is made at its
   // first look (null if memory ran out); find_watch only reads.
   Watch* watch(std::size_t i) noexcept;

@@ -58,10 +58,12 @@ FdRecord* classified_fd_state(int fd) noexcept {
       if (fl >= 0) state->set_bit(FdRecord::user_nonblock_bit, fl & O_NONBLOCK);
     }
     if (kind == FdKind::socket) {
-      int type = 0;
-      socklen_t len = sizeof(type);
-      if (real::getsockopt()(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0)
-        state->set_bit(FdRecord::stream_bit, type == SOCK_STREAM);
+      int domain = 0, type = 0, protocol = 0;
+      socklen_t len = sizeof(int);
+      if (real::getsockopt()(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+          real::getsockopt()(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+          real::getsockopt()(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0)
+        state->flags.fetch_or(socket_bits(domain, type, protocol), std::memory_order_relaxed);
     }
     state->set_kind(kind);
   }
@@ -75,7 +77,14 @@ void fd_changed_in_handler(int fd) noexcept {
   if (FdRecord* state = fd_state(fd)) state->flags.store(FdRecord::changed_in_handler_bit, std::memory_order_relaxed);
 }
 
-void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth& birth, bool stream) noexcept {
+std::uint32_t socket_bits(int domain, int type, int protocol) noexcept {
+  if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) != SOCK_STREAM) return 0;
+  const bool tcp = (domain == AF_INET || domain == AF_INET6) && (protocol == 0 || protocol == IPPROTO_TCP);
+  return FdRecord::stream_bit | (tcp ? FdRecord::short_read_drains_bit : 0);
+}
+
+void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth& birth,
+                std::uint32_t socket_bits) noexcept {
   if (in_signal_handler()) return fd_changed_in_handler(fd);
   FdRecord* state = fd_state(fd);
   if (state == nullptr) return;
@@ -85,9 +94,8 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth&
   // file, and a record still marked registered would never add the new).
   fd_renewed(fd);
   fd_description_reset(*state);
-  state->flags.store(
-      std::uint32_t(kind) | (user_nonblock ? FdRecord::user_nonblock_bit : 0) | (stream ? FdRecord::stream_bit : 0),
-      std::memory_order_relaxed);
+  state->flags.store(std::uint32_t(kind) | (user_nonblock ? FdRecord::user_nonblock_bit : 0) | socket_bits,
+                     std::memory_order_relaxed);
   description_made_here(*state, birth);
 }
 

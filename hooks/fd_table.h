@@ -29,8 +29,13 @@ FdRecord* classified_fd_state(int fd) noexcept;
 
 // A new fd the hooks saw created, with a new open file description made by
 // this process, `birth` read before the call that made it
-// (hooks/description_sharing.h). `stream`: a SOCK_STREAM socket.
-void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth& birth, bool stream = false) noexcept;
+// (hooks/description_sharing.h). `socket_bits`: a socket's socket_bits().
+void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth& birth,
+                std::uint32_t socket_bits = 0) noexcept;
+
+// The record's bits that a socket's domain, type (flags aside) and
+// protocol give it: FdRecord::stream_bit, short_read_drains_bit.
+std::uint32_t socket_bits(int domain, int type, int protocol) noexcept;
 
 // The socket's SO_RCVTIMEO (read) or SO_SNDTIMEO (write) in nanoseconds,
 // 0 for none and for an fd that is not a socket. The timeout belongs to

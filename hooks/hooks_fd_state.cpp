@@ -36,9 +36,6 @@
 namespace weft::detail {
 namespace {
 
-// socket()'s type without SOCK_NONBLOCK and SOCK_CLOEXEC.
-bool is_stream(int type) noexcept { return (type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_STREAM; }
-
 void before_close(int fd) noexcept {
   if (fd < 0) return;
   if (in_signal_handler()) return fd_changed_in_handler(fd);
@@ -133,7 +130,7 @@ extern "C" {
 int socket(int domain, int type, int protocol) noexcept {
   const DescriptionBirth birth = description_birth(type & SOCK_CLOEXEC);
   const int fd = real::socket()(domain, type, protocol);
-  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
+  if (fd >= 0) fd_created(fd, FdKind::socket, type & SOCK_NONBLOCK, birth, socket_bits(domain, type, protocol));
   return fd;
 }
 
@@ -141,8 +138,8 @@ int socketpair(int domain, int type, int protocol, int fds[2]) noexcept {
   const DescriptionBirth birth = description_birth(type & SOCK_CLOEXEC);
   const int result = real::socketpair()(domain, type, protocol, fds);
   if (result == 0) {
-    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
-    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, birth, is_stream(type));
+    fd_created(fds[0], FdKind::socket, type & SOCK_NONBLOCK, birth, socket_bits(domain, type, protocol));
+    fd_created(fds[1], FdKind::socket, type & SOCK_NONBLOCK, birth, socket_bits(domain, type, protocol));
   }
   return result;
 }

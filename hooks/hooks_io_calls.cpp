@@ -95,9 +95,9 @@ requires std::invocable<Count&> std::size_t bytes_of(Count& count) { return coun
 // taken before each attempt spares the wait its poll(fd, 0): the attempt
 // has just said what that poll would.
 //
-// `wanted`, for a read of a stream socket, is what the call asked for
-// (else 0; a count or a function that counts it, bytes_of): a shorter
-// result drained the socket, and leaves a drain note
+// `wanted`, for a read of a TCP socket, is what the call asked for (else
+// 0; a count or a function that counts it, bytes_of): a shorter result
+// drained the socket (stream_wanted), and leaves a drain note
 // (io/netpoller.h), so that the fiber's next read parks before it
 // attempts, as the epoll loop waits for the next edge after a short read
 // instead of reading into EAGAIN. A park that times out is followed by the
@@ -150,7 +150,8 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
   const FdWaitMark mark = fd_wait_mark(state, FdDirection::read);
   if (!mark.valid) return call();
   const auto result = call();
-  if (result < 0 ? would_block(errno_value()) : result > 0 && state->stream() && std::size_t(result) < wanted)
+  if (result < 0 ? would_block(errno_value())
+                 : result > 0 && state->short_read_drains() && std::size_t(result) < wanted)
     fd_note_drained(fd, *state, mark, result > 0);
   return result;
 }
@@ -242,10 +243,11 @@ bool not_a_socket_after_all(int fd) {
   return true;
 }
 
-// attempt_or_park's `wanted` for a receive of `n` bytes with `flags`: a
-// peek consumes nothing, so its short result proves nothing.
+// attempt_or_park's `wanted` for a receive of `n` bytes with `flags`: only
+// where a short read drained the socket (FdRecord::short_read_drains_bit);
+// a peek consumes nothing, so its short result proves nothing.
 std::size_t stream_wanted(const FdRecord& state, std::size_t n, int flags) {
-  return state.stream() && !(flags & MSG_PEEK) ? n : 0;
+  return state.short_read_drains() && !(flags & MSG_PEEK) ? n : 0;
 }
 
 // The loop of a call that moves all it was asked to, as a blocking one
@@ -564,7 +566,9 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
     // clones the socket; socket_timeout_ns reads them), not its file
     // status flags.
     const FdRecord* from = fd_state(fd);
-    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK, birth, from && from->stream());
+    constexpr std::uint32_t kInherited = FdRecord::stream_bit | FdRecord::short_read_drains_bit;
+    fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK, birth,
+               from != nullptr ? from->flags.load(std::memory_order_relaxed) & kInherited : 0);
   }
   return result;
 }

@@ -52,9 +52,11 @@ struct alignas(64) FdRecord {
   WaitList waiters[2];
   // Set (before the counters move) by a poller that reports a hang-up,
   // the peer's shutdown or an error, which stay readable once seen and
-  // raise no further edge; cleared with the generation. A short read is
-  // no proof of a drained fd while it is set (fd_note_drained).
-  std::atomic<bool> hung_up{false};
+  // raise no further edge, or urgent data (a TCP read stops short at its
+  // mark, with the rest queued and no edge to come); cleared with the
+  // generation. A short read is no proof of a drained fd while it is set
+  // (fd_note_drained).
+  std::atomic<bool> short_read_inconclusive{false};
   // Whether other pollers (other schedulers) added the fd too, besides
   // `poller_id`'s.
   bool in_other_pollers = false;
@@ -72,7 +74,7 @@ struct alignas(64) FdRecord {
   static constexpr std::uint32_t kind_mask = 3;
   static constexpr std::uint32_t user_nonblock_bit = 4;  // the user's O_NONBLOCK
   static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
-  static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket: a short read drained it
+  static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket
   static constexpr std::uint32_t no_nowait_bit = 32;     // refuses RWF_NOWAIT: waited for, then called
   // The fd was closed, or a new fd took its number, in a signal handler,
   // where the record's lock could not be taken (the code the handler
@@ -85,6 +87,11 @@ struct alignas(64) FdRecord {
   // with FD_CLOEXEC since before any posix_spawn after that.
   static constexpr std::uint32_t made_here_bit = 128;
   static constexpr std::uint32_t cloexec_bit = 256;
+  // A TCP socket: a short read drained it (epoll(7)), unless urgent data
+  // came (short_read_inconclusive). Not a unix stream socket: its read
+  // also stops after a segment that carried fds (or at a change of
+  // credentials), with the rest queued.
+  static constexpr std::uint32_t short_read_drains_bit = 512;
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
@@ -122,6 +129,7 @@ struct alignas(64) FdRecord {
   bool user_nonblock() const noexcept { return flags.load(std::memory_order_relaxed) & user_nonblock_bit; }
   bool flipped() const noexcept { return flags.load(std::memory_order_relaxed) & flipped_bit; }
   bool stream() const noexcept { return flags.load(std::memory_order_relaxed) & stream_bit; }
+  bool short_read_drains() const noexcept { return flags.load(std::memory_order_relaxed) & short_read_drains_bit; }
   bool changed_in_handler() const noexcept { return flags.load(std::memory_order_relaxed) & changed_in_handler_bit; }
   void set_bit(std::uint32_t bit, bool on) noexcept {
     if (on)
@@ -142,7 +150,7 @@ struct alignas(64) FdRecord {
     generation.store(generation.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     waiters[0] = WaitList{};
     waiters[1] = WaitList{};
-    hung_up.store(false, std::memory_order_relaxed);
+    short_read_inconclusive.store(false, std::memory_order_relaxed);
     poller_id = 0;
     in_other_pollers = false;
     set_bit(flipped_bit, false);

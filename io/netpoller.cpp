@@ -212,7 +212,8 @@ Poller::~Poller() {
 void Poller::add_locked(FdRecord& record, int fd) {
   if (record.poller_id == id_) return;
   epoll_event event{};
-  event.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  // EPOLLPRI: urgent data, after which a short read proves nothing.
+  event.events = EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   event.data.u64 =
       (std::uint64_t{record.generation.load(std::memory_order_relaxed)} << 32) | static_cast<std::uint32_t>(fd);
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
@@ -307,7 +308,8 @@ bool Poller::poll(bool blocking, Clock::time_point until) noexcept {
     if (record->generation.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(data >> 32)) {
       const std::uint32_t mask = events[i].events;
       // Before the counters' release below, which a drain note's mark reads.
-      if ((mask & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) record->hung_up.store(true, std::memory_order_relaxed);
+      if ((mask & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) != 0)
+        record->short_read_inconclusive.store(true, std::memory_order_relaxed);
       for (int d = 0; d < 2; ++d) {
         if ((mask & (d == 0 ? kReadEvents : kWriteEvents)) == 0) continue;
         // Under the lock: a waiter compares the counter under it before it
@@ -425,7 +427,7 @@ void fd_note_drained(int fd, const FdRecord& record, const FdWaitMark& before, b
   if (!before.valid) return;
   FiberControl* self = current_fiber();  // a valid mark was taken in this fiber
   // Acquire: a hang-up harvested before `before` was taken is seen here.
-  if (short_read && record.hung_up.load(std::memory_order_acquire)) return;
+  if (short_read && record.short_read_inconclusive.load(std::memory_order_acquire)) return;
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   set_drain_note(*self, {poller.poll_sequence(), before.events, fd});
 }
@@ -528,7 +530,7 @@ Registration retire(FdRecord& record) noexcept {
   record.lock.lock();
   // A new fd with this number must not get this one's events.
   record.generation.fetch_add(1, std::memory_order_relaxed);
-  record.hung_up.store(false, std::memory_order_relaxed);
+  record.short_read_inconclusive.store(false, std::memory_order_relaxed);
   const Registration registration{record.poller_id, record.in_other_pollers};
   record.poller_id = 0;
   record.in_other_pollers = false;

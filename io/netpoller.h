@@ -38,7 +38,7 @@
 //
 // Drain notes: a read in a fiber, attempted by the hooks or passed
 // through them (a user O_NONBLOCK socket), that finds the fd drained
-// (EAGAIN, or a short read of a stream socket: epoll(7), "you can be sure
+// (EAGAIN, or a short read of a TCP socket: epoll(7), "you can be sure
 // of having exhausted the read I/O space") leaves a note in the fiber: the
 // fd's read counter from before the read and the poll sequence from after
 // it. The fiber's next read wait on that fd parks with the note as its
@@ -49,8 +49,11 @@
 // to step 1) or has an epoll event still to be harvested, which wakes the
 // waiter; and an event harvested by an epoll_wait begun after the read is
 // news (step 5). A short read proves nothing once the fd has hung up
-// (FdRecord::hung_up): the peer's FIN or an error stays readable and
-// raises no new edge. A note is the fiber's own, for one fd at a time,
+// (FdRecord::short_read_inconclusive): the peer's FIN or an error stays
+// readable and raises no new edge; nor once urgent data came (EPOLLPRI: a
+// read stops short at its mark); nor ever on a unix stream socket (a read
+// stops short after a segment that carried fds, FdRecord::
+// short_read_drains_bit). A note is the fiber's own, for one fd at a time,
 // kept in its control block's upper_slot (runtime/fiber_control.h).
 //
 // Events: the poller locks the record, drops the event if its generation

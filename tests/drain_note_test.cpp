@@ -3,7 +3,9 @@
 // cases where a read returns less than asked although the fd is still
 // readable, so that a note would park the fiber with no edge to come: the
 // peer's FIN or an error seen before the read, a datagram socket (a short
-// read is one datagram), and a peek. Each wait must still see the fd ready.
+// read is one datagram), a peek, a unix stream socket's read that stops
+// after passed fds, and a TCP read that stops at the urgent mark. Each
+// wait must still see the fd ready.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include "fd_pair.h"
 #include "io/fd_records.h"
 #include "io/netpoller.h"
+#include "socket_pair.h"
 #include "sync_support.h"
 
 namespace weft {
@@ -129,6 +132,64 @@ TEST(DrainNote, ABlockingReadAfterAShortOneStillSeesTheEof) {
   EXPECT_TRUE(done.load()) << "the blocking read after a short one hung at the EOF";
   if (!done.load()) detail::fd_closing(sockets.reader);  // wakes it (EBADF), so that the test ends
   reader.join();
+}
+
+// A fiber's blocking read of `fd`, after `write_and_more` made it
+// readable: the first read returns `first` bytes, short, with `second`
+// more still queued, which the next read must return without waiting for
+// an edge that never comes. False if it hung for 10 s (the fd is then
+// closed under it, so that the test ends).
+template <class Make>
+void expect_second_read_returns_what_is_queued(int fd, ssize_t first, ssize_t second, Make&& write_and_more) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> done{false};
+  Fiber reader = sched.spawn([&] {
+    ASSERT_TRUE(readable_and_harvested(sched, fd, write_and_more));
+    char buffer[64];
+    ASSERT_EQ(::read(fd, buffer, sizeof buffer), first);
+    EXPECT_EQ(::read(fd, buffer, sizeof buffer), second);
+    done.store(true);
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(done.load()) << "the blocking read after a short one waited although bytes were queued";
+  if (!done.load()) detail::fd_closing(fd);  // wakes it (EBADF), so that the test ends
+  reader.join();
+}
+
+// A unix stream socket's read stops after a segment that carried fds
+// (SCM_RIGHTS), with what follows queued: a short read there drained
+// nothing.
+TEST(DrainNote, ABlockingReadAfterOneThatStoppedAfterPassedFdsReturnsTheRest) {
+  FdPair sockets = make_socketpair(SOCK_STREAM);
+  expect_second_read_returns_what_is_queued(sockets.reader, 3, 3, [&] {
+    char data[] = "abc";
+    iovec iov{data, 3};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    const int passed = sockets.writer;
+    std::memcpy(CMSG_DATA(header), &passed, sizeof passed);
+    ASSERT_EQ(::sendmsg(sockets.writer, &message, 0), 3);
+    ASSERT_EQ(::write(sockets.writer, "def", 3), 3);
+  });
+}
+
+// A TCP read stops at the urgent mark, with what follows it queued.
+TEST(DrainNote, ABlockingReadAfterOneThatStoppedAtTheUrgentMarkReturnsTheRest) {
+  test::LoopbackTcpPair tcp;
+  expect_second_read_returns_what_is_queued(tcp.server, 3, 3, [&] {
+    ASSERT_EQ(::send(tcp.client, "abc", 3, 0), 3);
+    ASSERT_EQ(::send(tcp.client, "X", 1, MSG_OOB), 1);
+    ASSERT_EQ(::send(tcp.client, "def", 3, 0), 3);
+  });
 }
 
 }  // namespace

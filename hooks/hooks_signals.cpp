@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <optional>
 
 #include "hook_support.h"
 #include "real_calls.h"
@@ -190,8 +191,15 @@ class [[nodiscard]] Installing {
 };
 thread_local bool Installing::held_here = false;
 
+// Fork holds the lock as any call that installs does, signals blocked: a
+// handler that installs one (a SIGCHLD reaper reinstalling itself) and
+// interrupts its thread's fork would otherwise spin on the lock its own
+// thread holds, for good.
+thread_local std::optional<Installing> installing_across_fork;
+
 [[gnu::constructor]] void register_fork_handler() {
-  pthread_atfork([] { install_lock.lock(); }, [] { install_lock.unlock(); }, [] { install_lock.unlock(); });
+  pthread_atfork([] { installing_across_fork.emplace(); }, [] { installing_across_fork.reset(); },
+                 [] { installing_across_fork.reset(); });
 }
 
 // sigaction, with Installing held: `action` with the trampoline of its

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -444,6 +445,63 @@ TEST(HooksSignal, WhatIsReportedBackIsWhatLibcReports) {
     EXPECT_TRUE(by_libc.reported[i] == by_weft.reported[i]) << "step " << i << ": the mask";
   }
   EXPECT_EQ(by_libc.returned.back(), by_weft.returned.back()) << "errno of an invalid signal";
+}
+
+// A handler that reinstalls itself with signal() (the System V way; both
+// calls are async-signal-safe), on a thread that forks again and again:
+// the handler runs inside fork() too. Before, fork's pthread_atfork
+// handler held the hooks' install lock with signals open, and the
+// handler's signal() spun on it for good (a SIGCHLD reaper beside a
+// forking loop hung the same way). In a child process, which the test
+// kills if it has not finished its forks within 60 s (300 forks hung it in
+// each of 5 runs before).
+std::atomic<long> reinstalls{0};
+void reinstall_self(int) {
+  signal(SIGUSR1, reinstall_self);
+  reinstalls.fetch_add(1, std::memory_order_relaxed);
+}
+
+[[noreturn]] void fork_while_signalled() {
+  constexpr int kForks = 300;
+  signal(SIGUSR1, reinstall_self);
+  const pthread_t forker = pthread_self();
+  std::atomic<bool> done{false};
+  std::thread signaller([&] {
+    while (!done.load()) {
+      pthread_kill(forker, SIGUSR1);
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  for (int i = 0; i < kForks; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid < 0) _exit(2);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  done = true;
+  signaller.join();
+  _exit(reinstalls.load() > 0 ? 0 : 3);
+}
+
+TEST(HooksSignal, AHandlerThatInstallsAHandlerDuringForkDoesNotHang) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) fork_while_signalled();
+  int status = 0;
+  pid_t reaped = 0;
+  for (const auto until = Clock::now() + 60s; reaped == 0 && Clock::now() < until;) {
+    reaped = waitpid(child, &status, WNOHANG);
+    if (reaped == 0) std::this_thread::sleep_for(10ms);
+  }
+  if (reaped == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the forking child hung: a handler's signal() inside fork()";
+  }
+  ASSERT_EQ(reaped, child);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: fork failed; 3: no signal was handled";
 }
 
 // The kernel holds weft's trampoline, not the user's handler: the handler

@@ -138,8 +138,11 @@ class Sysmon {
   // A worker asleep in futex(2) this long may be waiting for a std::mutex
   // that a fiber pinned to it holds: hook pins are released then
   // (Worker::release_hook_pinned). Long, because the release is safe only
-  // while the thread stays asleep.
-  static constexpr std::chrono::milliseconds kReleaseHookPinsAfter{100};
+  // while the thread stays asleep: a wait that ends on its own (a libc or
+  // sanitizer lock on a loaded machine) is not to be taken for one. At
+  // 100 ms, such a release under TSan had the released call's errno
+  // written to a thread already running another fiber.
+  static constexpr std::chrono::milliseconds kReleaseHookPinsAfter{1000};
   // A timer due this long while a worker sleeps: nobody is running the
   // timers (the blocker left to run a fiber that then blocked, and the
   // other sleepers were never told of them, sched/timers.h), so sysmon

@@ -412,7 +412,7 @@ INSTANTIATE_TEST_SUITE_P(Calls, HookedCallIsACheckpoint,
 // The hook's checkpoint pins the fiber to its worker while it waits to run
 // again. If it holds a std::mutex then, and the fiber that runs in its
 // place blocks the worker's thread on that mutex, only sysmon can save
-// them: after 100 ms in futex(2) it releases the hook's pin (as it does for
+// them: after 1 s in futex(2) it releases the hook's pin (as it does for
 // a fiber parked in a hook), a spare runs the holder, and the hooked call
 // returns there with errno copied to the thread it was made on. Without
 // that release this deadlocked. A std::mutex, not a timed one: TSan does

@@ -48,9 +48,11 @@ Clock::time_point deadline_after_ms(int timeout_ms) {
 }
 
 // A timespec timeout that makes the call libc's own: zero (a poll, which
-// never waits) or one the kernel refuses (its EINVAL).
+// never waits), one the kernel refuses (its EINVAL), or one it cannot read
+// (its EFAULT, where glibc's wrapper does not read it first).
 bool zero_or_invalid(const timespec* timeout) noexcept {
-  return (timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout);
+  if (timeout == nullptr) return false;
+  return !readable_by_kernel(timeout) || (timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout);
 }
 
 // What `fds` watch: how many distinct (fd, events) entries, and the last
@@ -119,8 +121,15 @@ class PollWait {
       sleep_parked(deadline);
       return EAGAIN;
     }
-    if (watched_.one_direction())
-      return wait_for_fd(watched_.only->fd, watched_.direction(), deadline, &mark_, &harvested);
+    if (watched_.one_direction()) {
+      const int failed = wait_for_fd(watched_.only->fd, watched_.direction(), deadline, &mark_, &harvested);
+      if (failed != EPERM) return failed;
+      // An fd epoll refuses (a regular file, a directory, /dev/null) is
+      // ever as poll(2) reports it: the probe found it not ready for what
+      // was asked, and it never will be. A thread waits the timeout out.
+      sleep_parked(deadline);
+      return EAGAIN;
+    }
     try {
       return wait_fd_set(set_.data(), set_.size(), deadline) == FdWaitResult::ready ? 0 : EAGAIN;
     } catch (...) {
@@ -167,6 +176,7 @@ int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, boo
     }
     waiting.mark();
     const int ready = probe();
+    if (ready > 0) set_errno(saved);  // the park let other fibers of this thread set it
     if (ready != 0) return ready;
     if (failed == EAGAIN && Clock::now() >= deadline) {
       set_errno(saved);
@@ -353,13 +363,27 @@ bool select_timeout(const timeval& timeout, timespec& asked) noexcept {
   return true;
 }
 
-// Linux's select leaves the time not slept in *timeout: what was asked
-// less what went, never below zero; also for a timeout too long to be a
-// deadline (a program's "forever").
-void remaining_into(timeval& timeout, const timespec& asked, Clock::duration slept) {
-  const std::int64_t went = std::chrono::duration_cast<std::chrono::nanoseconds>(slept).count();
-  std::int64_t sec = asked.tv_sec - went / 1'000'000'000;
-  std::int64_t nsec = asked.tv_nsec - went % 1'000'000'000;
+// Linux's select leaves the time not slept in *timeout: the call's end
+// (the monotonic time at its start plus what was asked, saturated at the
+// largest time, {INT64_MAX, 0}, as timespec64_add_safe does for a
+// program's "forever") less the time at its return, never below zero.
+void remaining_into(timeval& timeout, const timespec& asked, Clock::time_point start, Clock::time_point end_of_call) {
+  constexpr std::int64_t kSecond = 1'000'000'000;
+  const auto ns = [](Clock::time_point at) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+  };
+  const std::int64_t from = ns(start);
+  std::int64_t end_sec = 0;
+  std::int64_t end_nsec = from % kSecond + asked.tv_nsec;
+  if (__builtin_add_overflow(from / kSecond, asked.tv_sec, &end_sec) ||
+      __builtin_add_overflow(end_sec, end_nsec / kSecond, &end_sec)) {
+    end_sec = INT64_MAX;
+    end_nsec = 0;
+  }
+  end_nsec %= kSecond;
+  const std::int64_t now = ns(end_of_call);
+  std::int64_t sec = end_sec - now / kSecond;
+  std::int64_t nsec = end_nsec - now % kSecond;
   if (nsec < 0) {
     nsec += 1'000'000'000;
     --sec;
@@ -413,7 +437,7 @@ int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* timeout) {
   const Clock::time_point start = Clock::now();
   const int result =
       select_hooked(nfds, r, w, e, deadline_after_timespec(timeout != nullptr ? &asked : nullptr), nullptr, false);
-  if (timeout != nullptr) remaining_into(*timeout, asked, Clock::now() - start);
+  if (timeout != nullptr) remaining_into(*timeout, asked, start, Clock::now());
   return result;
 }
 

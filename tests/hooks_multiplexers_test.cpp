@@ -18,8 +18,10 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "hooks_test_support.h"
@@ -427,6 +429,185 @@ TEST(HooksMultiplexers, AParkedWaitLeavesErrnoAlone) {
       out += outcome(result) + " errno " + strerrorname_np(errno) + "\n";
     }
     return out;
+  });
+}
+
+// What `wait(a, b)` returns and leaves in errno, `a` and `b` the readers
+// of two quiet pipes, while a writer makes `a` readable after 20 ms and
+// leaves errno EAGAIN behind it: on two plain threads, then as two fibers
+// of one worker, which share its thread and so its errno.
+test::ThreadAndFiber wait_while_another_sets_errno(const std::function<int(int, int)>& wait) {
+  const auto run = [&](const std::function<void(const std::function<void()>&, const std::function<void()>&)>& both) {
+    const Pipe a;
+    const Pipe b;
+    std::string out;
+    both(
+        [&] {
+          errno = EDOM;
+          const int result = wait(a.reader, b.reader);
+          out = outcome(result) + " errno " + strerrorname_np(errno);
+        },
+        [&] {
+          errno = EAGAIN;
+          EXPECT_EQ(::write(a.writer, "x", 1), 1);
+        });
+    return out;
+  };
+  test::ThreadAndFiber got;
+  got.thread = run([](const std::function<void()>& waiter, const std::function<void()>& writer) {
+    std::thread waiting(waiter);
+    std::thread writing([&] {
+      std::this_thread::sleep_for(20ms);
+      writer();
+    });
+    waiting.join();
+    writing.join();
+  });
+  got.fiber = run([](const std::function<void()>& waiter, const std::function<void()>& writer) {
+    Scheduler sched = test::one_worker();
+    Fiber waiting = sched.spawn(waiter);
+    Fiber writing = sched.spawn([&] {
+      this_fiber::sleep_for(20ms);
+      writer();
+    });
+    waiting.join();
+    writing.join();
+  });
+  return got;
+}
+
+// errno stays the caller's through a wait that parked and ended with an
+// fd ready, whatever another fiber of the same thread left in it
+// meanwhile. Before, the wait returned with the writer's EAGAIN.
+TEST(HooksMultiplexers, AParkedWaitKeepsErrnoFromAnotherFiberOfItsThread) {
+  const std::vector<std::pair<const char*, std::function<int(int, int)>>> waits = {
+      {"poll of one fd",
+       [](int a, int) {
+         pollfd fd{a, POLLIN, 0};
+         return poll(&fd, 1, 10'000);
+       }},
+      {"poll of two fds",
+       [](int a, int b) {
+         pollfd fds[] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+         return poll(fds, 2, 10'000);
+       }},
+      {"ppoll of two fds",
+       [](int a, int b) {
+         pollfd fds[] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+         const timespec timeout{10, 0};
+         return ppoll(fds, 2, &timeout, nullptr);
+       }},
+      {"select",
+       [](int a, int b) {
+         fd_set r;
+         FD_ZERO(&r);
+         FD_SET(a, &r);
+         FD_SET(b, &r);
+         timeval tv{10, 0};
+         return select(std::max(a, b) + 1, &r, nullptr, nullptr, &tv);
+       }},
+      {"pselect of one fd",
+       [](int a, int) {
+         fd_set r;
+         FD_ZERO(&r);
+         FD_SET(a, &r);
+         const timespec timeout{10, 0};
+         return pselect(a + 1, &r, nullptr, nullptr, &timeout, nullptr);
+       }},
+      {"epoll_wait",
+       [](int a, int) {
+         const int epfd = epoll_create1(EPOLL_CLOEXEC);
+         epoll_event event{};
+         event.events = EPOLLIN;
+         EXPECT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, a, &event), 0);
+         epoll_event events[1];
+         const int result = epoll_wait(epfd, events, 1, 10'000);
+         ::close(epfd);  // leaves errno alone: it succeeds
+         return result;
+       }},
+  };
+  for (const auto& [name, wait] : waits) {
+    SCOPED_TRACE(name);
+    const test::ThreadAndFiber got = wait_while_another_sets_errno(wait);
+    EXPECT_EQ(got.fiber, got.thread);
+  }
+}
+
+// A wait on one fd that epoll cannot watch (a regular file, a directory,
+// /dev/null) for what it is never ready for (POLLPRI, the bands): poll(2)
+// reports such an fd as ever the same, so a thread waits the timeout out
+// and finds nothing. Before, a fiber's wait failed at once with EPERM.
+TEST(HooksMultiplexers, AWaitOnOneFdEpollRefusesWaitsItsTimeout) {
+  struct Case {
+    const char* path;
+    int flags;
+    short events;
+  };
+  for (const Case c : {Case{"/proc/self/exe", O_RDONLY, POLLPRI}, Case{"/proc/self/exe", O_RDONLY, POLLRDBAND},
+                       Case{"/", O_RDONLY | O_DIRECTORY, POLLPRI}, Case{"/dev/null", O_RDWR, POLLPRI},
+                       Case{"/dev/null", O_RDWR, POLLWRBAND}}) {
+    SCOPED_TRACE(std::string(c.path) + " events " + std::to_string(c.events));
+    expect_same_on_thread_and_fiber([c] {
+      const int fd = ::open(c.path, c.flags | O_CLOEXEC);
+      EXPECT_GE(fd, 0);
+      pollfd one{fd, c.events, 0};
+      const auto start = Clock::now();
+      errno = EDOM;
+      const int result = poll(&one, 1, 50);
+      const bool waited = Clock::now() - start >= 40ms;
+      std::string out = "poll " + outcome(result) + " errno " + strerrorname_np(errno) + " revents " +
+                        std::to_string(one.revents) + (waited ? " after the timeout" : " early");
+      fd_set e;
+      FD_ZERO(&e);
+      FD_SET(fd, &e);
+      timeval tv{0, 20'000};
+      errno = EDOM;
+      const int selected = select(fd + 1, nullptr, nullptr, &e, &tv);
+      out += "\nselect, exceptfds " + outcome(selected) + " errno " + strerrorname_np(errno) + " set " +
+             std::to_string(FD_ISSET(fd, &e));
+      ::close(fd);
+      return out;
+    });
+  }
+}
+
+// An epoll_pwait2 timeout the kernel cannot read (in a page mapped with no
+// access): its EFAULT, as on a thread. Before, a fiber's call read it
+// first and died of SIGSEGV.
+TEST(HooksMultiplexers, AnUnreadableEpollPwait2TimeoutIsEFAULT) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  void* none = ::mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(none, MAP_FAILED);
+  const auto* unreadable = static_cast<const timespec*>(none);
+  expect_same_on_thread_and_fiber([&] {
+    const int epfd = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event events[1];
+    errno = 0;
+    const std::string out = outcome(epoll_pwait2(epfd, events, 1, unreadable, nullptr));
+    ::close(epfd);
+    return out;
+  });
+  ::munmap(none, page);
+}
+
+// select's time left of a timeout that runs past the largest time (the
+// largest tv_sec: a program's "forever"): Linux saturates the call's end
+// at that time, so what is left is that end less the monotonic time now.
+// Before, a fiber's select left the timeout less the time slept.
+TEST(HooksMultiplexers, SelectLeavesTheTimeLeftOfASaturatedTimeoutAsLinuxDoes) {
+  expect_same_on_thread_and_fiber([] {
+    const Pipe pipe;
+    EXPECT_EQ(::write(pipe.writer, "x", 1), 1);
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(pipe.reader, &r);
+    timeval tv{std::numeric_limits<time_t>::max(), 0};
+    const int ready = select(pipe.reader + 1, &r, nullptr, nullptr, &tv);
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    const time_t end_less_now = std::numeric_limits<time_t>::max() - now.tv_sec;
+    const bool as_linux = tv.tv_sec <= end_less_now + 1 && tv.tv_sec >= end_less_now - 60;
+    return outcome(ready) + (as_linux ? " left: the end of time less now" : " left " + std::to_string(tv.tv_sec));
   });
 }
 

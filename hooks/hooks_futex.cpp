@@ -20,7 +20,9 @@
 //   (futex_compare): a word that no longer holds the value (EAGAIN), a bad
 //   or misaligned address (EFAULT, EINVAL), returns at once with the
 //   call's own error, no helper. (A FUTEX_WAIT with a zero timeout slept
-//   the thread's timer slack, 50 us, first.)
+//   the thread's timer slack, 50 us, first.) Before that, a call the
+//   kernel refuses before it compares the word is made as it is: it fails
+//   at once with the kernel's own error.
 // - errno, and the thread: the fiber resumes on the thread it called from
 //   (hooks/offload.h).
 // What differs: a relative timeout counts from when the helper starts the
@@ -55,6 +57,7 @@
 #include "hook_support.h"
 #include "offload.h"
 #include "real_calls.h"
+#include "user_memory.h"
 
 namespace weft::detail {
 namespace {
@@ -64,9 +67,23 @@ bool is_futex_wait(long op) noexcept {
   return command == FUTEX_WAIT || command == FUTEX_WAIT_BITSET;
 }
 
+// Whether the kernel refuses the futex wait of `args` before it compares
+// the word, in its order (kernel/futex/syscalls.c, do_futex, futex_wait): a
+// timeout it cannot read (EFAULT) or that is no time (EINVAL),
+// FUTEX_CLOCK_REALTIME on a FUTEX_WAIT (ENOSYS), a FUTEX_WAIT_BITSET with
+// an empty bitset (EINVAL).
+bool refused_before_the_word(const long (&args)[6]) noexcept {
+  const auto* timeout = reinterpret_cast<const timespec*>(args[3]);
+  if (timeout != nullptr && !(readable_by_kernel(timeout) && valid_timespec(timeout))) return true;
+  if ((args[1] & FUTEX_CMD_MASK) == FUTEX_WAIT) return (args[1] & FUTEX_CLOCK_REALTIME) != 0;
+  return static_cast<std::uint32_t>(args[5]) == 0;  // the kernel's bitset is a u32
+}
+
 // The futex wait of `args` (syscall's, after SYS_futex), parked.
 long futex_wait_parked(const long (&args)[6]) noexcept {
   const auto real_syscall = real::syscall();
+  if (refused_before_the_word(args))  // fails at once: no comparison, no helper
+    return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]);
   const long compared = futex_compare(reinterpret_cast<const void*>(args[0]), static_cast<std::uint32_t>(args[2]),
                                       (args[1] & FUTEX_PRIVATE_FLAG) == 0);
   if (compared == -EAGAIN || compared == -EFAULT || compared == -EINVAL) {

@@ -188,6 +188,18 @@ Answer futex_wait(int* word, int op, int value, const timespec* timeout, int bit
 }
 
 // Each case in a fiber answers as the same call on a plain thread.
+void expect_same_answers_on_thread_and_fiber(const std::vector<std::function<Answer()>>& cases) {
+  Scheduler sched{test::config_with(2)};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    Answer on_thread{};
+    std::thread([&] { on_thread = cases[i](); }).join();
+    Answer on_fiber{};
+    sched.spawn([&] { on_fiber = cases[i](); }).join();
+    EXPECT_EQ(on_fiber.result, on_thread.result) << "case " << i;
+    EXPECT_EQ(on_fiber.error, on_thread.error) << "case " << i;
+  }
+}
+
 TEST(HooksFutex, AWaitAnswersAsOnAThread) {
   static int word = 1;
   const timespec one_ms{0, 1'000'000};
@@ -204,15 +216,29 @@ TEST(HooksFutex, AWaitAnswersAsOnAThread) {
         return futex_wait(&word, FUTEX_WAIT_BITSET_PRIVATE, 1, &now, FUTEX_BITSET_MATCH_ANY);
       },
   };
-  Scheduler sched{test::config_with(2)};
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    Answer on_thread{};
-    std::thread([&] { on_thread = cases[i](); }).join();
-    Answer on_fiber{};
-    sched.spawn([&] { on_fiber = cases[i](); }).join();
-    EXPECT_EQ(on_fiber.result, on_thread.result) << "case " << i;
-    EXPECT_EQ(on_fiber.error, on_thread.error) << "case " << i;
+  expect_same_answers_on_thread_and_fiber(cases);
+}
+
+// Calls the kernel refuses before it compares the word answer so, as on a
+// thread, whatever the word holds: a timeout it cannot read (EFAULT) or
+// that is no time (EINVAL), FUTEX_CLOCK_REALTIME on a FUTEX_WAIT (ENOSYS),
+// a bitset wait with an empty bitset (EINVAL). Before, a fiber's call
+// whose word had moved on answered EAGAIN.
+TEST(HooksFutex, ACallTheKernelRefusesBeforeTheWordAnswersAsOnAThread) {
+  static int word = 1;
+  static const timespec too_many_ns{0, 1'000'000'000};
+  static const timespec negative{-1, 0};
+  static const timespec one_ms{0, 1'000'000};
+  const auto* unreadable = reinterpret_cast<const timespec*>(16);
+  std::vector<std::function<Answer()>> cases;
+  for (const int value : {1, 2}) {  // the word's value, then another
+    cases.push_back([=] { return futex_wait(&word, FUTEX_WAIT_PRIVATE, value, &too_many_ns); });
+    cases.push_back([=] { return futex_wait(&word, FUTEX_WAIT_PRIVATE, value, &negative); });
+    cases.push_back([=] { return futex_wait(&word, FUTEX_WAIT_PRIVATE, value, unreadable); });
+    cases.push_back([=] { return futex_wait(&word, FUTEX_WAIT_PRIVATE | FUTEX_CLOCK_REALTIME, value, &one_ms); });
+    cases.push_back([=] { return futex_wait(&word, FUTEX_WAIT_BITSET_PRIVATE, value, nullptr, 0); });
   }
+  expect_same_answers_on_thread_and_fiber(cases);
 }
 
 // Other calls through syscall() reach the kernel with their arguments.

@@ -203,7 +203,7 @@ extern "C" {
     const clockid_t clock = (pthread_layout::cond_flags(cond) & pthread_layout::kCondClockMonotonic) != 0
                                 ? CLOCK_MONOTONIC
                                 : CLOCK_REALTIME;
-    return wait(cond, mutex, Deadline::at_time(clock, *abstime), return_address);
+    return wait(cond, mutex, Deadline::at_time(clock, abstime), return_address);
   });
 }
 
@@ -219,7 +219,7 @@ extern "C" {
       return bridged_wait(cond, mutex, return_address, [cond, clock, abstime](pthread_mutex_t* held) {
         return real::pthread_cond_clockwait()(cond, held, clock, abstime);
       });
-    return wait(cond, mutex, Deadline::at_time(clock, *abstime), return_address);
+    return wait(cond, mutex, Deadline::at_time(clock, abstime), return_address);
   });
 }
 

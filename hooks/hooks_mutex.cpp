@@ -208,7 +208,7 @@ int acquire_slow(pthread_mutex_t* mutex, int type, const Caller& me, bool park, 
   // negative tv_sec has passed whatever its tv_nsec (glibc's futex wait
   // answers ETIMEDOUT before the kernel could refuse the tv_nsec; both
   // waits below do too).
-  if (deadline.none || deadline.at.tv_sec >= 0) {
+  if (deadline.none() || deadline.at->tv_sec >= 0) {
     if (const int error = deadline.check(); error != 0) return error;
   }
   if (park) return acquire_parked(mutex, type, me, deadline);
@@ -427,7 +427,9 @@ int timed_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime,
   if ((kind & kMutexTakenOverMask) != 0)
     return pin_if_held(announced([&] { return real::pthread_mutex_clocklock()(mutex, clock, abstime); }));
   lock_checkpoint(return_address);
-  return lock(mutex, kind & kMutexTypeMask, current_caller(), return_address, Deadline::at_time(clock, *abstime));
+  // The time is read only by a call that must wait (acquire_slow), as
+  // glibc's: a free mutex is taken whatever `abstime` is, null included.
+  return lock(mutex, kind & kMutexTypeMask, current_caller(), return_address, Deadline::at_time(clock, abstime));
 }
 
 int clock_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime, const void* return_address) {

@@ -267,10 +267,14 @@ void unlock(pthread_rwlock_t* lock, const Caller& me) noexcept {
   grant(lock, bucket);
 }
 
-// The timed forms' checks, glibc's order: the clock and the time first.
+// The timed forms' checks, glibc's order: the clock and the time first,
+// and neither for a null time (outside glibc's contract, which glibc
+// tolerates: it then waits without end).
 int check_timed(clockid_t clock, const timespec* abstime) noexcept {
+  const Deadline deadline = Deadline::at_time(clock, abstime);
+  if (deadline.none()) return 0;
   if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;
-  return Deadline::at_time(clock, *abstime).check();
+  return deadline.check();
 }
 
 }  // namespace
@@ -310,7 +314,7 @@ extern "C" {
   if (const int error = check_timed(CLOCK_REALTIME, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
-  return read_lock(lock, Deadline::at_time(CLOCK_REALTIME, *abstime), return_address);
+  return read_lock(lock, Deadline::at_time(CLOCK_REALTIME, abstime), return_address);
 }
 
 [[gnu::noinline]] int pthread_rwlock_clockrdlock(pthread_rwlock_t* lock, clockid_t clock, const timespec* abstime) {
@@ -318,7 +322,7 @@ extern "C" {
   if (const int error = check_timed(clock, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
-  return read_lock(lock, Deadline::at_time(clock, *abstime), return_address);
+  return read_lock(lock, Deadline::at_time(clock, abstime), return_address);
 }
 
 [[gnu::noinline]] int pthread_rwlock_wrlock(pthread_rwlock_t* lock) {
@@ -341,7 +345,7 @@ extern "C" {
   if (const int error = check_timed(CLOCK_REALTIME, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
-  return write_lock(lock, Deadline::at_time(CLOCK_REALTIME, *abstime), return_address);
+  return write_lock(lock, Deadline::at_time(CLOCK_REALTIME, abstime), return_address);
 }
 
 [[gnu::noinline]] int pthread_rwlock_clockwrlock(pthread_rwlock_t* lock, clockid_t clock, const timespec* abstime) {
@@ -349,7 +353,7 @@ extern "C" {
   if (const int error = check_timed(clock, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
-  return write_lock(lock, Deadline::at_time(clock, *abstime), return_address);
+  return write_lock(lock, Deadline::at_time(clock, abstime), return_address);
 }
 
 [[gnu::noinline]] int pthread_rwlock_unlock(pthread_rwlock_t* lock) {

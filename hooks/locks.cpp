@@ -158,32 +158,32 @@ WEFT_TSAN_SWITCHES WaitingCall::~WaitingCall() {
 // --- deadlines -------------------------------------------------------------
 
 int Deadline::check() const noexcept {
-  if (none) return 0;
-  return at.tv_nsec < 0 || at.tv_nsec >= 1'000'000'000 ? EINVAL : 0;
+  if (none()) return 0;
+  return at->tv_nsec < 0 || at->tv_nsec >= 1'000'000'000 ? EINVAL : 0;
 }
 
 bool Deadline::passed() const noexcept {
-  if (none) return false;
-  if (at.tv_sec < 0) return true;
+  if (none()) return false;
+  if (at->tv_sec < 0) return true;
   timespec now{};
   clock_gettime(clock, &now);
-  return to_ns(now) >= to_ns(at);
+  return to_ns(now) >= to_ns(*at);
 }
 
 Clock::time_point Deadline::steady() const noexcept {
-  if (none) return no_deadline;
-  if (at.tv_sec < 0) return Clock::now();
+  if (none()) return no_deadline;
+  if (at->tv_sec < 0) return Clock::now();
   if (clock == CLOCK_MONOTONIC) {
     // steady_clock is CLOCK_MONOTONIC: the same time, converted exactly,
     // but for a time past what it counts (2^63 ns, 292 years), which the
     // futex of a blocked thread waits for as for none.
     constexpr auto kLastSecond = std::chrono::duration_cast<std::chrono::seconds>(Clock::duration::max()).count();
-    if (at.tv_sec >= kLastSecond) return no_deadline;
-    return Clock::time_point(std::chrono::seconds(at.tv_sec) + std::chrono::nanoseconds(at.tv_nsec));
+    if (at->tv_sec >= kLastSecond) return no_deadline;
+    return Clock::time_point(std::chrono::seconds(at->tv_sec) + std::chrono::nanoseconds(at->tv_nsec));
   }
   timespec now{};
   clock_gettime(clock, &now);
-  const long double left_ns = static_cast<long double>(at.tv_sec - now.tv_sec) * 1e9L + (at.tv_nsec - now.tv_nsec);
+  const long double left_ns = static_cast<long double>(at->tv_sec - now.tv_sec) * 1e9L + (at->tv_nsec - now.tv_nsec);
   return saturating_deadline(Clock::now(), WideNanos(left_ns));
 }
 
@@ -192,11 +192,11 @@ Clock::time_point Deadline::steady() const noexcept {
 int futex_wait(void* word, unsigned expected, const Deadline& deadline) noexcept {
   int op = FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
   const timespec* timeout = nullptr;
-  if (!deadline.none) {
+  if (!deadline.none()) {
     // The kernel refuses a negative time; glibc calls that one passed.
-    if (deadline.at.tv_sec < 0) return ETIMEDOUT;
+    if (deadline.at->tv_sec < 0) return ETIMEDOUT;
     if (deadline.clock == CLOCK_REALTIME) op |= FUTEX_CLOCK_REALTIME;
-    timeout = &deadline.at;
+    timeout = deadline.at;
   }
   const long result = sys::futex(word, op, expected, timeout, FUTEX_BITSET_MATCH_ANY);
   return result < 0 ? static_cast<int>(-result) : 0;
@@ -216,7 +216,7 @@ bool wait_in_lot(LotBucket& bucket, LotWaiter& waiter, const WaitSite& site, con
   // as park() has a thread do (unpark() wakes that futex), but with the
   // caller's own clock, as glibc's futex waits.
   waiter.fiber = nullptr;
-  waiter.may_time_out = !deadline.none;
+  waiter.may_time_out = !deadline.none();
   bucket.lock.unlock();
   if (after_release.run != nullptr) after_release.run(after_release.arg);
   // Ends the wait unless a wake-up came first (then it is taken).

@@ -717,6 +717,73 @@ TEST_P(LockSemantics, ATimedLockTimesOutOnItsClockAndChecksItsTimeOnlyWhenItWait
   });
 }
 
+// A call found by name, as a direct call finds it (the hooks, or a
+// sanitizer's interceptor before them), through a type without the
+// attributes of its declaration.
+template <class Fn>
+Fn* by_name(const char* name) {
+  return reinterpret_cast<Fn*>(dlsym(RTLD_DEFAULT, name));
+}
+
+// A null time, outside glibc's contract but tolerated by it: glibc reads
+// the time only once the call must wait (the rwlock also checks its clock
+// only with a time), and waits without one, until the lock is free.
+// Before, the hooks read it at once and died of SIGSEGV. The calls are
+// made by name: glibc declares the time __nonnull, which UBSan checks at
+// a direct call.
+TEST_P(LockSemantics, ATimedLockWithANullTimeWaitsAsAnUntimedOne) {
+  using MutexTimed = int(pthread_mutex_t*, const timespec*);
+  using MutexClock = int(pthread_mutex_t*, clockid_t, const timespec*);
+  using RwlockTimed = int(pthread_rwlock_t*, const timespec*);
+  using RwlockClock = int(pthread_rwlock_t*, clockid_t, const timespec*);
+  MutexTimed* const mutex_timedlock = by_name<MutexTimed>("pthread_mutex_timedlock");
+  MutexClock* const mutex_clocklock = by_name<MutexClock>("pthread_mutex_clocklock");
+  RwlockTimed* const timedrdlock = by_name<RwlockTimed>("pthread_rwlock_timedrdlock");
+  RwlockClock* const clockrdlock = by_name<RwlockClock>("pthread_rwlock_clockrdlock");
+  RwlockTimed* const timedwrlock = by_name<RwlockTimed>("pthread_rwlock_timedwrlock");
+  RwlockClock* const clockwrlock = by_name<RwlockClock>("pthread_rwlock_clockwrlock");
+  ASSERT_TRUE(mutex_timedlock && mutex_clocklock && timedrdlock && clockrdlock && timedwrlock && clockwrlock);
+  run([&] {
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    EXPECT_EQ(mutex_timedlock(&mu, nullptr), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+    EXPECT_EQ(mutex_clocklock(&mu, CLOCK_MONOTONIC, nullptr), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+    EXPECT_EQ(mutex_clocklock(&mu, CLOCK_MONOTONIC_RAW, nullptr), EINVAL);  // the clock, before anything
+    pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+    EXPECT_EQ(timedrdlock(&lock, nullptr), 0);
+    EXPECT_EQ(clockrdlock(&lock, CLOCK_MONOTONIC_RAW, nullptr), 0);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(timedwrlock(&lock, nullptr), 0);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(clockwrlock(&lock, CLOCK_MONOTONIC_RAW, nullptr), 0);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  });
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+  std::atomic<bool> held{false};
+  std::atomic<bool> released{false};
+  std::thread holder([&] {
+    pthread_mutex_lock(&mu);
+    pthread_rwlock_wrlock(&lock);
+    held = true;
+    std::this_thread::sleep_for(20ms);  // the caller waits meanwhile (or comes late, and does not)
+    released = true;
+    pthread_mutex_unlock(&mu);
+    pthread_rwlock_unlock(&lock);
+  });
+  while (!held.load()) std::this_thread::sleep_for(1ms);
+  run([&] {
+    EXPECT_EQ(mutex_timedlock(&mu, nullptr), 0);
+    EXPECT_TRUE(released.load());
+    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+    EXPECT_EQ(timedrdlock(&lock, nullptr), 0);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  });
+  holder.join();
+}
+
 TEST_P(LockSemantics, ACondvarWaitTimesOutOnItsClockWithTheMutexHeld) {
   run([] {
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;

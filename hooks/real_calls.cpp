@@ -430,18 +430,36 @@ void* resolved_or_fallback(const char* name, void* found) noexcept {
   std::abort();
 }
 
+namespace {
+
+// `name` in the next object after libweft, else in libc.so.6; null if
+// neither defines it.
+void* look_up(const char* name) noexcept {
+  void* fn = dlsym(RTLD_NEXT, name);
+  if (fn != nullptr) return fn;
+  // dlmopen, not dlopen: the hooks interpose dlopen (hooks/excluded_callers.h).
+  if (void* libc = dlmopen(LM_ID_BASE, "libc.so.6", RTLD_LAZY | RTLD_NOLOAD)) return dlsym(libc, name);
+  return nullptr;
+}
+
+}  // namespace
+
 void* resolve(const char* name) noexcept {
   // dlsym may set dlerror state and errno; the hook's caller must not see
   // either change.
   const int saved = errno;
-  void* fn = dlsym(RTLD_NEXT, name);
-  if (fn == nullptr) {
-    // dlmopen, not dlopen: the hooks interpose dlopen (hooks/excluded_callers.h).
-    if (void* libc = dlmopen(LM_ID_BASE, "libc.so.6", RTLD_LAZY | RTLD_NOLOAD)) fn = dlsym(libc, name);
-  }
-  fn = resolved_or_fallback(name, fn);
+  void* fn = resolved_or_fallback(name, look_up(name));
   errno = saved;
   return fn;
+}
+
+ResolvedAtLoad::ResolvedAtLoad(std::atomic<void*>& slot, const char* name) noexcept {
+  if (slot.load(std::memory_order_relaxed) != nullptr) return;
+  const int saved = errno;
+  void* fn = look_up(name);
+  if (fn == nullptr) fn = raw_syscall_fallback(name);
+  if (fn != nullptr) slot.store(fn, std::memory_order_relaxed);
+  errno = saved;
 }
 
 }  // namespace weft::detail::real

@@ -1,8 +1,11 @@
 // The real libc functions behind weft's hooks (hooks/hooks_*.cpp).
 //
-// Each is resolved on its first use, not in a constructor: a hook can run
-// before any constructor (a static initialiser that writes, a preloaded
-// library), and from code loaded later with dlopen. Resolution asks
+// Each is resolved when libweft is loaded, and on its first use if that
+// comes earlier: a hook can run before any constructor (a static
+// initialiser that writes, a preloaded library). Not only at first use: a
+// first use may be in a signal handler (a SIGCHLD reaper's first waitpid),
+// where dlsym, which takes the loader's lock and may allocate, is not
+// safe. Resolution asks
 // dlsym(RTLD_NEXT) first, so that a sanitizer runtime or another
 // interposer that comes after libweft in the search order keeps working;
 // when that finds nothing (libweft itself dlopen'ed after libc) it asks
@@ -72,9 +75,18 @@ inline Fn* load(std::atomic<void*>& slot, const char* name) noexcept {
   return reinterpret_cast<Fn*>(fn);
 }
 
+// Fills `slot` with `name`'s function when libweft is loaded, unless a
+// hook did first. One that no object defines and no system call stands
+// for is left to its first use, which aborts naming it (resolve()): a
+// program that never calls it must still run.
+struct ResolvedAtLoad {
+  ResolvedAtLoad(std::atomic<void*>& slot, const char* name) noexcept;
+};
+
 // real::read()(fd, buf, n) calls libc's read.
-#define WEFT_REAL_CALL(name, ...)                 \
-  inline std::atomic<void*> slot_##name{nullptr}; \
+#define WEFT_REAL_CALL(name, ...)                                  \
+  inline std::atomic<void*> slot_##name{nullptr};                  \
+  inline const ResolvedAtLoad resolved_##name{slot_##name, #name}; \
   inline auto name() noexcept { return load<__VA_ARGS__>(slot_##name, #name); }
 
 WEFT_REAL_CALL(read, ssize_t(int, void*, size_t))

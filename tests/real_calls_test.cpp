@@ -31,6 +31,15 @@ Fn* fallback(const char* name) {
   return reinterpret_cast<Fn*>(fn);
 }
 
+// Resolved when the library was loaded, before any use: a hook's first
+// call may come from a signal handler, where dlsym is not safe. Nothing in
+// this binary calls these before the test.
+TEST(RealCalls, CallsAreResolvedBeforeTheirFirstUse) {
+  EXPECT_NE(slot_waitid.load(), nullptr);
+  EXPECT_NE(slot_sigtimedwait.load(), nullptr);
+  EXPECT_NE(slot_mq_timedsend.load(), nullptr);
+}
+
 TEST(RealCalls, DlsymFindsLibcsFunctions) {
   // In this test binary, libc is there to be found: no fallback is used.
   EXPECT_NE(reinterpret_cast<void*>(read()), raw_syscall_fallback("read"));

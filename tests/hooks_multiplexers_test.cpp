@@ -92,18 +92,24 @@ class PendingSignal {
   sigset_t old_mask_{};
 };
 
+// select of a pipe with a byte in it, with `tv` as its timeout: its
+// outcome, and what it left in `tv`.
+std::string select_a_ready_pipe(timeval& tv) {
+  const Pipe pipe;
+  EXPECT_EQ(::write(pipe.writer, "x", 1), 1);
+  fd_set r;
+  FD_ZERO(&r);
+  FD_SET(pipe.reader, &r);
+  return outcome(select(pipe.reader + 1, &r, nullptr, nullptr, &tv));
+}
+
 // Linux's select leaves the time not slept in *timeout, also for a timeout
 // too long to be a deadline (a program's "forever"): 2e9 s less what went.
 TEST(HooksMultiplexers, SelectLeavesTheTimeNotSleptOfAHugeTimeout) {
   expect_same_on_thread_and_fiber([] {
-    const Pipe pipe;
-    EXPECT_EQ(::write(pipe.writer, "x", 1), 1);
-    fd_set r;
-    FD_ZERO(&r);
-    FD_SET(pipe.reader, &r);
     timeval tv{2'000'000'000, 0};
-    const int ready = select(pipe.reader + 1, &r, nullptr, nullptr, &tv);
-    return outcome(ready) + " left " + std::to_string(tv.tv_sec) + " s";
+    const std::string out = select_a_ready_pipe(tv);
+    return out + " left " + std::to_string(tv.tv_sec) + " s";
   });
 }
 
@@ -596,18 +602,13 @@ TEST(HooksMultiplexers, AnUnreadableEpollPwait2TimeoutIsEFAULT) {
 // Before, a fiber's select left the timeout less the time slept.
 TEST(HooksMultiplexers, SelectLeavesTheTimeLeftOfASaturatedTimeoutAsLinuxDoes) {
   expect_same_on_thread_and_fiber([] {
-    const Pipe pipe;
-    EXPECT_EQ(::write(pipe.writer, "x", 1), 1);
-    fd_set r;
-    FD_ZERO(&r);
-    FD_SET(pipe.reader, &r);
     timeval tv{std::numeric_limits<time_t>::max(), 0};
-    const int ready = select(pipe.reader + 1, &r, nullptr, nullptr, &tv);
+    const std::string out = select_a_ready_pipe(tv);
     timespec now{};
     ::clock_gettime(CLOCK_MONOTONIC, &now);
     const time_t end_less_now = std::numeric_limits<time_t>::max() - now.tv_sec;
     const bool as_linux = tv.tv_sec <= end_less_now + 1 && tv.tv_sec >= end_less_now - 60;
-    return outcome(ready) + (as_linux ? " left: the end of time less now" : " left " + std::to_string(tv.tv_sec));
+    return out + (as_linux ? " left: the end of time less now" : " left " + std::to_string(tv.tv_sec));
   });
 }
 

@@ -48,11 +48,9 @@ Clock::time_point deadline_after_ms(int timeout_ms) {
 }
 
 // A timespec timeout that makes the call libc's own: zero (a poll, which
-// never waits), one the kernel refuses (its EINVAL), or one it cannot read
-// (its EFAULT, where glibc's wrapper does not read it first).
+// never waits) or one the kernel refuses (its EINVAL).
 bool zero_or_invalid(const timespec* timeout) noexcept {
-  if (timeout == nullptr) return false;
-  return !readable_by_kernel(timeout) || (timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout);
+  return (timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) || !valid_timespec(timeout);
 }
 
 // What `fds` watch: how many distinct (fd, events) entries, and the last
@@ -469,7 +467,10 @@ int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const si
 int epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout, const sigset_t* mask) {
   if (!parking_enabled()) return real::epoll_pwait2()(epfd, events, max, timeout, mask);
   const CheckpointOnReturn at_return;
-  if (zero_or_invalid(timeout)) return real::epoll_pwait2()(epfd, events, max, timeout, mask);
+  // Unlike ppoll's and pselect's, glibc's wrapper passes the timeout to the
+  // kernel unread: one it cannot read is the kernel's EFAULT.
+  if ((timeout != nullptr && !readable_by_kernel(timeout)) || zero_or_invalid(timeout))
+    return real::epoll_pwait2()(epfd, events, max, timeout, mask);
   return epoll_hooked(epfd, deadline_after_timespec(timeout), mask, [&] {
     static const timespec zero{0, 0};
     return real::epoll_pwait2()(epfd, events, max, &zero, mask);

@@ -417,19 +417,6 @@ void* raw_syscall_fallback(const char* name) noexcept {
   return nullptr;
 }
 
-void* resolved_or_fallback(const char* name, void* found) noexcept {
-  if (found != nullptr) return found;
-  if (void* fn = raw_syscall_fallback(name)) return fn;
-  // Not through weft's log handler (runtime/log.h): a hook may run in a
-  // signal handler, or before main.
-  write_stderr("weft: cannot find the real ");
-  write_stderr(name);
-  write_stderr(
-      "() behind weft's hook: no later object and no libc.so.6 defines it (a static link, or a runtime "
-      "that hides it), and it is no system call weft could make directly\n");
-  std::abort();
-}
-
 namespace {
 
 // `name` in the next object after libweft, else in libc.so.6; null if
@@ -442,7 +429,24 @@ void* look_up(const char* name) noexcept {
   return nullptr;
 }
 
+// `found`, else `name`'s direct system call; null if it has none.
+void* found_or_fallback(const char* name, void* found) noexcept {
+  return found != nullptr ? found : raw_syscall_fallback(name);
+}
+
 }  // namespace
+
+void* resolved_or_fallback(const char* name, void* found) noexcept {
+  if (void* fn = found_or_fallback(name, found)) return fn;
+  // Not through weft's log handler (runtime/log.h): a hook may run in a
+  // signal handler, or before main.
+  write_stderr("weft: cannot find the real ");
+  write_stderr(name);
+  write_stderr(
+      "() behind weft's hook: no later object and no libc.so.6 defines it (a static link, or a runtime "
+      "that hides it), and it is no system call weft could make directly\n");
+  std::abort();
+}
 
 void* resolve(const char* name) noexcept {
   // dlsym may set dlerror state and errno; the hook's caller must not see
@@ -456,9 +460,7 @@ void* resolve(const char* name) noexcept {
 ResolvedAtLoad::ResolvedAtLoad(std::atomic<void*>& slot, const char* name) noexcept {
   if (slot.load(std::memory_order_relaxed) != nullptr) return;
   const int saved = errno;
-  void* fn = look_up(name);
-  if (fn == nullptr) fn = raw_syscall_fallback(name);
-  if (fn != nullptr) slot.store(fn, std::memory_order_relaxed);
+  if (void* fn = found_or_fallback(name, look_up(name))) slot.store(fn, std::memory_order_relaxed);
   errno = saved;
 }
 

@@ -387,23 +387,18 @@ bool Sysmon::blocking_call_outlasted_grace(Worker& worker, Watch& watch, Clock::
 
 void Sysmon::judge_hold_up(Worker& worker, Watch& watch, Clock::time_point now, Tally& tally) noexcept {
   if (!someone_to_take()) return;
-  if (still_blocked_without_a_read(worker, watch, now)) {
-    watch.state_known = true;
-    watch.asleep = true;
-    watch.in_kernel = true;
-    watch.holding_up = true;
-    worker.set_stuck(true);
-    return;
-  }
   // Asleep in the kernel: at every look, without a switch, for the grace
   // (a raw system call). The thread's state is read only when it did not
-  // burn its CPU since the last look.
+  // burn its CPU since the last look, and neither is read while a verdict
+  // from a read still holds (still_blocked_without_a_read).
+  const bool unread = still_blocked_without_a_read(worker, watch, now);
   const std::int64_t cpu_before = watch.look_cpu_ns;
-  const bool burning = burned_cpu_since_last_look(worker, watch, now);
+  const bool burning = !unread && burned_cpu_since_last_look(worker, watch, now);
   // Found asleep before and not one nanosecond on a CPU since: still
   // asleep, without a /proc read (with a thousand threads blocked on a
   // std::mutex, those reads made every scan take milliseconds).
-  const bool still = watch.kernel_since != Clock::time_point{} && cpu_before > 0 && watch.look_cpu_ns == cpu_before;
+  const bool still =
+      unread || (watch.kernel_since != Clock::time_point{} && cpu_before > 0 && watch.look_cpu_ns == cpu_before);
   const bool asleep = still || (!burning && in_kernel_sleep(worker.os_thread().state()));
   watch.state_known = still || !burning;
   watch.asleep = asleep;

@@ -2,8 +2,8 @@
 // message forms, connect and accept, and the _FORTIFY_SOURCE variants.
 //
 // On a socket the user left blocking, a fiber attempts the call with
-// MSG_DONTWAIT (read -> recv, readv -> recvmsg, and so on: equal for a
-// socket, see recv(2)) and parks on EAGAIN until the fd is ready or its
+// MSG_DONTWAIT (read -> recv, readv -> preadv2 with RWF_NOWAIT, and so
+// on: equal for a socket, see recv(2)) and parks on EAGAIN until the fd is ready or its
 // SO_RCVTIMEO/SO_SNDTIMEO passes; the fd's O_NONBLOCK is never touched for
 // that. Writes loop until everything is written, as a blocking write does;
 // MSG_WAITALL receives loop likewise (transfer_all). A pipe or other
@@ -21,8 +21,10 @@
 #undef _FORTIFY_SOURCE
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -250,6 +252,30 @@ std::size_t stream_wanted(const FdRecord& state, std::size_t n, int flags) {
   return state.short_read_drains() && !(flags & MSG_PEEK) ? n : 0;
 }
 
+// The flags of a send that goes on after part of the call's bytes went: a
+// blocking call that had sent some returns their count where the socket
+// fails, and raises no SIGPIPE (the kernel's tcp_sendmsg and
+// unix_stream_sendmsg signal only a call that sent nothing).
+constexpr int kAfterPart = MSG_NOSIGNAL;
+
+// After a park in a transfer that has moved bytes: whether the socket
+// failed meanwhile (reset, or its connection timed out: POLLERR with
+// POLLHUP). A blocking call returns its count then and leaves the error
+// to the next call (tcp_sendmsg, tcp_recvmsg); the next MSG_DONTWAIT call
+// would take it (sock_error), and the error was lost: a later send got
+// EPIPE and SIGPIPE instead of ECONNRESET, a later receive 0. A receive
+// goes on while bytes are queued, which the kernel's copies before it
+// looks at the error. One poll per park, only in calls that parked with
+// bytes moved; a pipe's write goes on (its blocking write raises SIGPIPE
+// after a partial write too).
+bool failed_while_parked(int fd, const FdRecord& state, FdDirection direction) {
+  if (state.kind() != FdKind::socket) return false;
+  pollfd p{fd, 0, 0};
+  if (real::poll()(&p, 1, 0) != 1 || (p.revents & (POLLERR | POLLHUP)) != (POLLERR | POLLHUP)) return false;
+  int queued = 0;
+  return direction == FdDirection::write || (real::ioctl()(fd, FIONREAD, &queued) == 0 && queued == 0);
+}
+
 // The loop of a call that moves all it was asked to, as a blocking one
 // does: a send, or a receive with MSG_WAITALL. `step(done)` makes one
 // MSG_DONTWAIT call for what remains after the first `done` bytes of
@@ -288,6 +314,7 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
       set_errno(failed);
       return -1;
     }
+    if (done > 0 && failed_while_parked(fd, state, direction)) break;
   }
   set_errno(saved);
   return ssize_t(done);
@@ -315,6 +342,30 @@ ssize_t peek_all(int fd, FdRecord& state, Call&& call) {
   return announced(call);
 }
 
+// Where a receive with MSG_WAITALL that has bytes stops, as the kernel's
+// does, with what follows left for the next call (its step returns 0, as
+// at EOF): a TCP socket's at the urgent mark (tcp_recvmsg stops there once
+// it has copied bytes; a step that has copied none steps over the urgent
+// byte and reads on), asked with one ioctl per step after the first; a
+// unix stream socket's after a segment that carried fds (carried_fds).
+// short_read_drains: TCP's.
+bool stops_at_urgent_mark(int fd, const FdRecord& state) {
+  int at_mark = 0;
+  return state.short_read_drains() && real::ioctl()(fd, SIOCATMARK, &at_mark) == 0 && at_mark == 1;
+}
+
+// Whether a message received fds (SCM_RIGHTS), or would have but for room
+// (MSG_CTRUNC: the kernel closed them): the kernel's unix stream receive
+// stops after such a segment, MSG_WAITALL or not.
+bool carried_fds(const msghdr& msg) {
+  if (msg.msg_flags & MSG_CTRUNC) return true;
+  if (msg.msg_control == nullptr) return false;
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c)))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) return true;
+  return false;
+}
+
 ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   if (waits_for_all(state, flags) && (flags & MSG_PEEK) && n != 0)
     return peek_all(fd, state, [&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); });
@@ -325,6 +376,7 @@ ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockadd
   // MSG_WAITALL: until all n bytes, EOF, an error or the timeout.
   const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
   return transfer_all(fd, state, FdDirection::read, n, [&](std::size_t done) {
+    if (done > 0 && stops_at_urgent_mark(fd, state)) return ssize_t(0);
     return real::recvfrom()(fd, static_cast<char*>(buf) + done, n - done, once, addr, addr_len);
   });
 }
@@ -332,7 +384,9 @@ ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockadd
 ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, const sockaddr* addr,
                  socklen_t addr_len) {
   return transfer_all(fd, state, FdDirection::write, n, [&](std::size_t done) {
-    return real::sendto()(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT, addr, addr_len);
+    const int more = done > 0 ? kAfterPart : 0;
+    return real::sendto()(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT | more, addr,
+                          addr_len);
   });
 }
 
@@ -351,7 +405,7 @@ ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
         current.msg_iovlen = rest.size();
         current.msg_control = nullptr;
         current.msg_controllen = 0;
-        return real::sendmsg()(fd, &current, flags | MSG_DONTWAIT);
+        return real::sendmsg()(fd, &current, flags | MSG_DONTWAIT | kAfterPart);
       });
 }
 
@@ -429,6 +483,19 @@ bool refused_nowait(FdRecord& state, int saved) {
   return true;
 }
 
+// A terminal in non-canonical mode with VMIN 0 (termios(3)): its read
+// returns what there is, 0 for nothing, at once or after VTIME tenths of a
+// second; waited for readiness first, it waited for the next byte
+// instead. Asked of an fd that refuses RWF_NOWAIT, as terminals do, at
+// each read (a tcsetattr may change it any time): one ioctl.
+bool reads_without_waiting(int fd) {
+  const int saved = errno_value();
+  termios modes{};
+  const bool at_once = tcgetattr(fd, &modes) == 0 && !(modes.c_lflag & ICANON) && modes.c_cc[VMIN] == 0;
+  set_errno(saved);
+  return at_once;
+}
+
 ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
   if (!refuses_nowait(state)) {
@@ -436,6 +503,7 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
                                            [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
     if (result >= 0 || !refused_nowait(state, saved)) return result;
   }
+  if (reads_without_waiting(fd)) return announced([&] { return real::readv()(fd, iov, count); });
   return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
 }
 
@@ -452,6 +520,66 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
     if (result >= 0 || !refused_nowait(state, saved)) return result;
   }
   return wait_then_call(fd, state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
+}
+
+// readv and writev on a socket: attempted as preadv2 and pwritev2 at the
+// current position with RWF_NOWAIT, which on a socket are readv and
+// writev with MSG_DONTWAIT (the kernel's sock_read_iter, sock_write_iter),
+// checks of the iovec count and a transfer of nothing (0 at once) among
+// them: made as recvmsg and sendmsg instead, a readv of nothing took a
+// queued datagram, and a writev of nothing failed where the socket was
+// shut down (EPIPE) or unconnected (EDESTADDRREQ). What a partial write
+// left goes as sendmsg_all sends it. A kernel whose sockets refuse the
+// flag (EOPNOTSUPP) gets recvmsg and sendmsg, and those two differences.
+ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
+  const int saved = errno_value();
+  if (!refuses_nowait(state)) {
+    const ssize_t result = attempt_or_park(
+        fd, state, FdDirection::read, [&] { return stream_wanted(state, iov_total(iov, count), 0); },
+        [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
+    if (result >= 0 || !refused_nowait(state, saved)) return result;
+  }
+  // EINVAL for a count below 0 or above UIO_MAXIOV (a receive's would be
+  // EMSGSIZE), 0 for no iovecs, as libc says it.
+  if (count <= 0 || count > UIO_MAXIOV) return real::readv()(fd, iov, count);
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = size_t(count);
+  return attempt_or_park(
+      fd, state, FdDirection::read, [&] { return stream_wanted(state, iov_total(iov, count), 0); },
+      [&] {
+        const ssize_t received = real::recvmsg()(fd, &msg, MSG_DONTWAIT);
+        // A readv of nothing returns 0 at once, as read's does; once the
+        // receive has said EAGAIN, the kernel took the array.
+        if (received < 0 && would_block(errno_value()) && iov_total(iov, count) == 0)
+          return real::readv()(fd, iov, count);
+        return received;
+      });
+}
+
+ssize_t socket_writev(int fd, FdRecord& state, const iovec* iov, int count) {
+  const int saved = errno_value();
+  if (!refuses_nowait(state)) {
+    std::vector<iovec> rest;
+    const ssize_t result = transfer_all(
+        fd, state, FdDirection::write, [&] { return iov_total(iov, count); },
+        [&](std::size_t done) {
+          if (done == 0) return real::pwritev2()(fd, iov, count, -1, RWF_NOWAIT);
+          iovecs_after(iov, std::size_t(count), done, rest);
+          msghdr more{};
+          more.msg_iov = rest.data();
+          more.msg_iovlen = rest.size();
+          return real::sendmsg()(fd, &more, MSG_DONTWAIT | kAfterPart);
+        });
+    if (result >= 0 || !refused_nowait(state, saved)) return result;
+  }
+  // EINVAL for a count below 0 or above UIO_MAXIOV (a send's would be
+  // EMSGSIZE), as libc says it.
+  if (count < 0 || count > UIO_MAXIOV) return real::writev()(fd, iov, count);
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = size_t(count);
+  return sendmsg_all(fd, state, &msg, 0);
 }
 
 // Runs `call` with O_NONBLOCK set on the open file description, and the
@@ -631,16 +759,39 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
 // the iovecs after what came.
 ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags) {
   const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
+  void* const control = msg->msg_control;
+  const auto control_room = msg->msg_controllen;
+  bool control_filled = false;  // the caller's control buffer holds what a step received
+  bool passed_fds = false;      // a step received fds: the kernel's receive stops after them
   std::vector<iovec> rest;
   return transfer_all(
       fd, state, FdDirection::read, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
       [&](std::size_t done) {
-        if (done == 0) return real::recvmsg()(fd, msg, once);
+        if (done == 0) {
+          const ssize_t r = real::recvmsg()(fd, msg, once);
+          if (r > 0) {
+            control_filled = msg->msg_controllen > 0;
+            passed_fds = carried_fds(*msg);
+          }
+          return r;
+        }
+        if (passed_fds || stops_at_urgent_mark(fd, state)) return ssize_t(0);
         iovecs_after(msg->msg_iov, msg->msg_iovlen, done, rest);
         msghdr more{};
         more.msg_iov = rest.data();
         more.msg_iovlen = rest.size();
-        return real::recvmsg()(fd, &more, once);
+        if (!control_filled) {  // what comes may carry fds: the kernel's call would give them to the caller
+          more.msg_control = control;
+          more.msg_controllen = control_room;
+        }
+        const ssize_t r = real::recvmsg()(fd, &more, once);
+        if (r > 0 && !control_filled && more.msg_controllen > 0) {
+          msg->msg_controllen = more.msg_controllen;
+          msg->msg_flags |= more.msg_flags & MSG_CTRUNC;
+          control_filled = true;
+        }
+        if (r > 0) passed_fds = carried_fds(more);
+        return r;
       });
 }
 
@@ -756,22 +907,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     return real::readv()(fd, iov, count);
   }
   if (state->kind() == FdKind::socket) {
-    // EINVAL for a count below 0 or above UIO_MAXIOV (a receive's would be
-    // EMSGSIZE), 0 for no iovecs, as libc says it.
-    if (count <= 0 || count > UIO_MAXIOV) return real::readv()(fd, iov, count);
-    msghdr msg{};
-    msg.msg_iov = const_cast<iovec*>(iov);
-    msg.msg_iovlen = size_t(count);
-    const ssize_t result = attempt_or_park(
-        fd, *state, FdDirection::read, [&] { return stream_wanted(*state, iov_total(iov, count), 0); },
-        [&] {
-          const ssize_t received = real::recvmsg()(fd, &msg, MSG_DONTWAIT);
-          // A readv of nothing returns 0 at once, as read's does (above);
-          // once the receive has said EAGAIN, the kernel took the array.
-          if (received < 0 && would_block(errno_value()) && iov_total(iov, count) == 0)
-            return real::readv()(fd, iov, count);
-          return received;
-        });
+    const ssize_t result = socket_readv(fd, *state, iov, count);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
@@ -801,13 +937,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
   FdRecord* state = parkable_record(record);
   if (state == nullptr) return passed_through(record, [&] { return real::writev()(fd, iov, count); });
   if (state->kind() == FdKind::socket) {
-    // EINVAL for a count below 0 or above UIO_MAXIOV (a send's would be
-    // EMSGSIZE), as libc says it.
-    if (count < 0 || count > UIO_MAXIOV) return real::writev()(fd, iov, count);
-    msghdr msg{};
-    msg.msg_iov = const_cast<iovec*>(iov);
-    msg.msg_iovlen = size_t(count);
-    const ssize_t result = sendmsg_all(fd, *state, &msg, 0);
+    const ssize_t result = socket_writev(fd, *state, iov, count);
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::writev()(fd, iov, count);
   }

@@ -9,6 +9,7 @@
 // test fails by its bound (an SO_RCVTIMEO, a poll timeout), never a hang.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,6 +23,7 @@
 #include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <threads.h>
 #include <unistd.h>
 
@@ -1651,6 +1653,250 @@ TEST(HooksPlainThread, APlainThreadsAcceptTimesOutBySoRcvtimeo) {
   acceptor.join();
   EXPECT_EQ(result, -1);
   EXPECT_EQ(error, EAGAIN);
+}
+
+// --- what a plain thread gets -------------------------------------------------
+
+// "<result> <errno name>; ", for the tests that compare a plain thread's
+// calls with a fiber's.
+std::string outcome(long result) {
+  return std::to_string(result) + " " + (result < 0 ? strerrorname_np(errno) : "") + "; ";
+}
+
+// Counts the SIGPIPEs raised while it lives, where the process would die
+// of one.
+class SigpipesCounted {
+ public:
+  SigpipesCounted() {
+    raised_ = 0;
+    struct sigaction count {};
+    count.sa_handler = [](int) { raised_.fetch_add(1); };
+    sigaction(SIGPIPE, &count, &before_);
+  }
+  SigpipesCounted(const SigpipesCounted&) = delete;
+  SigpipesCounted& operator=(const SigpipesCounted&) = delete;
+  ~SigpipesCounted() { sigaction(SIGPIPE, &before_, nullptr); }
+  std::string seen() const { return "SIGPIPE " + std::to_string(raised_.load()) + "; "; }
+
+ private:
+  static inline std::atomic<int> raised_{0};
+  struct sigaction before_ {};
+};
+
+// A readv or writev of nothing on a socket returns 0 at once, and touches
+// nothing, as on a thread (the kernel answers a vector call of 0 bytes
+// before the socket sees it). Before, made as recvmsg and sendmsg, the
+// readv took a queued datagram, and the writev failed on a socket shut
+// down for writing (EPIPE) and on an unconnected one (EDESTADDRREQ).
+TEST(HooksSocket, VectorCallsOfNothingTouchNothing) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    const SigpipesCounted sigpipes;
+    std::string out;
+    char buf[8];
+    iovec nothing{buf, 0};
+    {
+      SocketPair pair(SOCK_DGRAM);
+      EXPECT_EQ(send(pair.b(), "hello", 5, 0), 5);
+      out += outcome(readv(pair.a(), &nothing, 1));
+      out += outcome(recv(pair.a(), buf, sizeof buf, MSG_DONTWAIT));  // the datagram is still there
+    }
+    {
+      SocketPair pair;
+      EXPECT_EQ(shutdown(pair.a(), SHUT_WR), 0);
+      out += outcome(writev(pair.a(), &nothing, 1));
+    }
+    const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    out += outcome(writev(udp, &nothing, 1));
+    close(udp);
+    return out + sigpipes.seen();
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread, "0 ; 5 ; 0 ; 0 ; SIGPIPE 0; ");
+}
+
+// A TCP socket reset while a call that has moved bytes waits: the call
+// returns their count, and the reset is the next call's ECONNRESET, as on
+// a thread (the kernel leaves the error for the next call). Before, the
+// fiber's next attempt took the error and lost it: the next send failed
+// with EPIPE and raised SIGPIPE, the next receive returned 0.
+// `reset_when(server, client)` runs on a thread of its own, and returns
+// once the reset may come.
+std::string after_a_reset_while_moving(const std::function<long(int)>& call,
+                                       const std::function<void(int, int)>& reset_when) {
+  const SigpipesCounted sigpipes;
+  test::LoopbackTcpPair pair;
+  std::thread resetter([&] {
+    reset_when(pair.server, pair.client);
+    const linger abort{1, 0};
+    EXPECT_EQ(setsockopt(pair.server, SOL_SOCKET, SO_LINGER, &abort, sizeof abort), 0);
+    close(pair.server);  // sends RST
+    pair.server = -1;
+  });
+  const long moved = call(pair.client);
+  resetter.join();
+  std::string out = moved > 0 ? "moved some; " : outcome(moved);
+  char byte = 'x';
+  out += outcome(send(pair.client, &byte, 1, MSG_NOSIGNAL));
+  return out + sigpipes.seen();
+}
+
+TEST(HooksSocket, AResetAfterPartOfASendIsTheNextCallsError) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    constexpr std::size_t kTotal = 16 << 20;  // far more than the socket buffers hold
+    std::vector<char> data(kTotal, 'd');
+    return after_a_reset_while_moving(
+        [&](int fd) { return long(write(fd, data.data(), data.size())); },
+        [](int server, int client) {
+          // Once the client's buffer holds bytes the server never took, the
+          // write has sent part and waits for room.
+          const auto until = Clock::now() + 10s;
+          int unsent = 0;
+          while (Clock::now() < until && (ioctl(client, SIOCOUTQ, &unsent) != 0 || unsent < 4096))
+            std::this_thread::sleep_for(1ms);
+          std::this_thread::sleep_for(20ms);
+          (void)server;
+        });
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread, "moved some; -1 ECONNRESET; SIGPIPE 0; ");
+}
+
+TEST(HooksSocket, AResetAfterPartOfAWaitAllReceiveIsTheNextCallsError) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    std::atomic<bool> received_part{false};
+    return after_a_reset_while_moving(
+        [&](int fd) {
+          char buf[100];
+          return long(recv(fd, buf, sizeof buf, MSG_WAITALL));
+        },
+        [&](int server, int client) {
+          EXPECT_EQ(send(server, "0123456789", 10, 0), 10);
+          // The receive has taken the 10 bytes and waits for the rest.
+          const auto until = Clock::now() + 10s;
+          int queued = 1;
+          while (Clock::now() < until && (ioctl(client, FIONREAD, &queued) != 0 || queued != 0))
+            std::this_thread::sleep_for(1ms);
+          std::this_thread::sleep_for(20ms);
+        });
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread, "moved some; -1 ECONNRESET; SIGPIPE 0; ");
+}
+
+// A receive with MSG_WAITALL stops where the kernel's does, with what
+// follows queued for the next call: after a unix stream segment that
+// carried fds (SCM_RIGHTS), and at a TCP urgent mark. Before, a fiber's
+// read on past both: over the mark, and past the next fds, which the
+// kernel then closed for want of room (MSG_CTRUNC): lost.
+TEST(HooksSocket, AWaitAllReceiveStopsAfterPassedFdsAsOnAThread) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    SocketPair pair;
+    auto send_with_fd = [&](const char* text) {
+      iovec iov{const_cast<char*>(text), 4};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr message{};
+      message.msg_iov = &iov;
+      message.msg_iovlen = 1;
+      message.msg_control = control;
+      message.msg_controllen = sizeof control;
+      cmsghdr* header = CMSG_FIRSTHDR(&message);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int));
+      const int passed = pair.b();
+      std::memcpy(CMSG_DATA(header), &passed, sizeof passed);
+      EXPECT_EQ(sendmsg(pair.b(), &message, 0), 4);
+    };
+    send_with_fd("aaaa");
+    send_with_fd("bbbb");
+    std::string out;
+    for (int flags : {MSG_WAITALL, MSG_DONTWAIT}) {
+      char buf[8] = {};
+      iovec iov{buf, sizeof buf};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr message{};
+      message.msg_iov = &iov;
+      message.msg_iovlen = 1;
+      message.msg_control = control;
+      message.msg_controllen = sizeof control;
+      const long got = recvmsg(pair.a(), &message, flags);
+      if (got < 0) {
+        out += outcome(got);
+        continue;
+      }
+      out += std::to_string(got) + " " + std::string(buf, std::size_t(got));
+      for (cmsghdr* h = CMSG_FIRSTHDR(&message); h != nullptr; h = CMSG_NXTHDR(&message, h)) {
+        if (h->cmsg_type != SCM_RIGHTS) continue;
+        int fd = -1;
+        std::memcpy(&fd, CMSG_DATA(h), sizeof fd);
+        out += " with an fd";
+        close(fd);
+      }
+      out += (message.msg_flags & MSG_CTRUNC) ? " truncated; " : "; ";
+    }
+    return out;
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread, "4 aaaa with an fd; 4 bbbb with an fd; ");
+}
+
+TEST(HooksSocket, AWaitAllReceiveStopsAtTheUrgentMarkAsOnAThread) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    test::LoopbackTcpPair tcp;
+    EXPECT_EQ(send(tcp.client, "abc", 3, 0), 3);
+    EXPECT_EQ(send(tcp.client, "X", 1, MSG_OOB), 1);
+    EXPECT_EQ(send(tcp.client, "def", 3, 0), 3);
+    const auto until = Clock::now() + 10s;  // all of it queued at the server
+    int queued = 0;
+    while (Clock::now() < until && (ioctl(tcp.server, FIONREAD, &queued) != 0 || queued < 6))
+      std::this_thread::sleep_for(1ms);
+    std::string out;
+    for (int flags : {MSG_WAITALL, MSG_DONTWAIT}) {
+      char buf[6] = {};
+      const long got = recv(tcp.server, buf, sizeof buf, flags);
+      out += got < 0 ? outcome(got) : std::to_string(got) + " " + std::string(buf, std::size_t(got)) + "; ";
+    }
+    return out;
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread, "3 abc; 3 def; ");
+}
+
+// A terminal in non-canonical mode with VMIN 0 returns what there is, 0
+// for nothing, at once (VTIME 0) or after VTIME tenths of a second, as on
+// a thread. Before, a fiber waited for the terminal to be readable first,
+// and so for the next byte: here the watchdog's, after 5 s.
+TEST(HooksTerminal, ARawReadWithVminZeroReturnsZeroForNothing) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) GTEST_SKIP() << "no pseudo-terminals here: " << strerrorname_np(errno);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  const int terminal = open(ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(terminal, 0) << strerrorname_np(errno);
+  termios modes{};
+  ASSERT_EQ(tcgetattr(terminal, &modes), 0);
+  cfmakeraw(&modes);
+  modes.c_cc[VMIN] = 0;
+  const Watchdog watchdog([&] {  // a byte for each read that might wait
+    EXPECT_EQ(write(master, "w", 1), 1);
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(write(master, "w", 1), 1);
+  });
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([&] {
+    std::string out;
+    char buf[8];
+    for (cc_t tenths : {0, 1}) {
+      modes.c_cc[VTIME] = tenths;
+      EXPECT_EQ(tcsetattr(terminal, TCSANOW, &modes), 0);
+      out += outcome(read(terminal, buf, sizeof buf));
+    }
+    return out;
+  });
+  EXPECT_FALSE(watchdog.fired()) << "a read of a terminal with VMIN 0 waited for a byte";
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread, "0 ; 0 ; ");
+  close(terminal);
+  close(master);
 }
 
 }  // namespace

@@ -187,6 +187,45 @@ struct sigaction saved_quit;
 thread_local int systems_on_thread = 0;
 thread_local sigset_t mask_before_systems;
 
+// A system() cancelled while it waits for the shell (pthread_cancel of a
+// plain thread: waitpid is a cancellation point) kills the shell and reaps
+// it, as glibc's cancellation handler does: no shell outlives the call.
+// The unwinding runs this destructor, and those below that put the signal
+// mask and SIGINT/SIGQUIT back.
+class ShellReapedOnCancel {
+ public:
+  explicit ShellReapedOnCancel(pid_t shell) : shell_(shell) {}
+  ShellReapedOnCancel(const ShellReapedOnCancel&) = delete;
+  ShellReapedOnCancel& operator=(const ShellReapedOnCancel&) = delete;
+  ~ShellReapedOnCancel() {
+    if (shell_ <= 0) return;
+    kill(shell_, SIGKILL);
+    real::waitpid()(shell_, nullptr, 0);
+  }
+  void waited() { shell_ = -1; }
+
+ private:
+  pid_t shell_;
+};
+
+// SIGCHLD blocked on the calling thread while any of its system() calls
+// runs (systems_on_thread, mask_before_systems, above).
+class ChildSignalBlocked {
+ public:
+  ChildSignalBlocked() {
+    if (systems_on_thread++ > 0) return;
+    sigset_t child_signal;
+    sigemptyset(&child_signal);
+    sigaddset(&child_signal, SIGCHLD);
+    pthread_sigmask(SIG_BLOCK, &child_signal, &mask_before_systems);
+  }
+  ChildSignalBlocked(const ChildSignalBlocked&) = delete;
+  ChildSignalBlocked& operator=(const ChildSignalBlocked&) = delete;
+  ~ChildSignalBlocked() {
+    if (--systems_on_thread == 0) pthread_sigmask(SIG_SETMASK, &mask_before_systems, nullptr);
+  }
+};
+
 // The shell's run, between system()'s setting of SIGINT and SIGQUIT and
 // their restoring: `sh -c command`, waited for; its status, and
 // posix_spawn's error in `spawn_error`.
@@ -195,12 +234,7 @@ int run_with_child_signal_blocked(const char* command, int& spawn_error) {
   // pin sysmon never releases), and out of system_lock meanwhile, whose
   // waiters a pinned fiber would block the thread for.
   const ThreadPin pin;
-  if (systems_on_thread++ == 0) {
-    sigset_t child_signal;
-    sigemptyset(&child_signal);
-    sigaddset(&child_signal, SIGCHLD);
-    pthread_sigmask(SIG_BLOCK, &child_signal, &mask_before_systems);
-  }
+  const ChildSignalBlocked blocked;
   const sigset_t& old_mask = mask_before_systems;
 
   sigset_t reset;
@@ -218,40 +252,48 @@ int run_with_child_signal_blocked(const char* command, int& spawn_error) {
   pid_t pid = -1;
   spawn_error = posix_spawn(&pid, "/bin/sh", nullptr, &attributes, argv, environ);
   posix_spawnattr_destroy(&attributes);
+  if (spawn_error != 0) return W_EXITCODE(127, 0);  // POSIX: as if the shell had run _exit(127)
 
+  ShellReapedOnCancel reaper(pid);
   int status = 0;
-  if (spawn_error == 0) {
-    pid_t waited;
-    do {
-      waited = wait_for_child(pid, &status, 0, nullptr);
-    } while (waited < 0 && errno_value() == EINTR);
-    if (waited != pid) status = -1;
-  } else {
-    status = W_EXITCODE(127, 0);  // POSIX: as if the shell had run _exit(127)
-  }
-  if (--systems_on_thread == 0) pthread_sigmask(SIG_SETMASK, &mask_before_systems, nullptr);
-  return status;
+  pid_t waited;
+  do {
+    waited = wait_for_child(pid, &status, 0, nullptr);
+  } while (waited < 0 && errno_value() == EINTR);
+  reaper.waited();
+  return waited == pid ? status : -1;
 }
 
-int run_shell(const char* command) {
-  {
+// SIGINT and SIGQUIT ignored while any system() runs: the first of
+// concurrent calls saves the dispositions, the last puts them back, a
+// cancelled one too.
+class InterruptsIgnored {
+ public:
+  InterruptsIgnored() {
     const std::lock_guard guard(system_lock);
-    if (systems_running++ == 0) {
-      struct sigaction ignore {};
-      ignore.sa_handler = SIG_IGN;
-      sigemptyset(&ignore.sa_mask);
-      sigaction(SIGINT, &ignore, &saved_intr);
-      sigaction(SIGQUIT, &ignore, &saved_quit);
-    }
+    if (systems_running++ > 0) return;
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGINT, &ignore, &saved_intr);
+    sigaction(SIGQUIT, &ignore, &saved_quit);
   }
-  int spawn_error = 0;
-  const int status = run_with_child_signal_blocked(command, spawn_error);
-  {
+  InterruptsIgnored(const InterruptsIgnored&) = delete;
+  InterruptsIgnored& operator=(const InterruptsIgnored&) = delete;
+  ~InterruptsIgnored() {
     const std::lock_guard guard(system_lock);
-    if (--systems_running == 0) {
-      sigaction(SIGINT, &saved_intr, nullptr);
-      sigaction(SIGQUIT, &saved_quit, nullptr);
-    }
+    if (--systems_running > 0) return;
+    sigaction(SIGINT, &saved_intr, nullptr);
+    sigaction(SIGQUIT, &saved_quit, nullptr);
+  }
+};
+
+int run_shell(const char* command) {
+  int spawn_error = 0;
+  int status;
+  {
+    const InterruptsIgnored interrupts;
+    status = run_with_child_signal_blocked(command, spawn_error);
   }
   if (spawn_error != 0) set_errno(spawn_error);
   return status;

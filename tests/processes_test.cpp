@@ -5,6 +5,7 @@
 // worker runs other fibers meanwhile (one worker, no spares: if the call
 // blocked it, the other fiber could not run at all).
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio_ext.h>
@@ -18,6 +19,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -342,6 +344,62 @@ TEST(System, KeepsItsSignalSemanticsAndStatus) {
   EXPECT_TRUE(has_bits(thread, "SigIgn:", 0x6)) << thread;
   EXPECT_NE(thread.find("SIGCHLD blocked 1\n"), std::string::npos) << thread;
   EXPECT_NE(thread.find("handler restored null 1"), std::string::npos) << thread;
+}
+
+// What a plain thread's `call_system` leaves when the thread is cancelled
+// while the shell runs: whether the thread ended cancelled, the caller's
+// SIGINT handler is back, and the shell is gone (killed and reaped).
+std::string cancelled_while_the_shell_runs(int (*call_system)(const char*)) {
+  struct sigaction mine {};
+  mine.sa_handler = [](int) {};
+  sigemptyset(&mine.sa_mask);
+  struct sigaction before {};
+  sigaction(SIGINT, &mine, &before);
+  char path[] = "/tmp/weft-system-cancel-XXXXXX";
+  close(mkstemp(path));
+  struct Call {
+    int (*call_system)(const char*);
+    std::string command;
+  } call{call_system, std::string("echo $$ > ") + path + "; exec sleep 30"};
+  pthread_t caller;
+  EXPECT_EQ(pthread_create(
+                &caller, nullptr,
+                [](void* argument) -> void* {
+                  const auto* c = static_cast<Call*>(argument);
+                  c->call_system(c->command.c_str());
+                  return nullptr;
+                },
+                &call),
+            0);
+  pid_t shell = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (shell <= 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::ifstream(path) >> shell;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the caller waits in waitpid
+  pthread_cancel(caller);
+  void* result = nullptr;
+  pthread_join(caller, &result);
+  struct sigaction after {};
+  sigaction(SIGINT, &before, &after);
+  unlink(path);
+  const bool gone = shell > 0 && kill(shell, 0) != 0 && errno == ESRCH;
+  if (!gone && shell > 0) {  // the test's own clean-up
+    kill(shell, SIGKILL);
+    waitpid(shell, nullptr, 0);
+  }
+  return std::string("cancelled ") + std::to_string(result == PTHREAD_CANCELED) + "; SIGINT handler kept " +
+         std::to_string(after.sa_handler == mine.sa_handler) + "; shell gone " + std::to_string(gone);
+}
+
+// A plain thread cancelled in system() kills and reaps the shell and puts
+// SIGINT and SIGQUIT back, as glibc's does. Before, the hook left both
+// ignored for good and the shell running.
+TEST(System, ACancelledCallKillsTheShellAndPutsTheSignalsBack) {
+  const std::string libc = cancelled_while_the_shell_runs(detail::real::system());
+  EXPECT_EQ(cancelled_while_the_shell_runs(&std::system), libc);
+  EXPECT_EQ(libc, "cancelled 1; SIGINT handler kept 1; shell gone 1");
 }
 
 TEST(Popen, ReadsParkWhileTheCommandIsSilent) {

@@ -89,29 +89,33 @@ bool traced(pid_t pid) noexcept {
   return field != nullptr && std::strtol(field + std::strlen("TracerPid:"), nullptr, 10) != 0;
 }
 
-// Steps 1-3 above, for a wait whose WNOHANG form is `ask()`, which returns
-// true when it has an answer (an error, or a child that changed state).
-// `watched`: a pidfd of the caller's own (P_PIDFD), or -1 to open one for
-// `pid`. Returns -1, having asked nothing, when no pidfd could be had or
-// `pid` has a tracer (the caller then makes the blocking call); else 0,
-// or the errno of a wait that failed (EBADF: the caller's pidfd was
-// closed meanwhile).
+// Steps 1-3 above, for a wait whose WNOHANG form is `ask(pidfd)`, which
+// returns true when it has an answer (an error, or a child that changed
+// state). `watched`: a pidfd of the caller's own (P_PIDFD), or -1 to open
+// one for `pid`. A caller's pidfd is watched and asked through a
+// duplicate, the `pidfd` given to `ask`: the kernel's wait holds the
+// pidfd's file, so that another thread's close of the caller's fd does
+// not end it, and neither may it end the fiber's. Returns -1, having
+// asked nothing, when no pidfd could be had or `pid` has a tracer (the
+// caller then makes the blocking call: for a caller's pidfd closed
+// already, its EBADF); else 0, or the errno of a wait that failed.
 template <class Ask>
 int wait_on_pidfd(pid_t pid, int watched, Ask&& ask) {
   const ParkScope park;
   if (watched < 0 && traced(pid)) return -1;
-  const int pidfd = watched >= 0 ? watched : open_pidfd(pid);
+  const int pidfd = watched >= 0 ? real::fcntl()(watched, F_DUPFD_CLOEXEC, 0) : open_pidfd(pid);
   if (pidfd < 0) return -1;
+  if (watched >= 0) fd_forgotten(pidfd);  // a stale record of the number, closed where no hook saw it
   int failed = 0;
   // A stop of a tracee that was not yet traced when asked makes no pidfd
   // readable: ask again after each timeout, at least once a second.
   std::chrono::milliseconds recheck(1);
-  while (failed == 0 && !ask()) {
+  while (failed == 0 && !ask(pidfd)) {
     failed = wait_for_fd(pidfd, FdDirection::read, deadline_after(recheck));
     if (failed == EAGAIN) failed = 0;  // the timeout
     recheck = std::min(recheck * 2, std::chrono::milliseconds(1000));
   }
-  if (watched < 0) close_pidfd(pidfd);
+  close_pidfd(pidfd);
   return failed;
 }
 
@@ -126,8 +130,9 @@ bool blocking_pidfd(id_t id) {
   return flags >= 0 && (flags & O_NONBLOCK) == 0;
 }
 
-// A whole wait for one child, in a fiber: `ask(result)` is its WNOHANG
-// form (true when it has an answer, which it stores in `result`),
+// A whole wait for one child, in a fiber: `ask(result, pidfd)` is its
+// WNOHANG form (true when it has an answer, which it stores in `result`;
+// `pidfd` as wait_on_pidfd gives it),
 // `blocking()` the call itself, for when no pidfd can be had. errno is the
 // caller's unless the wait fails.
 template <class Ask, class Blocking>
@@ -135,9 +140,9 @@ auto wait_for_one(pid_t pid, int watched, Ask&& ask, Blocking&& blocking) -> dec
   const ErrnoHome home;
   const int saved = errno_value();
   decltype(blocking()) result = -1;
-  const int waited = wait_on_pidfd(pid, watched, [&] {
+  const int waited = wait_on_pidfd(pid, watched, [&](int pidfd) {
     set_errno(saved);
-    return ask(result);
+    return ask(result, pidfd);
   });
   if (waited < 0) {
     set_errno(saved);
@@ -157,7 +162,7 @@ pid_t wait_for_child(pid_t pid, int* status, int options, rusage* usage) {
     return announced([&] { return real::wait4()(pid, status, options, usage); });
   return wait_for_one(
       pid, -1,
-      [&](pid_t& result) {
+      [&](pid_t& result, int) {
         result = real::wait4()(pid, status, options | WNOHANG, usage);
         return result != 0;
       },
@@ -336,11 +341,12 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   bool unwritable = false;
   const int answer = wait_for_one(
       static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1,
-      [&](int& result) {
+      [&](int& result, int pidfd) {
+        const id_t asked = type == P_PIDFD ? static_cast<id_t>(pidfd) : id;
         // With WNOHANG, "nothing yet" is 0 with si_pid 0 (waitid(2)),
         // which Linux writes itself: set here first, an info the kernel
         // cannot write (EFAULT) would have died of SIGSEGV.
-        result = real::waitid()(type, id, info, options | WNOHANG);
+        result = real::waitid()(type, asked, info, options | WNOHANG);
         unwritable = result < 0 && errno_value() == EFAULT;
         return result != 0 || info->si_pid != 0;
       },

@@ -207,6 +207,31 @@ TEST(Waitid, GivesWhatAPlainThreadGets) {
 // child has exited, having reaped it, as on a thread. Before, a fiber's
 // failed at once (its WNOHANG ask could not write "nothing yet") and left
 // the child to be reaped by the next wait.
+// A pidfd closed by another thread while waitid waits on it: the kernel's
+// wait holds the pidfd's file and ends when the child exits, a fiber's
+// likewise. Before, the fiber's wait on the netpoller ended at the close
+// with EBADF, and left the child unreaped.
+TEST(Waitid, APidfdClosedWhileWaitedOnDoesNotEndTheWait) {
+  const auto [thread, fiber] = on_thread_and_fiber([] {
+    const pid_t pid = spawn_shell("sleep 0.3; exit 7");
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    std::thread closer([pidfd] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ::close(pidfd);
+    });
+    siginfo_t info{};
+    errno = 0;
+    const int r = ::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED);
+    std::ostringstream out;
+    out << r << " errno " << errno << " status " << info.si_status;
+    closer.join();
+    if (r != 0) ::waitpid(pid, nullptr, 0);  // the test's own clean-up
+    return out.str();
+  });
+  EXPECT_EQ(fiber, thread);
+  EXPECT_EQ(thread, "0 errno 0 status 7");
+}
+
 TEST(Waitid, AnUnwritableSiginfoFailsOnceTheChildHasExited) {
   void* page = ::mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(page, MAP_FAILED);

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "fd_pair.h"
+#include "fd_passing.h"
 #include "io/fd_records.h"
 #include "io/netpoller.h"
 #include "socket_pair.h"
@@ -163,21 +164,7 @@ void expect_second_read_returns_what_is_queued(int fd, ssize_t first, ssize_t se
 TEST(DrainNote, ABlockingReadAfterOneThatStoppedAfterPassedFdsReturnsTheRest) {
   FdPair sockets = make_socketpair(SOCK_STREAM);
   expect_second_read_returns_what_is_queued(sockets.reader, 3, 3, [&] {
-    char data[] = "abc";
-    iovec iov{data, 3};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr message{};
-    message.msg_iov = &iov;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof control;
-    cmsghdr* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    const int passed = sockets.writer;
-    std::memcpy(CMSG_DATA(header), &passed, sizeof passed);
-    ASSERT_EQ(::sendmsg(sockets.writer, &message, 0), 3);
+    ASSERT_EQ(test::send_with_fd(sockets.writer, "abc", 3, sockets.writer), 3);
     ASSERT_EQ(::write(sockets.writer, "def", 3), 3);
   });
 }

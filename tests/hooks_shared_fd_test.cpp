@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "fd_passing.h"
 #include "hooks/description_sharing.h"
 #include "hooks/fd_table.h"
 #include "hooks_test_support.h"
@@ -266,41 +267,18 @@ TEST(HooksSharedFd, AnAcceptOnASharedListenerStillParks) {
 
 // Sends one byte carrying `fd` with SCM_RIGHTS on `socket`; sendmsg's
 // result.
-ssize_t send_fd(int socket, int fd) {
-  char byte = 'x';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* header = CMSG_FIRSTHDR(&msg);
-  header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-  return sendmsg(socket, &msg, 0);
-}
+ssize_t send_fd(int socket, int fd) { return test::send_with_fd(socket, "x", 1, fd); }
 
 // Receives what send_fd sent, with recvmmsg (`many`) or recvmsg: the fd it
 // carried, or -1.
 int receive_fd(int socket, bool many) {
   char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  test::MessageWithFd message(&byte, 1);
   mmsghdr one{};
-  msghdr& msg = one.msg_hdr;
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  const long got = many ? recvmmsg(socket, &one, 1, 0, nullptr) : recvmsg(socket, &msg, 0);
-  const cmsghdr* header = got == 1 ? CMSG_FIRSTHDR(&msg) : nullptr;
-  if (header == nullptr || header->cmsg_type != SCM_RIGHTS) return -1;
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
-  return fd;
+  one.msg_hdr = message.msg;
+  const long got = many ? recvmmsg(socket, &one, 1, 0, nullptr) : recvmsg(socket, &message.msg, 0);
+  if (many) message.msg = one.msg_hdr;
+  return got == 1 ? message.carried() : -1;
 }
 
 // What proves a description private (hooks/description_sharing.h), and

@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "fd_passing.h"
 #include "hooks_test_support.h"
 #include "libc.h"
 #include "socket_pair.h"
@@ -1791,48 +1792,23 @@ TEST(HooksSocket, AResetAfterPartOfAWaitAllReceiveIsTheNextCallsError) {
 TEST(HooksSocket, AWaitAllReceiveStopsAfterPassedFdsAsOnAThread) {
   const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
     SocketPair pair;
-    auto send_with_fd = [&](const char* text) {
-      iovec iov{const_cast<char*>(text), 4};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr message{};
-      message.msg_iov = &iov;
-      message.msg_iovlen = 1;
-      message.msg_control = control;
-      message.msg_controllen = sizeof control;
-      cmsghdr* header = CMSG_FIRSTHDR(&message);
-      header->cmsg_level = SOL_SOCKET;
-      header->cmsg_type = SCM_RIGHTS;
-      header->cmsg_len = CMSG_LEN(sizeof(int));
-      const int passed = pair.b();
-      std::memcpy(CMSG_DATA(header), &passed, sizeof passed);
-      EXPECT_EQ(sendmsg(pair.b(), &message, 0), 4);
-    };
-    send_with_fd("aaaa");
-    send_with_fd("bbbb");
+    EXPECT_EQ(test::send_with_fd(pair.b(), "aaaa", 4, pair.b()), 4);
+    EXPECT_EQ(test::send_with_fd(pair.b(), "bbbb", 4, pair.b()), 4);
     std::string out;
     for (int flags : {MSG_WAITALL, MSG_DONTWAIT}) {
       char buf[8] = {};
-      iovec iov{buf, sizeof buf};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr message{};
-      message.msg_iov = &iov;
-      message.msg_iovlen = 1;
-      message.msg_control = control;
-      message.msg_controllen = sizeof control;
-      const long got = recvmsg(pair.a(), &message, flags);
+      test::MessageWithFd message(buf, sizeof buf);
+      const long got = recvmsg(pair.a(), &message.msg, flags);
       if (got < 0) {
         out += outcome(got);
         continue;
       }
       out += std::to_string(got) + " " + std::string(buf, std::size_t(got));
-      for (cmsghdr* h = CMSG_FIRSTHDR(&message); h != nullptr; h = CMSG_NXTHDR(&message, h)) {
-        if (h->cmsg_type != SCM_RIGHTS) continue;
-        int fd = -1;
-        std::memcpy(&fd, CMSG_DATA(h), sizeof fd);
+      if (const int fd = message.carried(); fd >= 0) {
         out += " with an fd";
         close(fd);
       }
-      out += (message.msg_flags & MSG_CTRUNC) ? " truncated; " : "; ";
+      out += (message.msg.msg_flags & MSG_CTRUNC) ? " truncated; " : "; ";
     }
     return out;
   });

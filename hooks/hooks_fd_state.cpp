@@ -244,9 +244,13 @@ int setsockopt(int fd, int level, int option, const void* value, socklen_t len) 
   return result;
 }
 
+// A close can sleep in the kernel: a socket's with SO_LINGER waits up to
+// the linger time for the peer to take what is queued
+// (sk_stream_wait_close), a file's last one on a network file system
+// flushes it. Announced.
 int close(int fd) {
   before_close(fd);
-  return real::close()(fd);
+  return announced([&] { return real::close()(fd); });
 }
 
 // stdio closes its fd with libc's internal close, which no hook sees.

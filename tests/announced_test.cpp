@@ -41,6 +41,7 @@
 
 #include "hooks_test_support.h"
 #include "sched/worker.h"
+#include "socket_pair.h"
 
 namespace weft {
 namespace {
@@ -454,6 +455,27 @@ TEST(Announced, ACallOnANonBlockingFdIsNotButAFilesWriteIs) {
   ::close(listener);
   ::close(pair[0]);
   ::close(pair[1]);
+}
+
+// A socket's close with SO_LINGER waits for the peer to take what is
+// queued: here until the test drains it. Before, close() was not
+// announced, and its worker's other fibers waited for sysmon's slow path.
+TEST(Announced, ALingeringCloseOfASocket) {
+  test::LoopbackTcpPair pair;
+  char block[64 << 10] = {};
+  for (int i = 0; i < 1024 && ::send(pair.client, block, sizeof block, MSG_DONTWAIT) > 0; ++i) {
+  }
+  const linger wait_for_the_peer{1, 30};
+  ASSERT_EQ(::setsockopt(pair.client, SOL_SOCKET, SO_LINGER, &wait_for_the_peer, sizeof wait_for_the_peer), 0);
+  const int client = std::exchange(pair.client, -1);
+  const Outcome got = blocked_fiber([&] { return long(::close(client)); },
+                                    [&] {
+                                      const auto until = Clock::now() + 20s;
+                                      while (Clock::now() < until && ::recv(pair.server, block, sizeof block, 0) > 0) {
+                                      }
+                                    });
+  EXPECT_TRUE(got.marked);
+  EXPECT_EQ(got.result, 0);
 }
 
 // msync with MS_SYNC waits for the range's writeback, as fsync does, and

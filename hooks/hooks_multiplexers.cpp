@@ -16,18 +16,23 @@
 // nothing (another fiber took it) parks again until the deadline.
 // poll/select with no fds are sleeps. A signal mask (ppoll, pselect,
 // epoll_pwait, epoll_pwait2) applies to the kernel calls only, not to the
-// parked time.
+// parked time; a signal it lets in that comes for the process while the
+// fiber is parked ends the park (SignalsLetIn), and the probe after it
+// takes the signal and returns EINTR, as the call on a thread.
 #undef _FORTIFY_SOURCE
 #include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/select.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "fd_table.h"
@@ -141,6 +146,55 @@ class PollWait {
   std::vector<FdSetWait> set_;
 };
 
+// The signals a wait's `mask` lets in: blocked on the calling thread now,
+// and not in the mask. A thread's ppoll, pselect or epoll_pwait ends with
+// EINTR when one comes (the idiom that keeps a signal blocked everywhere
+// and waits for it with pselect); a parked fiber is not in the kernel, and
+// the mask applies to its probes only, so such a signal waited for the
+// timeout, or forever. The park watches a signalfd for them as one more
+// fd: a signal pending for the process makes it readable, and the probe
+// after the wake, with the mask, takes the signal (its handler runs) and
+// returns EINTR. The signalfd is never read (that would take the signal).
+// A signal sent to the worker's thread alone (pthread_kill) is not seen:
+// a signalfd reports the polling thread's signals and the process's. Made
+// and closed inside a ParkScope of its own, as every fd a hook makes for a
+// park (hook_support.h).
+class SignalsLetIn {
+ public:
+  explicit SignalsLetIn(const sigset_t& opened) : fd_(::signalfd(-1, &opened, SFD_NONBLOCK | SFD_CLOEXEC)) {}
+  SignalsLetIn(const SignalsLetIn&) = delete;
+  SignalsLetIn& operator=(const SignalsLetIn&) = delete;
+  ~SignalsLetIn() {
+    if (fd_ < 0) return;
+    fd_closing(fd_);  // the park registered it
+    fd_forgotten(fd_);
+    real::close()(fd_);
+  }
+  int fd() const noexcept { return fd_; }
+
+  // Whether `mask` lets in a signal the calling thread blocks, and which
+  // (`opened`). A mask the kernel cannot read lets in nothing: the probe
+  // reports its EFAULT.
+  static bool any(const sigset_t* mask, sigset_t& opened) noexcept {
+    sigemptyset(&opened);
+    if (mask == nullptr || !readable_by_kernel(mask, kKernelSigsetBytes)) return false;
+    sigset_t blocked;
+    if (pthread_sigmask(SIG_SETMASK, nullptr, &blocked) != 0) return false;
+    bool some = false;
+    for (int signal = 1; signal < NSIG; ++signal) {
+      if (sigismember(&blocked, signal) == 1 && sigismember(mask, signal) == 0) {
+        sigaddset(&opened, signal);
+        some = true;
+      }
+    }
+    return some;
+  }
+
+ private:
+  static constexpr std::size_t kKernelSigsetBytes = NSIG / 8;  // what the kernel reads of a sigset_t
+  int fd_;
+};
+
 // The common loop: `probe()` is the zero-timeout kernel call, made first
 // unless the caller's own probe found nothing already (`probed`), and
 // after every wake but one that `fill(harvested)` can answer: given the
@@ -151,10 +205,27 @@ class PollWait {
 // a level check of its own: the probe was it. A multi-fd wait parks on
 // every fd's record at once through the scheduler's poller: no fd is made
 // per wait, and the fds stay registered for the next.
+//
+// `mask`: the call's signal mask, or null: signals it lets in end the park
+// (SignalsLetIn).
 template <class Probe, class Fill>
-int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, bool probed, Probe&& probe, Fill&& fill) {
+int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, bool probed, const sigset_t* mask,
+                Probe&& probe, Fill&& fill) {
   const ErrnoHome home;
   const int saved = errno_value();
+  std::optional<ParkScope> around_signals;
+  std::optional<SignalsLetIn> signals;
+  std::vector<pollfd> with_signals;
+  if (sigset_t opened; SignalsLetIn::any(mask, opened)) {
+    around_signals.emplace();
+    signals.emplace(opened);
+    if (signals->fd() >= 0) {
+      with_signals.assign(fds, fds + count);
+      with_signals.push_back({signals->fd(), POLLIN, 0});
+      fds = with_signals.data();
+      count = with_signals.size();
+    }
+  }
   PollWait waiting(fds, count);
   waiting.mark();
   if (!probed || waiting.needs_probe_after_mark()) {
@@ -236,11 +307,11 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
   if (count != 0 && !on_live_stack(fds, count * sizeof(pollfd))) {
     const int ready = probe();
     if (ready != 0) return ready;
-    return poll_parked(fds, count, deadline, /*probed=*/true, probe, fill);
+    return poll_parked(fds, count, deadline, /*probed=*/true, mask, probe, fill);
   }
   // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
   // pending signal it unblocks ends it at once: sigsuspend with a timeout).
-  return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, probe, fill);
+  return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, mask, probe, fill);
 }
 
 // select's fd sets hold nfds bits in as many longs as that takes: a
@@ -324,7 +395,7 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   const int ready = probe();
   if (ready != 0) return ready;
   const std::vector<pollfd> fds = as_pollfds(bits, r0.get(), w0.get(), e0.get());
-  return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, probe, cannot_fill);
+  return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, with_mask ? mask : nullptr, probe, cannot_fill);
 }
 
 // epoll_wait, epoll_pwait and epoll_pwait2: `probe()` is the zero-timeout
@@ -344,7 +415,7 @@ int epoll_hooked(int epfd, Clock::time_point deadline, const sigset_t* mask, Pro
     static const timespec zero{0, 0};
     return real::ppoll()(nullptr, 0, &zero, mask);  // -1 EINTR on such a signal, else 0
   };
-  return poll_parked(&self, 1, deadline, /*probed=*/false, probe_and_signals, cannot_fill);
+  return poll_parked(&self, 1, deadline, /*probed=*/false, mask, probe_and_signals, cannot_fill);
 }
 
 // select's timeval as glibc reads it (sysdeps/unix/sysv/linux/select.c):

@@ -16,6 +16,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -170,6 +172,77 @@ TEST(HooksMultiplexers, PpollWithNoFdsEndsOnASignalItsMaskUnblocks) {
     const bool at_once = Clock::now() - start < 5s;
     return outcome(result) + " handled " + std::to_string(handled.load()) + (at_once ? " at once" : " at the timeout");
   });
+}
+
+// `call` (ppoll, pselect or epoll_pwait with an empty mask, on a pipe
+// never ready, for 5 s) while another thread sends SIGUSR2 to the process
+// after 100 ms: its outcome, whether the handler ran, and whether it ended
+// well before its timeout.
+std::string waits_for_a_signal_to_the_process(const std::string& call) {
+  const Pipe pipe;
+  std::thread sender([] {
+    std::this_thread::sleep_for(100ms);
+    ::kill(::getpid(), SIGUSR2);
+  });
+  sigset_t none;
+  sigemptyset(&none);
+  const timespec timeout{5, 0};
+  handled = 0;
+  const auto start = Clock::now();
+  int result = 0;
+  if (call == "ppoll") {
+    pollfd fd{pipe.reader, POLLIN, 0};
+    result = ppoll(&fd, 1, &timeout, &none);
+  } else if (call == "ppoll of no fds") {
+    result = ppoll(nullptr, 0, &timeout, &none);
+  } else if (call == "pselect") {
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(pipe.reader, &r);
+    result = pselect(pipe.reader + 1, &r, nullptr, nullptr, &timeout, &none);
+  } else {
+    const int epfd = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event event{};
+    event.events = EPOLLIN;
+    EXPECT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, pipe.reader, &event), 0);
+    result = epoll_pwait(epfd, &event, 1, 5000, &none);
+    ::close(epfd);
+  }
+  const bool early = Clock::now() - start < 2s;
+  sender.join();
+  return call + " " + outcome(result) + " handled " + std::to_string(handled.load()) + (early ? " early" : " late");
+}
+
+// A signal that the call's mask lets in, sent to the process while the
+// call waits, ends the wait with EINTR after its handler ran, as on a
+// thread: the idiom that keeps a signal blocked everywhere and waits for
+// it with pselect. Before, a parked fiber's wait went on to its timeout
+// (forever without one). In a process of its own (a death test's), whose
+// every thread blocks SIGUSR2 from its start: the kernel has no other
+// thread to give the signal to.
+TEST(HooksMultiplexersDeathTest, ASignalToTheProcessThatTheMaskLetsInEndsAParkedWait) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        struct sigaction action {};
+        action.sa_handler = count_signal;
+        sigemptyset(&action.sa_mask);
+        sigaction(SIGUSR2, &action, nullptr);
+        sigset_t blocked;
+        sigemptyset(&blocked);
+        sigaddset(&blocked, SIGUSR2);
+        pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+        bool all_as_expected = true;
+        for (const char* call : {"ppoll", "ppoll of no fds", "pselect", "epoll_pwait"}) {
+          const test::ThreadAndFiber got =
+              test::on_thread_and_fiber([&] { return waits_for_a_signal_to_the_process(call); });
+          const std::string expected = std::string(call) + " -1 EINTR handled 1 early";
+          all_as_expected = all_as_expected && got.thread == expected && got.fiber == expected;
+          std::fprintf(stderr, "thread: %s\nfiber:  %s\n", got.thread.c_str(), got.fiber.c_str());
+        }
+        std::exit(all_as_expected ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // poll's corners: a closed fd (POLLNVAL, counted), a negative fd (skipped,

@@ -23,4 +23,7 @@ FdRecord* unpollable_file(int fd) noexcept;
 // it, as read() does. Libc's result and errno.
 ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t offset);
 
+// read_file of one buffer: read() (offset -1) and pread().
+ssize_t read_file(FdRecord& file, int fd, void* buf, size_t n, off_t offset);
+
 }  // namespace weft::detail

@@ -7,7 +7,8 @@
 // without waiting for the disk (EAGAIN if it would wait), where an
 // io_uring round trip costs more (docs/benchmarks.md, "Regular files").
 // What is not cached (EAGAIN, or the rest of a read that was cached in
-// part, unless the file ends there) goes to the ring. A file that does not
+// part, unless the file ends there) goes to the ring if the read is at an
+// offset; at the file position it is the plain call, announced (read_file). A file that does not
 // support RWF_NOWAIT (EOPNOTSUPP) is read as before. Once the cache has
 // served an fd's last FdRecord::kTrustCache reads whole, its reads are the
 // plain pread or read, announced, since preadv2's vectored path costs
@@ -30,6 +31,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -72,6 +74,13 @@ ssize_t plain_read(int fd, const iovec* iov, int count, off_t offset) {
   return offset < 0 ? real::readv()(fd, iov, count) : real::preadv()(fd, iov, count, offset);
 }
 
+// The most one read moves: the kernel's MAX_RW_COUNT, INT_MAX rounded
+// down to a page. A read asked for more returns that much.
+std::size_t max_read_bytes() noexcept {
+  static const std::size_t max = std::size_t(INT_MAX) & ~(std::size_t(sysconf(_SC_PAGESIZE)) - 1);
+  return max;
+}
+
 // The blocking read, announced.
 ssize_t blocking_read(int fd, const iovec* iov, int count, off_t offset) {
   return announced([&] { return plain_read(fd, iov, count, offset); });
@@ -103,6 +112,15 @@ void count_missed(FdRecord& file) noexcept {
 
 }  // namespace
 
+ssize_t read_file(FdRecord& file, int fd, void* buf, size_t n, off_t offset) {
+  // More than one read moves: the plain call, whose kernel checks the
+  // whole range it was given (EFAULT where it runs past the process's
+  // memory), where preadv2 trims the count to max_read_bytes() first.
+  const iovec iov{buf, n};
+  if (n > max_read_bytes()) return blocking_read(fd, &iov, 1, offset);
+  return read_file(file, fd, &iov, 1, offset);
+}
+
 FdRecord* unpollable_file(FdRecord* record) noexcept {
   return record != nullptr && record->kind() == FdKind::unpollable ? record : nullptr;
 }
@@ -127,7 +145,7 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
   const int saved = errno_value();
   ssize_t cached = real::preadv2()(fd, iov, count, offset, RWF_NOWAIT);
   if (cached >= 0) {
-    const ssize_t wanted = ssize_t(iov_total(iov, count));
+    const ssize_t wanted = ssize_t(std::min(iov_total(iov, count), max_read_bytes()));
     // Short: the cache had only part of it, or the file ends there. The
     // end of a file is the common case (every read of a whole file ends
     // so), and another RWF_NOWAIT read tells them apart (0: the end) for a
@@ -154,11 +172,16 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     set_errno(saved);
     return blocking_read(fd, iov, count, offset);
   }
-  // The rest, past what the cache gave.
+  // The rest, past what the cache gave: at an offset, on the ring while
+  // the fiber parks. At the file position, the plain call, announced:
+  // io_uring's read at the position does not take the lock on it that
+  // read(2) holds (two readers of one open file description read the same
+  // bytes), and leaves the position behind after a partial read that
+  // ends in EFAULT.
   count_missed(file);
   const ssize_t done = std::max<ssize_t>(cached, 0);
   const Rest rest = rest_of(iov, count, offset, done);
-  FileRing* ring = current_ring();
+  FileRing* ring = offset >= 0 ? current_ring() : nullptr;
   ssize_t more;
   if (ring == nullptr) {
     more = blocking_read(fd, rest.iov.data(), int(rest.iov.size()), rest.offset);
@@ -193,8 +216,7 @@ ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {
   if (file == nullptr) return real::pread()(fd, buf, n, offset);
   const CheckpointOnReturn at_return;
   if (offset < 0) return real::pread()(fd, buf, n, offset);  // EINVAL, as libc says it
-  const iovec iov{buf, n};
-  return read_file(*file, fd, &iov, 1, offset);
+  return read_file(*file, fd, buf, n, offset);
 }
 
 }  // namespace

@@ -879,10 +879,7 @@ ssize_t read(int fd, void* buf, size_t n) {
   FdRecord* const record = classified_fd_state(fd);
   FdRecord* state = parkable_record(record);
   if (state == nullptr) {
-    if (FdRecord* file = unpollable_file(record)) {
-      const iovec iov{buf, n};
-      return read_file(*file, fd, &iov, 1, -1);
-    }
+    if (FdRecord* file = unpollable_file(record)) return read_file(*file, fd, buf, n, -1);
     return read_through(fd, n, [&] { return real::read()(fd, buf, n); });
   }
   if (state->kind() == FdKind::socket) {

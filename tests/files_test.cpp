@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <weft/weft.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -367,12 +368,105 @@ std::string reads_into_a_buffer_cut_short(const std::string& path) {
   errno = ENOTTY;
   n = ::pread(fd, static_cast<char*>(pages) + 4096, 4096, 0);
   out << "pread " << n << " errno " << errno << "\n";
+  // At the file position, of pages not cached: the position moves by
+  // what was read, as a read that stops short moves it. Before, the
+  // ring's read at the position left it where it was.
+  ::lseek(fd, 16384, SEEK_SET);
+  evict(path);
+  errno = ENOTTY;
+  n = ::read(fd, pages, 2 * 4096);
+  out << "read " << n << " errno " << errno << " at " << ::lseek(fd, 0, SEEK_CUR) << "\n";
   ::munmap(pages, 2 * 4096);
   ::close(fd);
   return out.str();
 }
 
 TEST(Files, APartialReadKeepsErrno) { expect_same_on_thread_and_fiber(reads_into_a_buffer_cut_short, Ring::used); }
+
+// A read of more than one read moves (MAX_RW_COUNT, just under 2 GiB):
+// the count the kernel caps it at, as on a thread, and for read() and
+// pread() a range that runs past the process's memory is EFAULT. Before,
+// a fiber's readv read on past the cap (the cap looked like a short read),
+// and its read() of 2^40 bytes into a small buffer read what the file held.
+std::string reads_larger_than_one_read(const std::string& path) {
+  std::ostringstream out;
+  char path_of_sparse[] = "/tmp/weft-files-sparse-XXXXXX";
+  const int sparse = ::mkstemp(path_of_sparse);
+  ::unlink(path_of_sparse);
+  constexpr std::size_t kPiece = 5 << 19;  // 2.5 MiB; 1,024 of them, 2.5 GiB
+  EXPECT_EQ(::ftruncate(sparse, off_t(kPiece) * 1024), 0);
+  std::vector<char> piece(kPiece);
+  std::vector<iovec> iov(1024, iovec{piece.data(), kPiece});  // all into one buffer
+  ssize_t n = ::readv(sparse, iov.data(), int(iov.size()));
+  out << "readv of 2.5 GiB " << n << " at " << ::lseek(sparse, 0, SEEK_CUR) << "\n";
+  ::close(sparse);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  char buf[64];
+  errno = 0;
+  n = ::read(fd, buf, std::size_t(1) << 40);
+  out << "read of 2^40 " << n << " errno " << errno << " at " << ::lseek(fd, 0, SEEK_CUR) << "\n";
+  errno = 0;
+  n = ::pread(fd, buf, std::size_t(1) << 40, 0);
+  out << "pread of 2^40 " << n << " errno " << errno << "\n";
+  ::close(fd);
+  return out.str();
+}
+
+TEST(Files, ReadsOfMoreThanOneReadMovesGiveWhatAPlainThreadGets) {
+  expect_same_on_thread_and_fiber(reads_larger_than_one_read, Ring::either);
+}
+
+// Readers sharing one fd read the file at its position, each read whole
+// and apart from the others', as the kernel's read(2) holds the position's
+// lock: no part of the file read twice, none missed. The file's pages are
+// dropped first, and readahead is off, so that the reads wait for the
+// disk. Before, those went to io_uring at the position, which takes no
+// such lock: two fibers read the same bytes (most of the file, seen here).
+TEST(Files, ReadersSharingAnFdReadEachPartOnce) {
+  char path[] = "/tmp/weft-files-words-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ::unlink(path);
+  constexpr std::size_t kWords = 1 << 20;  // 4 MiB; each word holds its index
+  std::vector<std::uint32_t> words(kWords);
+  for (std::size_t i = 0; i < kWords; ++i) words[i] = std::uint32_t(i);
+  ASSERT_EQ(::write(fd, words.data(), kWords * 4), ssize_t(kWords * 4));
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  ::lseek(fd, 0, SEEK_SET);
+  std::vector<std::atomic<std::uint8_t>> seen(kWords);
+  std::atomic<bool> misplaced{false};
+  const auto read_to_the_end = [&] {
+    std::vector<std::uint32_t> chunk(4096);
+    ssize_t n;
+    while ((n = ::read(fd, chunk.data(), chunk.size() * 4)) > 0) {
+      for (ssize_t i = 0; i < n / 4; ++i) {
+        if (chunk[i] >= kWords) {
+          misplaced = true;
+          continue;
+        }
+        seen[chunk[i]].fetch_add(1);
+      }
+    }
+  };
+  {
+    Scheduler sched{test::config_with(2)};
+    Fiber first = sched.spawn(read_to_the_end);
+    Fiber second = sched.spawn(read_to_the_end);
+    first.join();
+    second.join();
+  }
+  ::close(fd);
+  std::size_t twice = 0;
+  std::size_t missed = 0;
+  for (const auto& count : seen) {
+    twice += count.load() > 1;
+    missed += count.load() == 0;
+  }
+  EXPECT_FALSE(misplaced.load());
+  EXPECT_EQ(twice, 0u) << "words read by both readers";
+  EXPECT_EQ(missed, 0u) << "words read by neither";
+}
 
 // Many fibers reading and syncing at once: every result comes back to its
 // own fiber (the ring's lead passes between them).

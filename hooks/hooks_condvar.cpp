@@ -28,6 +28,7 @@
 //   signal made after that release still finds the waiter, while glibc
 //   never touches the user's mutex.
 #include <pthread.h>
+#include <threads.h>
 
 #include <cerrno>
 #include <mutex>
@@ -174,13 +175,10 @@ bool valid_nanoseconds(const timespec* abstime) noexcept {
 using namespace weft::detail;
 using namespace weft::detail::locks;
 
-// (hooks/locks.h, 5: TSan.)
-// Exported: they interpose libc's (include/weft/detail/visibility.h).
-#pragma GCC visibility push(default)
-extern "C" {
+namespace {
 
-[[gnu::noinline]] int pthread_cond_wait(pthread_cond_t* cond, pthread_mutex_t* mutex) {
-  const void* return_address = __builtin_return_address(0);
+// The bodies of the exported waits, for a caller at `return_address`.
+[[gnu::always_inline]] inline int wait_from(pthread_cond_t* cond, pthread_mutex_t* mutex, const void* return_address) {
   return wait_call(mutex, return_address, [&] {
     if (!lock_hooks_enabled()) return real::pthread_cond_wait()(cond, mutex);
     if (is_shared(cond))
@@ -190,8 +188,8 @@ extern "C" {
   });
 }
 
-[[gnu::noinline]] int pthread_cond_timedwait(pthread_cond_t* cond, pthread_mutex_t* mutex, const timespec* abstime) {
-  const void* return_address = __builtin_return_address(0);
+[[gnu::always_inline]] inline int timedwait_from(pthread_cond_t* cond, pthread_mutex_t* mutex, const timespec* abstime,
+                                                 const void* return_address) {
   return wait_call(mutex, return_address, [&] {
     if (!lock_hooks_enabled()) return real::pthread_cond_timedwait()(cond, mutex, abstime);
     // Before anything, as glibc: a bridged wait would look at the mutex first.
@@ -205,6 +203,27 @@ extern "C" {
                                 : CLOCK_REALTIME;
     return wait(cond, mutex, Deadline::at_time(clock, abstime), return_address);
   });
+}
+
+// C11's condition variable and mutex are glibc's pthread ones, which
+// glibc's cnd_* use through its internal pthread calls, where no hook sees
+// them.
+pthread_cond_t* as_pthread(cnd_t* cond) noexcept { return reinterpret_cast<pthread_cond_t*>(cond); }
+pthread_mutex_t* as_pthread(mtx_t* mutex) noexcept { return reinterpret_cast<pthread_mutex_t*>(mutex); }
+
+}  // namespace
+
+// (hooks/locks.h, 5: TSan.)
+// Exported: they interpose libc's (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
+extern "C" {
+
+[[gnu::noinline]] int pthread_cond_wait(pthread_cond_t* cond, pthread_mutex_t* mutex) {
+  return wait_from(cond, mutex, __builtin_return_address(0));
+}
+
+[[gnu::noinline]] int pthread_cond_timedwait(pthread_cond_t* cond, pthread_mutex_t* mutex, const timespec* abstime) {
+  return timedwait_from(cond, mutex, abstime, __builtin_return_address(0));
 }
 
 [[gnu::noinline]] int pthread_cond_clockwait(pthread_cond_t* cond, pthread_mutex_t* mutex, clockid_t clock,
@@ -229,11 +248,16 @@ extern "C" {
   if ((pthread_layout::cond_word(cond).load() & kWaiters) == 0) return 0;
   LotBucket& bucket = lot_bucket(cond);
   std::lock_guard guard(bucket.lock);
+  // The waiters bit is cleared before the wake, never after: the woken
+  // waiter may return, and the condition variable be destroyed and its
+  // memory reused, before this call does anything more (a signal made
+  // without the mutex held).
   while (LotWaiter* waiter = bucket.first(cond)) {
     bucket.remove(*waiter);
-    if (unpark(*waiter)) break;  // else it timed out: the next one
+    clear_waiters_if_none(cond, bucket);
+    if (unpark(*waiter)) return 0;  // else it timed out: the next one
   }
-  clear_waiters_if_none(cond, bucket);
+  clear_waiters_if_none(cond, bucket);  // none woken: the bit may be stale
   return 0;
 }
 
@@ -243,13 +267,30 @@ extern "C" {
   if ((pthread_layout::cond_word(cond).load() & kWaiters) == 0) return 0;
   LotBucket& bucket = lot_bucket(cond);
   std::lock_guard guard(bucket.lock);
+  pthread_layout::cond_word(cond).clear(kWaiters);  // before the wakes, as in pthread_cond_signal
   while (LotWaiter* waiter = bucket.first(cond)) {
     bucket.remove(*waiter);
     unpark(*waiter);
   }
-  pthread_layout::cond_word(cond).clear(kWaiters);
   return 0;
 }
+
+// C11 <threads.h>: the same calls, their results as glibc's cnd_* give
+// them (thrd_result). Before, a fiber's cnd_wait blocked its worker in
+// glibc's wait, which the hooks' signals (a pthread_cond_signal of the
+// same object) never reached.
+[[gnu::noinline]] int cnd_wait(cnd_t* cond, mtx_t* mutex) {
+  return thrd_result(wait_from(as_pthread(cond), as_pthread(mutex), __builtin_return_address(0)));
+}
+
+[[gnu::noinline]] int cnd_timedwait(cnd_t* __restrict cond, mtx_t* __restrict mutex,
+                                    const timespec* __restrict abstime) {
+  return thrd_result(timedwait_from(as_pthread(cond), as_pthread(mutex), abstime, __builtin_return_address(0)));
+}
+
+int cnd_signal(cnd_t* cond) { return thrd_result(pthread_cond_signal(as_pthread(cond))); }
+
+int cnd_broadcast(cnd_t* cond) { return thrd_result(pthread_cond_broadcast(as_pthread(cond))); }
 
 }  // extern "C"
 #pragma GCC visibility pop

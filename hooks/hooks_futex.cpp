@@ -45,6 +45,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/syscall.h>
+#include <threads.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -188,6 +189,18 @@ int pthread_once(pthread_once_t* once, void (*init_routine)()) {
   if (auto* interposer = pthread_once_before_weft()) return interposer(once, init_routine);
   if (!parking_enabled() || under_tsan()) return real::pthread_once()(once, init_routine);
   return once_parked(once, init_routine);
+}
+
+// C11's once flag is glibc's pthread_once word, which glibc's call_once
+// runs through its internal pthread_once (glibc's, whatever a sanitizer
+// interposes), where no hook sees it: a fiber's wait for a routine another
+// fiber runs blocked its worker.
+void call_once(once_flag* flag, void (*routine)()) {
+  auto* once = reinterpret_cast<pthread_once_t*>(flag);
+  if (!parking_enabled() || under_tsan())
+    real::pthread_once()(once, routine);
+  else
+    once_parked(once, routine);
 }
 
 #pragma GCC visibility pop

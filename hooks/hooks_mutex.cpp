@@ -47,6 +47,7 @@
 // - Without fibers parked (kParked clear) the word is exactly glibc's, and
 //   glibc's own lll_lock/lll_unlock interoperate with it (hooks/locks.h, 1).
 #include <pthread.h>
+#include <threads.h>
 
 #include <cerrno>
 #include <mutex>
@@ -493,16 +494,14 @@ int mutex_unlock(pthread_mutex_t* mutex, const Caller& caller) noexcept {
 using namespace weft::detail;
 using namespace weft::detail::locks;
 
-// Not inlined anywhere: each asks for its own return address, which tells
-// libweft's own calls (hooks/locks.h, 3).
-// Exported: they interpose libc's (include/weft/detail/visibility.h).
-#pragma GCC visibility push(default)
-extern "C" {
+namespace {
+
+// The bodies of the exported calls, for a caller at `return_address`:
+// inlined into each, pthread_mutex_lock's fast path included.
 
 // The fast path: a normal mutex, free, hooks on, nothing pending. Every
 // other case is a tail call.
-[[gnu::noinline]] int pthread_mutex_lock(pthread_mutex_t* mutex) {
-  const void* return_address = __builtin_return_address(0);
+[[gnu::always_inline]] inline int lock_from(pthread_mutex_t* mutex, const void* return_address) {
   return lock_call(mutex, 0, return_address, [mutex, return_address] {
     if (lock_hooks_state.load(std::memory_order_relaxed) <= 0) [[unlikely]]
       return lock_any(mutex, return_address);
@@ -529,15 +528,51 @@ extern "C" {
   });
 }
 
-[[gnu::noinline]] int pthread_mutex_trylock(pthread_mutex_t* mutex) {
-  const void* return_address = __builtin_return_address(0);
+[[gnu::always_inline]] inline int trylock_from(pthread_mutex_t* mutex, const void* return_address) {
   return lock_call(mutex, kTsanTryLock, return_address, [&] { return try_lock(mutex, return_address); });
 }
 
-[[gnu::noinline]] int pthread_mutex_timedlock(pthread_mutex_t* mutex, const timespec* abstime) {
-  const void* return_address = __builtin_return_address(0);
+[[gnu::always_inline]] inline int timedlock_from(pthread_mutex_t* mutex, const timespec* abstime,
+                                                 const void* return_address) {
   return lock_call(mutex, kTsanTryLock, return_address,
                    [&] { return timed_lock(mutex, CLOCK_REALTIME, abstime, return_address); });
+}
+
+[[gnu::always_inline]] inline int unlock_from(pthread_mutex_t* mutex, const void* return_address) {
+  return unlock_call(mutex, return_address, [mutex] {
+    const int kind = pthread_layout::mutex_kind(mutex);
+    if (lock_hooks_state.load(std::memory_order_relaxed) <= 0 || (kind & pthread_layout::kMutexTakenOverMask) != 0)
+        [[unlikely]]
+      return unlock_any(mutex);
+    if (kind == kNormal || kind == kAdaptive) [[likely]]
+      return unlock_unchecked(mutex);
+    return unlock_checked(mutex);
+  });
+}
+
+// C11's mutex is glibc's pthread mutex (mtx_init makes a normal or a
+// recursive one), which glibc's mtx_* lock through its internal pthread
+// calls, where no hook sees them.
+pthread_mutex_t* as_pthread(mtx_t* mutex) noexcept { return reinterpret_cast<pthread_mutex_t*>(mutex); }
+
+}  // namespace
+
+// Not inlined anywhere: each asks for its own return address, which tells
+// libweft's own calls (hooks/locks.h, 3).
+// Exported: they interpose libc's (include/weft/detail/visibility.h).
+#pragma GCC visibility push(default)
+extern "C" {
+
+[[gnu::noinline]] int pthread_mutex_lock(pthread_mutex_t* mutex) {
+  return lock_from(mutex, __builtin_return_address(0));
+}
+
+[[gnu::noinline]] int pthread_mutex_trylock(pthread_mutex_t* mutex) {
+  return trylock_from(mutex, __builtin_return_address(0));
+}
+
+[[gnu::noinline]] int pthread_mutex_timedlock(pthread_mutex_t* mutex, const timespec* abstime) {
+  return timedlock_from(mutex, abstime, __builtin_return_address(0));
 }
 
 [[gnu::noinline]] int pthread_mutex_clocklock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime) {
@@ -548,15 +583,28 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_mutex_unlock(pthread_mutex_t* mutex) {
-  return unlock_call(mutex, __builtin_return_address(0), [mutex] {
-    const int kind = pthread_layout::mutex_kind(mutex);
-    if (lock_hooks_state.load(std::memory_order_relaxed) <= 0 || (kind & pthread_layout::kMutexTakenOverMask) != 0)
-        [[unlikely]]
-      return unlock_any(mutex);
-    if (kind == kNormal || kind == kAdaptive) [[likely]]
-      return unlock_unchecked(mutex);
-    return unlock_checked(mutex);
-  });
+  return unlock_from(mutex, __builtin_return_address(0));
+}
+
+// C11 <threads.h>: the same calls, their results as glibc's mtx_* give
+// them (thrd_result). Before, a fiber's went to glibc, which keys a mutex
+// on the thread: two fibers of one worker were both inside a recursive
+// mtx_t, a fiber that moved could not unlock its own, and a contended
+// mtx_lock blocked the worker.
+[[gnu::noinline]] int mtx_lock(mtx_t* mutex) {
+  return thrd_result(lock_from(as_pthread(mutex), __builtin_return_address(0)));
+}
+
+[[gnu::noinline]] int mtx_trylock(mtx_t* mutex) {
+  return thrd_result(trylock_from(as_pthread(mutex), __builtin_return_address(0)));
+}
+
+[[gnu::noinline]] int mtx_timedlock(mtx_t* __restrict mutex, const timespec* __restrict abstime) {
+  return thrd_result(timedlock_from(as_pthread(mutex), abstime, __builtin_return_address(0)));
+}
+
+[[gnu::noinline]] int mtx_unlock(mtx_t* mutex) {
+  return thrd_result(unlock_from(as_pthread(mutex), __builtin_return_address(0)));
 }
 
 }  // extern "C"

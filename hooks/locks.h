@@ -99,10 +99,12 @@
 #pragma once
 
 #include <pthread.h>
+#include <threads.h>
 #include <time.h>
 #include <weft/detail/checkpoint.h>
 #include <weft/detail/park.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <optional>
 
@@ -366,5 +368,22 @@ int mutex_unlock_error(pthread_mutex_t* mutex, const Caller& caller) noexcept;
 // the release only counted it down) up again.
 int mutex_unlock(pthread_mutex_t* mutex, const Caller& caller) noexcept;
 int mutex_lock(pthread_mutex_t* mutex, const Caller& caller, bool park, const Deadline& deadline) noexcept;
+
+// A pthread call's error as C11's <threads.h> call on it gives it
+// (glibc's thrd_err_map).
+inline int thrd_result(int error) noexcept {
+  switch (error) {
+    case 0:
+      return thrd_success;
+    case ENOMEM:
+      return thrd_nomem;
+    case ETIMEDOUT:
+      return thrd_timedout;
+    case EBUSY:
+      return thrd_busy;
+    default:
+      return thrd_error;
+  }
+}
 
 }  // namespace weft::detail::locks

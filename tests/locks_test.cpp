@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <threads.h>
 #include <unistd.h>
 #include <weft/detail/spin_lock.h>
 
@@ -616,6 +617,68 @@ TEST(LockOwnership, TwoFibersOnOneThreadAreTwoOwners) {
   EXPECT_EQ(foreign_trylock, EBUSY);
   pthread_mutex_destroy(&checked);
   pthread_mutex_destroy(&recursive);
+}
+
+// C11's <threads.h> on the same hooks (glibc's mtx_* and cnd_* call its
+// internal pthread functions, where no hook sees them): a recursive mtx_t
+// that one fiber holds is busy to another fiber of the same worker, as to
+// another thread; and a cnd_timedwait parks, so that the fiber that
+// signals it, on the same worker without spares, runs. Before, glibc took
+// the two fibers for one owner (thrd_success), and the wait blocked the
+// worker until its 5 s were out (thrd_timedout).
+TEST(LockOwnership, C11MutexesAndConditionVariablesKnowFibersApart) {
+  Scheduler sched(one_worker_config());
+  mtx_t recursive;
+  ASSERT_EQ(mtx_init(&recursive, mtx_plain | mtx_recursive), thrd_success);
+  std::atomic<int> stage{0};
+  std::atomic<int> foreign_trylock{-1};
+  Fiber owner = sched.spawn([&] {
+    EXPECT_EQ(mtx_lock(&recursive), thrd_success);
+    EXPECT_EQ(mtx_lock(&recursive), thrd_success);
+    stage = 1;
+    while (stage.load() != 2) this_fiber::yield();
+    EXPECT_EQ(mtx_unlock(&recursive), thrd_success);
+    EXPECT_EQ(mtx_unlock(&recursive), thrd_success);
+  });
+  Fiber other = sched.spawn([&] {
+    while (stage.load() != 1) this_fiber::yield();
+    foreign_trylock = mtx_trylock(&recursive);
+    stage = 2;
+  });
+  owner.join();
+  other.join();
+  EXPECT_EQ(foreign_trylock.load(), thrd_busy);
+  mtx_destroy(&recursive);
+
+  mtx_t mutex;
+  cnd_t cond;
+  ASSERT_EQ(mtx_init(&mutex, mtx_timed), thrd_success);
+  ASSERT_EQ(cnd_init(&cond), thrd_success);
+  std::atomic<bool> ready{false};
+  std::atomic<int> waited{-1};
+  const auto start = std::chrono::steady_clock::now();
+  Fiber waiter = sched.spawn([&] {
+    timespec deadline{};
+    timespec_get(&deadline, TIME_UTC);
+    deadline.tv_sec += 5;
+    EXPECT_EQ(mtx_lock(&mutex), thrd_success);
+    int result = thrd_success;
+    while (!ready.load() && result == thrd_success) result = cnd_timedwait(&cond, &mutex, &deadline);
+    waited = result;
+    EXPECT_EQ(mtx_unlock(&mutex), thrd_success);
+  });
+  Fiber signaller = sched.spawn([&] {
+    EXPECT_EQ(mtx_lock(&mutex), thrd_success);
+    ready = true;
+    EXPECT_EQ(cnd_signal(&cond), thrd_success);
+    EXPECT_EQ(mtx_unlock(&mutex), thrd_success);
+  });
+  waiter.join();
+  signaller.join();
+  EXPECT_EQ(waited.load(), thrd_success);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  cnd_destroy(&cond);
+  mtx_destroy(&mutex);
 }
 
 // --- glibc's semantics, fiber and plain thread ------------------------------
@@ -1232,8 +1295,10 @@ TEST(LockSymbols, TheLockCallsResolveToLibweft) {
     Dl_info info{};
     return address != nullptr && dladdr(address, &info) != 0 ? std::string(info.dli_fname) : std::string("nothing");
   };
-  for (const char* name : {"pthread_mutex_lock", "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_timedwait",
-                           "pthread_cond_signal", "pthread_cond_broadcast", "pthread_rwlock_rdlock"}) {
+  for (const char* name :
+       {"pthread_mutex_lock", "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_timedwait",
+        "pthread_cond_signal", "pthread_cond_broadcast", "pthread_rwlock_rdlock", "mtx_lock", "mtx_trylock",
+        "mtx_timedlock", "mtx_unlock", "cnd_wait", "cnd_timedwait", "cnd_signal", "cnd_broadcast", "call_once"}) {
     const std::string found = object_of(dlsym(RTLD_DEFAULT, name));
     const bool sanitizer = found.find("asan") != std::string::npos || found.find("tsan") != std::string::npos;
     if (!sanitizer) {

@@ -32,6 +32,7 @@
 #include <mutex>
 
 #include "announced.h"
+#include "glibc_mutex_pins.h"
 #include "locks.h"
 #include "pthread_layout.h"
 #include "real_calls.h"
@@ -291,6 +292,13 @@ using namespace weft::detail::locks;
 #define WEFT_PASS_THROUGH_WAITING(name, ...)                   \
   if (!lock_hooks_enabled()) return real::name()(__VA_ARGS__); \
   if (pthread_layout::rwlock_pshared(lock)) return announced([&] { return real::name()(__VA_ARGS__); })
+// The write locks of a process-shared rwlock pin a fiber that takes one
+// to its worker until its unlock (hooks/glibc_mutex_pins.h): glibc records
+// the writer as the thread's tid, and takes an unlock from another thread
+// for a reader's, which left the rwlock write-locked for good.
+#define WEFT_PASS_THROUGH_WRITING(name, ...)                   \
+  if (!lock_hooks_enabled()) return real::name()(__VA_ARGS__); \
+  if (pthread_layout::rwlock_pshared(lock)) return pin_if_held(announced([&] { return real::name()(__VA_ARGS__); }))
 
 // Exported: they interpose libc's (include/weft/detail/visibility.h).
 #pragma GCC visibility push(default)
@@ -326,14 +334,15 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_wrlock(pthread_rwlock_t* lock) {
-  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_wrlock, lock);
+  WEFT_PASS_THROUGH_WRITING(pthread_rwlock_wrlock, lock);
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
   return write_lock(lock, Deadline::never(), return_address);
 }
 
 [[gnu::noinline]] int pthread_rwlock_trywrlock(pthread_rwlock_t* lock) {
-  WEFT_PASS_THROUGH(pthread_rwlock_trywrlock, lock);
+  if (!lock_hooks_enabled()) return real::pthread_rwlock_trywrlock()(lock);
+  if (pthread_layout::rwlock_pshared(lock)) return pin_if_held(real::pthread_rwlock_trywrlock()(lock));
   lock_checkpoint(__builtin_return_address(0));
   if (!try_write(lock, pthread_layout::rwlock_word(lock).load(std::memory_order_relaxed))) return EBUSY;
   writer_of(lock).set(current_caller());
@@ -341,7 +350,7 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_timedwrlock(pthread_rwlock_t* lock, const timespec* abstime) {
-  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_timedwrlock, lock, abstime);
+  WEFT_PASS_THROUGH_WRITING(pthread_rwlock_timedwrlock, lock, abstime);
   if (const int error = check_timed(CLOCK_REALTIME, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -349,7 +358,7 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_clockwrlock(pthread_rwlock_t* lock, clockid_t clock, const timespec* abstime) {
-  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_clockwrlock, lock, clock, abstime);
+  WEFT_PASS_THROUGH_WRITING(pthread_rwlock_clockwrlock, lock, clock, abstime);
   if (const int error = check_timed(clock, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -357,7 +366,14 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_unlock(pthread_rwlock_t* lock) {
-  WEFT_PASS_THROUGH(pthread_rwlock_unlock, lock);
+  if (!lock_hooks_enabled()) return real::pthread_rwlock_unlock()(lock);
+  if (pthread_layout::rwlock_pshared(lock)) {
+    // A writer's unlock gives its pin back (WEFT_PASS_THROUGH_WRITING).
+    const int tid = cached_tid != 0 ? cached_tid : fetch_tid();
+    const bool writer = pthread_layout::rwlock_writer_tag(lock).load(std::memory_order_relaxed) == tid;
+    const int result = real::pthread_rwlock_unlock()(lock);
+    return writer ? unpin_if_released(result) : result;
+  }
   unlock(lock, current_caller());
   return 0;
 }

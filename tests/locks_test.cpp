@@ -1089,6 +1089,53 @@ TEST_P(LockSemantics, AFarFutureTimeIsWaitedForUntilWoken) {
 // (EPERM), so a fiber that moved at a sleep could never release it. Each
 // lock that leaves the mutex held pins the fiber once, each unlock takes
 // one pin back; a trylock that fails pins nothing.
+// A process-shared rwlock (glibc's own) write-locked by a fiber stays its
+// until it unlocks: the fiber stays on its worker meanwhile, and its
+// unlock leaves the rwlock free. Before, a fiber that moved unlocked from
+// another thread, which glibc took for a reader's unlock: 0, and the
+// rwlock write-locked for good (another's trywrlock EBUSY).
+TEST(GlibcMutexes, AFiberWritingASharedRwlockStaysOnItsWorkerUntilItUnlocks) {
+  Scheduler sched{test::config_with(2)};
+  pthread_rwlockattr_t attr;
+  pthread_rwlockattr_init(&attr);
+  pthread_rwlockattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  for (const bool timed : {false, true}) {
+    SCOPED_TRACE(timed ? "timedwrlock" : "wrlock");
+    pthread_rwlock_t lock;
+    ASSERT_EQ(pthread_rwlock_init(&lock, &attr), 0);
+    pid_t before = 0;
+    pid_t after = 0;
+    int unlocked = -1;
+    sched
+        .spawn([&] {
+          const timespec at = realtime_after(5s);
+          ASSERT_EQ(timed ? pthread_rwlock_timedwrlock(&lock, &at) : pthread_rwlock_wrlock(&lock), 0);
+          before = thread_id();
+          after = move_to_another_worker(sched);
+          unlocked = pthread_rwlock_unlock(&lock);
+        })
+        .join();
+    EXPECT_EQ(before, after) << "the writing fiber moved";
+    EXPECT_EQ(unlocked, 0);
+    EXPECT_EQ(pthread_rwlock_trywrlock(&lock), 0) << "the rwlock stayed write-locked";
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+    EXPECT_EQ(pthread_rwlock_destroy(&lock), 0);
+  }
+  pthread_rwlockattr_destroy(&attr);
+  // Read locks do not pin: a reader moves freely.
+  pthread_rwlock_t lock;
+  ASSERT_EQ(pthread_rwlock_init(&lock, &attr), 0);
+  sched
+      .spawn([&] {
+        ASSERT_EQ(pthread_rwlock_rdlock(&lock), 0);
+        EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+        const pid_t start = thread_id();
+        EXPECT_NE(move_to_another_worker(sched), start) << "a fiber that holds nothing stayed pinned";
+      })
+      .join();
+  EXPECT_EQ(pthread_rwlock_destroy(&lock), 0);
+}
+
 TEST(GlibcMutexes, AFiberHoldingOneStaysOnItsWorkerUntilItUnlocks) {
   const std::function<void(pthread_mutexattr_t*)> kinds[] = {
       [](pthread_mutexattr_t* attr) { pthread_mutexattr_setprotocol(attr, PTHREAD_PRIO_INHERIT); },

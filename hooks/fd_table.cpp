@@ -1,11 +1,13 @@
 #include "fd_table.h"
 
 #include <fcntl.h>
+#include <linux/time_types.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 
 #include "../io/netpoller.h"
 #include "cache_trust.h"
@@ -23,9 +25,59 @@ std::int64_t timeout_ns(int fd, int option) noexcept {
   return std::int64_t(tv.tv_sec) * 1'000'000'000 + std::int64_t(tv.tv_usec) * 1'000;
 }
 
-// Counts the timeouts set in this process, from 1 (a record's 0: never
-// read).
-constinit std::atomic<std::uint32_t> timeout_changes{1};
+int rcvlowat(int fd) noexcept {
+  int lowat = 1;
+  socklen_t len = sizeof(lowat);
+  if (real::getsockopt()(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, &len) != 0) return 1;
+  return lowat;
+}
+
+// Counts the changes to the options the records cache (SO_RCVTIMEO,
+// SO_SNDTIMEO, SO_RCVLOWAT) made in this process, from 1 (a record's 0:
+// never read).
+constinit std::atomic<std::uint32_t> option_changes{1};
+
+// Whether an SO_RCVLOWAT was set in this process: until then no record
+// reads it, and a receive asks nothing more than it did without one. Set
+// before option_changes moves, so a record read at the new count has it.
+constinit std::atomic<bool> rcvlowat_set{false};
+
+// The timeout options, in their two forms: SO_RCVTIMEO_OLD's value is a
+// __kernel_old_timeval, SO_RCVTIMEO_NEW's a __kernel_sock_timeval (64-bit
+// seconds everywhere); libc's SO_RCVTIMEO is one or the other.
+bool is_timeout_option(int option) noexcept {
+  if (option == SO_RCVTIMEO || option == SO_SNDTIMEO) return true;
+#if defined(SO_RCVTIMEO_NEW)
+  if (option == SO_RCVTIMEO_OLD || option == SO_SNDTIMEO_OLD || option == SO_RCVTIMEO_NEW || option == SO_SNDTIMEO_NEW)
+    return true;
+#endif
+  return false;
+}
+
+bool is_receive_timeout(int option) noexcept {
+#if defined(SO_RCVTIMEO_NEW)
+  if (option == SO_RCVTIMEO_OLD || option == SO_RCVTIMEO_NEW) return true;
+#endif
+  return option == SO_RCVTIMEO;
+}
+
+// Whether a timeout the kernel accepted (sock_set_timeout) was negative,
+// which it keeps as "at once". Its value was read by the kernel a moment
+// ago: readable.
+bool negative_timeout(int option, const void* value) noexcept {
+#if defined(SO_RCVTIMEO_NEW)
+  if (option == SO_RCVTIMEO_NEW || option == SO_SNDTIMEO_NEW) {
+    __kernel_sock_timeval tv;
+    std::memcpy(&tv, value, sizeof(tv));
+    return tv.tv_sec < 0;
+  }
+  __kernel_old_timeval tv;
+#else
+  timeval tv;
+#endif
+  std::memcpy(&tv, value, sizeof(tv));
+  return tv.tv_sec < 0;
+}
 
 }  // namespace
 
@@ -127,33 +179,72 @@ void fd_description_reset(FdRecord& record) noexcept {
   record.flags.store(0, std::memory_order_relaxed);
   record.cached_reads.store(0, std::memory_order_relaxed);
   record.file_key.store(0, std::memory_order_relaxed);
-  record.forget_timeouts();
+  record.forget_socket_options();
 }
+
+namespace {
+
+// Locks the record with its cached options up to date: read from the
+// socket afresh if an option was set in the process since they were.
+void lock_with_fresh_options(int fd, FdRecord& record) noexcept {
+  // Read before getsockopt: an option set after that read bumps the count
+  // after its setsockopt, so the values cached here are never taken for
+  // newer than they are.
+  const std::uint32_t now = option_changes.load(std::memory_order_acquire);
+  record.lock.lock();
+  if (record.options_read_at == now) return;
+  record.lock.unlock();
+  const int saved = errno;
+  const std::int64_t recv = timeout_ns(fd, SO_RCVTIMEO);
+  const std::int64_t send = timeout_ns(fd, SO_SNDTIMEO);
+  const int lowat = rcvlowat_set.load(std::memory_order_relaxed) ? rcvlowat(fd) : 1;
+  errno = saved;
+  record.lock.lock();
+  record.recv_timeout_ns = recv;
+  record.send_timeout_ns = send;
+  record.recv_lowat = lowat;
+  record.options_read_at = now;
+}
+
+}  // namespace
 
 std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) noexcept {
   if (record.kind() != FdKind::socket) return 0;
-  // Read before getsockopt: a timeout set after that read bumps the count
-  // after its setsockopt, so the values cached here are never taken for
-  // newer than they are.
-  const std::uint32_t now = timeout_changes.load(std::memory_order_acquire);
-  record.lock.lock();
-  if (record.timeouts_read_at != now) {
-    record.lock.unlock();
-    const int saved = errno;
-    const std::int64_t recv = timeout_ns(fd, SO_RCVTIMEO);
-    const std::int64_t send = timeout_ns(fd, SO_SNDTIMEO);
-    errno = saved;
-    record.lock.lock();
-    record.recv_timeout_ns = recv;
-    record.send_timeout_ns = send;
-    record.timeouts_read_at = now;
-  }
+  lock_with_fresh_options(fd, record);
   const std::int64_t timeout = direction == FdDirection::read ? record.recv_timeout_ns : record.send_timeout_ns;
   record.lock.unlock();
+  // {0, 0} is the socket's "none" unless this fd set it negative; a
+  // timeout set since through another fd of the socket reads as itself.
+  const std::uint32_t at_once =
+      direction == FdDirection::read ? FdRecord::recv_timeout_at_once_bit : FdRecord::send_timeout_at_once_bit;
+  if (timeout == 0 && (record.flags.load(std::memory_order_relaxed) & at_once)) return kTimeoutAtOnce;
   return timeout;
 }
 
-void timeouts_changed() noexcept { timeout_changes.fetch_add(1, std::memory_order_release); }
+int socket_rcvlowat(int fd, FdRecord& record) noexcept {
+  if (!rcvlowat_set.load(std::memory_order_relaxed) || record.kind() != FdKind::socket) return 1;
+  lock_with_fresh_options(fd, record);
+  const int lowat = record.recv_lowat;
+  record.lock.unlock();
+  return lowat;
+}
+
+void socket_option_set(int fd, int level, int option, const void* value) noexcept {
+  if (level != SOL_SOCKET) return;
+  if (option == SO_RCVLOWAT) {
+    rcvlowat_set.store(true, std::memory_order_relaxed);
+  } else if (is_timeout_option(option)) {
+    // Any other value the kernel took replaces an "at once" (the fd's
+    // dups, made before, keep their copy of the mark: socket_timeout_ns).
+    if (FdRecord* record = fd_state(fd))
+      record->set_bit(
+          is_receive_timeout(option) ? FdRecord::recv_timeout_at_once_bit : FdRecord::send_timeout_at_once_bit,
+          negative_timeout(option, value));
+  } else {
+    return;
+  }
+  option_changes.fetch_add(1, std::memory_order_release);
+}
 
 void fd_forgotten(int fd) noexcept {
   if (in_signal_handler()) return fd_changed_in_handler(fd);

@@ -1,10 +1,10 @@
 // The user's view of each file descriptor, as the libc hooks keep it in
 // the fd's one record (io/fd_records.h, beside the netpoller's wait state):
 // what kind of fd it is, whether the *user* asked for O_NONBLOCK, and its
-// SO_RCVTIMEO / SO_SNDTIMEO. Kept up to date by the state hooks (socket,
-// accept, pipe, dup, fcntl, ioctl(FIONBIO), setsockopt, close) on every
-// thread, before any scheduler exists too, so that an fd created on a
-// plain thread is known when a fiber uses it.
+// SO_RCVTIMEO, SO_SNDTIMEO and SO_RCVLOWAT. Kept up to date by the state
+// hooks (socket, accept, pipe, dup, fcntl, ioctl(FIONBIO), setsockopt,
+// close) on every thread, before any scheduler exists too, so that an fd
+// created on a plain thread is known when a fiber uses it.
 //
 // An fd weft did not see created (inherited, opened by open(), made inside
 // libc) is classified on its first use from a fiber with fstat, F_GETFL and
@@ -37,16 +37,39 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth&
 // protocol give it: FdRecord::stream_bit, short_read_drains_bit.
 std::uint32_t socket_bits(int domain, int type, int protocol) noexcept;
 
+// What socket_timeout_ns returns for a timeout the kernel takes as "at
+// once": a call that finds nothing to do fails with EAGAIN instead of
+// waiting (a deadline of now, deadline_after_ns).
+inline constexpr std::int64_t kTimeoutAtOnce = -1;
+
 // The socket's SO_RCVTIMEO (read) or SO_SNDTIMEO (write) in nanoseconds,
-// 0 for none and for an fd that is not a socket. The timeout belongs to
-// the socket, which dup, fork and SCM_RIGHTS share, not to this fd number:
-// it is read from the socket (getsockopt) and cached in the record until a
-// timeout is set through any fd of the process (timeouts_changed).
+// 0 for none and for an fd that is not a socket, kTimeoutAtOnce for a
+// negative one. The timeout belongs to the socket, which dup, fork and
+// SCM_RIGHTS share, not to this fd number: it is read from the socket
+// (getsockopt) and cached in the record until a cached option is set
+// through any fd of the process (socket_option_set).
+//
+// The kernel keeps a negative timeout as "at once" but getsockopt reports
+// it as {0, 0}, as it reports none; so the setsockopt that set it marks
+// the fd's record (FdRecord::recv_timeout_at_once_bit), which dup and
+// accept pass on as the kernel does, and a later setsockopt of the option
+// through the fd clears. Not seen: a negative timeout set through another
+// fd of the socket after this one was made (another dup, a number received
+// with SCM_RIGHTS, another process) or with a raw system call, nor a
+// timeout of none set that way over one this fd set negative.
 std::int64_t socket_timeout_ns(int fd, FdRecord& record, FdDirection direction) noexcept;
 
-// After a setsockopt of SO_RCVTIMEO or SO_SNDTIMEO: every cached timeout is
-// stale (the socket set may be shared by other fds).
-void timeouts_changed() noexcept;
+// The socket's SO_RCVLOWAT, cached as its timeouts are; 1 (the kernel's
+// default) for an fd that is not a socket, and without a system call
+// while no SO_RCVLOWAT was set in this process (through the hook: one set
+// before exec, or by another process on a shared socket, is not seen).
+int socket_rcvlowat(int fd, FdRecord& record) noexcept;
+
+// After a setsockopt(fd, level, option, value) that succeeded: the
+// options the records cache (SO_RCVTIMEO, SO_SNDTIMEO, SO_RCVLOWAT) are
+// stale in every record (the socket may be shared by other fds), and a
+// timeout's "at once" is noted on `fd`'s (socket_timeout_ns).
+void socket_option_set(int fd, int level, int option, const void* value) noexcept;
 
 // `to` now refers to the same open file description as `from` (dup).
 void fd_duplicated(int from, int to) noexcept;

@@ -203,9 +203,11 @@ class [[nodiscard]] CheckpointOnReturn {
   static void hook_checkpoint_slow() noexcept;
 };
 
-// A socket timeout in nanoseconds (0: none) as a deadline.
+// A socket timeout in nanoseconds (0: none; below 0: at once, as
+// socket_timeout_ns says a negative one, hooks/fd_table.h) as a deadline.
 inline Clock::time_point deadline_after_ns(std::int64_t ns) {
-  if (ns <= 0) return no_deadline;
+  if (ns < 0) return Clock::now();
+  if (ns == 0) return no_deadline;
   return deadline_after(std::chrono::nanoseconds(ns));
 }
 

@@ -2,7 +2,7 @@
 // always (WEFT_HOOKS=0 too), so that hooks/fd_table.h knows every fd a fiber
 // may later use: socket, socketpair, pipe, pipe2, dup, dup2, dup3,
 // fcntl/fcntl64 (F_SETFL, F_GETFL, F_DUPFD), ioctl(FIONBIO), setsockopt
-// (SO_RCVTIMEO, SO_SNDTIMEO), close, shutdown. (accept is in
+// (SO_RCVTIMEO, SO_SNDTIMEO, SO_RCVLOWAT), close, shutdown. (accept is in
 // hooks_io_calls.cpp.) Each calls the real function first and records
 // only what succeeded.
 //
@@ -55,14 +55,6 @@ void before_close_range(unsigned int first, unsigned int last) noexcept {
     }
     before_close(int(fd));
   }
-}
-
-bool is_timeout_option(int option) {
-  if (option == SO_RCVTIMEO || option == SO_SNDTIMEO) return true;
-#if defined(SO_RCVTIMEO_NEW)
-  if (option == SO_RCVTIMEO_NEW || option == SO_SNDTIMEO_NEW) return true;
-#endif
-  return false;
 }
 
 // The user's F_SETFL or FIONBIO: `set()` makes it, and if it succeeds the
@@ -240,7 +232,7 @@ int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t* actions, int fd
 
 int setsockopt(int fd, int level, int option, const void* value, socklen_t len) noexcept {
   const int result = real::setsockopt()(fd, level, option, value, len);
-  if (result == 0 && level == SOL_SOCKET && is_timeout_option(option)) timeouts_changed();
+  if (result == 0) socket_option_set(fd, level, option, value);
   return result;
 }
 

@@ -282,8 +282,10 @@ bool failed_while_parked(int fd, const FdRecord& state, FdDirection direction) {
 // `total` (bytes_of: counted after the first call that succeeded); on
 // EAGAIN the fiber parks until `fd` is ready in `direction` or
 // the socket's timeout passes. A receive ends at EOF (a step that returns
-// 0). An error or the timeout after some bytes returns their count, with
-// the caller's errno; before any, -1 with the error.
+// 0), and at its timeout takes what came meanwhile (one more step), as the
+// kernel's does: TCP's readiness waits for SO_RCVLOWAT, so bytes below it
+// raise no edge. An error or the timeout after some bytes returns their
+// count, with the caller's errno; before any, -1 with the error.
 template <class Total, class Step>
 ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total, Step&& step) {
   const ErrnoHome home;
@@ -310,6 +312,15 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
       have_deadline = true;
     }
     if (const int failed = park_on(fd, state, direction, deadline)) {
+      // A receive's last step at its timeout (above); a failure that came
+      // after some bytes is left to the next call, as after a wake.
+      if (failed == EAGAIN && direction == FdDirection::read &&
+          !(done > 0 && failed_while_parked(fd, state, direction))) {
+        const ssize_t last = step(done);
+        if (last > 0) done += std::size_t(last);
+        if (last >= 0 || done > 0) break;
+        if (!would_block(errno_value())) return -1;
+      }
       if (done > 0) break;
       set_errno(failed);
       return -1;
@@ -325,6 +336,34 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
 // (a message is one receive); looping there merged messages, then waited
 // for more.
 bool waits_for_all(const FdRecord& state, int flags) noexcept { return (flags & MSG_WAITALL) && state.stream(); }
+
+// SO_RCVLOWAT: a blocking receive of `length` bytes (a count, or a
+// function that counts it, bytes_of) on a stream socket, TCP's or a unix
+// socket's, takes what is there and waits on until it has
+// min(SO_RCVLOWAT, length) (or EOF, an error, a signal, its timeout),
+// where one with MSG_DONTWAIT returns what is there: so it is received as
+// MSG_WAITALL's is, until that many (transfer_all), and TCP's readiness,
+// which waits for SO_RCVLOWAT new bytes as the kernel's wake-up does, ends
+// the same waits. That target, or 0 where the kernel does not wait for it:
+// SO_RCVLOWAT 1 (no system call while none was set, socket_rcvlowat), a
+// datagram socket, MSG_WAITALL (which waits for all), a unix socket's peek
+// (it returns what is there). A TCP peek waits for it (peek_all).
+template <class Length>
+std::size_t rcvlowat_target(int fd, FdRecord& state, Length& length, int flags) {
+  if (!state.stream() || (flags & MSG_WAITALL) || ((flags & MSG_PEEK) && !state.short_read_drains())) return 0;
+  const int lowat = socket_rcvlowat(fd, state);
+  return lowat > 1 ? std::min(std::size_t(lowat), bytes_of(length)) : 0;
+}
+
+// What a message's iovecs hold, or 0 if the kernel could not read them
+// (the call itself then fails with their EFAULT or EMSGSIZE): what a hook
+// must count before the call that would say so.
+std::size_t iov_total_if_readable(const msghdr* msg) {
+  if (!readable_by_kernel(msg) || msg->msg_iovlen > UIO_MAXIOV ||
+      !readable_by_kernel(msg->msg_iov, msg->msg_iovlen * sizeof(iovec)))
+    return 0;
+  return iov_total(msg->msg_iov, int(msg->msg_iovlen));
+}
 
 // A receive with MSG_WAITALL and MSG_PEEK: a peek cannot go on where an
 // earlier one stopped (each reads from the front of the queue), and each
@@ -367,15 +406,17 @@ bool carried_fds(const msghdr& msg) {
 }
 
 ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
-  if (waits_for_all(state, flags) && (flags & MSG_PEEK) && n != 0)
+  const std::size_t target = n != 0 ? rcvlowat_target(fd, state, n, flags) : 0;
+  if ((waits_for_all(state, flags) || target > 1) && (flags & MSG_PEEK) && n != 0)
     return peek_all(fd, state, [&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); });
-  if (!waits_for_all(state, flags) || n == 0) {
+  if ((!waits_for_all(state, flags) && target <= 1) || n == 0) {
     return attempt_or_park(fd, state, FdDirection::read, stream_wanted(state, n, flags),
                            [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
   }
-  // MSG_WAITALL: until all n bytes, EOF, an error or the timeout.
+  // MSG_WAITALL: until all n bytes, EOF, an error or the timeout; with
+  // SO_RCVLOWAT, until the target.
   const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
-  return transfer_all(fd, state, FdDirection::read, n, [&](std::size_t done) {
+  return transfer_all(fd, state, FdDirection::read, target > 1 ? target : n, [&](std::size_t done) {
     if (done > 0 && stops_at_urgent_mark(fd, state)) return ssize_t(0);
     return real::recvfrom()(fd, static_cast<char*>(buf) + done, n - done, once, addr, addr_len);
   });
@@ -522,6 +563,10 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
   return wait_then_call(fd, state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
 }
 
+// recvmsg until its iovecs hold or, with a `target`, that many bytes
+// (below).
+ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags, std::size_t target = 0);
+
 // readv and writev on a socket: attempted as preadv2 and pwritev2 at the
 // current position with RWF_NOWAIT, which on a socket are readv and
 // writev with MSG_DONTWAIT (the kernel's sock_read_iter, sock_write_iter),
@@ -533,6 +578,13 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
 // flag (EOPNOTSUPP) gets recvmsg and sendmsg, and those two differences.
 ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = count > 0 ? size_t(count) : 0;
+  // SO_RCVLOWAT's wait (rcvlowat_target): received as recvmsg_all does.
+  auto length = [&] { return iov_total_if_readable(&msg); };
+  if (const std::size_t target = rcvlowat_target(fd, state, length, 0); target > 1)
+    return recvmsg_all(fd, state, &msg, 0, target);
   if (!refuses_nowait(state)) {
     const ssize_t result = attempt_or_park(
         fd, state, FdDirection::read, [&] { return stream_wanted(state, iov_total(iov, count), 0); },
@@ -542,9 +594,6 @@ ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
   // EINVAL for a count below 0 or above UIO_MAXIOV (a receive's would be
   // EMSGSIZE), 0 for no iovecs, as libc says it.
   if (count <= 0 || count > UIO_MAXIOV) return real::readv()(fd, iov, count);
-  msghdr msg{};
-  msg.msg_iov = const_cast<iovec*>(iov);
-  msg.msg_iovlen = size_t(count);
   return attempt_or_park(
       fd, state, FdDirection::read, [&] { return stream_wanted(state, iov_total(iov, count), 0); },
       [&] {
@@ -690,11 +739,13 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
     });
   }
   if (result >= 0) {
-    // The accepted socket inherits the listener's timeouts (the kernel
-    // clones the socket; socket_timeout_ns reads them), not its file
-    // status flags.
+    // The accepted socket inherits the listener's timeouts and
+    // SO_RCVLOWAT (the kernel clones the socket; socket_timeout_ns reads
+    // them, and a negative timeout's mark comes from the listener's record
+    // here), not its file status flags.
     const FdRecord* from = fd_state(fd);
-    constexpr std::uint32_t kInherited = FdRecord::stream_bit | FdRecord::short_read_drains_bit;
+    constexpr std::uint32_t kInherited = FdRecord::stream_bit | FdRecord::short_read_drains_bit |
+                                         FdRecord::recv_timeout_at_once_bit | FdRecord::send_timeout_at_once_bit;
     fd_created(result, FdKind::socket, flags & SOCK_NONBLOCK, birth,
                from != nullptr ? from->flags.load(std::memory_order_relaxed) & kInherited : 0);
   }
@@ -756,8 +807,9 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
 // recvmsg with MSG_WAITALL on a stream socket, until all its iovecs hold,
 // EOF, an error or the timeout, as a blocking one: the first receive fills
 // the caller's message (name, control data, flags); the rest go on into
-// the iovecs after what came.
-ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags) {
+// the iovecs after what came. With a `target` (rcvlowat_target), until
+// that many bytes.
+ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags, std::size_t target) {
   const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
   void* const control = msg->msg_control;
   const auto control_room = msg->msg_controllen;
@@ -765,7 +817,7 @@ ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags) {
   bool passed_fds = false;      // a step received fds: the kernel's receive stops after them
   std::vector<iovec> rest;
   return transfer_all(
-      fd, state, FdDirection::read, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
+      fd, state, FdDirection::read, [&] { return target > 0 ? target : iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
       [&](std::size_t done) {
         if (done == 0) {
           const ssize_t r = real::recvmsg()(fd, msg, once);
@@ -805,6 +857,11 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
   if (waits_for_all(*state, flags)) {
     if (flags & MSG_PEEK) return peek_all(fd, *state, [&] { return real::recvmsg()(fd, msg, flags); });
     return recvmsg_all(fd, *state, msg, flags);
+  }
+  auto length = [&] { return iov_total_if_readable(msg); };
+  if (const std::size_t target = rcvlowat_target(fd, *state, length, flags); target > 1) {
+    if (flags & MSG_PEEK) return peek_all(fd, *state, [&] { return real::recvmsg()(fd, msg, flags); });
+    return recvmsg_all(fd, *state, msg, flags, target);
   }
   return attempt_or_park(fd, *state, FdDirection::read, 0,
                          [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });

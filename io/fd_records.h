@@ -92,6 +92,12 @@ struct alignas(64) FdRecord {
   // also stops after a segment that carried fds (or at a change of
   // credentials), with the rest queued.
   static constexpr std::uint32_t short_read_drains_bit = 512;
+  // The user set a negative SO_RCVTIMEO (read) or SO_SNDTIMEO (write)
+  // through this fd, which the kernel keeps as "at once" (the call fails
+  // with EAGAIN instead of waiting) but getsockopt reports as {0, 0}, as
+  // it reports "none" (hooks/fd_table.h, socket_timeout_ns).
+  static constexpr std::uint32_t recv_timeout_at_once_bit = 1024;
+  static constexpr std::uint32_t send_timeout_at_once_bit = 2048;
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
@@ -99,19 +105,16 @@ struct alignas(64) FdRecord {
   // what SO_RCVTIMEO gives).
   std::atomic<std::uint32_t> flips{0};
   // The socket's SO_RCVTIMEO and SO_SNDTIMEO in nanoseconds (0: none, as
-  // for the kernel), as read with getsockopt when the process's count of
-  // timeout changes was `timeouts_read_at` (0: never read). Guarded by
-  // `lock` (hooks/fd_table.h, socket_timeout_ns).
+  // for the kernel) and its SO_RCVLOWAT, as read with getsockopt when the
+  // process's count of changes to those options was `options_read_at` (0:
+  // never read). Guarded by `lock` (hooks/fd_table.h, socket_timeout_ns).
   std::int64_t recv_timeout_ns = 0;
   std::int64_t send_timeout_ns = 0;
-  std::uint32_t timeouts_read_at = 0;
+  std::uint32_t options_read_at = 0;
+  std::int32_t recv_lowat = 1;
   // Serialises weft's O_NONBLOCK flips (connect, accept) with each other
   // and with the user's F_SETFL, so a flip never restores stale flags.
   SpinLock flip_lock;
-  // The process's forks and posix_spawns when the description was made
-  // here (made_here_bit).
-  std::atomic<std::uint32_t> made_at_forks{0};
-  std::atomic<std::uint32_t> made_at_spawns{0};
   // A fiber of this process is in the blocking accept of a listener that
   // may be shared (hooks_io_calls.cpp, accept_shared): the others wait.
   std::atomic<bool> accepting{false};
@@ -120,6 +123,10 @@ struct alignas(64) FdRecord {
   // read it could not serve.
   static constexpr std::uint8_t kTrustCache = 8;
   std::atomic<std::uint8_t> cached_reads{0};
+  // The process's forks and posix_spawns when the description was made
+  // here (made_here_bit).
+  std::atomic<std::uint32_t> made_at_forks{0};
+  std::atomic<std::uint32_t> made_at_spawns{0};
   // A regular file's key in the hooks' table of files the cache serves
   // (hooks/cache_trust.h), from its classification; 0: none. 32 bits: the
   // record stays within two cache lines.
@@ -156,10 +163,10 @@ struct alignas(64) FdRecord {
     set_bit(flipped_bit, false);
     accepting.store(false, std::memory_order_relaxed);
   }
-  // The cached timeouts are read again at the next wait.
-  void forget_timeouts() noexcept {
+  // The cached socket options are read again at their next use.
+  void forget_socket_options() noexcept {
     lock.lock();
-    timeouts_read_at = 0;
+    options_read_at = 0;
     lock.unlock();
   }
   void set_kind(FdKind kind) noexcept {
@@ -168,6 +175,10 @@ struct alignas(64) FdRecord {
     }
   }
 };
+
+// Two cache lines (file_key): a third would make every chunk of the table
+// half as large again.
+static_assert(sizeof(FdRecord) <= 128);
 
 class FdRecords {
  public:

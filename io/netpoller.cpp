@@ -573,7 +573,7 @@ void fd_renew_if_changed(FdRecord& record) noexcept {
   // The mark is taken before the renewal: a handler that changes the fd
   // again meanwhile marks it afresh, for the next call.
   if (!(record.flags.exchange(0, std::memory_order_relaxed) & FdRecord::changed_in_handler_bit)) return;
-  record.forget_timeouts();
+  record.forget_socket_options();
   retire(record);
 }
 

@@ -258,17 +258,19 @@ std::size_t stream_wanted(const FdRecord& state, std::size_t n, int flags) {
 // unix_stream_sendmsg signal only a call that sent nothing).
 constexpr int kAfterPart = MSG_NOSIGNAL;
 
-// After a park in a transfer that has moved bytes: whether the socket
+// Before each step of a transfer that has moved bytes: whether the socket
 // failed meanwhile (reset, or its connection timed out: POLLERR with
 // POLLHUP). A blocking call returns its count then and leaves the error
 // to the next call (tcp_sendmsg, tcp_recvmsg); the next MSG_DONTWAIT call
 // would take it (sock_error), and the error was lost: a later send got
 // EPIPE and SIGPIPE instead of ECONNRESET, a later receive 0. A receive
 // goes on while bytes are queued, which the kernel's copies before it
-// looks at the error. One poll per park, only in calls that parked with
-// bytes moved; a pipe's write goes on (its blocking write raises SIGPIPE
-// after a partial write too).
-bool failed_while_parked(int fd, const FdRecord& state, FdDirection direction) {
+// looks at the error. One poll per step after the first bytes moved, in
+// transfers larger than the socket takes or holds at once; asked only
+// after a park, an error that came between two steps was lost (seen under
+// ASan, on a loaded machine). A pipe's write goes on (its blocking write
+// raises SIGPIPE after a partial write too).
+bool failed_meanwhile(int fd, const FdRecord& state, FdDirection direction) {
   if (state.kind() != FdKind::socket) return false;
   pollfd p{fd, 0, 0};
   if (real::poll()(&p, 1, 0) != 1 || (p.revents & (POLLERR | POLLHUP)) != (POLLERR | POLLHUP)) return false;
@@ -295,6 +297,7 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
   std::size_t done = 0;
   std::optional<std::size_t> counted;
   for (;;) {
+    if (done > 0 && failed_meanwhile(fd, state, direction)) break;
     const ssize_t r = step(done);
     if (r >= 0) {
       done += std::size_t(r);
@@ -314,8 +317,7 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
     if (const int failed = park_on(fd, state, direction, deadline)) {
       // A receive's last step at its timeout (above); a failure that came
       // after some bytes is left to the next call, as after a wake.
-      if (failed == EAGAIN && direction == FdDirection::read &&
-          !(done > 0 && failed_while_parked(fd, state, direction))) {
+      if (failed == EAGAIN && direction == FdDirection::read && !(done > 0 && failed_meanwhile(fd, state, direction))) {
         const ssize_t last = step(done);
         if (last > 0) done += std::size_t(last);
         if (last >= 0 || done > 0) break;
@@ -325,7 +327,6 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
       set_errno(failed);
       return -1;
     }
-    if (done > 0 && failed_while_parked(fd, state, direction)) break;
   }
   set_errno(saved);
   return ssize_t(done);

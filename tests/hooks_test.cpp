@@ -1745,18 +1745,23 @@ TEST(HooksSocket, AResetAfterPartOfASendIsTheNextCallsError) {
   const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
     constexpr std::size_t kTotal = 16 << 20;  // far more than the socket buffers hold
     std::vector<char> data(kTotal, 'd');
-    return after_a_reset_while_moving(
-        [&](int fd) { return long(write(fd, data.data(), data.size())); },
-        [](int server, int client) {
-          // Once the client's buffer holds bytes the server never took, the
-          // write has sent part and waits for room.
-          const auto until = Clock::now() + 10s;
-          int unsent = 0;
-          while (Clock::now() < until && (ioctl(client, SIOCOUTQ, &unsent) != 0 || unsent < 4096))
-            std::this_thread::sleep_for(1ms);
-          std::this_thread::sleep_for(20ms);
-          (void)server;
-        });
+    return after_a_reset_while_moving([&](int fd) { return long(write(fd, data.data(), data.size())); },
+                                      [](int server, int client) {
+                                        // Once the client's buffer holds bytes the server never took,
+                                        // unchanged for 50 ms, the write has sent part and waits for
+                                        // room (the server's window is full: nothing moves until the
+                                        // reset).
+                                        const auto until = Clock::now() + 10s;
+                                        int unsent = 0;
+                                        int steady_ms = 0;
+                                        while (Clock::now() < until && steady_ms < 50) {
+                                          const int before = unsent;
+                                          if (ioctl(client, SIOCOUTQ, &unsent) != 0) unsent = 0;
+                                          steady_ms = unsent >= 4096 && unsent == before ? steady_ms + 5 : 0;
+                                          std::this_thread::sleep_for(5ms);
+                                        }
+                                        (void)server;
+                                      });
   });
   EXPECT_EQ(got.fiber, got.thread);
   EXPECT_EQ(got.thread, "moved some; -1 ECONNRESET; SIGPIPE 0; ");

@@ -538,12 +538,28 @@ bool reads_without_waiting(int fd) {
   return at_once;
 }
 
+// After a pollable fd's attempt and park failed with EPERM, the poller's
+// refusal: the record said pollable, the kernel says the fd is not (its
+// number was reused where no hook saw it: a pipe the hooks saw made and
+// a raw close(2) ended, a sanitizer's, then a regular file from mkstemp,
+// whose uncached read waited for the disk). The record is forgotten, and
+// the caller makes the call again, classified afresh, with errno back as
+// it was. Before, the read failed with EPERM.
+bool not_pollable_after_all(int fd, int saved) {
+  if (errno_value() != EPERM) return false;
+  fd_forgotten(fd);
+  set_errno(saved);
+  return true;
+}
+
 ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
   if (!refuses_nowait(state)) {
     const ssize_t result = attempt_or_park(fd, state, FdDirection::read, 0,
                                            [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
-    if (result >= 0 || !refused_nowait(state, saved)) return result;
+    if (result >= 0) return result;
+    if (not_pollable_after_all(fd, saved)) return ::readv(fd, iov, count);
+    if (!refused_nowait(state, saved)) return result;
   }
   if (reads_without_waiting(fd)) return announced([&] { return real::readv()(fd, iov, count); });
   return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
@@ -559,7 +575,9 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
       iovecs_after(iov, std::size_t(count), done, rest);
       return real::pwritev2()(fd, rest.data(), int(rest.size()), -1, RWF_NOWAIT);
     });
-    if (result >= 0 || !refused_nowait(state, saved)) return result;
+    if (result >= 0) return result;
+    if (not_pollable_after_all(fd, saved)) return ::writev(fd, iov, count);
+    if (!refused_nowait(state, saved)) return result;
   }
   return wait_then_call(fd, state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
 }

@@ -1643,6 +1643,40 @@ namespace {
 
 // The plain-thread side of the connect/accept flip must not retry the
 // kernel's own EAGAIN: SO_RCVTIMEO on a blocking accept still times out.
+// A pipe's number, classified, then closed where no hook sees it (a raw
+// close(2), as a sanitizer's runtime closes the pipe it probes memory
+// with), now names a regular file whose pages are not cached: a fiber's
+// read of it reads the file. Before, the record still said pipe, the
+// read's RWF_NOWAIT attempt said EAGAIN, the poller refused the file, and
+// the read failed with EPERM (files_test, after the ASan runtime's pipes).
+TEST(HooksFdTable, APipesNumberReusedBehindTheHooksBackByAFileIsReclassified) {
+  Scheduler sched = one_worker();
+  char path[] = "/tmp/weft-reused-XXXXXX";
+  const int file = mkstemp(path);
+  ASSERT_GE(file, 0);
+  unlink(path);
+  std::vector<char> data(1 << 20, 'f');
+  ASSERT_EQ(write(file, data.data(), data.size()), ssize_t(data.size()));
+  fsync(file);
+  in_fiber(sched, [&] {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    ASSERT_EQ(write(fds[1], "p", 1), 1);
+    char c;
+    ASSERT_EQ(read(fds[0], &c, 1), 1);  // classified as a pipe
+    syscall(SYS_close, fds[0]);
+    close(fds[1]);
+    ASSERT_EQ(syscall(SYS_dup3, file, fds[0], 0), fds[0]);
+    ASSERT_EQ(syscall(SYS_lseek, fds[0], 0, SEEK_SET), 0);
+    posix_fadvise(fds[0], 0, 0, POSIX_FADV_DONTNEED);
+    char buf[16384];
+    EXPECT_EQ(read(fds[0], buf, sizeof buf), ssize_t(sizeof buf)) << strerrorname_np(errno);
+    EXPECT_EQ(buf[0], 'f');
+    close(fds[0]);
+  });
+  close(file);
+}
+
 TEST(HooksPlainThread, APlainThreadsAcceptTimesOutBySoRcvtimeo) {
   Listener listener;
   set_timeout(listener.fd, SO_RCVTIMEO, 30ms);

@@ -513,13 +513,15 @@ bool refuses_nowait(const FdRecord& state) {
 
 // After an attempt with RWF_NOWAIT: whether the fd refused it, and if so,
 // marks it and puts back the caller's errno for the fallback. The kernel
-// refuses the flag with EOPNOTSUPP (kiocb_set_rw_flags), and a kernel
-// without preadv2 with ENOSYS; an EINVAL is the call's own (a timerfd's
+// refuses the flag with EOPNOTSUPP (kiocb_set_rw_flags), a kernel without
+// preadv2 with ENOSYS; `refusal_too`, another errno taken for a refusal
+// (a pipe's EPERM: a seccomp filter's, from a container profile that
+// predates preadv2; a socket's EPERM is its own, a firewall's); an EINVAL is the call's own (a timerfd's
 // or eventfd's buffer under 8 bytes), which the fallback's wait for
 // readiness turned into a park that nothing ended.
-bool refused_nowait(FdRecord& state, int saved) {
+bool refused_nowait(FdRecord& state, int saved, int refusal_too = 0) {
   const int error = errno_value();
-  if (error != EOPNOTSUPP && error != ENOSYS) return false;
+  if (error != EOPNOTSUPP && error != ENOSYS && (refusal_too == 0 || error != refusal_too)) return false;
   state.set_bit(FdRecord::no_nowait_bit, true);
   set_errno(saved);
   return true;
@@ -544,10 +546,17 @@ bool reads_without_waiting(int fd) {
 // a raw close(2) ended, a sanitizer's, then a regular file from mkstemp,
 // whose uncached read waited for the disk). The record is forgotten, and
 // the caller makes the call again, classified afresh, with errno back as
-// it was. Before, the read failed with EPERM.
+// it was. Before, the read failed with EPERM. An fd still pollable when
+// classified afresh had the EPERM from the call itself (a seccomp filter's
+// refusal of preadv2): that is the answer, and no call is made again.
 bool not_pollable_after_all(int fd, int saved) {
   if (errno_value() != EPERM) return false;
   fd_forgotten(fd);
+  const FdRecord* fresh = classified_fd_state(fd);
+  if (fresh != nullptr && fresh->kind() == FdKind::pollable) {
+    set_errno(EPERM);
+    return false;
+  }
   set_errno(saved);
   return true;
 }
@@ -559,7 +568,7 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
                                            [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
     if (result >= 0) return result;
     if (not_pollable_after_all(fd, saved)) return ::readv(fd, iov, count);
-    if (!refused_nowait(state, saved)) return result;
+    if (!refused_nowait(state, saved, EPERM)) return result;
   }
   if (reads_without_waiting(fd)) return announced([&] { return real::readv()(fd, iov, count); });
   return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
@@ -577,7 +586,7 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
     });
     if (result >= 0) return result;
     if (not_pollable_after_all(fd, saved)) return ::writev(fd, iov, count);
-    if (!refused_nowait(state, saved)) return result;
+    if (!refused_nowait(state, saved, EPERM)) return result;
   }
   return wait_then_call(fd, state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
 }

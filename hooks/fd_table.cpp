@@ -91,7 +91,7 @@ FdRecord* classified_fd_state(int fd) noexcept {
   if (fstat(fd, &st) == 0) {
     if (S_ISSOCK(st.st_mode)) {
       kind = FdKind::socket;
-    } else if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode)) {
+    } else if (epoll_refuses(st.st_mode)) {
       kind = FdKind::unpollable;
       if (S_ISREG(st.st_mode)) {
         // A file whose last fds the cache served starts trusted.

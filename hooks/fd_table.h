@@ -11,6 +11,8 @@
 // getsockopt; after that its record is as good as any other.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 
 #include "../io/fd_records.h"
@@ -23,6 +25,10 @@ namespace weft::detail {
 // negative fd or one beyond the table (2^25), and if memory runs out (the
 // hooks then pass the call through).
 inline FdRecord* fd_state(int fd) noexcept { return fd_records().get(fd); }
+
+// Whether an fd of this mode (fstat's st_mode) is one epoll refuses: a
+// regular file, a directory, a block device (FdKind::unpollable).
+inline bool epoll_refuses(mode_t mode) noexcept { return S_ISREG(mode) || S_ISDIR(mode) || S_ISBLK(mode); }
 
 // fd_state(), classified if it was unknown (a fiber is about to use it).
 FdRecord* classified_fd_state(int fd) noexcept;

@@ -23,6 +23,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <termios.h>
 #include <unistd.h>
@@ -546,17 +547,18 @@ bool reads_without_waiting(int fd) {
 // a raw close(2) ended, a sanitizer's, then a regular file from mkstemp,
 // whose uncached read waited for the disk). The record is forgotten, and
 // the caller makes the call again, classified afresh, with errno back as
-// it was. Before, the read failed with EPERM. An fd still pollable when
-// classified afresh had the EPERM from the call itself (a seccomp filter's
-// refusal of preadv2): that is the answer, and no call is made again.
+// it was. Before, the read failed with EPERM. A pipe, FIFO or device had
+// the EPERM from the call itself (a seccomp filter's refusal of preadv2,
+// which the caller takes for a refusal of RWF_NOWAIT): its record stays,
+// and so do the fibers parked on it, which a forgotten record would wake.
 bool not_pollable_after_all(int fd, int saved) {
   if (errno_value() != EPERM) return false;
-  fd_forgotten(fd);
-  const FdRecord* fresh = classified_fd_state(fd);
-  if (fresh != nullptr && fresh->kind() == FdKind::pollable) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !epoll_refuses(st.st_mode)) {
     set_errno(EPERM);
     return false;
   }
+  fd_forgotten(fd);
   set_errno(saved);
   return true;
 }

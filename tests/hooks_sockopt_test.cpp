@@ -50,31 +50,11 @@ struct UnixStreamPair {
   int b() const { return fds[1]; }
 };
 
-// After 2 s, unless destroyed first, a thread calls `fire(stopped)`, which
-// lets a call that should not have waited return (a drain may go on until
-// `stopped`); fired() says whether it had to.
-class Rescue {
+// A Watchdog that fires after 2 s: it ends the wait a call should not
+// have made.
+class Rescue : public test::Watchdog {
  public:
-  explicit Rescue(std::function<void(const std::atomic<bool>& stopped)> fire)
-      : thread_([this, fire = std::move(fire)] {
-          const auto until = Clock::now() + 2s;
-          while (!stopped_ && Clock::now() < until) std::this_thread::sleep_for(1ms);
-          if (stopped_) return;
-          fired_ = true;
-          fire(stopped_);
-        }) {}
-  Rescue(const Rescue&) = delete;
-  Rescue& operator=(const Rescue&) = delete;
-  ~Rescue() {
-    stopped_ = true;
-    thread_.join();
-  }
-  bool fired() const { return fired_; }
-
- private:
-  std::atomic<bool> stopped_{false};
-  std::atomic<bool> fired_{false};
-  std::thread thread_;  // last: it reads the flags above
+  explicit Rescue(Fire fire) : Watchdog(std::move(fire), std::chrono::seconds(2)) {}
 };
 
 // A call's result as text: the count, or -1 and errno's name.
@@ -321,13 +301,19 @@ std::string receive_below_rcvlowat(int reader, int writer) {
   return out;
 }
 
-TEST(HooksSockopt, ATcpReceiveWaitsForItsRcvlowat) {
-  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+// `body(reader, writer)` on a loopback TCP pair whose writer sends each
+// write at once (TCP_NODELAY), on a plain thread and in a fiber.
+test::ThreadAndFiber on_thread_and_fiber_over_tcp(std::string (*body)(int reader, int writer)) {
+  return test::on_thread_and_fiber([body] {
     test::LoopbackTcpPair tcp;
     const int on = 1;
     setsockopt(tcp.client, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-    return receive_below_rcvlowat(tcp.server, tcp.client);
+    return body(tcp.server, tcp.client);
   });
+}
+
+TEST(HooksSockopt, ATcpReceiveWaitsForItsRcvlowat) {
+  const test::ThreadAndFiber got = on_thread_and_fiber_over_tcp(receive_below_rcvlowat);
   EXPECT_EQ(got.thread, "recv 20, recvfrom 20, read 20, readv 20, recvmsg 20, peek 10, ");
   EXPECT_EQ(got.fiber, got.thread);
 }
@@ -383,12 +369,7 @@ std::string rcvlowat_cut_short(int reader, int writer) {
 }
 
 TEST(HooksSockopt, EofOrATimeoutEndsTheWaitForRcvlowat) {
-  const test::ThreadAndFiber tcp = test::on_thread_and_fiber([] {
-    test::LoopbackTcpPair pair;
-    const int on = 1;
-    setsockopt(pair.client, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-    return rcvlowat_cut_short(pair.server, pair.client);
-  });
+  const test::ThreadAndFiber tcp = on_thread_and_fiber_over_tcp(rcvlowat_cut_short);
   EXPECT_EQ(tcp.thread, "timed out 3, wait all 4, at EOF 3, then 0");
   EXPECT_EQ(tcp.fiber, tcp.thread);
   const test::ThreadAndFiber unix_stream = test::on_thread_and_fiber([] {

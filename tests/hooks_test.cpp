@@ -83,32 +83,7 @@ void set_timeout(int fd, int option, std::chrono::milliseconds timeout) {
 
 using Listener = test::LoopbackListener;
 
-// For a call that must return at once: after 5 s, unless stopped first, a
-// thread runs `fire`, which ends a wait the call should not have made
-// (it makes the fd ready), and fired() says so.
-class Watchdog {
- public:
-  explicit Watchdog(std::function<void()> fire)
-      : thread_([this, fire = std::move(fire)] {
-          const auto until = Clock::now() + 5s;
-          while (!stopped_ && Clock::now() < until) std::this_thread::sleep_for(1ms);
-          if (stopped_) return;
-          fired_ = true;
-          fire();
-        }) {}
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-  ~Watchdog() {
-    stopped_ = true;
-    thread_.join();
-  }
-  bool fired() const { return fired_; }
-
- private:
-  std::atomic<bool> stopped_{false};
-  std::atomic<bool> fired_{false};
-  std::thread thread_;  // last: it reads the flags above
-};
+using test::Watchdog;
 
 // --- sleeps -----------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 
 #include <weft/weft.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -53,6 +54,39 @@ inline ThreadAndFiber on_thread_and_fiber(const std::function<std::string()>& bo
   sched.spawn([&] { got.fiber = body(); }).join();
   return got;
 }
+
+// For a call that must return at once, or that a test must end: after
+// `after`, unless destroyed first, a thread runs `fire`, which ends a wait
+// the call should not have made (it makes the fd ready), and fired() says
+// so. `fire` may take the flag that says the watchdog is being destroyed,
+// to end a loop of its own.
+class Watchdog {
+ public:
+  using Fire = std::function<void(const std::atomic<bool>& stopped)>;
+  explicit Watchdog(Fire fire, std::chrono::milliseconds after = std::chrono::seconds(5))
+      : thread_([this, fire = std::move(fire), after] {
+          const auto until = std::chrono::steady_clock::now() + after;
+          while (!stopped_ && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          if (stopped_) return;
+          fired_ = true;
+          fire(stopped_);
+        }) {}
+  explicit Watchdog(std::function<void()> fire, std::chrono::milliseconds after = std::chrono::seconds(5))
+      : Watchdog([fire = std::move(fire)](const std::atomic<bool>&) { fire(); }, after) {}
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  ~Watchdog() {
+    stopped_ = true;
+    thread_.join();
+  }
+  bool fired() const { return fired_; }
+
+ private:
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> fired_{false};
+  std::thread thread_;  // last: it reads the flags above
+};
 
 // Waits (up to 20 s) until `n` fibers of `sched` are parked on fds.
 inline bool io_waiters_reach(Scheduler& sched, std::uint64_t n) {

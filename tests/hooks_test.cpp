@@ -1783,7 +1783,6 @@ TEST(HooksSocket, AResetAfterPartOfASendIsTheNextCallsError) {
 
 TEST(HooksSocket, AResetAfterPartOfAWaitAllReceiveIsTheNextCallsError) {
   const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
-    std::atomic<bool> received_part{false};
     return after_a_reset_while_moving(
         [&](int fd) {
           char buf[100];

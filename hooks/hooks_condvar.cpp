@@ -205,12 +205,6 @@ namespace {
   });
 }
 
-// C11's condition variable and mutex are glibc's pthread ones, which
-// glibc's cnd_* use through its internal pthread calls, where no hook sees
-// them.
-pthread_cond_t* as_pthread(cnd_t* cond) noexcept { return reinterpret_cast<pthread_cond_t*>(cond); }
-pthread_mutex_t* as_pthread(mtx_t* mutex) noexcept { return reinterpret_cast<pthread_mutex_t*>(mutex); }
-
 }  // namespace
 
 // (hooks/locks.h, 5: TSan.)

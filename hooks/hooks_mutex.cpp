@@ -550,11 +550,6 @@ namespace {
   });
 }
 
-// C11's mutex is glibc's pthread mutex (mtx_init makes a normal or a
-// recursive one), which glibc's mtx_* lock through its internal pthread
-// calls, where no hook sees them.
-pthread_mutex_t* as_pthread(mtx_t* mutex) noexcept { return reinterpret_cast<pthread_mutex_t*>(mutex); }
-
 }  // namespace
 
 // Not inlined anywhere: each asks for its own return address, which tells

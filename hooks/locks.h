@@ -369,6 +369,13 @@ int mutex_unlock_error(pthread_mutex_t* mutex, const Caller& caller) noexcept;
 int mutex_unlock(pthread_mutex_t* mutex, const Caller& caller) noexcept;
 int mutex_lock(pthread_mutex_t* mutex, const Caller& caller, bool park, const Deadline& deadline) noexcept;
 
+// C11's mutex and condition variable are glibc's pthread ones (mtx_init
+// makes a normal or a recursive mutex), which glibc's mtx_* and cnd_* use
+// through its internal pthread calls, where no hook sees them; the hooks
+// take them as what they are.
+inline pthread_mutex_t* as_pthread(mtx_t* mutex) noexcept { return reinterpret_cast<pthread_mutex_t*>(mutex); }
+inline pthread_cond_t* as_pthread(cnd_t* cond) noexcept { return reinterpret_cast<pthread_cond_t*>(cond); }
+
 // A pthread call's error as C11's <threads.h> call on it gives it
 // (glibc's thrd_err_map).
 inline int thrd_result(int error) noexcept {

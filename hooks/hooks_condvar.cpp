@@ -143,13 +143,23 @@ int bridged_wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const void* retur
   const WaitingCall call(how_call_waits(return_address));
   const Caller me = current_caller();
   pthread_mutex_t* bridge = bridge_of(cond);
-  real::pthread_mutex_lock()(bridge);
-  if (const int error = mutex_unlock(mutex, me); error != 0) {
+  int result = 0;
+  {
+    // The checkpoint every hook takes at its return, taken here instead,
+    // where the fiber holds neither the bridge nor the caller's mutex.
+    // After the relock, a yield would run the fibers pinned to this worker
+    // (woken from a park on that mutex, say) only for them to park on it
+    // again: a loop of short timed waits then starved them for as long as
+    // it ran, its thread never free for them.
+    const CheckpointOnReturn at_wake;
+    real::pthread_mutex_lock()(bridge);
+    if (const int error = mutex_unlock(mutex, me); error != 0) {
+      real::pthread_mutex_unlock()(bridge);
+      return error;
+    }
+    result = announced([&] { return glibc_wait(bridge); });
     real::pthread_mutex_unlock()(bridge);
-    return error;
   }
-  const int result = announced([&] { return glibc_wait(bridge); });
-  real::pthread_mutex_unlock()(bridge);
   const int relocked = mutex_lock(mutex, me, call.parks(), Deadline::never());
   return relocked != 0 ? relocked : result;
 }

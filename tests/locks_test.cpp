@@ -1327,6 +1327,54 @@ TEST(LockPassThrough, ASharedCondvarWithATakenOverMutexStillWakesItsWaiter) {
   pthread_cond_destroy(&cond);
 }
 
+// A fiber woken from a park on the mutex is pinned to its worker (its
+// caller's errno); the worker's thread is the one a process-shared wait
+// blocks in glibc. The waiter's loop of short timed waits must leave that
+// thread to it between two waits, not only once the loop ends.
+TEST(LockPassThrough, ALoopOfSharedCondvarTimedWaitsLetsAFiberParkedOnItsMutexIn) {
+  Scheduler sched(test::config_with(1));
+  pthread_cond_t cond;
+  ASSERT_EQ(init_cond(&cond,
+                      [](pthread_condattr_t* attr) {
+                        shared_cond(attr);
+                        pthread_condattr_setclock(attr, CLOCK_MONOTONIC);
+                      }),
+            0);
+  std::mutex mu;  // taken over
+  bool flag = false;
+  int waits = 0;
+  constexpr int kWaitMs = 50;
+  Fiber waiter = sched.spawn([&] {
+    std::unique_lock lock(mu);
+    this_fiber::sleep_for(std::chrono::milliseconds(20));  // the setter parks on mu meanwhile
+    // Bounded: before the fix the setter got in after about a second.
+    for (; !flag && waits < 60; ++waits) {
+      timespec at{};
+      clock_gettime(CLOCK_MONOTONIC, &at);
+      at.tv_nsec += kWaitMs * 1'000'000L;
+      if (at.tv_nsec >= 1'000'000'000L) {
+        ++at.tv_sec;
+        at.tv_nsec -= 1'000'000'000L;
+      }
+      const int result = pthread_cond_timedwait(&cond, mu.native_handle(), &at);
+      EXPECT_TRUE(result == 0 || result == ETIMEDOUT) << result;
+    }
+  });
+  Fiber setter = sched.spawn([&] {
+    this_fiber::sleep_for(std::chrono::milliseconds(5));
+    std::lock_guard guard(mu);
+    flag = true;
+    EXPECT_EQ(pthread_cond_signal(&cond), 0);
+  });
+  waiter.join();
+  setter.join();
+  EXPECT_TRUE(flag);
+  // One wait with a thread (the setter signals it); here the setter runs
+  // when the first wait ends. A few more are a loaded machine's sysmon.
+  EXPECT_LE(waits, 4) << "the setter waited through " << waits << " waits of " << kWaitMs << " ms";
+  pthread_cond_destroy(&cond);
+}
+
 // What a program's own lock calls reach: libweft's definitions, found
 // before glibc's (a sanitizer's runtime, loaded first, intercepts them and
 // calls the next definition, libweft's). The condition variable's carry

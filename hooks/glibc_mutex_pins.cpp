@@ -2,48 +2,123 @@
 
 #include <weft/fiber_local.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include "../sched/current.h"
+#include "../sync/parking_lot.h"
 #include "hook_support.h"
+#include "locks.h"
 
 namespace weft::detail::locks {
 namespace {
 
-// The calling fiber's count of pins for glibc mutexes, kept in a fiber-
+// The calling fiber's count of pins for glibc locks, kept in a fiber-
 // local slot as an integer (no allocation but the slot table's own).
 const std::size_t held_slot = allocate_fiber_local_slot();
 
 // The slot's destructor, run by the fiber as it ends: a fiber that ends
-// holding such a mutex gives its pins back, so that its worker's count of
-// pinned fibers stays true (the mutex stays held, as a thread's would).
+// holding such a lock gives its pins back, so that its worker's count of
+// pinned fibers stays true (the lock stays held, as a thread's would, and
+// so does its record: the other fibers of the thread wait for it, as
+// threads wait for a mutex whose owner exited).
 void unpin_at_end(void* value) noexcept {
   FiberControl* fiber = current_fiber();
   for (auto held = reinterpret_cast<std::uintptr_t>(value); held != 0 && fiber != nullptr; --held)
     unpin_current(*fiber);
 }
 
+// This thread's glibc locks held by its fibers (few: a vector).
+struct Holder {
+  const void* object;
+  std::uint64_t fiber_id;
+};
+thread_local std::vector<Holder> holders;
+
+Holder* holder_of(const void* object) noexcept {
+  const auto found =
+      std::find_if(holders.begin(), holders.end(), [object](const Holder& h) { return h.object == object; });
+  return found != holders.end() ? &*found : nullptr;
+}
+
+// The holder of `object` if it is another fiber of this thread than `me`.
+bool held_by_other(const void* object, const FiberControl& me) noexcept {
+  if (holders.empty()) return false;
+  const Holder* holder = holder_of(object);
+  return holder != nullptr && holder->fiber_id != me.id;
+}
+
 }  // namespace
 
-int pin_if_held(int result) noexcept {
+int wait_for_holder_beside(const void* object, const Deadline* deadline) noexcept {
+  FiberControl* me = pinnable_fiber();
+  if (me == nullptr || !held_by_other(object, *me)) return 0;
+  if (deadline == nullptr) return EBUSY;
+  if (const int error = deadline->check(); error != 0) return error;
+  if (deadline->clock != CLOCK_REALTIME && deadline->clock != CLOCK_MONOTONIC) return EINVAL;
+  // Parked on the hooks' pin: the holder runs on this thread only, and
+  // this fiber looks at this thread's record when it wakes.
+  const WaitingCall call(Waits::park);
+  LotBucket& bucket = lot_bucket(object);
+  for (;;) {
+    LotWaiter waiter;
+    waiter.key = object;
+    bucket.lock.lock();
+    if (!held_by_other(object, *me)) {
+      bucket.lock.unlock();
+      return 0;
+    }
+    bucket.push(waiter);
+    if (!wait_in_lot(bucket, waiter, {"glibc mutex", object, "held by a fiber of this thread"}, *deadline, true)) {
+      std::lock_guard guard(bucket.lock);
+      bucket.remove(waiter);
+      if (held_by_other(object, *me)) return ETIMEDOUT;
+      return 0;  // let go just as the deadline passed: taken
+    }
+  }
+}
+
+Holding holding(const void* object) noexcept {
+  FiberControl* me = pinnable_fiber();
+  const Holder* holder = me != nullptr && !holders.empty() ? holder_of(object) : nullptr;
+  if (holder == nullptr) return Holding::none;
+  return holder->fiber_id == me->id ? Holding::caller : Holding::other_fiber;
+}
+
+int pin_if_held(int result, const void* object) noexcept {
   if (result != 0 && result != EOWNERDEAD) return result;
   FiberControl* fiber = pinnable_fiber();
   if (fiber == nullptr) return result;
   try {
+    if (holder_of(object) == nullptr) holders.push_back({object, fiber->id});
     const auto held = reinterpret_cast<std::uintptr_t>(fiber_local_get(held_slot));
     fiber_local_set(held_slot, reinterpret_cast<void*>(held + 1), &unpin_at_end);
   } catch (...) {
-    return result;  // no room for the count (std::bad_alloc): left unpinned, as before
+    return result;  // no room for the record (std::bad_alloc): left unpinned, as before
   }
   pin_current(*fiber);
   return result;
 }
 
-int unpin_if_released(int result) noexcept {
+int unpin_if_released(int result, const void* object, bool still_owned) noexcept {
   if (result != 0) return result;
   FiberControl* fiber = pinnable_fiber();
   if (fiber == nullptr) return result;
+  if (!still_owned && !holders.empty()) {
+    if (Holder* holder = holder_of(object)) {
+      *holder = holders.back();
+      holders.pop_back();
+      LotBucket& bucket = lot_bucket(object);
+      std::lock_guard guard(bucket.lock);
+      while (LotWaiter* waiter = bucket.first(object)) {
+        bucket.remove(*waiter);
+        unpark(*waiter);
+      }
+    }
+  }
   const auto held = reinterpret_cast<std::uintptr_t>(fiber_local_get(held_slot));
   if (held == 0) return result;  // another fiber's lock, released on the thread it is pinned to
   fiber_local_set(held_slot, reinterpret_cast<void*>(held - 1), &unpin_at_end);  // within the table: no allocation

@@ -36,6 +36,7 @@
 
 #include "announced.h"
 #include "cancellable_wait.h"
+#include "glibc_mutex_pins.h"
 #include "locks.h"
 #include "pthread_layout.h"
 #include "real_calls.h"
@@ -63,15 +64,35 @@ void release_mutex(void* arg) noexcept {
   mutex_unlock(release.mutex, release.owner);
 }
 
+// The relock of glibc's own mutex at the end of a wait: after another
+// fiber of this thread that took it meanwhile, announced, as
+// pthread_mutex_lock() (hooks_mutex.cpp).
+int relock_glibc(pthread_mutex_t* mutex) {
+  const Deadline never = Deadline::never();
+  return lock_after_holder_beside(mutex, &never,
+                                  [mutex] { return announced([mutex] { return real::pthread_mutex_lock()(mutex); }); });
+}
+
 // The wait of a condition variable the hooks take over.
 int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline, const void* return_address) {
-  const Waits waits = how_call_waits(return_address);
-  const WaitingCall call(waits);
   const Caller me = current_caller();
   const bool mutex_is_ours = mutex_taken_over(mutex);
   if (mutex_is_ours) {
     if (const int error = mutex_unlock_error(mutex, me); error != 0) return error;
   }
+  // glibc's own mutex, recorded as held by a fiber of this thread
+  // (hooks/glibc_mutex_pins.h): another fiber's is not the caller's to
+  // release (glibc, which sees one tid, would release it); the caller's
+  // record and pin go before the park, so that the thread's other fibers
+  // may take the mutex meanwhile (they run only once this fiber has
+  // parked, the mutex released), and come back with the relock. Before
+  // how_call_waits: a fiber pinned by that mutex would block its thread,
+  // and those fibers with it (until sysmon's slow rule moved them).
+  const Holding held = mutex_is_ours ? Holding::none : holding(mutex);
+  if (held == Holding::other_fiber) return EPERM;
+  if (held == Holding::caller) unpin_if_released(0, mutex, false);
+  const Waits waits = how_call_waits(return_address);
+  const WaitingCall call(waits);
   LotBucket& bucket = lot_bucket(cond);
   LotWaiter waiter;
   waiter.key = cond;
@@ -101,6 +122,7 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
     // the mutex is held again.
     ++mutex->__data.__nusers;
     if (const int error = real::pthread_mutex_unlock()(mutex); error != 0) {
+      if (held == Holding::caller) pin_if_held(0, mutex);
       --mutex->__data.__nusers;
       bucket.remove(waiter);
       clear_waiters_if_none(cond, bucket);
@@ -115,8 +137,7 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
     bucket.remove(waiter);
     clear_waiters_if_none(cond, bucket);
   }
-  const int relocked =
-      mutex_is_ours ? mutex_lock(mutex, me, call.parks(), Deadline::never()) : real::pthread_mutex_lock()(mutex);
+  const int relocked = mutex_is_ours ? mutex_lock(mutex, me, call.parks(), Deadline::never()) : relock_glibc(mutex);
   if (!mutex_is_ours && (relocked == 0 || relocked == EOWNERDEAD)) --mutex->__data.__nusers;  // held again
   if (relocked != 0) return relocked;  // EOWNERDEAD and the like, from glibc's own mutexes
   if (!notified && cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {

@@ -331,11 +331,24 @@ int unlock_owned(pthread_mutex_t* mutex, const Caller& caller, Users users) noex
   return unlock_owned(mutex, current_caller(), Users::count);
 }
 
+// glibc's own mutex's unlock (hooks/glibc_mutex_pins.h). Where glibc
+// checks the owner (error-checking and recursive mutexes, robust and
+// priority-inheriting ones), another fiber of the thread is not it.
+int unlock_glibc(pthread_mutex_t* mutex) {
+  const int kind = mutex_kind(mutex);
+  const bool checks_owner = (kind & kMutexTypeMask) == kRecursive || (kind & kMutexTypeMask) == kErrorCheck ||
+                            (kind & (kMutexRobust | kMutexPrioInherit)) != 0;
+  if (checks_owner && holding(mutex) == Holding::other_fiber) return EPERM;
+  const int result = real::pthread_mutex_unlock()(mutex);
+  const int tid = cached_tid != 0 ? cached_tid : fetch_tid();
+  return unpin_if_released(result, mutex, mutex_owner_tag(mutex).load(std::memory_order_relaxed) == tid);
+}
+
 // The whole of pthread_mutex_unlock, for what its fast path leaves: the
 // hooks off (or not yet read), glibc's own mutex.
 [[gnu::noinline]] int unlock_any(pthread_mutex_t* mutex) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_unlock()(mutex);
-  if (!mutex_taken_over(mutex)) return unpin_if_released(real::pthread_mutex_unlock()(mutex));
+  if (!mutex_taken_over(mutex)) return unlock_glibc(mutex);
   const int kind = mutex_kind(mutex);
   return kind == kNormal || kind == kAdaptive ? unlock_unchecked(mutex) : unlock_checked(mutex);
 }
@@ -394,8 +407,11 @@ int lock(pthread_mutex_t* mutex, int type, Caller me, const void* return_address
 [[gnu::noinline]] int lock_any(pthread_mutex_t* mutex, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_lock()(mutex);
   const int kind = mutex_kind(mutex);
-  if ((kind & kMutexTakenOverMask) != 0)
-    return pin_if_held(announced([&] { return real::pthread_mutex_lock()(mutex); }));
+  if ((kind & kMutexTakenOverMask) != 0) {
+    const Deadline never = Deadline::never();
+    return lock_after_holder_beside(mutex, &never,
+                                    [&] { return announced([&] { return real::pthread_mutex_lock()(mutex); }); });
+  }
   return lock_untimed(mutex, kind, return_address);
 }
 
@@ -403,7 +419,8 @@ int lock(pthread_mutex_t* mutex, int type, Caller me, const void* return_address
 int try_lock(pthread_mutex_t* mutex, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_trylock()(mutex);
   const int kind = mutex_kind(mutex);
-  if ((kind & kMutexTakenOverMask) != 0) return pin_if_held(real::pthread_mutex_trylock()(mutex));
+  if ((kind & kMutexTakenOverMask) != 0)
+    return lock_after_holder_beside(mutex, nullptr, [&] { return real::pthread_mutex_trylock()(mutex); });
   lock_checkpoint(return_address);
   const int type = kind & kMutexTypeMask;
   const Caller me = current_caller();
@@ -425,8 +442,12 @@ int try_lock(pthread_mutex_t* mutex, const void* return_address) {
 int timed_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_clocklock()(mutex, clock, abstime);
   const int kind = mutex_kind(mutex);
-  if ((kind & kMutexTakenOverMask) != 0)
-    return pin_if_held(announced([&] { return real::pthread_mutex_clocklock()(mutex, clock, abstime); }));
+  if ((kind & kMutexTakenOverMask) != 0) {
+    const Deadline deadline = Deadline::at_time(clock, abstime);
+    return lock_after_holder_beside(mutex, &deadline, [&] {
+      return announced([&] { return real::pthread_mutex_clocklock()(mutex, clock, abstime); });
+    });
+  }
   lock_checkpoint(return_address);
   // The time is read only by a call that must wait (acquire_slow), as
   // glibc's: a free mutex is taken whatever `abstime` is, null included.

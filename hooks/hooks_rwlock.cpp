@@ -284,41 +284,55 @@ int check_timed(clockid_t clock, const timespec* abstime) noexcept {
 using namespace weft::detail;
 using namespace weft::detail::locks;
 
-#define WEFT_PASS_THROUGH(name, ...) \
-  if (!lock_hooks_enabled() || pthread_layout::rwlock_pshared(lock)) return real::name()(__VA_ARGS__)
-// The same for a call that may wait: a process-shared rwlock's wait is
-// glibc's futex wait, announced (hooks/announced.h) so that the worker's
-// other fibers move on at once.
-#define WEFT_PASS_THROUGH_WAITING(name, ...)                   \
-  if (!lock_hooks_enabled()) return real::name()(__VA_ARGS__); \
-  if (pthread_layout::rwlock_pshared(lock)) return announced([&] { return real::name()(__VA_ARGS__); })
-// The write locks of a process-shared rwlock pin a fiber that takes one
-// to its worker until its unlock (hooks/glibc_mutex_pins.h): glibc records
-// the writer as the thread's tid, and takes an unlock from another thread
-// for a reader's, which left the rwlock write-locked for good.
-#define WEFT_PASS_THROUGH_WRITING(name, ...)                   \
-  if (!lock_hooks_enabled()) return real::name()(__VA_ARGS__); \
-  if (pthread_layout::rwlock_pshared(lock)) return pin_if_held(announced([&] { return real::name()(__VA_ARGS__); }))
+namespace {
+
+// A process-shared rwlock's lock: glibc's, announced where it may wait
+// (hooks/announced.h) so that the worker's other fibers move on at once.
+// A fiber's lock first waits for another fiber of its thread that holds
+// the write lock, and a write lock pins the fiber that takes it until its
+// unlock (hooks/glibc_mutex_pins.h): glibc records the writer as the
+// thread's tid, answered another fiber's lock EDEADLK, and took a writer's
+// unlock from another thread for a reader's (the rwlock stayed
+// write-locked for good). `deadline`: null for a try.
+template <class Lock>
+int shared_lock(const void* lock, bool write, const Deadline* deadline, Lock&& glibc_lock) {
+  const auto call = [&] { return deadline == nullptr ? glibc_lock() : announced(glibc_lock); };
+  if (write) return lock_after_holder_beside(lock, deadline, call);
+  if (const int error = wait_for_holder_beside(lock, deadline); error != 0) return error;
+  return call();
+}
+
+}  // namespace
+
+// The hooks off: glibc's call. A process-shared rwlock: shared_lock.
+#define WEFT_PASS_THROUGH_SHARED(write, deadline, name, ...)                                     \
+  if (!lock_hooks_enabled()) return real::name()(__VA_ARGS__);                                   \
+  if (pthread_layout::rwlock_pshared(lock)) {                                                    \
+    const Deadline* const shared_deadline = deadline;                                            \
+    return shared_lock(lock, write, shared_deadline, [&] { return real::name()(__VA_ARGS__); }); \
+  }
 
 // Exported: they interpose libc's (include/weft/detail/visibility.h).
 #pragma GCC visibility push(default)
 extern "C" {
 
 [[gnu::noinline]] int pthread_rwlock_rdlock(pthread_rwlock_t* lock) {
-  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_rdlock, lock);
+  const Deadline never = Deadline::never();
+  WEFT_PASS_THROUGH_SHARED(false, &never, pthread_rwlock_rdlock, lock);
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
   return read_lock(lock, Deadline::never(), return_address);
 }
 
 [[gnu::noinline]] int pthread_rwlock_tryrdlock(pthread_rwlock_t* lock) {
-  WEFT_PASS_THROUGH(pthread_rwlock_tryrdlock, lock);
+  WEFT_PASS_THROUGH_SHARED(false, nullptr, pthread_rwlock_tryrdlock, lock);
   lock_checkpoint(__builtin_return_address(0));
   return try_read(lock);
 }
 
 [[gnu::noinline]] int pthread_rwlock_timedrdlock(pthread_rwlock_t* lock, const timespec* abstime) {
-  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_timedrdlock, lock, abstime);
+  const Deadline until = Deadline::at_time(CLOCK_REALTIME, abstime);
+  WEFT_PASS_THROUGH_SHARED(false, &until, pthread_rwlock_timedrdlock, lock, abstime);
   if (const int error = check_timed(CLOCK_REALTIME, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -326,7 +340,8 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_clockrdlock(pthread_rwlock_t* lock, clockid_t clock, const timespec* abstime) {
-  WEFT_PASS_THROUGH_WAITING(pthread_rwlock_clockrdlock, lock, clock, abstime);
+  const Deadline until = Deadline::at_time(clock, abstime);
+  WEFT_PASS_THROUGH_SHARED(false, &until, pthread_rwlock_clockrdlock, lock, clock, abstime);
   if (const int error = check_timed(clock, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -334,15 +349,15 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_wrlock(pthread_rwlock_t* lock) {
-  WEFT_PASS_THROUGH_WRITING(pthread_rwlock_wrlock, lock);
+  const Deadline never = Deadline::never();
+  WEFT_PASS_THROUGH_SHARED(true, &never, pthread_rwlock_wrlock, lock);
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
   return write_lock(lock, Deadline::never(), return_address);
 }
 
 [[gnu::noinline]] int pthread_rwlock_trywrlock(pthread_rwlock_t* lock) {
-  if (!lock_hooks_enabled()) return real::pthread_rwlock_trywrlock()(lock);
-  if (pthread_layout::rwlock_pshared(lock)) return pin_if_held(real::pthread_rwlock_trywrlock()(lock));
+  WEFT_PASS_THROUGH_SHARED(true, nullptr, pthread_rwlock_trywrlock, lock);
   lock_checkpoint(__builtin_return_address(0));
   if (!try_write(lock, pthread_layout::rwlock_word(lock).load(std::memory_order_relaxed))) return EBUSY;
   writer_of(lock).set(current_caller());
@@ -350,7 +365,8 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_timedwrlock(pthread_rwlock_t* lock, const timespec* abstime) {
-  WEFT_PASS_THROUGH_WRITING(pthread_rwlock_timedwrlock, lock, abstime);
+  const Deadline until = Deadline::at_time(CLOCK_REALTIME, abstime);
+  WEFT_PASS_THROUGH_SHARED(true, &until, pthread_rwlock_timedwrlock, lock, abstime);
   if (const int error = check_timed(CLOCK_REALTIME, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -358,7 +374,8 @@ extern "C" {
 }
 
 [[gnu::noinline]] int pthread_rwlock_clockwrlock(pthread_rwlock_t* lock, clockid_t clock, const timespec* abstime) {
-  WEFT_PASS_THROUGH_WRITING(pthread_rwlock_clockwrlock, lock, clock, abstime);
+  const Deadline until = Deadline::at_time(clock, abstime);
+  WEFT_PASS_THROUGH_SHARED(true, &until, pthread_rwlock_clockwrlock, lock, clock, abstime);
   if (const int error = check_timed(clock, abstime); error != 0) return error;
   const void* return_address = __builtin_return_address(0);
   lock_checkpoint(return_address);
@@ -368,11 +385,14 @@ extern "C" {
 [[gnu::noinline]] int pthread_rwlock_unlock(pthread_rwlock_t* lock) {
   if (!lock_hooks_enabled()) return real::pthread_rwlock_unlock()(lock);
   if (pthread_layout::rwlock_pshared(lock)) {
-    // A writer's unlock gives its pin back (WEFT_PASS_THROUGH_WRITING).
+    // A writer's unlock gives its pin back (shared_lock). Another fiber
+    // of the writer's thread is not the writer, though glibc would take
+    // it for it (POSIX's EPERM: the caller holds no lock on it).
+    if (holding(lock) == Holding::other_fiber) return EPERM;
     const int tid = cached_tid != 0 ? cached_tid : fetch_tid();
     const bool writer = pthread_layout::rwlock_writer_tag(lock).load(std::memory_order_relaxed) == tid;
     const int result = real::pthread_rwlock_unlock()(lock);
-    return writer ? unpin_if_released(result) : result;
+    return writer ? unpin_if_released(result, lock, false) : result;
   }
   unlock(lock, current_caller());
   return 0;

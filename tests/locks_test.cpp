@@ -1196,6 +1196,158 @@ TEST(GlibcMutexes, AFiberHoldingOneStaysOnItsWorkerUntilItUnlocks) {
   for (const WorkerSnapshot& worker : sched.snapshot().workers) EXPECT_EQ(worker.pinned_fibers, 0u);
 }
 
+// Two fibers of one thread: glibc sees one tid, so without the hooks'
+// record of which fiber holds which of its mutexes the second fiber got a
+// recursive one the first held, an error-checking one answered EDEADLK
+// (and let it unlock the first's), and a normal one blocked the thread in
+// futex(2), the holder pinned to it: a deadlock (here a 5 s timed lock
+// that timed out).
+struct GlibcKind {
+  const char* name;
+  int type;
+  bool robust;  // else process-shared
+};
+
+class GlibcMutexFibers : public ::testing::TestWithParam<GlibcKind> {};
+
+TEST_P(GlibcMutexFibers, AnotherFiberOfTheHoldersThreadWaitsForItsUnlock) {
+  const GlibcKind kind = GetParam();
+  pthread_mutex_t mu;
+  ASSERT_EQ(init_mutex(&mu,
+                       [&](pthread_mutexattr_t* attr) {
+                         pthread_mutexattr_settype(attr, kind.type);
+                         if (kind.robust)
+                           pthread_mutexattr_setrobust(attr, PTHREAD_MUTEX_ROBUST);
+                         else
+                           pthread_mutexattr_setpshared(attr, PTHREAD_PROCESS_SHARED);
+                       }),
+            0);
+  const bool checks_owner = kind.type != PTHREAD_MUTEX_NORMAL || kind.robust;
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> released{false};
+  pid_t holder_thread = 0;
+  pid_t other_thread = 0;
+  Fiber holder = sched.spawn([&] {
+    ASSERT_EQ(pthread_mutex_lock(&mu), 0);
+    holder_thread = thread_id();
+    this_fiber::sleep_for(100ms);
+    released = true;
+    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+  });
+  Fiber other = sched.spawn([&] {
+    this_fiber::sleep_for(10ms);
+    other_thread = thread_id();
+    EXPECT_EQ(pthread_mutex_trylock(&mu), EBUSY);
+    if (checks_owner) EXPECT_EQ(pthread_mutex_unlock(&mu), EPERM);
+    const timespec soon = realtime_after(10ms);
+    EXPECT_EQ(pthread_mutex_timedlock(&mu, &soon), ETIMEDOUT);
+    const timespec later = realtime_after(5s);
+    EXPECT_EQ(pthread_mutex_timedlock(&mu, &later), 0);
+    EXPECT_TRUE(released.load()) << "both fibers held it at once";
+    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+  });
+  holder.join();
+  other.join();
+  EXPECT_EQ(holder_thread, other_thread) << "the test wants both fibers on one thread";
+  EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
+  for (const WorkerSnapshot& worker : sched.snapshot().workers) EXPECT_EQ(worker.pinned_fibers, 0u);
+}
+
+// A condition variable's wait lets the mutex go to another fiber of the
+// thread meanwhile, and takes it back after it.
+TEST_P(GlibcMutexFibers, AConditionWaitLetsAnotherFiberOfTheThreadHaveTheMutex) {
+  const GlibcKind kind = GetParam();
+  pthread_mutex_t mu;
+  ASSERT_EQ(init_mutex(&mu,
+                       [&](pthread_mutexattr_t* attr) {
+                         pthread_mutexattr_settype(attr, kind.type);
+                         if (kind.robust)
+                           pthread_mutexattr_setrobust(attr, PTHREAD_MUTEX_ROBUST);
+                         else
+                           pthread_mutexattr_setpshared(attr, PTHREAD_PROCESS_SHARED);
+                       }),
+            0);
+  pthread_cond_t cond;
+  ASSERT_EQ(init_cond(&cond, [](pthread_condattr_t*) {}), 0);
+  Scheduler sched{test::config_with(1)};
+  bool ready = false;
+  bool waiting = false;
+  pid_t waiter_thread = 0;
+  pid_t signaller_thread = 0;
+  Fiber waiter = sched.spawn([&] {
+    ASSERT_EQ(pthread_mutex_lock(&mu), 0);
+    this_fiber::sleep_for(20ms);  // the signaller waits for the mutex meanwhile
+    waiting = true;
+    waiter_thread = thread_id();
+    while (!ready) ASSERT_EQ(pthread_cond_wait(&cond, &mu), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+  });
+  Fiber signaller = sched.spawn([&] {
+    this_fiber::sleep_for(5ms);
+    const timespec later = realtime_after(5s);
+    ASSERT_EQ(pthread_mutex_timedlock(&mu, &later), 0);
+    EXPECT_TRUE(waiting) << "got the mutex its waiter held";
+    // On the waiter's thread: it did not wait for sysmon to move it, as it
+    // does for a fiber whose thread sleeps in futex(2) for a second.
+    signaller_thread = thread_id();
+    ready = true;
+    EXPECT_EQ(pthread_cond_signal(&cond), 0);
+    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+  });
+  waiter.join();
+  signaller.join();
+  EXPECT_TRUE(ready);
+  EXPECT_EQ(signaller_thread, waiter_thread);
+  EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
+  EXPECT_EQ(pthread_cond_destroy(&cond), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, GlibcMutexFibers,
+                         ::testing::Values(GlibcKind{"SharedNormal", PTHREAD_MUTEX_NORMAL, false},
+                                           GlibcKind{"SharedRecursive", PTHREAD_MUTEX_RECURSIVE, false},
+                                           GlibcKind{"SharedErrorCheck", PTHREAD_MUTEX_ERRORCHECK, false},
+                                           GlibcKind{"RobustNormal", PTHREAD_MUTEX_NORMAL, true}),
+                         [](const ::testing::TestParamInfo<GlibcKind>& info) { return info.param.name; });
+
+// The same for a process-shared rwlock's write lock.
+TEST(GlibcMutexes, AnotherFiberOfASharedRwlockWritersThreadWaitsForItsUnlock) {
+  pthread_rwlockattr_t attr;
+  pthread_rwlockattr_init(&attr);
+  pthread_rwlockattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_rwlock_t lock;
+  ASSERT_EQ(pthread_rwlock_init(&lock, &attr), 0);
+  pthread_rwlockattr_destroy(&attr);
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> released{false};
+  pid_t writer_thread = 0;
+  pid_t other_thread = 0;
+  Fiber writer = sched.spawn([&] {
+    ASSERT_EQ(pthread_rwlock_wrlock(&lock), 0);
+    writer_thread = thread_id();
+    this_fiber::sleep_for(100ms);
+    released = true;
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  });
+  Fiber other = sched.spawn([&] {
+    this_fiber::sleep_for(10ms);
+    other_thread = thread_id();
+    EXPECT_EQ(pthread_rwlock_tryrdlock(&lock), EBUSY);
+    EXPECT_EQ(pthread_rwlock_trywrlock(&lock), EBUSY);
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), EPERM);
+    const timespec soon = realtime_after(10ms);
+    EXPECT_EQ(pthread_rwlock_timedwrlock(&lock, &soon), ETIMEDOUT);
+    EXPECT_EQ(pthread_rwlock_rdlock(&lock), 0);
+    EXPECT_TRUE(released.load()) << "a reader got in beside the writer";
+    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  });
+  writer.join();
+  other.join();
+  EXPECT_EQ(writer_thread, other_thread) << "the test wants both fibers on one thread";
+  EXPECT_EQ(pthread_rwlock_trywrlock(&lock), 0) << "left locked";
+  EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+  EXPECT_EQ(pthread_rwlock_destroy(&lock), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Callers, LockSemantics, ::testing::Values(Caller::fiber, Caller::thread), caller_name);
 
 // PREFER_WRITER_NONRECURSIVE: a reader waits behind a waiting writer.

@@ -34,10 +34,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// What a call returned, with errno when it failed.
-std::string outcome(int result) {
-  return result >= 0 ? std::to_string(result) : "-1 " + std::string(strerrorname_np(errno));
-}
+using test::outcome;
 
 void expect_same_on_thread_and_fiber(const std::function<std::string()>& body) {
   const test::ThreadAndFiber got = test::on_thread_and_fiber(body);

@@ -36,6 +36,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using test::outcome;
 
 struct UnixStreamPair {
   int fds[2] = {-1, -1};
@@ -56,12 +57,6 @@ class Rescue : public test::Watchdog {
  public:
   explicit Rescue(Fire fire) : Watchdog(std::move(fire), std::chrono::seconds(2)) {}
 };
-
-// A call's result as text: the count, or -1 and errno's name.
-std::string outcome(ssize_t result) {
-  if (result >= 0) return std::to_string(result);
-  return "-1 " + std::string(strerrorname_np(errno));
-}
 
 // `result` of a call that a Rescue bounded, marked if the rescue ended it.
 std::string rescued_outcome(ssize_t result, const Rescue& rescue) {

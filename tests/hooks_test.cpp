@@ -1672,11 +1672,7 @@ TEST(HooksPlainThread, APlainThreadsAcceptTimesOutBySoRcvtimeo) {
 
 // --- what a plain thread gets -------------------------------------------------
 
-// "<result> <errno name>; ", for the tests that compare a plain thread's
-// calls with a fiber's.
-std::string outcome(long result) {
-  return std::to_string(result) + " " + (result < 0 ? strerrorname_np(errno) : "") + "; ";
-}
+using test::outcome;  // "3", "-1 EAGAIN": the tests below add "; "
 
 // Counts the SIGPIPEs raised while it lives, where the process would die
 // of one.
@@ -1712,21 +1708,21 @@ TEST(HooksSocket, VectorCallsOfNothingTouchNothing) {
     {
       SocketPair pair(SOCK_DGRAM);
       EXPECT_EQ(send(pair.b(), "hello", 5, 0), 5);
-      out += outcome(readv(pair.a(), &nothing, 1));
-      out += outcome(recv(pair.a(), buf, sizeof buf, MSG_DONTWAIT));  // the datagram is still there
+      out += outcome(readv(pair.a(), &nothing, 1)) + "; ";
+      out += outcome(recv(pair.a(), buf, sizeof buf, MSG_DONTWAIT)) + "; ";  // the datagram is still there
     }
     {
       SocketPair pair;
       EXPECT_EQ(shutdown(pair.a(), SHUT_WR), 0);
-      out += outcome(writev(pair.a(), &nothing, 1));
+      out += outcome(writev(pair.a(), &nothing, 1)) + "; ";
     }
     const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    out += outcome(writev(udp, &nothing, 1));
+    out += outcome(writev(udp, &nothing, 1)) + "; ";
     close(udp);
     return out + sigpipes.seen();
   });
   EXPECT_EQ(got.fiber, got.thread);
-  EXPECT_EQ(got.thread, "0 ; 5 ; 0 ; 0 ; SIGPIPE 0; ");
+  EXPECT_EQ(got.thread, "0; 5; 0; 0; SIGPIPE 0; ");
 }
 
 // A TCP socket reset while a call that has moved bytes waits: the call
@@ -1749,9 +1745,9 @@ std::string after_a_reset_while_moving(const std::function<long(int)>& call,
   });
   const long moved = call(pair.client);
   resetter.join();
-  std::string out = moved > 0 ? "moved some; " : outcome(moved);
+  std::string out = moved > 0 ? "moved some; " : outcome(moved) + "; ";
   char byte = 'x';
-  out += outcome(send(pair.client, &byte, 1, MSG_NOSIGNAL));
+  out += outcome(send(pair.client, &byte, 1, MSG_NOSIGNAL)) + "; ";
   return out + sigpipes.seen();
 }
 
@@ -1818,7 +1814,7 @@ TEST(HooksSocket, AWaitAllReceiveStopsAfterPassedFdsAsOnAThread) {
       test::MessageWithFd message(buf, sizeof buf);
       const long got = recvmsg(pair.a(), &message.msg, flags);
       if (got < 0) {
-        out += outcome(got);
+        out += outcome(got) + "; ";
         continue;
       }
       out += std::to_string(got) + " " + std::string(buf, std::size_t(got));
@@ -1848,7 +1844,7 @@ TEST(HooksSocket, AWaitAllReceiveStopsAtTheUrgentMarkAsOnAThread) {
     for (int flags : {MSG_WAITALL, MSG_DONTWAIT}) {
       char buf[6] = {};
       const long got = recv(tcp.server, buf, sizeof buf, flags);
-      out += got < 0 ? outcome(got) : std::to_string(got) + " " + std::string(buf, std::size_t(got)) + "; ";
+      out += got < 0 ? outcome(got) + "; " : std::to_string(got) + " " + std::string(buf, std::size_t(got)) + "; ";
     }
     return out;
   });
@@ -1882,13 +1878,13 @@ TEST(HooksTerminal, ARawReadWithVminZeroReturnsZeroForNothing) {
     for (cc_t tenths : {0, 1}) {
       modes.c_cc[VTIME] = tenths;
       EXPECT_EQ(tcsetattr(terminal, TCSANOW, &modes), 0);
-      out += outcome(read(terminal, buf, sizeof buf));
+      out += outcome(read(terminal, buf, sizeof buf)) + "; ";
     }
     return out;
   });
   EXPECT_FALSE(watchdog.fired()) << "a read of a terminal with VMIN 0 waited for a byte";
   EXPECT_EQ(got.fiber, got.thread);
-  EXPECT_EQ(got.thread, "0 ; 0 ; ");
+  EXPECT_EQ(got.thread, "0; 0; ");
   close(terminal);
   close(master);
 }
@@ -1922,15 +1918,15 @@ TEST(HooksPipeChild, Preadv2Refused) {
   const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
     int fds[2];
     EXPECT_EQ(pipe(fds), 0);
-    std::string out = outcome(write(fds[1], "abc", 3));
+    std::string out = outcome(write(fds[1], "abc", 3)) + "; ";
     char buf[8];
-    out += outcome(read(fds[0], buf, sizeof buf));
+    out += outcome(read(fds[0], buf, sizeof buf)) + "; ";
     close(fds[0]);
     close(fds[1]);
     return out;
   });
   EXPECT_EQ(got.fiber, got.thread);
-  EXPECT_EQ(got.thread, "3 ; 3 ; ");
+  EXPECT_EQ(got.thread, "3; 3; ");
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 #include <weft/weft.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -30,6 +32,14 @@
 #endif
 
 namespace weft::test {
+
+// A call's result as text: the count, or the (negative) result and errno's
+// name, e.g. "3" or "-1 EAGAIN". Call it before anything else sets errno.
+inline std::string outcome(long result) {
+  const int error = errno;
+  if (result >= 0) return std::to_string(result);
+  return std::to_string(result) + " " + strerrorname_np(error);
+}
 
 // One worker and no spare workers: a spare would run the other fibers of a
 // worker blocked in the kernel (docs/sysmon.md), hiding a hook that failed

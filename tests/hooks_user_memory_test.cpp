@@ -26,9 +26,7 @@
 namespace weft {
 namespace {
 
-std::string outcome(long result) {
-  return result >= 0 ? std::to_string(result) : "-1 " + std::string(strerrorname_np(errno));
-}
+using test::outcome;
 
 // Two pages: the first readable and writable, the second with no access.
 struct Pages {

@@ -7,11 +7,7 @@
 // kernel.io_uring_disabled or a container profile would), the calls are
 // libc's.
 #include <fcntl.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -31,6 +27,7 @@
 #include "io/file_ring.h"
 #include "pool_support.h"
 #include "sched/current.h"
+#include "seccomp_refusal.h"
 #include "test_support.h"
 
 namespace weft {
@@ -511,15 +508,7 @@ TEST(Files, WithoutIoUringTheCallsAreLibcs) {
 
 TEST(FilesChild, WithoutIoUring) {
   if (!test::child_mode("no-uring")) GTEST_SKIP() << "runs in the child of Files.WithoutIoUringTheCallsAreLibcs";
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-  ASSERT_EQ(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-  ASSERT_EQ(::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program), 0);
+  ASSERT_TRUE(test::refuse_syscalls({__NR_io_uring_setup}, ENOSYS));
   expect_same_on_thread_and_fiber(reads, Ring::unused);
   expect_same_on_thread_and_fiber(syncs, Ring::unused);
 }

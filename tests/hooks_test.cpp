@@ -9,17 +9,13 @@
 // test fails by its bound (an SO_RCVTIMEO, a poll timeout), never a hang.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <stddef.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -45,6 +41,7 @@
 #include "hooks_test_support.h"
 #include "libc.h"
 #include "pool_support.h"
+#include "seccomp_refusal.h"
 #include "socket_pair.h"
 
 namespace weft {
@@ -1905,16 +1902,7 @@ TEST(HooksPipe, WithPreadv2AndPwritev2RefusedPipesWorkAsOnAThread) {
 TEST(HooksPipeChild, Preadv2Refused) {
   if (!test::child_mode("no-preadv2"))
     GTEST_SKIP() << "runs in the child of HooksPipe.WithPreadv2AndPwritev2Refused...";
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_preadv2, 1, 0),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_pwritev2, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-  ASSERT_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-  ASSERT_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program), 0);
+  ASSERT_TRUE(test::refuse_syscalls({__NR_preadv2, __NR_pwritev2}, EPERM));
   const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
     int fds[2];
     EXPECT_EQ(pipe(fds), 0);

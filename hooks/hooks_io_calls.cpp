@@ -42,6 +42,7 @@
 #include "file_io.h"
 #include "hook_support.h"
 #include "iovecs.h"
+#include "own_control_steps.h"
 #include "real_calls.h"
 #include "user_memory.h"
 
@@ -395,6 +396,10 @@ bool stops_at_urgent_mark(int fd, const FdRecord& state) {
   return state.short_read_drains() && real::ioctl()(fd, SIOCATMARK, &at_mark) == 0 && at_mark == 1;
 }
 
+// Whether a stream socket may pass fds (a unix one's; not TCP's), so that
+// a loop of receives must stop after a segment that carried some.
+bool may_pass_fds(const FdRecord& state) noexcept { return state.stream() && !state.short_read_drains(); }
+
 // Whether a message received fds (SCM_RIGHTS), or would have but for room
 // (MSG_CTRUNC: the kernel closed them): the kernel's unix stream receive
 // stops after such a segment, MSG_WAITALL or not.
@@ -418,7 +423,23 @@ ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockadd
   // MSG_WAITALL: until all n bytes, EOF, an error or the timeout; with
   // SO_RCVLOWAT, until the target.
   const int once = (flags & ~MSG_WAITALL) | MSG_DONTWAIT;
-  return transfer_all(fd, state, FdDirection::read, target > 1 ? target : n, [&](std::size_t done) {
+  const std::size_t total = target > 1 ? target : n;
+  if (may_pass_fds(state) && (addr == nullptr || addr_len != nullptr)) {
+    // Stops after fds, as the kernel's (own_control_steps.h); the sender's
+    // address as recvfrom gives it (null `addr`: none asked).
+    OwnControlSteps steps;
+    msghdr name{};
+    name.msg_name = addr;
+    name.msg_namelen = addr != nullptr ? *addr_len : 0;
+    const ssize_t result = transfer_all(fd, state, FdDirection::read, total, [&](std::size_t done) {
+      if (steps.passed_fds()) return ssize_t(0);
+      iovec rest{static_cast<char*>(buf) + done, n - done};
+      return steps.receive(fd, &rest, 1, once, done == 0 ? &name : nullptr);
+    });
+    if (result >= 0 && addr != nullptr) *addr_len = name.msg_namelen;
+    return result;
+  }
+  return transfer_all(fd, state, FdDirection::read, total, [&](std::size_t done) {
     if (done > 0 && stops_at_urgent_mark(fd, state)) return ssize_t(0);
     return real::recvfrom()(fd, static_cast<char*>(buf) + done, n - done, once, addr, addr_len);
   });
@@ -846,6 +867,21 @@ ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags, std::size_t
   bool control_filled = false;  // the caller's control buffer holds what a step received
   bool passed_fds = false;      // a step received fds: the kernel's receive stops after them
   std::vector<iovec> rest;
+  if (msg->msg_controllen == 0 && may_pass_fds(state)) {
+    // No control buffer: steps with their own (own_control_steps.h).
+    OwnControlSteps steps;
+    const ssize_t result = transfer_all(
+        fd, state, FdDirection::read,
+        [&] { return target > 0 ? target : iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
+        [&](std::size_t done) {
+          if (done == 0) return steps.receive(fd, msg->msg_iov, msg->msg_iovlen, once, msg);
+          if (steps.passed_fds()) return ssize_t(0);
+          iovecs_after(msg->msg_iov, msg->msg_iovlen, done, rest);
+          return steps.receive(fd, rest.data(), rest.size(), once, nullptr);
+        });
+    if (result >= 0 && steps.truncated()) msg->msg_flags |= MSG_CTRUNC;
+    return result;
+  }
   return transfer_all(
       fd, state, FdDirection::read, [&] { return target > 0 ? target : iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
       [&](std::size_t done) {

@@ -22,6 +22,7 @@
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <threads.h>
@@ -1827,16 +1828,87 @@ TEST(HooksSocket, AWaitAllReceiveStopsAfterPassedFdsAsOnAThread) {
   EXPECT_EQ(got.thread, "4 aaaa with an fd; 4 bbbb with an fd; ");
 }
 
+// The same where the caller gives no control buffer (recv, recvfrom, read
+// and readv with SO_RCVLOWAT, recvmsg without one) and the fds come while
+// the call waits: the kernel's receive stops after the segment that
+// carried them, closes them, and its recvmsg says MSG_CTRUNC. Before, a
+// fiber's loop of receives read on past them (it could not see them),
+// and with SO_PASSCRED it stopped after the first segment (MSG_CTRUNC for
+// the credentials taken for fds). The pipe end passed must be closed: its
+// reader then sees EOF.
+TEST(HooksSocket, AReceiveWithoutControlBufferStopsAfterPassedFdsAsOnAThread) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    std::string out;
+    for (const char* call : {"recv", "recvfrom", "read", "readv", "recvmsg", "recvmsg passcred"}) {
+      SocketPair pair;
+      const std::string name = call;
+      if (name == "read" || name == "readv") {
+        const int lowat = 10;
+        EXPECT_EQ(setsockopt(pair.a(), SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat), 0);
+      }
+      if (name == "recvmsg passcred") {
+        const int on = 1;
+        EXPECT_EQ(setsockopt(pair.a(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on), 0);
+      }
+      int passed[2];
+      EXPECT_EQ(pipe2(passed, O_CLOEXEC | O_NONBLOCK), 0);
+      EXPECT_EQ(send(pair.b(), "aa", 2, 0), 2);
+      std::thread sender([&] {  // while the call waits
+        std::this_thread::sleep_for(20ms);
+        EXPECT_EQ(test::send_with_fd(pair.b(), "bbbb", 4, passed[1]), 4);
+        EXPECT_EQ(send(pair.b(), "cccc", 4, 0), 4);
+        EXPECT_EQ(send(pair.b(), "dddd", 4, 0), 4);
+      });
+      char buf[10] = {};
+      iovec halves[2] = {{buf, 5}, {buf + 5, 5}};
+      msghdr msg{};
+      msg.msg_iov = halves;
+      msg.msg_iovlen = 2;
+      sockaddr_un from{};
+      socklen_t from_len = sizeof from;
+      long n = -1;
+      if (name == "recv") n = recv(pair.a(), buf, sizeof buf, MSG_WAITALL);
+      if (name == "recvfrom")
+        n = recvfrom(pair.a(), buf, sizeof buf, MSG_WAITALL, reinterpret_cast<sockaddr*>(&from), &from_len);
+      if (name == "read") n = read(pair.a(), buf, sizeof buf);
+      if (name == "readv") n = readv(pair.a(), halves, 2);
+      if (name.starts_with("recvmsg")) n = recvmsg(pair.a(), &msg, MSG_WAITALL);
+      sender.join();
+      out += name + " " + (n < 0 ? outcome(n) : std::to_string(n) + " " + std::string(buf, std::size_t(n)));
+      if (name == "recvfrom") out += " from " + std::to_string(from_len);
+      if (name.starts_with("recvmsg")) out += (msg.msg_flags & MSG_CTRUNC) ? " truncated" : "";
+      close(passed[1]);
+      char byte;
+      out += ", the passed end " + std::string(read(passed[0], &byte, 1) == 0 ? "closed" : "open");
+      close(passed[0]);
+      n = recv(pair.a(), buf, sizeof buf, MSG_DONTWAIT);
+      out += ", then " + (n < 0 ? outcome(n) : std::to_string(n) + " " + std::string(buf, std::size_t(n))) + "\n";
+    }
+    return out;
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread,
+            "recv 6 aabbbb, the passed end closed, then 8 ccccdddd\n"
+            "recvfrom 6 aabbbb from 0, the passed end closed, then 8 ccccdddd\n"
+            "read 6 aabbbb, the passed end closed, then 8 ccccdddd\n"
+            "readv 6 aabbbb, the passed end closed, then 8 ccccdddd\n"
+            "recvmsg 6 aabbbb truncated, the passed end closed, then 8 ccccdddd\n"
+            "recvmsg passcred 6 aabbbb truncated, the passed end closed, then 8 ccccdddd\n");
+}
+
 TEST(HooksSocket, AWaitAllReceiveStopsAtTheUrgentMarkAsOnAThread) {
   const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
     test::LoopbackTcpPair tcp;
     EXPECT_EQ(send(tcp.client, "abc", 3, 0), 3);
     EXPECT_EQ(send(tcp.client, "X", 1, MSG_OOB), 1);
     EXPECT_EQ(send(tcp.client, "def", 3, 0), 3);
-    const auto until = Clock::now() + 10s;  // all of it queued at the server
-    int queued = 0;
-    while (Clock::now() < until && (ioctl(tcp.server, FIONREAD, &queued) != 0 || queued < 6))
+    // All of it queued at the server: acknowledged, none left in the
+    // client's queue (the server's FIONREAD stops at the urgent mark).
+    const auto until = Clock::now() + 10s;
+    int unacknowledged = -1;
+    while (Clock::now() < until && (ioctl(tcp.client, SIOCOUTQ, &unacknowledged) != 0 || unacknowledged != 0))
       std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(unacknowledged, 0);
     std::string out;
     for (int flags : {MSG_WAITALL, MSG_DONTWAIT}) {
       char buf[6] = {};

@@ -1238,7 +1238,9 @@ TEST_P(GlibcMutexFibers, AnotherFiberOfTheHoldersThreadWaitsForItsUnlock) {
     this_fiber::sleep_for(10ms);
     other_thread = thread_id();
     EXPECT_EQ(pthread_mutex_trylock(&mu), EBUSY);
-    if (checks_owner) EXPECT_EQ(pthread_mutex_unlock(&mu), EPERM);
+    if (checks_owner) {
+      EXPECT_EQ(pthread_mutex_unlock(&mu), EPERM);
+    }
     const timespec soon = realtime_after(10ms);
     EXPECT_EQ(pthread_mutex_timedlock(&mu, &soon), ETIMEDOUT);
     const timespec later = realtime_after(5s);

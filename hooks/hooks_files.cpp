@@ -141,6 +141,9 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     if (exit_blocking_call(worker)) count_missed(file);
     return result;
   }
+  // A file that refused RWF_NOWAIT before (tmpfs, /proc, /sys): the plain
+  // call at once, without the preadv2 that would be refused again.
+  if (file.refuses_nowait()) return blocking_read(fd, iov, count, offset);
   const ErrnoHome home;
   const int saved = errno_value();
   ssize_t cached = real::preadv2()(fd, iov, count, offset, RWF_NOWAIT);
@@ -169,6 +172,9 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     // read's own. An EINVAL of the read's own comes back from the read.
     const int error = errno_value();
     if (error != EOPNOTSUPP && error != EINVAL && error != ENOSYS) return -1;
+    // Remembered for the fd's next reads; not an EINVAL, which may be the
+    // read's own.
+    if (error != EINVAL) file.set_bit(FdRecord::no_nowait_bit, true);
     set_errno(saved);
     return blocking_read(fd, iov, count, offset);
   }

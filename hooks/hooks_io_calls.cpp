@@ -528,10 +528,7 @@ int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
 // that fit, where a blocking write held the worker until the reader
 // (perhaps a fiber of the same worker) had taken it all. An fd that
 // refuses the flag (a terminal, an older kernel: EOPNOTSUPP) is waited
-// for, then called, from then on (wait_then_call).
-bool refuses_nowait(const FdRecord& state) {
-  return state.flags.load(std::memory_order_relaxed) & FdRecord::no_nowait_bit;
-}
+// for, then called, from then on (wait_then_call; FdRecord::refuses_nowait).
 
 // After an attempt with RWF_NOWAIT: whether the fd refused it, and if so,
 // marks it and puts back the caller's errno for the fallback. The kernel
@@ -586,7 +583,7 @@ bool not_pollable_after_all(int fd, int saved) {
 
 ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
-  if (!refuses_nowait(state)) {
+  if (!state.refuses_nowait()) {
     const ssize_t result = attempt_or_park(fd, state, FdDirection::read, 0,
                                            [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
     if (result >= 0) return result;
@@ -599,7 +596,7 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
 
 ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
-  if (!refuses_nowait(state)) {
+  if (!state.refuses_nowait()) {
     std::vector<iovec> rest;
     auto total = [&] { return iov_total(iov, count); };
     const ssize_t result = transfer_all(fd, state, FdDirection::write, total, [&](std::size_t done) {
@@ -636,7 +633,7 @@ ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
   auto length = [&] { return iov_total_if_readable(&msg); };
   if (const std::size_t target = rcvlowat_target(fd, state, length, 0); target > 1)
     return recvmsg_all(fd, state, &msg, 0, target);
-  if (!refuses_nowait(state)) {
+  if (!state.refuses_nowait()) {
     const ssize_t result = attempt_or_park(
         fd, state, FdDirection::read, [&] { return stream_wanted(state, iov_total(iov, count), 0); },
         [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
@@ -659,7 +656,7 @@ ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
 
 ssize_t socket_writev(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
-  if (!refuses_nowait(state)) {
+  if (!state.refuses_nowait()) {
     std::vector<iovec> rest;
     const ssize_t result = transfer_all(
         fd, state, FdDirection::write, [&] { return iov_total(iov, count); },

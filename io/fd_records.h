@@ -75,7 +75,9 @@ struct alignas(64) FdRecord {
   static constexpr std::uint32_t user_nonblock_bit = 4;  // the user's O_NONBLOCK
   static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
   static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket
-  static constexpr std::uint32_t no_nowait_bit = 32;     // refuses RWF_NOWAIT: waited for, then called
+  // Refuses RWF_NOWAIT: a pollable fd is waited for, then called; a file
+  // is read with the plain call, announced.
+  static constexpr std::uint32_t no_nowait_bit = 32;
   // The fd was closed, or a new fd took its number, in a signal handler,
   // where the record's lock could not be taken (the code the handler
   // interrupted may hold it): the rest of the record is stale until
@@ -137,6 +139,7 @@ struct alignas(64) FdRecord {
   bool flipped() const noexcept { return flags.load(std::memory_order_relaxed) & flipped_bit; }
   bool stream() const noexcept { return flags.load(std::memory_order_relaxed) & stream_bit; }
   bool short_read_drains() const noexcept { return flags.load(std::memory_order_relaxed) & short_read_drains_bit; }
+  bool refuses_nowait() const noexcept { return flags.load(std::memory_order_relaxed) & no_nowait_bit; }
   bool changed_in_handler() const noexcept { return flags.load(std::memory_order_relaxed) & changed_in_handler_bit; }
   void set_bit(std::uint32_t bit, bool on) noexcept {
     if (on)

@@ -185,7 +185,9 @@ pid_t move_to_another_worker(Scheduler& sched) {
     // Detached, not joined: a join would park and might bring us back.
     sched
         .spawn([woke] {
-          const auto end = std::chrono::steady_clock::now() + 500ms;
+          // Bounded: a pinned fiber (expected not to move) waits for it
+          // whenever it spins on that fiber's worker.
+          const auto end = std::chrono::steady_clock::now() + 50ms;
           while (!woke->load() && std::chrono::steady_clock::now() < end) {
           }
         })
@@ -1202,57 +1204,71 @@ TEST(GlibcMutexes, AFiberHoldingOneStaysOnItsWorkerUntilItUnlocks) {
 // (and let it unlock the first's), and a normal one blocked the thread in
 // futex(2), the holder pinned to it: a deadlock (here a 5 s timed lock
 // that timed out).
+// Two fibers of a one-worker scheduler: the first takes a lock (`take`),
+// keeps it for 100 ms and gives it back (`give_back`); the second, 10 ms
+// in, runs `meanwhile(released)`, `released` saying whether the first has
+// given it back. Both must have run on one thread, and none stays pinned.
+void beside_a_holder(const std::function<int()>& take, const std::function<int()>& give_back,
+                     const std::function<void(const std::atomic<bool>&)>& meanwhile) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> released{false};
+  pid_t holder_thread = 0;
+  pid_t other_thread = 0;
+  Fiber holder = sched.spawn([&] {
+    ASSERT_EQ(take(), 0);
+    holder_thread = thread_id();
+    this_fiber::sleep_for(100ms);
+    released = true;
+    EXPECT_EQ(give_back(), 0);
+  });
+  Fiber other = sched.spawn([&] {
+    this_fiber::sleep_for(10ms);
+    other_thread = thread_id();
+    meanwhile(released);
+  });
+  holder.join();
+  other.join();
+  EXPECT_EQ(holder_thread, other_thread) << "the test wants both fibers on one thread";
+  for (const WorkerSnapshot& worker : sched.snapshot().workers) EXPECT_EQ(worker.pinned_fibers, 0u);
+}
+
 struct GlibcKind {
   const char* name;
   int type;
   bool robust;  // else process-shared
 };
 
+int init_mutex(pthread_mutex_t* mutex, const GlibcKind& kind) {
+  return init_mutex(mutex, [&](pthread_mutexattr_t* attr) {
+    pthread_mutexattr_settype(attr, kind.type);
+    if (kind.robust)
+      pthread_mutexattr_setrobust(attr, PTHREAD_MUTEX_ROBUST);
+    else
+      pthread_mutexattr_setpshared(attr, PTHREAD_PROCESS_SHARED);
+  });
+}
+
 class GlibcMutexFibers : public ::testing::TestWithParam<GlibcKind> {};
 
 TEST_P(GlibcMutexFibers, AnotherFiberOfTheHoldersThreadWaitsForItsUnlock) {
   const GlibcKind kind = GetParam();
   pthread_mutex_t mu;
-  ASSERT_EQ(init_mutex(&mu,
-                       [&](pthread_mutexattr_t* attr) {
-                         pthread_mutexattr_settype(attr, kind.type);
-                         if (kind.robust)
-                           pthread_mutexattr_setrobust(attr, PTHREAD_MUTEX_ROBUST);
-                         else
-                           pthread_mutexattr_setpshared(attr, PTHREAD_PROCESS_SHARED);
-                       }),
-            0);
+  ASSERT_EQ(init_mutex(&mu, kind), 0);
   const bool checks_owner = kind.type != PTHREAD_MUTEX_NORMAL || kind.robust;
-  Scheduler sched{test::config_with(1)};
-  std::atomic<bool> released{false};
-  pid_t holder_thread = 0;
-  pid_t other_thread = 0;
-  Fiber holder = sched.spawn([&] {
-    ASSERT_EQ(pthread_mutex_lock(&mu), 0);
-    holder_thread = thread_id();
-    this_fiber::sleep_for(100ms);
-    released = true;
-    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
-  });
-  Fiber other = sched.spawn([&] {
-    this_fiber::sleep_for(10ms);
-    other_thread = thread_id();
-    EXPECT_EQ(pthread_mutex_trylock(&mu), EBUSY);
-    if (checks_owner) {
-      EXPECT_EQ(pthread_mutex_unlock(&mu), EPERM);
-    }
-    const timespec soon = realtime_after(10ms);
-    EXPECT_EQ(pthread_mutex_timedlock(&mu, &soon), ETIMEDOUT);
-    const timespec later = realtime_after(5s);
-    EXPECT_EQ(pthread_mutex_timedlock(&mu, &later), 0);
-    EXPECT_TRUE(released.load()) << "both fibers held it at once";
-    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
-  });
-  holder.join();
-  other.join();
-  EXPECT_EQ(holder_thread, other_thread) << "the test wants both fibers on one thread";
+  beside_a_holder([&] { return pthread_mutex_lock(&mu); }, [&] { return pthread_mutex_unlock(&mu); },
+                  [&](const std::atomic<bool>& released) {
+                    EXPECT_EQ(pthread_mutex_trylock(&mu), EBUSY);
+                    if (checks_owner) {
+                      EXPECT_EQ(pthread_mutex_unlock(&mu), EPERM);
+                    }
+                    const timespec soon = realtime_after(10ms);
+                    EXPECT_EQ(pthread_mutex_timedlock(&mu, &soon), ETIMEDOUT);
+                    const timespec later = realtime_after(5s);
+                    EXPECT_EQ(pthread_mutex_timedlock(&mu, &later), 0);
+                    EXPECT_TRUE(released.load()) << "both fibers held it at once";
+                    EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+                  });
   EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
-  for (const WorkerSnapshot& worker : sched.snapshot().workers) EXPECT_EQ(worker.pinned_fibers, 0u);
 }
 
 // A condition variable's wait lets the mutex go to another fiber of the
@@ -1260,15 +1276,7 @@ TEST_P(GlibcMutexFibers, AnotherFiberOfTheHoldersThreadWaitsForItsUnlock) {
 TEST_P(GlibcMutexFibers, AConditionWaitLetsAnotherFiberOfTheThreadHaveTheMutex) {
   const GlibcKind kind = GetParam();
   pthread_mutex_t mu;
-  ASSERT_EQ(init_mutex(&mu,
-                       [&](pthread_mutexattr_t* attr) {
-                         pthread_mutexattr_settype(attr, kind.type);
-                         if (kind.robust)
-                           pthread_mutexattr_setrobust(attr, PTHREAD_MUTEX_ROBUST);
-                         else
-                           pthread_mutexattr_setpshared(attr, PTHREAD_PROCESS_SHARED);
-                       }),
-            0);
+  ASSERT_EQ(init_mutex(&mu, kind), 0);
   pthread_cond_t cond;
   ASSERT_EQ(init_cond(&cond, [](pthread_condattr_t*) {}), 0);
   Scheduler sched{test::config_with(1)};
@@ -1319,32 +1327,17 @@ TEST(GlibcMutexes, AnotherFiberOfASharedRwlockWritersThreadWaitsForItsUnlock) {
   pthread_rwlock_t lock;
   ASSERT_EQ(pthread_rwlock_init(&lock, &attr), 0);
   pthread_rwlockattr_destroy(&attr);
-  Scheduler sched{test::config_with(1)};
-  std::atomic<bool> released{false};
-  pid_t writer_thread = 0;
-  pid_t other_thread = 0;
-  Fiber writer = sched.spawn([&] {
-    ASSERT_EQ(pthread_rwlock_wrlock(&lock), 0);
-    writer_thread = thread_id();
-    this_fiber::sleep_for(100ms);
-    released = true;
-    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
-  });
-  Fiber other = sched.spawn([&] {
-    this_fiber::sleep_for(10ms);
-    other_thread = thread_id();
-    EXPECT_EQ(pthread_rwlock_tryrdlock(&lock), EBUSY);
-    EXPECT_EQ(pthread_rwlock_trywrlock(&lock), EBUSY);
-    EXPECT_EQ(pthread_rwlock_unlock(&lock), EPERM);
-    const timespec soon = realtime_after(10ms);
-    EXPECT_EQ(pthread_rwlock_timedwrlock(&lock, &soon), ETIMEDOUT);
-    EXPECT_EQ(pthread_rwlock_rdlock(&lock), 0);
-    EXPECT_TRUE(released.load()) << "a reader got in beside the writer";
-    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
-  });
-  writer.join();
-  other.join();
-  EXPECT_EQ(writer_thread, other_thread) << "the test wants both fibers on one thread";
+  beside_a_holder([&] { return pthread_rwlock_wrlock(&lock); }, [&] { return pthread_rwlock_unlock(&lock); },
+                  [&](const std::atomic<bool>& released) {
+                    EXPECT_EQ(pthread_rwlock_tryrdlock(&lock), EBUSY);
+                    EXPECT_EQ(pthread_rwlock_trywrlock(&lock), EBUSY);
+                    EXPECT_EQ(pthread_rwlock_unlock(&lock), EPERM);
+                    const timespec soon = realtime_after(10ms);
+                    EXPECT_EQ(pthread_rwlock_timedwrlock(&lock, &soon), ETIMEDOUT);
+                    EXPECT_EQ(pthread_rwlock_rdlock(&lock), 0);
+                    EXPECT_TRUE(released.load()) << "a reader got in beside the writer";
+                    EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
+                  });
   EXPECT_EQ(pthread_rwlock_trywrlock(&lock), 0) << "left locked";
   EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);
   EXPECT_EQ(pthread_rwlock_destroy(&lock), 0);

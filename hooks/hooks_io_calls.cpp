@@ -1010,6 +1010,10 @@ ssize_t read(int fd, void* buf, size_t n) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::read()(fd, buf, n);
   }
+  // A read of nothing is the driver's to answer, not the vector path's
+  // (which returns 0 before the driver sees it): EINVAL from an eventfd,
+  // timerfd or signalfd; an inotify fd's waits for an event first.
+  if (n == 0) return announced([&] { return real::read()(fd, buf, n); });
   iovec one{buf, n};
   return pollable_read(fd, *state, &one, 1);
 }
@@ -1043,6 +1047,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::write()(fd, buf, n);
   }
+  if (n == 0) return announced([&] { return real::write()(fd, buf, n); });  // as read's, above
   iovec one{const_cast<void*>(buf), n};
   return pollable_write(fd, *state, &one, 1);
 }

@@ -15,9 +15,11 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/select.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -1184,6 +1186,51 @@ TEST(HooksPipe, AReadTheKernelRefusesFailsAtOnce) {
   }
   close(timer);
   close(event);
+}
+
+// A read or write of nothing is the driver's to answer, as on a thread:
+// EINVAL from an eventfd, a timerfd, a signalfd or an inotify fd (with an
+// event queued: without one, it waits for one first), 0 from a pipe.
+// Before, a fiber's went through preadv2/pwritev2, whose vector path
+// returns 0 before the driver sees the call.
+TEST(HooksPipe, AReadOrWriteOfNothingIsTheDriversToAnswer) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    std::string out;
+    const auto both = [&](const char* name, int fd, bool writes) {
+      char byte = 0;
+      out += std::string(name) + " read " + test::outcome(read(fd, &byte, 0));
+      if (writes) out += ", write " + test::outcome(write(fd, &byte, 0));
+      out += "; ";
+      close(fd);
+    };
+    both("eventfd", eventfd(1, EFD_CLOEXEC), true);
+    both("timerfd", timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC), false);
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    both("signalfd", signalfd(-1, &usr2, SFD_CLOEXEC), false);
+    const int notify = inotify_init1(IN_CLOEXEC);
+    char dir[] = "/tmp/weft-zero-read-XXXXXX";
+    EXPECT_NE(mkdtemp(dir), nullptr);
+    EXPECT_GE(inotify_add_watch(notify, dir, IN_CREATE), 0);
+    const std::string file = std::string(dir) + "/new";
+    close(open(file.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));  // an event queued
+    both("inotify", notify, false);
+    unlink(file.c_str());
+    rmdir(dir);
+    int pipe_fds[2];
+    EXPECT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+    char byte = 0;
+    out += "pipe read " + test::outcome(read(pipe_fds[0], &byte, 0)) + ", write " +
+           test::outcome(write(pipe_fds[1], &byte, 0));
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return out;
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread,
+            "eventfd read -1 EINVAL, write -1 EINVAL; timerfd read -1 EINVAL; signalfd read -1 EINVAL; "
+            "inotify read -1 EINVAL; pipe read 0, write 0");
 }
 
 TEST(HooksPipe, APipeReadParksUntilTheWriterWrites) {

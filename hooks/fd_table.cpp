@@ -4,10 +4,13 @@
 #include <linux/time_types.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <string_view>
 
 #include "../io/netpoller.h"
 #include "cache_trust.h"
@@ -79,6 +82,18 @@ bool negative_timeout(int option, const void* value) noexcept {
   return tv.tv_sec < 0;
 }
 
+// Whether `fd`, an anonymous inode, is a signalfd: its name in /proc (one
+// readlink, at its classification; false where /proc is not mounted).
+bool names_a_signalfd(int fd) noexcept {
+  char path[32] = "/proc/self/fd/";
+  const std::size_t prefix = std::strlen(path);
+  *std::to_chars(path + prefix, path + sizeof path - 1, fd).ptr = '\0';
+  char name[32];
+  const ssize_t n = ::readlink(path, name, sizeof name);
+  constexpr std::string_view kSignalfd = "anon_inode:[signalfd]";
+  return n == ssize_t(kSignalfd.size()) && std::string_view(name, std::size_t(n)) == kSignalfd;
+}
+
 }  // namespace
 
 FdRecord* classified_fd_state(int fd) noexcept {
@@ -101,6 +116,7 @@ FdRecord* classified_fd_state(int fd) noexcept {
       }
     } else {
       kind = FdKind::pollable;  // FIFOs, terminals, anonymous inodes (eventfd, epoll, timerfd)
+      state->set_bit(FdRecord::signalfd_bit, (st.st_mode & S_IFMT) == 0 && names_a_signalfd(fd));
     }
     // The user's O_NONBLOCK matters only where a fiber would park on the fd
     // (O_NONBLOCK does nothing to a regular file): no system call for a

@@ -1012,8 +1012,9 @@ ssize_t read(int fd, void* buf, size_t n) {
   }
   // A read of nothing is the driver's to answer, not the vector path's
   // (which returns 0 before the driver sees it): EINVAL from an eventfd,
-  // timerfd or signalfd; an inotify fd's waits for an event first.
-  if (n == 0) return announced([&] { return real::read()(fd, buf, n); });
+  // timerfd or signalfd; an inotify fd's waits for an event first. A
+  // signalfd's reads are the plain call (FdRecord::signalfd_bit).
+  if (n == 0 || state->signalfd()) return announced([&] { return real::read()(fd, buf, n); });
   iovec one{buf, n};
   return pollable_read(fd, *state, &one, 1);
 }
@@ -1032,7 +1033,8 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
-  if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
+  if (count < 0) return real::readv()(fd, iov, count);                                     // EINVAL, as libc says it
+  if (state->signalfd()) return announced([&] { return real::readv()(fd, iov, count); });  // as read's
   return pollable_read(fd, *state, iov, count);
 }
 

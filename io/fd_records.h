@@ -100,6 +100,11 @@ struct alignas(64) FdRecord {
   // it reports "none" (hooks/fd_table.h, socket_timeout_ns).
   static constexpr std::uint32_t recv_timeout_at_once_bit = 1024;
   static constexpr std::uint32_t send_timeout_at_once_bit = 2048;
+  // A signalfd: what it reports depends on the thread that reads or polls
+  // it (that thread's pending signals beside the process's), so a
+  // netpoller's thread never sees a signal sent to the reader's thread
+  // alone. Read with the plain call, announced (hooks_io_calls.cpp).
+  static constexpr std::uint32_t signalfd_bit = 4096;
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
@@ -139,6 +144,7 @@ struct alignas(64) FdRecord {
   bool flipped() const noexcept { return flags.load(std::memory_order_relaxed) & flipped_bit; }
   bool stream() const noexcept { return flags.load(std::memory_order_relaxed) & stream_bit; }
   bool short_read_drains() const noexcept { return flags.load(std::memory_order_relaxed) & short_read_drains_bit; }
+  bool signalfd() const noexcept { return flags.load(std::memory_order_relaxed) & signalfd_bit; }
   bool refuses_nowait() const noexcept { return flags.load(std::memory_order_relaxed) & no_nowait_bit; }
   bool changed_in_handler() const noexcept { return flags.load(std::memory_order_relaxed) & changed_in_handler_bit; }
   void set_bit(std::uint32_t bit, bool on) noexcept {

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -84,6 +85,67 @@ void write_to_self_pipe(int) {
 // yielded once sysmon had asked the fiber to, and the other fiber ran
 // (issue 27, item 3: 419 switches in 5 s; with a spin lock held across
 // such a loop, a hang).
+// A signalfd reports the pending signals of the thread that reads it,
+// beside the process's. A fiber's read of one parked on the netpoller,
+// whose epoll_wait another worker's thread may make (here, with another
+// fiber parked on a pipe): a signal sent to the reader's thread alone was
+// never seen, and the read waited for the process-directed one sent to
+// end it. Now the read is the plain call on the fiber's thread, announced.
+TEST(HooksSignal, ASignalfdReadSeesASignalSentToItsThread) {
+  sigset_t usr2;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  sigset_t before;
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &usr2, &before), 0);  // workers inherit it
+  {
+    Scheduler sched{test::config_with(2)};
+    int pipe_fds[2];
+    ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+    Fiber other = sched.spawn([&] {
+      char byte;
+      EXPECT_EQ(read(pipe_fds[0], &byte, 1), 1);
+    });
+    std::this_thread::sleep_for(20ms);  // parked on the pipe
+    signalfd_siginfo got{};
+    bool rescued = false;
+    sched
+        .spawn([&] {
+          const int fd = signalfd(-1, &usr2, SFD_CLOEXEC);
+          ASSERT_GE(fd, 0);
+          std::atomic<bool> read_returned{false};
+          const pthread_t reader = pthread_self();
+          std::thread sender([&] {
+            std::this_thread::sleep_for(100ms);
+            EXPECT_EQ(pthread_kill(reader, SIGUSR2), 0);
+            // The rescue, should the read miss it.
+            for (int i = 0; i < 2000 && !read_returned.load(); ++i) std::this_thread::sleep_for(1ms);
+            if (!read_returned.load()) {
+              rescued = true;
+              EXPECT_EQ(sigqueue(getpid(), SIGUSR2, sigval{99}), 0);
+            }
+          });
+          EXPECT_EQ(read(fd, &got, sizeof got), ssize_t(sizeof got));
+          read_returned = true;
+          sender.join();
+          close(fd);
+        })
+        .join();
+    EXPECT_EQ(got.ssi_signo, unsigned(SIGUSR2));
+    EXPECT_EQ(got.ssi_code, SI_TKILL);
+    EXPECT_FALSE(rescued) << "the read missed the signal sent to its thread for 2 s";
+    EXPECT_EQ(write(pipe_fds[1], "x", 1), 1);
+    other.join();
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+  }
+  // Whatever a miss left pending: the rescue (the process's) and the
+  // signal sent to a worker that has exited since (gone with it).
+  const timespec now{0, 0};
+  while (sigtimedwait(&usr2, nullptr, &now) > 0) {
+  }
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &before, nullptr), 0);
+}
+
 TEST(HooksSignal, AHandlersWriteNeverSwitchesFibers) {
 #ifdef WEFT_UNDER_TSAN
   GTEST_SKIP() << "ThreadSanitizer defers a signal from another thread to its next interceptor and calls the "

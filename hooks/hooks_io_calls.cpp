@@ -432,7 +432,7 @@ ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockadd
     name.msg_name = addr;
     name.msg_namelen = addr != nullptr ? *addr_len : 0;
     const ssize_t result = transfer_all(fd, state, FdDirection::read, total, [&](std::size_t done) {
-      if (steps.passed_fds()) return ssize_t(0);
+      if (steps.stops_here(fd)) return ssize_t(0);
       iovec rest{static_cast<char*>(buf) + done, n - done};
       return steps.receive(fd, &rest, 1, once, done == 0 ? &name : nullptr);
     });
@@ -872,7 +872,7 @@ ssize_t recvmsg_all(int fd, FdRecord& state, msghdr* msg, int flags, std::size_t
         [&] { return target > 0 ? target : iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
         [&](std::size_t done) {
           if (done == 0) return steps.receive(fd, msg->msg_iov, msg->msg_iovlen, once, msg);
-          if (steps.passed_fds()) return ssize_t(0);
+          if (steps.stops_here(fd)) return ssize_t(0);
           iovecs_after(msg->msg_iov, msg->msg_iovlen, done, rest);
           return steps.receive(fd, rest.data(), rest.size(), once, nullptr);
         });

@@ -8,6 +8,7 @@
 // instead of parking would keep the other fiber from ever running, and the
 // test fails by its bound (an SO_RCVTIMEO, a poll timeout), never a hang.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
 #include <netdb.h>
@@ -1941,6 +1942,65 @@ TEST(HooksSocket, AReceiveWithoutControlBufferStopsAfterPassedFdsAsOnAThread) {
             "readv 6 aabbbb, the passed end closed, then 8 ccccdddd\n"
             "recvmsg 6 aabbbb truncated, the passed end closed, then 8 ccccdddd\n"
             "recvmsg passcred 6 aabbbb truncated, the passed end closed, then 8 ccccdddd\n");
+}
+
+// How many fds this process has open.
+int open_fds() {
+  int count = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir) != nullptr) ++count;
+    closedir(dir);
+  }
+  return count;
+}
+
+// More of the same: with SO_PASSCRED the kernel's receive never glues two
+// senders' segments (here a child's, then this process's), and reports
+// the caller's flags only; with SO_PASSPIDFD a receive without room for
+// the sender's pidfd gets none. Before, a fiber's loop read on into the
+// second sender's bytes, its recvmsg said MSG_CMSG_CLOEXEC in msg_flags,
+// and each receive left a pidfd open.
+TEST(HooksSocket, AReceiveWithoutControlBufferStopsWhereTheSenderChanges) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    std::string out;
+    for (const char* call : {"recv", "recvmsg", "recv passpidfd"}) {
+      SocketPair pair;
+      const std::string name = call;
+      const int on = 1;
+      EXPECT_EQ(setsockopt(pair.a(), SOL_SOCKET, name == "recv passpidfd" ? 76 /* SO_PASSPIDFD */ : SO_PASSCRED, &on,
+                           sizeof on) == 0 ||
+                    errno == ENOPROTOOPT,
+                true);
+      const pid_t child = fork();
+      if (child == 0) {
+        if (write(pair.b(), "aa", 2) != 2) _exit(1);
+        _exit(0);
+      }
+      int status = -1;
+      EXPECT_EQ(waitpid(child, &status, 0), child);
+      EXPECT_EQ(send(pair.b(), "bb", 2, 0), 2);
+      const int fds_before = open_fds();
+      char buf[4] = {};
+      long n = -1;
+      int flags = -1;
+      if (name.starts_with("recv ") || name == "recv") n = recv(pair.a(), buf, sizeof buf, MSG_WAITALL);
+      if (name == "recvmsg") {
+        iovec whole{buf, sizeof buf};
+        msghdr msg{};
+        msg.msg_iov = &whole;
+        msg.msg_iovlen = 1;
+        n = recvmsg(pair.a(), &msg, MSG_WAITALL);
+        flags = msg.msg_flags;
+      }
+      out += name + " " + (n < 0 ? outcome(n) : std::to_string(n) + " " + std::string(buf, std::size_t(n)));
+      if (flags >= 0) out += " flags " + std::to_string(flags);
+      out += ", fds +" + std::to_string(open_fds() - fds_before) + "; ";
+    }
+    return out;
+  });
+  EXPECT_EQ(got.fiber, got.thread);
+  EXPECT_EQ(got.thread.substr(0, got.thread.find("recv passpidfd")),
+            "recv 2 aa, fds +0; recvmsg 2 aa flags " + std::to_string(MSG_CTRUNC) + ", fds +0; ");
 }
 
 TEST(HooksSocket, AWaitAllReceiveStopsAtTheUrgentMarkAsOnAThread) {

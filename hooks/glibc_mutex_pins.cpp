@@ -92,12 +92,17 @@ int pin_if_held(int result, const void* object) noexcept {
   if (result != 0 && result != EOWNERDEAD) return result;
   FiberControl* fiber = pinnable_fiber();
   if (fiber == nullptr) return result;
+  const bool recorded = holder_of(object) != nullptr;
   try {
-    if (holder_of(object) == nullptr) holders.push_back({object, fiber->id});
+    if (!recorded) holders.push_back({object, fiber->id});
     const auto held = reinterpret_cast<std::uintptr_t>(fiber_local_get(held_slot));
     fiber_local_set(held_slot, reinterpret_cast<void*>(held + 1), &unpin_at_end);
   } catch (...) {
-    return result;  // no room for the record (std::bad_alloc): left unpinned, as before
+    // No room for the count (std::bad_alloc): left unpinned and
+    // unrecorded, as before the record (a record without a pin would let
+    // the holder move while the thread's other fibers wait for it).
+    if (!recorded && !holders.empty() && holders.back().object == object) holders.pop_back();
+    return result;
   }
   pin_current(*fiber);
   return result;
@@ -107,20 +112,24 @@ int unpin_if_released(int result, const void* object, bool still_owned) noexcept
   if (result != 0) return result;
   FiberControl* fiber = pinnable_fiber();
   if (fiber == nullptr) return result;
-  if (!still_owned && !holders.empty()) {
-    if (Holder* holder = holder_of(object)) {
-      *holder = holders.back();
-      holders.pop_back();
-      LotBucket& bucket = lot_bucket(object);
-      std::lock_guard guard(bucket.lock);
-      while (LotWaiter* waiter = bucket.first(object)) {
-        bucket.remove(*waiter);
-        unpark(*waiter);
-      }
+  Holder* holder = holders.empty() ? nullptr : holder_of(object);
+  // Only the holder's pin goes: an unlock glibc lets another fiber of the
+  // thread make (a normal mutex's, which it does not check) must not take
+  // a pin that keeps that fiber on its thread for a lock of its own.
+  const bool callers = holder != nullptr && holder->fiber_id == fiber->id;
+  if (holder != nullptr && !still_owned) {
+    *holder = holders.back();
+    holders.pop_back();
+    LotBucket& bucket = lot_bucket(object);
+    std::lock_guard guard(bucket.lock);
+    while (LotWaiter* waiter = bucket.first(object)) {
+      bucket.remove(*waiter);
+      unpark(*waiter);
     }
   }
+  if (!callers) return result;
   const auto held = reinterpret_cast<std::uintptr_t>(fiber_local_get(held_slot));
-  if (held == 0) return result;  // another fiber's lock, released on the thread it is pinned to
+  if (held == 0) return result;
   fiber_local_set(held_slot, reinterpret_cast<void*>(held - 1), &unpin_at_end);  // within the table: no allocation
   unpin_current(*fiber);
   return result;

@@ -1321,6 +1321,36 @@ INSTANTIATE_TEST_SUITE_P(Kinds, GlibcMutexFibers,
                                            GlibcKind{"RobustNormal", PTHREAD_MUTEX_NORMAL, true}),
                          [](const ::testing::TestParamInfo<GlibcKind>& info) { return info.param.name; });
 
+// A fiber's unlock of a normal process-shared mutex another fiber holds
+// (glibc does not check the owner of a normal one) takes no pin of its
+// own: before, the fiber holding a robust mutex lost that mutex's pin
+// with it, moved, and its unlock failed (EPERM: another thread's tid).
+TEST(GlibcMutexes, AnUnlockOfAnothersMutexTakesNoPinOfTheCallers) {
+  if (kMisuseIsReported) GTEST_SKIP() << "ThreadSanitizer reports the misuse itself";
+  pthread_mutex_t others;
+  ASSERT_EQ(init_mutex(&others, GlibcKind{"SharedNormal", PTHREAD_MUTEX_NORMAL, false}), 0);
+  pthread_mutex_t mine;
+  ASSERT_EQ(init_mutex(&mine, GlibcKind{"RobustNormal", PTHREAD_MUTEX_NORMAL, true}), 0);
+  Scheduler sched{test::config_with(2)};
+  sched.spawn([&] { ASSERT_EQ(pthread_mutex_lock(&others), 0); }).join();
+  pid_t before = 0;
+  pid_t after = 0;
+  int unlocked = -1;
+  sched
+      .spawn([&] {
+        ASSERT_EQ(pthread_mutex_lock(&mine), 0);
+        EXPECT_EQ(pthread_mutex_unlock(&others), 0);
+        before = thread_id();
+        after = move_to_another_worker(sched);
+        unlocked = pthread_mutex_unlock(&mine);
+      })
+      .join();
+  EXPECT_EQ(before, after) << "the fiber holding the robust mutex moved";
+  EXPECT_EQ(unlocked, 0);
+  EXPECT_EQ(pthread_mutex_destroy(&mine), 0);
+  EXPECT_EQ(pthread_mutex_destroy(&others), 0);
+}
+
 // The same for a process-shared rwlock's write lock.
 TEST(GlibcMutexes, AnotherFiberOfASharedRwlockWritersThreadWaitsForItsUnlock) {
   pthread_rwlockattr_t attr;

@@ -12,6 +12,7 @@
 #include "../sync/parking_lot.h"
 #include "hook_support.h"
 #include "locks.h"
+#include "signal_handlers.h"
 
 namespace weft::detail::locks {
 namespace {
@@ -54,6 +55,9 @@ bool held_by_other(const void* object, const FiberControl& me) noexcept {
 }  // namespace
 
 int wait_for_holder_beside(const void* object, const Deadline* deadline) noexcept {
+  // In a signal handler, glibc's call as it is (docs/io.md, "Signal
+  // handlers"): a park there would switch away from the interrupted code.
+  if (in_signal_handler()) return 0;
   FiberControl* me = pinnable_fiber();
   if (me == nullptr || !held_by_other(object, *me)) return 0;
   if (deadline == nullptr) return EBUSY;
@@ -89,7 +93,8 @@ Holding holding(const void* object) noexcept {
 }
 
 int pin_if_held(int result, const void* object) noexcept {
-  if (result != 0 && result != EOWNERDEAD) return result;
+  // Not in a signal handler (the record may allocate): untouched there.
+  if ((result != 0 && result != EOWNERDEAD) || in_signal_handler()) return result;
   FiberControl* fiber = pinnable_fiber();
   if (fiber == nullptr) return result;
   const bool recorded = holder_of(object) != nullptr;
@@ -109,7 +114,7 @@ int pin_if_held(int result, const void* object) noexcept {
 }
 
 int unpin_if_released(int result, const void* object, bool still_owned) noexcept {
-  if (result != 0) return result;
+  if (result != 0 || in_signal_handler()) return result;  // as pin_if_held
   FiberControl* fiber = pinnable_fiber();
   if (fiber == nullptr) return result;
   Holder* holder = holders.empty() ? nullptr : holder_of(object);

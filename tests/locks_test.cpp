@@ -1351,6 +1351,59 @@ TEST(GlibcMutexes, AnUnlockOfAnothersMutexTakesNoPinOfTheCallers) {
   EXPECT_EQ(pthread_mutex_destroy(&others), 0);
 }
 
+// A signal handler's lock of such a mutex is glibc's call as it is, as
+// every lock hook's there (docs/io.md, "Signal handlers"), even where
+// another fiber of the thread holds it: here glibc's timed lock of a
+// normal mutex whose owner is the thread's tid times out (the holder,
+// pinned to the thread, cannot run meanwhile). Before, the handler parked
+// the fiber it interrupted, and had the mutex once the holder unlocked.
+std::atomic<int> handler_lock_result{-1};
+pthread_mutex_t* handler_mutex = nullptr;
+
+void lock_in_handler(int) {
+  const timespec later = realtime_after(500ms);  // past the holder's unlock
+  handler_lock_result = pthread_mutex_timedlock(handler_mutex, &later);
+}
+
+TEST(GlibcMutexes, ASignalHandlersLockIsGlibcsAsItIs) {
+  if (kMisuseIsReported) GTEST_SKIP() << "ThreadSanitizer reports a lock in a signal handler";
+  pthread_mutex_t mu;
+  ASSERT_EQ(init_mutex(&mu, GlibcKind{"SharedNormal", PTHREAD_MUTEX_NORMAL, false}), 0);
+  handler_mutex = &mu;
+  handler_lock_result = -1;
+  struct sigaction action {};
+  action.sa_handler = &lock_in_handler;
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &before), 0);
+  {
+    Scheduler sched{test::config_with(1)};
+    std::atomic<bool> held{false};
+    std::atomic<pthread_t> spinner_thread{};
+    std::atomic<bool> spinning{false};
+    Fiber holder = sched.spawn([&] {
+      ASSERT_EQ(pthread_mutex_lock(&mu), 0);
+      held = true;
+      this_fiber::sleep_for(300ms);
+      EXPECT_EQ(pthread_mutex_unlock(&mu), 0);
+    });
+    Fiber spinner = sched.spawn([&] {
+      while (!held.load()) this_fiber::sleep_for(1ms);
+      spinner_thread = pthread_self();
+      spinning = true;
+      const auto until = std::chrono::steady_clock::now() + 2s;  // no checkpoint: the thread stays its
+      while (handler_lock_result.load() == -1 && std::chrono::steady_clock::now() < until) {
+      }
+    });
+    while (!spinning.load()) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(pthread_kill(spinner_thread.load(), SIGUSR1), 0);
+    spinner.join();
+    holder.join();
+  }
+  ASSERT_EQ(sigaction(SIGUSR1, &before, nullptr), 0);
+  EXPECT_EQ(handler_lock_result.load(), ETIMEDOUT);
+  EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
+}
+
 // The same for a process-shared rwlock's write lock.
 TEST(GlibcMutexes, AnotherFiberOfASharedRwlockWritersThreadWaitsForItsUnlock) {
   pthread_rwlockattr_t attr;

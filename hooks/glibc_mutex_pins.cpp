@@ -45,21 +45,23 @@ Holder* holder_of(const void* object) noexcept {
   return found != holders.end() ? &*found : nullptr;
 }
 
-// The holder of `object` if it is another fiber of this thread than `me`.
-bool held_by_other(const void* object, const FiberControl& me) noexcept {
-  if (holders.empty()) return false;
-  const Holder* holder = holder_of(object);
-  return holder != nullptr && holder->fiber_id != me.id;
-}
-
 }  // namespace
 
-int wait_for_holder_beside(const void* object, const Deadline* deadline) noexcept {
+FiberControl* glibc_lock_keeper() noexcept {
   // In a signal handler, glibc's call as it is (docs/io.md, "Signal
-  // handlers"): a park there would switch away from the interrupted code.
-  if (in_signal_handler()) return 0;
-  FiberControl* me = pinnable_fiber();
-  if (me == nullptr || !held_by_other(object, *me)) return 0;
+  // handlers"): a park there would switch away from the interrupted code,
+  // and the record may allocate.
+  return in_signal_handler() ? nullptr : pinnable_fiber();
+}
+
+Holding holding(const FiberControl* me, const void* object) noexcept {
+  const Holder* holder = me != nullptr ? holder_of(object) : nullptr;
+  if (holder == nullptr) return Holding::none;
+  return holder->fiber_id == me->id ? Holding::caller : Holding::other_fiber;
+}
+
+int wait_for_holder_beside(const FiberControl* me, const void* object, const Deadline* deadline) noexcept {
+  if (holding(me, object) != Holding::other_fiber) return 0;
   if (deadline == nullptr) return EBUSY;
   if (const int error = deadline->check(); error != 0) return error;
   if (deadline->clock != CLOCK_REALTIME && deadline->clock != CLOCK_MONOTONIC) return EINVAL;
@@ -71,7 +73,7 @@ int wait_for_holder_beside(const void* object, const Deadline* deadline) noexcep
     LotWaiter waiter;
     waiter.key = object;
     bucket.lock.lock();
-    if (!held_by_other(object, *me)) {
+    if (holding(me, object) != Holding::other_fiber) {
       bucket.lock.unlock();
       return 0;
     }
@@ -79,27 +81,17 @@ int wait_for_holder_beside(const void* object, const Deadline* deadline) noexcep
     if (!wait_in_lot(bucket, waiter, {"glibc mutex", object, "held by a fiber of this thread"}, *deadline, true)) {
       std::lock_guard guard(bucket.lock);
       bucket.remove(waiter);
-      if (held_by_other(object, *me)) return ETIMEDOUT;
-      return 0;  // let go just as the deadline passed: taken
+      // Let go just as the deadline passed: taken.
+      return holding(me, object) == Holding::other_fiber ? ETIMEDOUT : 0;
     }
   }
 }
 
-Holding holding(const void* object) noexcept {
-  FiberControl* me = pinnable_fiber();
-  const Holder* holder = me != nullptr && !holders.empty() ? holder_of(object) : nullptr;
-  if (holder == nullptr) return Holding::none;
-  return holder->fiber_id == me->id ? Holding::caller : Holding::other_fiber;
-}
-
-int pin_if_held(int result, const void* object) noexcept {
-  // Not in a signal handler (the record may allocate): untouched there.
-  if ((result != 0 && result != EOWNERDEAD) || in_signal_handler()) return result;
-  FiberControl* fiber = pinnable_fiber();
-  if (fiber == nullptr) return result;
+int pin_if_held(FiberControl* me, int result, const void* object) noexcept {
+  if ((result != 0 && result != EOWNERDEAD) || me == nullptr) return result;
   const bool recorded = holder_of(object) != nullptr;
   try {
-    if (!recorded) holders.push_back({object, fiber->id});
+    if (!recorded) holders.push_back({object, me->id});
     const auto held = reinterpret_cast<std::uintptr_t>(fiber_local_get(held_slot));
     fiber_local_set(held_slot, reinterpret_cast<void*>(held + 1), &unpin_at_end);
   } catch (...) {
@@ -109,20 +101,19 @@ int pin_if_held(int result, const void* object) noexcept {
     if (!recorded && !holders.empty() && holders.back().object == object) holders.pop_back();
     return result;
   }
-  pin_current(*fiber);
+  pin_current(*me);
   return result;
 }
 
-int unpin_if_released(int result, const void* object, bool still_owned) noexcept {
-  if (result != 0 || in_signal_handler()) return result;  // as pin_if_held
-  FiberControl* fiber = pinnable_fiber();
-  if (fiber == nullptr) return result;
-  Holder* holder = holders.empty() ? nullptr : holder_of(object);
+int unpin_if_released(FiberControl* me, int result, const void* object, bool still_owned) noexcept {
+  if (result != 0 || me == nullptr) return result;
+  Holder* holder = holder_of(object);
+  if (holder == nullptr) return result;
   // Only the holder's pin goes: an unlock glibc lets another fiber of the
   // thread make (a normal mutex's, which it does not check) must not take
   // a pin that keeps that fiber on its thread for a lock of its own.
-  const bool callers = holder != nullptr && holder->fiber_id == fiber->id;
-  if (holder != nullptr && !still_owned) {
+  const bool callers = holder->fiber_id == me->id;
+  if (!still_owned) {
     *holder = holders.back();
     holders.pop_back();
     LotBucket& bucket = lot_bucket(object);
@@ -136,7 +127,7 @@ int unpin_if_released(int result, const void* object, bool still_owned) noexcept
   const auto held = reinterpret_cast<std::uintptr_t>(fiber_local_get(held_slot));
   if (held == 0) return result;
   fiber_local_set(held_slot, reinterpret_cast<void*>(held - 1), &unpin_at_end);  // within the table: no allocation
-  unpin_current(*fiber);
+  unpin_current(*me);
   return result;
 }
 

@@ -88,9 +88,10 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
   // parked, the mutex released), and come back with the relock. Before
   // how_call_waits: a fiber pinned by that mutex would block its thread,
   // and those fibers with it (until sysmon's slow rule moved them).
-  const Holding held = mutex_is_ours ? Holding::none : holding(mutex);
+  FiberControl* const keeper = mutex_is_ours ? nullptr : glibc_lock_keeper();
+  const Holding held = holding(keeper, mutex);
   if (held == Holding::other_fiber) return EPERM;
-  if (held == Holding::caller) unpin_if_released(0, mutex, false);
+  if (held == Holding::caller) unpin_if_released(keeper, 0, mutex, false);
   const Waits waits = how_call_waits(return_address);
   const WaitingCall call(waits);
   LotBucket& bucket = lot_bucket(cond);
@@ -122,7 +123,7 @@ int wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const Deadline& deadline,
     // the mutex is held again.
     ++mutex->__data.__nusers;
     if (const int error = real::pthread_mutex_unlock()(mutex); error != 0) {
-      if (held == Holding::caller) pin_if_held(0, mutex);
+      if (held == Holding::caller) pin_if_held(keeper, 0, mutex);
       --mutex->__data.__nusers;
       bucket.remove(waiter);
       clear_waiters_if_none(cond, bucket);

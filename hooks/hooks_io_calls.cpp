@@ -582,6 +582,9 @@ bool not_pollable_after_all(int fd, int saved) {
 }
 
 ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
+  // A signalfd's readiness is the reading thread's (FdRecord::signalfd_bit):
+  // the plain call on this one, announced.
+  if (state.signalfd()) return announced([&] { return real::readv()(fd, iov, count); });
   const int saved = errno_value();
   if (!state.refuses_nowait()) {
     const ssize_t result = attempt_or_park(fd, state, FdDirection::read, 0,
@@ -1012,9 +1015,8 @@ ssize_t read(int fd, void* buf, size_t n) {
   }
   // A read of nothing is the driver's to answer, not the vector path's
   // (which returns 0 before the driver sees it): EINVAL from an eventfd,
-  // timerfd or signalfd; an inotify fd's waits for an event first. A
-  // signalfd's reads are the plain call (FdRecord::signalfd_bit).
-  if (n == 0 || state->signalfd()) return announced([&] { return real::read()(fd, buf, n); });
+  // timerfd or signalfd; an inotify fd's waits for an event first.
+  if (n == 0) return announced([&] { return real::read()(fd, buf, n); });
   iovec one{buf, n};
   return pollable_read(fd, *state, &one, 1);
 }
@@ -1033,8 +1035,7 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
-  if (count < 0) return real::readv()(fd, iov, count);                                     // EINVAL, as libc says it
-  if (state->signalfd()) return announced([&] { return real::readv()(fd, iov, count); });  // as read's
+  if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
   return pollable_read(fd, *state, iov, count);
 }
 

@@ -335,13 +335,15 @@ int unlock_owned(pthread_mutex_t* mutex, const Caller& caller, Users users) noex
 // checks the owner (error-checking and recursive mutexes, robust and
 // priority-inheriting ones), another fiber of the thread is not it.
 int unlock_glibc(pthread_mutex_t* mutex) {
+  FiberControl* const keeper = glibc_lock_keeper();
+  if (keeper == nullptr) return real::pthread_mutex_unlock()(mutex);
   const int kind = mutex_kind(mutex);
   const bool checks_owner = (kind & kMutexTypeMask) == kRecursive || (kind & kMutexTypeMask) == kErrorCheck ||
                             (kind & (kMutexRobust | kMutexPrioInherit)) != 0;
-  if (checks_owner && holding(mutex) == Holding::other_fiber) return EPERM;
+  if (checks_owner && holding(keeper, mutex) == Holding::other_fiber) return EPERM;
   const int result = real::pthread_mutex_unlock()(mutex);
   const int tid = cached_tid != 0 ? cached_tid : fetch_tid();
-  return unpin_if_released(result, mutex, mutex_owner_tag(mutex).load(std::memory_order_relaxed) == tid);
+  return unpin_if_released(keeper, result, mutex, mutex_owner_tag(mutex).load(std::memory_order_relaxed) == tid);
 }
 
 // The whole of pthread_mutex_unlock, for what its fast path leaves: the

@@ -298,7 +298,7 @@ template <class Lock>
 int shared_lock(const void* lock, bool write, const Deadline* deadline, Lock&& glibc_lock) {
   const auto call = [&] { return deadline == nullptr ? glibc_lock() : announced(glibc_lock); };
   if (write) return lock_after_holder_beside(lock, deadline, call);
-  if (const int error = wait_for_holder_beside(lock, deadline); error != 0) return error;
+  if (const int error = wait_for_holder_beside(glibc_lock_keeper(), lock, deadline); error != 0) return error;
   return call();
 }
 
@@ -388,11 +388,13 @@ extern "C" {
     // A writer's unlock gives its pin back (shared_lock). Another fiber
     // of the writer's thread is not the writer, though glibc would take
     // it for it (POSIX's EPERM: the caller holds no lock on it).
-    if (holding(lock) == Holding::other_fiber) return EPERM;
+    FiberControl* const keeper = glibc_lock_keeper();
+    if (keeper == nullptr) return real::pthread_rwlock_unlock()(lock);
+    if (holding(keeper, lock) == Holding::other_fiber) return EPERM;
     const int tid = cached_tid != 0 ? cached_tid : fetch_tid();
     const bool writer = pthread_layout::rwlock_writer_tag(lock).load(std::memory_order_relaxed) == tid;
     const int result = real::pthread_rwlock_unlock()(lock);
-    return writer ? unpin_if_released(result, lock, false) : result;
+    return writer ? unpin_if_released(keeper, result, lock, false) : result;
   }
   unlock(lock, current_caller());
   return 0;

@@ -1,17 +1,18 @@
 // Regular files from a fiber: reads that the page cache serves are made
-// at once; the others go to the scheduler's io_uring (io/file_ring.h)
-// while the fiber parks. fsync, fdatasync and sync_file_range are made on
+// at once; the others, at an offset, go to the scheduler's io_uring
+// (io/file_ring.h) while the fiber parks. fsync, fdatasync and sync_file_range are made on
 // the calling thread, announced as sleeping always (below).
 //
-// A read first tries preadv2(RWF_NOWAIT), which returns what is cached
-// without waiting for the disk (EAGAIN if it would wait), where an
-// io_uring round trip costs more (docs/benchmarks.md, "Regular files").
-// What is not cached (EAGAIN, or the rest of a read that was cached in
-// part, unless the file ends there) goes to the ring if the read is at an
-// offset; at the file position it is the plain call, announced (read_file). A file that does not
-// support RWF_NOWAIT (EOPNOTSUPP) is read as before. Once the cache has
-// served an fd's last FdRecord::kTrustCache reads whole, its reads are the
-// plain pread or read, announced, since preadv2's vectored path costs
+// A read at an offset first tries preadv2(RWF_NOWAIT), which returns what
+// is cached without waiting for the disk (EAGAIN if it would wait), where
+// an io_uring round trip costs more (docs/benchmarks.md, "Regular
+// files"). What is not cached (EAGAIN, or the rest of a read that was
+// cached in part, unless the file ends there) goes to the ring. A read at
+// the file position is one plain call, announced, as read(2) holds the
+// position's lock throughout (read_file). A file that does not support
+// RWF_NOWAIT (EOPNOTSUPP) is read as before. Once the cache has
+// served an fd's last FdRecord::kTrustCache reads whole, its reads at an
+// offset are the plain pread, announced, since preadv2's vectored path costs
 // about a fifth more in the kernel than pread's ("Cached reads"), until
 // sysmon judges one blocked.
 //
@@ -86,14 +87,14 @@ ssize_t blocking_read(int fd, const iovec* iov, int count, off_t offset) {
   return announced([&] { return plain_read(fd, iov, count, offset); });
 }
 
-// What is left of a read of `iov` at `offset` (-1: the file position)
-// after its first `done` bytes.
+// What is left of a read of `iov` at `offset` after its first `done`
+// bytes.
 struct Rest {
   std::vector<iovec> iov;
   off_t offset;
 };
 Rest rest_of(const iovec* iov, int count, off_t offset, ssize_t done) {
-  Rest rest{{iov, iov + count}, offset < 0 ? offset : offset + done};
+  Rest rest{{iov, iov + count}, offset + done};
   drop_front(rest.iov, size_t(done));
   return rest;
 }
@@ -129,13 +130,19 @@ FdRecord* unpollable_file(int fd) noexcept { return unpollable_file(classified_f
 
 ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t offset) {
   const std::uint8_t served = file.cached_reads.load(std::memory_order_relaxed);
-  if (served >= FdRecord::kTrustCache) {
-    // The cache served this fd's last reads whole: the plain call, as a
-    // thread makes it, since preadv2's vectored path costs more than
-    // pread's (docs/benchmarks.md, "Cached reads"). Announced: if the
-    // cache does not have it after all, the worker's other fibers are
-    // handed off, and a read sysmon judged blocked sends the fd's next
-    // reads back to RWF_NOWAIT and the ring.
+  if (offset < 0 || served >= FdRecord::kTrustCache) {
+    // At the file position, one call, the plain one: read(2) holds the
+    // lock on the position for the whole read, so a read made of several
+    // calls (RWF_NOWAIT, then the rest, or a second RWF_NOWAIT to find the
+    // end) would let another reader or an lseek of the same open file
+    // description in between: a read's bytes not contiguous, or more bytes
+    // than the file holds. At an offset, once the cache served this fd's
+    // last reads whole: the plain call, as a thread makes it, since
+    // preadv2's vectored path costs more than pread's (docs/benchmarks.md,
+    // "Cached reads"). Announced: if the cache does not have it after
+    // all, the worker's other fibers are handed off, and a read sysmon
+    // judged blocked sends the fd's next reads back to RWF_NOWAIT and the
+    // ring.
     Worker* const worker = enter_blocking_call();
     const ssize_t result = plain_read(fd, iov, count, offset);
     if (exit_blocking_call(worker)) count_missed(file);
@@ -178,16 +185,11 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     set_errno(saved);
     return blocking_read(fd, iov, count, offset);
   }
-  // The rest, past what the cache gave: at an offset, on the ring while
-  // the fiber parks. At the file position, the plain call, announced:
-  // io_uring's read at the position does not take the lock on it that
-  // read(2) holds (two readers of one open file description read the same
-  // bytes), and leaves the position behind after a partial read that
-  // ends in EFAULT.
+  // The rest, past what the cache gave: on the ring while the fiber parks.
   count_missed(file);
   const ssize_t done = std::max<ssize_t>(cached, 0);
   const Rest rest = rest_of(iov, count, offset, done);
-  FileRing* ring = offset >= 0 ? current_ring() : nullptr;
+  FileRing* ring = current_ring();
   ssize_t more;
   if (ring == nullptr) {
     more = blocking_read(fd, rest.iov.data(), int(rest.iov.size()), rest.offset);

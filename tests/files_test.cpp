@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <weft/weft.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -466,6 +467,56 @@ TEST(Files, ReadersSharingAnFdReadEachPartOnce) {
   EXPECT_FALSE(misplaced.load());
   EXPECT_EQ(twice, 0u) << "words read by both readers";
   EXPECT_EQ(missed, 0u) << "words read by neither";
+}
+
+// A read at the file position is one read: read(2) holds the position's
+// lock throughout, so an lseek by another thread of the same fd lands
+// before or after it, and a read of a 1,000-byte file never returns more.
+// Before, a fiber's read was a preadv2(RWF_NOWAIT) and a second one to
+// find the end of the file, and the lseek between them made it read the
+// file again: more than the file holds in most of the trials. The file is
+// written again each trial, so that its reads never reach the count that
+// makes them the plain call (FdRecord::kTrustCache).
+TEST(Files, AReadAtThePositionIsOneRead) {
+  char path[] = "/tmp/weft-files-seek-XXXXXX";
+  const int made = ::mkstemp(path);
+  ASSERT_GE(made, 0);
+  ::close(made);
+  constexpr ssize_t kSize = 1000;
+  std::atomic<int> shared_fd{-1};
+  std::atomic<bool> done{false};
+  std::thread seeker([&] {
+    while (!done.load()) {
+      if (const int fd = shared_fd.load(); fd >= 0) ::lseek(fd, 0, SEEK_SET);
+    }
+  });
+  ssize_t longest = 0;
+  int reads = 0;
+  {
+    Scheduler sched{test::config_with(1)};
+    sched
+        .spawn([&] {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+          std::vector<char> buf(8192);
+          const std::string data(kSize, 'w');
+          for (int trial = 0; trial < 300 && std::chrono::steady_clock::now() < deadline; ++trial) {
+            const int fd = ::open(path, O_RDWR | O_TRUNC);
+            ASSERT_EQ(::write(fd, data.data(), data.size()), kSize);
+            ::lseek(fd, 0, SEEK_SET);
+            shared_fd = fd;
+            for (unsigned i = 0; i + 2 < detail::FdRecord::kTrustCache; ++i, ++reads)
+              longest = std::max(longest, ::read(fd, buf.data(), buf.size()));
+            shared_fd = -1;
+            ::close(fd);
+          }
+        })
+        .join();
+  }
+  done = true;
+  seeker.join();
+  ::unlink(path);
+  EXPECT_GT(reads, 100);
+  EXPECT_LE(longest, kSize) << "a read returned more than the file holds";
 }
 
 // Many fibers reading and syncing at once: every result comes back to its

@@ -36,6 +36,10 @@ void unpin_at_end(void* value) noexcept {
 struct Holder {
   const void* object;
   std::uint64_t fiber_id;
+  // Set by a fiber about to wait for this holder (wait_for_holder_beside),
+  // so that an unlock nobody waited for skips the parking lot. Both run on
+  // this thread, one at a time.
+  bool waited_for = false;
 };
 thread_local std::vector<Holder> holders;
 
@@ -73,10 +77,12 @@ int wait_for_holder_beside(const FiberControl* me, const void* object, const Dea
     LotWaiter waiter;
     waiter.key = object;
     bucket.lock.lock();
-    if (holding(me, object) != Holding::other_fiber) {
+    Holder* holder = holder_of(object);
+    if (holder == nullptr || holder->fiber_id == me->id) {
       bucket.lock.unlock();
       return 0;
     }
+    holder->waited_for = true;
     bucket.push(waiter);
     if (!wait_in_lot(bucket, waiter, {"glibc mutex", object, "held by a fiber of this thread"}, *deadline, true)) {
       std::lock_guard guard(bucket.lock);
@@ -114,13 +120,16 @@ int unpin_if_released(FiberControl* me, int result, const void* object, bool sti
   // a pin that keeps that fiber on its thread for a lock of its own.
   const bool callers = holder->fiber_id == me->id;
   if (!still_owned) {
+    const bool waited_for = holder->waited_for;
     *holder = holders.back();
     holders.pop_back();
-    LotBucket& bucket = lot_bucket(object);
-    std::lock_guard guard(bucket.lock);
-    while (LotWaiter* waiter = bucket.first(object)) {
-      bucket.remove(*waiter);
-      unpark(*waiter);
+    if (waited_for) {
+      LotBucket& bucket = lot_bucket(object);
+      std::lock_guard guard(bucket.lock);
+      while (LotWaiter* waiter = bucket.first(object)) {
+        bucket.remove(*waiter);
+        unpark(*waiter);
+      }
     }
   }
   if (!callers) return result;

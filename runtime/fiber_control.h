@@ -67,6 +67,10 @@ struct FiberControl {
   SchedulerCore* const scheduler;
   std::atomic<Worker*> worker{nullptr};  // the worker it runs or last ran on
   FiberControl* link = nullptr;          // intrusive link for worker inboxes
+  // this_fiber::pin()'s count and the hooks'. Written by the fiber while it
+  // runs (sched/current.h, pin_current) and by sysmon only while the fiber
+  // waits in a queue (Worker::release_hook_pinned); the queue orders the
+  // two, so neither needs a locked add. Read by thieves (relaxed).
   std::atomic<std::uint32_t> pin_count{0};
   // The pins of pin_count that the scheduler may release: sysmon releases
   // them when the worker's thread is blocked in the kernel, so that the

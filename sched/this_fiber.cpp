@@ -61,12 +61,19 @@ PinGuard::~PinGuard() {
 
 namespace weft::detail {
 
+// A load and a store, not a locked add: while the fiber runs it is
+// pin_count's only writer (sysmon writes it only while the fiber waits in
+// a queue, which orders the two: FiberControl::pin_count).
 void pin_current(FiberControl& fiber) noexcept {
-  if (fiber.pin_count.fetch_add(1, std::memory_order_relaxed) == 0) current_worker()->count_pin(1);
+  const std::uint32_t pins = fiber.pin_count.load(std::memory_order_relaxed);
+  fiber.pin_count.store(pins + 1, std::memory_order_relaxed);
+  if (pins == 0) current_worker()->count_pin(1);
 }
 
 void unpin_current(FiberControl& fiber) noexcept {
-  if (fiber.pin_count.fetch_sub(1, std::memory_order_relaxed) == 1)
+  const std::uint32_t pins = fiber.pin_count.load(std::memory_order_relaxed);
+  fiber.pin_count.store(pins - 1, std::memory_order_relaxed);
+  if (pins == 1)
     if (Worker* worker = current_worker()) worker->count_pin(-1);
 }
 

@@ -119,7 +119,7 @@ void Worker::join() {
 bool Worker::leaving() const noexcept {
   if (!spare_) [[likely]]
     return false;
-  return pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spares().surplus();
+  return pinned_here() == 0 && core_.spares().surplus();
 }
 
 void Worker::flush_to_global() noexcept {
@@ -130,7 +130,7 @@ void Worker::flush_to_global() noexcept {
   while (FiberControl* fiber = owner.pop().fiber()) batch[n++] = fiber;
   core_.push_global_bulk(batch, n);
   // Nothing pinned is here (leaving() and the idle retirement check
-  // pinned_here_), so the inbox is empty.
+  // pinned_here()), so the inbox is empty.
   n = 0;
   while (FiberControl* fiber = spawned_.pop()) {
     batch[n++] = fiber;
@@ -165,7 +165,7 @@ std::uint32_t Worker::placed_in_inbox() const noexcept {
 }
 
 std::uint32_t Worker::pinned_count() const noexcept {
-  const int n = pinned_here_.load(std::memory_order_relaxed);
+  const int n = pinned_here();
   return n > 0 ? static_cast<std::uint32_t>(n) : 0;
 }
 
@@ -240,7 +240,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexce
     fiber->pin_count.store(0, std::memory_order_relaxed);
     fiber->releasable_pins = 0;
     ++fiber->pin_releases;
-    count_pin(-1);
+    pins_released_.fetch_add(1, std::memory_order_relaxed);
     core_.push_global(fiber);
     ++released;
     return true;
@@ -296,7 +296,7 @@ void Worker::run_fibers() {
   for (;;) {
     if (unstarted_ != nullptr) [[unlikely]]
       end_set_aside();
-    if (spare_ && pinned_here_.load(std::memory_order_relaxed) == 0 && core_.spares().retire_if_surplus()) return;
+    if (spare_ && pinned_here() == 0 && core_.spares().retire_if_surplus()) return;
     FiberControl* next = pick_next();
     if (next == nullptr) {
       if (unstarted_ != nullptr) continue;  // set aside by that pick: end it first

@@ -99,8 +99,11 @@ class Worker {
   // checkpoint(); see sched/sysmon.h).
   void preempt_current();
   // A fiber running here pinned itself (+1) or unpinned (-1): a spare with
-  // pinned fibers may not retire, since only it may run them.
-  void count_pin(int delta) noexcept { pinned_here_.fetch_add(delta, std::memory_order_relaxed); }
+  // pinned fibers may not retire, since only it may run them. This
+  // worker's thread only.
+  void count_pin(int delta) noexcept {
+    pins_counted_.store(pins_counted_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  }
 
   // --- any thread -------------------------------------------------------
   // Hands a pinned fiber to this worker, the only one allowed to run it, or
@@ -373,7 +376,17 @@ class Worker {
   std::uint32_t calls_since_timer_look_ = 0;     // this worker's thread only
   std::atomic<bool> stuck_{false};               // written by sysmon
   std::uint64_t random_state_;
-  std::atomic<int> pinned_here_{0};  // fibers pinned on this worker (count_pin; sysmon's releases)
+  // Fibers pinned on this worker: pins_counted_ less pins_released_. Two
+  // words, so that the worker's own count (count_pin, at every pin a hook
+  // takes) needs no locked add: only its thread writes pins_counted_, only
+  // sysmon pins_released_ (release_hook_pinned). Read by the worker's own
+  // thread exactly (released only grows meanwhile: an overcount).
+  std::atomic<int> pins_counted_{0};
+  std::atomic<int> pins_released_{0};
+  int pinned_here() const noexcept {
+    const int released = pins_released_.load(std::memory_order_relaxed);
+    return pins_counted_.load(std::memory_order_relaxed) - released;
+  }
   // Spares: a futex word bumped by each activation, bit 0 set while the
   // spare has no thread (sched/spares.cpp); and whether it runs fibers.
   std::atomic<std::uint32_t> spare_activations_;

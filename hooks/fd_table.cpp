@@ -15,6 +15,7 @@
 #include "../io/netpoller.h"
 #include "cache_trust.h"
 #include "description_sharing.h"
+#include "hook_support.h"
 #include "real_calls.h"
 #include "signal_handlers.h"
 
@@ -153,6 +154,7 @@ std::uint32_t socket_bits(int domain, int type, int protocol) noexcept {
 
 void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth& birth,
                 std::uint32_t socket_bits) noexcept {
+  if (in_vfork_child()) return;  // the records are the parent's (hooks/vfork_mark.cpp)
   if (in_signal_handler()) return fd_changed_in_handler(fd);
   FdRecord* state = fd_state(fd);
   if (state == nullptr) return;
@@ -168,6 +170,10 @@ void fd_created(int fd, FdKind kind, bool user_nonblock, const DescriptionBirth&
 }
 
 void fd_duplicated(int from, int to) noexcept {
+  // In a vfork child, the copy is the child's, and the records are the
+  // parent's: only that the description is now held elsewhere too (one
+  // atomic bit).
+  if (in_vfork_child()) return description_passed(fd_records().find(from));
   if (in_signal_handler()) {
     description_passed(fd_records().find(from));  // one atomic bit: no lock
     return fd_changed_in_handler(to);

@@ -58,7 +58,7 @@ bool read_lock_hooks_switch() noexcept {
   return state == 1;
 }
 
-bool in_forked_child() noexcept { return forked_thread; }
+bool in_forked_child() noexcept { return forked_thread || in_vfork_child(); }
 
 WEFT_TSAN_SWITCHES ParkScope::ParkScope() {
   // this_fiber::pin()'s bookkeeping, with the pins counted as the hooks'.

@@ -39,8 +39,13 @@ inline bool lock_hooks_enabled() noexcept {
 }
 
 // True on the thread that called fork(), in the child: it may still look
-// like a fiber to weft, but no worker is left to resume it.
+// like a fiber to weft, but no worker is left to resume it. True in the
+// child of vfork too, which runs on its parent thread's memory until it
+// execs or exits (hooks/vfork_mark.cpp).
 bool in_forked_child() noexcept;
+// True in the child of vfork only: what weft keeps (the fd records, the
+// pollers) is its parent's, and the child's calls must leave it alone.
+bool in_vfork_child() noexcept;
 
 // True when a blocking call should park the calling fiber: a fiber made
 // it, not in a signal handler (hooks/signal_handlers.h), where every hook

@@ -37,7 +37,9 @@ namespace weft::detail {
 namespace {
 
 void before_close(int fd) noexcept {
-  if (fd < 0) return;
+  // A vfork child closes its own copy of the fd; the records are its
+  // parent's (hooks/vfork_mark.cpp).
+  if (fd < 0 || in_vfork_child()) return;
   if (in_signal_handler()) return fd_changed_in_handler(fd);
   // In a forked child too: the child forgot its parent's pollers at the
   // fork (io/netpoller.cpp), so this deletes from its own only.

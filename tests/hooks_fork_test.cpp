@@ -117,6 +117,76 @@ TEST(HooksFork, AChildsCloseDoesNotUnregisterTheParentsFd) {
   }
 }
 
+// A vfork child that closes its copies of the fds before it would exec,
+// as much code does (closefrom(3), a dup2 onto stdio): the child runs on
+// the parent thread's memory, and its fiber's hooks looked like the
+// parent's. Its close retired the parent's fd records, so the parent's
+// fibers parked on those fds woke with EBADF: a read of a pipe, and a
+// waitpid parked on its child's pidfd, which then left the child a zombie.
+[[gnu::noinline]] pid_t vfork_closing(int fd) {
+  const pid_t child = vfork();
+  if (child == 0) {
+    dup2(STDERR_FILENO, fd);
+    close(fd);
+    closefrom(3);
+    _exit(0);
+  }
+  return child;
+}
+
+TEST(HooksFork, AVforkChildsClosesLeaveTheParentsWaitsAlone) {
+  int data[2];
+  int hold[2];
+  ASSERT_EQ(pipe(data), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  // Exits with 7 once `hold` is closed in the parent.
+  const pid_t sleeper = fork();
+  ASSERT_GE(sleeper, 0);
+  if (sleeper == 0) {
+    close(hold[1]);
+    char c;
+    while (read(hold[0], &c, 1) > 0) {
+    }
+    _exit(7);
+  }
+  close(hold[0]);
+  Scheduler sched(test::config_with(2));
+  ssize_t got = -2;
+  int read_error = 0;
+  pid_t waited = -2;
+  int status = 0;
+  int wait_error = 0;
+  Fiber reader = sched.spawn([&] {
+    char c;
+    got = read(data[0], &c, 1);
+    read_error = errno;
+  });
+  Fiber waiter = sched.spawn([&] {
+    waited = waitpid(sleeper, &status, 0);
+    wait_error = errno;
+  });
+  ASSERT_TRUE(io_waiters_reach(sched, 2));  // the pipe, and the sleeper's pidfd
+  int vfork_status = -1;
+  sched
+      .spawn([&] {
+        const pid_t child = vfork_closing(data[0]);
+        ASSERT_GT(child, 0);
+        EXPECT_EQ(waitpid(child, &vfork_status, 0), child);
+      })
+      .join();
+  EXPECT_TRUE(WIFEXITED(vfork_status) && WEXITSTATUS(vfork_status) == 0);
+  ASSERT_EQ(write(data[1], "x", 1), 1);
+  close(hold[1]);
+  reader.join();
+  waiter.join();
+  EXPECT_EQ(got, 1) << "the parent's read ended with " << std::strerror(read_error);
+  EXPECT_EQ(waited, sleeper) << "the parent's waitpid ended with " << std::strerror(wait_error);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+  if (waited != sleeper) waitpid(sleeper, &status, 0);
+  close(data[0]);
+  close(data[1]);
+}
+
 // Forks while other threads and fibers hold what the hooks and the
 // netpoller lock: O_NONBLOCK toggled through fcntl (the fd's flip lock)
 // by a thread and by a fiber, and schedulers made and destroyed (the

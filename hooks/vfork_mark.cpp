@@ -1,0 +1,78 @@
+// vfork, interposed only to mark its child. The child of vfork runs on the
+// parent thread's memory, its thread-local storage included, until it
+// execs or exits, and no fork handler runs for it: to weft it looked like
+// the parent's fiber. Its hooked close, dup2 or closefrom then retired the
+// parent's fd records (the parent's fibers parked on those fds woke with
+// EBADF, a waitpid among them, leaving its child a zombie) and deleted the
+// parent's registrations from the shared epoll instance; a hook that
+// parked in it would have switched the parent's stacks. POSIX lets a vfork
+// child only exec or _exit; closing fds first is common all the same.
+//
+// The mark is a count in the calling thread's storage, which the child
+// shares: one up before the system call, one down in the parent once it
+// resumes (the child has exec'd or exited by then). in_forked_child() is
+// true while it is up, so the child's hooks are libc's calls, and the fd
+// hooks leave the parent's records alone (in_vfork_child()).
+//
+// In assembly, as glibc's vfork is: the child returns first, through the
+// stack it shares with the parent, so the return address is kept in a
+// register across the call (the kernel restores the parent's registers),
+// not on the stack the child's calls overwrite.
+#include <cerrno>
+
+#include "hook_support.h"
+
+extern "C" {
+// Initial-exec, so that the assembly reaches it with one %fs-relative
+// access and no call.
+[[gnu::tls_model("initial-exec"), gnu::visibility("hidden")]] constinit thread_local int weft_vfork_children = 0;
+
+// vfork's failure: errno from the system call's -errno, as libc's.
+[[gnu::visibility("hidden")]] int weft_vfork_failed(long negative_errno) noexcept {
+  errno = int(-negative_errno);
+  return -1;
+}
+}
+
+namespace weft::detail {
+
+bool in_vfork_child() noexcept { return weft_vfork_children != 0; }
+
+}  // namespace weft::detail
+
+// pid_t vfork(void): libc's name, exported (a .globl of assembly is not
+// subject to -fvisibility=hidden). x86-64 only; elsewhere libc's vfork,
+// unmarked.
+#if defined(__x86_64__)
+asm(R"(
+    .text
+    .globl vfork
+    .type vfork, @function
+    .p2align 4
+vfork:
+    .cfi_startproc
+    movq weft_vfork_children@gottpoff(%rip), %rax
+    addl $1, %fs:(%rax)
+    popq %rdi
+    .cfi_adjust_cfa_offset -8
+    .cfi_register %rip, %rdi
+    movl $58, %eax
+    syscall
+    pushq %rdi
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset %rip, 0
+    testq %rax, %rax
+    jz 1f
+    movq weft_vfork_children@gottpoff(%rip), %rsi
+    subl $1, %fs:(%rsi)
+    cmpq $-4095, %rax
+    jae 2f
+1:
+    ret
+2:
+    movq %rax, %rdi
+    jmp weft_vfork_failed
+    .cfi_endproc
+    .size vfork, .-vfork
+)");
+#endif

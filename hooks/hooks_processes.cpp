@@ -187,8 +187,11 @@ struct sigaction saved_quit;
 // puts the caller's mask back after, which assumes one caller per thread;
 // fibers that share a thread end their calls in any order, and the last to
 // restore would leave the mask of another's call. So SIGCHLD stays blocked
-// on the thread while any of its calls runs, and the last puts back the
-// mask from before the first; each child gets that mask.
+// on the thread while any of its calls runs, and the last unblocks it if
+// the mask from before the first did not block it; each child gets that
+// mask. Only SIGCHLD: what another fiber of the thread blocked or
+// unblocked meanwhile stays (putting the whole mask back undid it), where
+// a thread's own mask cannot change while it waits in system().
 thread_local int systems_on_thread = 0;
 thread_local sigset_t mask_before_systems;
 
@@ -219,15 +222,24 @@ class ChildSignalBlocked {
  public:
   ChildSignalBlocked() {
     if (systems_on_thread++ > 0) return;
-    sigset_t child_signal;
-    sigemptyset(&child_signal);
-    sigaddset(&child_signal, SIGCHLD);
-    pthread_sigmask(SIG_BLOCK, &child_signal, &mask_before_systems);
+    pthread_sigmask(SIG_BLOCK, &child_signal(), &mask_before_systems);
   }
   ChildSignalBlocked(const ChildSignalBlocked&) = delete;
   ChildSignalBlocked& operator=(const ChildSignalBlocked&) = delete;
   ~ChildSignalBlocked() {
-    if (--systems_on_thread == 0) pthread_sigmask(SIG_SETMASK, &mask_before_systems, nullptr);
+    if (--systems_on_thread == 0 && sigismember(&mask_before_systems, SIGCHLD) == 0)
+      pthread_sigmask(SIG_UNBLOCK, &child_signal(), nullptr);
+  }
+
+ private:
+  static const sigset_t& child_signal() {
+    static const sigset_t set = [] {
+      sigset_t s;
+      sigemptyset(&s);
+      sigaddset(&s, SIGCHLD);
+      return s;
+    }();
+    return set;
   }
 };
 

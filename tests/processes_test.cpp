@@ -359,6 +359,35 @@ TEST(System, PutsTheMaskBackOnTheThreadItBlockedItOn) {
     EXPECT_FALSE(thread_blocks(worker.os_thread_id, SIGCHLD)) << "worker " << worker.index;
 }
 
+// A fiber of the same thread that blocks a signal while another's system()
+// runs keeps it blocked after that call ends: system() unblocks SIGCHLD
+// alone. Before, it put back the whole mask from before the call, and the
+// other fiber's SIGUSR2 was unblocked under it.
+TEST(System, LeavesWhatAnotherFiberOfItsThreadBlockedMeanwhile) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> running{false};
+  Fiber caller = sched.spawn([&] {
+    running = true;
+    EXPECT_EQ(std::system("sleep 0.2"), 0);
+  });
+  int tid = 0;
+  sched
+      .spawn([&] {
+        while (!running.load()) this_fiber::sleep_for(std::chrono::milliseconds(1));
+        this_fiber::sleep_for(std::chrono::milliseconds(50));  // the shell runs
+        tid = gettid();
+        sigset_t usr2;
+        sigemptyset(&usr2);
+        sigaddset(&usr2, SIGUSR2);
+        pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
+        caller.join();
+        EXPECT_TRUE(thread_blocks(tid, SIGUSR2)) << "system() unblocked another fiber's SIGUSR2";
+        EXPECT_FALSE(thread_blocks(tid, SIGCHLD));
+        pthread_sigmask(SIG_UNBLOCK, &usr2, nullptr);
+      })
+      .join();
+}
+
 TEST(System, KeepsItsSignalSemanticsAndStatus) {
   const auto [thread, fiber] = on_thread_and_fiber([] { return system_semantics(&std::system); });
   EXPECT_EQ(fiber, thread);

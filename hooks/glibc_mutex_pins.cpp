@@ -3,12 +3,14 @@
 #include <weft/fiber_local.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <mutex>
 #include <vector>
 
 #include "../sched/current.h"
+#include "../sched/wait_owner.h"
 #include "../sync/parking_lot.h"
 #include "hook_support.h"
 #include "locks.h"
@@ -49,6 +51,57 @@ Holder* holder_of(const void* object) noexcept {
   return found != holders.end() ? &*found : nullptr;
 }
 
+// The wait for a holder beside the waiter, as weft-dump names it.
+constexpr const char* kWaitKind = "glibc mutex";
+
+// Who holds what a fiber waits for here, for weft-dump (sched/wait_owner.h):
+// the record is its thread's, which the dump's thread cannot read, so each
+// waiter publishes its holder in a slot of this table while it is parked.
+// A waiter that finds every slot taken leaves its holder unnamed.
+struct NamedHolder {
+  std::atomic<std::uint64_t> fiber{0};  // 0: free; the claim
+  std::atomic<const void*> object{nullptr};
+};
+constexpr std::size_t kNamedHolders = 64;
+constinit NamedHolder named_holders[kNamedHolders];
+
+class HolderNamed {
+ public:
+  HolderNamed(const void* object, std::uint64_t holder) noexcept {
+    for (NamedHolder& entry : named_holders) {
+      std::uint64_t free = 0;
+      if (entry.fiber.compare_exchange_strong(free, holder, std::memory_order_relaxed)) {
+        entry.object.store(object, std::memory_order_release);
+        entry_ = &entry;
+        return;
+      }
+    }
+  }
+  HolderNamed(const HolderNamed&) = delete;
+  HolderNamed& operator=(const HolderNamed&) = delete;
+  ~HolderNamed() {
+    if (entry_ == nullptr) return;
+    entry_->object.store(nullptr, std::memory_order_relaxed);
+    entry_->fiber.store(0, std::memory_order_release);
+  }
+
+ private:
+  NamedHolder* entry_ = nullptr;
+};
+
+// The lookup: a hint, as every lookup's (a slot may be reused between its
+// two reads, which the second read of `object` mostly catches).
+WaitOwner named_holder(const void* object) noexcept {
+  for (NamedHolder& entry : named_holders) {
+    if (entry.object.load(std::memory_order_acquire) != object) continue;
+    const std::uint64_t fiber = entry.fiber.load(std::memory_order_relaxed);
+    if (fiber != 0 && entry.object.load(std::memory_order_relaxed) == object) return {fiber, 0, 0};
+  }
+  return {};
+}
+
+[[maybe_unused]] const bool holders_registered = register_wait_owner(kWaitKind, &named_holder);
+
 }  // namespace
 
 FiberControl* glibc_lock_keeper() noexcept {
@@ -83,8 +136,9 @@ int wait_for_holder_beside(const FiberControl* me, const void* object, const Dea
       return 0;
     }
     holder->waited_for = true;
+    const HolderNamed named(object, holder->fiber_id);
     bucket.push(waiter);
-    if (!wait_in_lot(bucket, waiter, {"glibc mutex", object, "held by a fiber of this thread"}, *deadline, true)) {
+    if (!wait_in_lot(bucket, waiter, {kWaitKind, object, "held by a fiber of this thread"}, *deadline, true)) {
       std::lock_guard guard(bucket.lock);
       bucket.remove(waiter);
       // Let go just as the deadline passed: taken.

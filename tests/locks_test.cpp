@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -1312,6 +1313,55 @@ TEST_P(GlibcMutexFibers, AConditionWaitLetsAnotherFiberOfTheThreadHaveTheMutex) 
   EXPECT_EQ(signaller_thread, waiter_thread);
   EXPECT_EQ(pthread_mutex_destroy(&mu), 0);
   EXPECT_EQ(pthread_cond_destroy(&cond), 0);
+}
+
+// Two fibers of one thread that each hold one process-shared mutex and
+// wait for the other's: weft-dump's edges name each one's holder, the
+// other fiber, so its deadlock report sees the cycle. Before, a wait for a
+// holder beside it had no holder (the record is its thread's). The waits
+// are timed, so that the test ends.
+TEST(GlibcMutexDump, NamesTheHolderBesideTheWaiter) {
+  pthread_mutex_t first;
+  pthread_mutex_t second;
+  const GlibcKind shared{"SharedNormal", PTHREAD_MUTEX_NORMAL, false};
+  ASSERT_EQ(init_mutex(&first, shared), 0);
+  ASSERT_EQ(init_mutex(&second, shared), 0);
+  Scheduler sched{test::config_with(1)};
+  std::atomic<std::uint64_t> ids[2] = {0, 0};
+  std::atomic<int> holding{0};
+  const auto cross = [&](int me, pthread_mutex_t* mine, pthread_mutex_t* theirs) {
+    return [&, me, mine, theirs] {
+      ids[me] = this_fiber::id();
+      ASSERT_EQ(pthread_mutex_lock(mine), 0);
+      ++holding;
+      while (holding.load() < 2) this_fiber::sleep_for(1ms);
+      // The first to time out lets its own go, which the other then takes.
+      const timespec later = realtime_after(1s);
+      const int taken = pthread_mutex_timedlock(theirs, &later);
+      EXPECT_TRUE(taken == ETIMEDOUT || taken == 0) << taken;
+      if (taken == 0) {
+        EXPECT_EQ(pthread_mutex_unlock(theirs), 0);
+      }
+      EXPECT_EQ(pthread_mutex_unlock(mine), 0);
+    };
+  };
+  Fiber a = sched.spawn(cross(0, &first, &second));
+  Fiber b = sched.spawn(cross(1, &second, &first));
+  std::map<std::uint64_t, std::uint64_t> held_by;
+  const auto until = std::chrono::steady_clock::now() + 800ms;
+  while (held_by.size() < 2 && std::chrono::steady_clock::now() < until) {
+    held_by.clear();
+    for (const FiberSnapshot& f : sched.snapshot().fibers)
+      if (f.wait_kind == "glibc mutex") held_by[f.id] = f.held_by_fiber;
+    std::this_thread::sleep_for(5ms);
+  }
+  a.join();
+  b.join();
+  ASSERT_EQ(held_by.size(), 2u) << "both fibers waited for the other";
+  EXPECT_EQ(held_by[ids[0].load()], ids[1].load());
+  EXPECT_EQ(held_by[ids[1].load()], ids[0].load());
+  EXPECT_EQ(pthread_mutex_destroy(&first), 0);
+  EXPECT_EQ(pthread_mutex_destroy(&second), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, GlibcMutexFibers,

@@ -287,11 +287,11 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
   // slice's end.
   const bool nothing_waits = watch.call != 0 && someone_to_take() && !worker.pinned_may_wait();
   if (announced) {
-    // Blocked, as the fiber's own code said: no /proc read, no delay. Its
-    // hook pins stay (they are released only for a futex wait, below: the
-    // thread comes back from this call, and would find its errno written).
-    // With nothing waiting, its slice starts again and an earlier request
-    // to yield is taken back.
+    // Blocked, as the fiber's own code said: no /proc read, no delay. The
+    // hook pins of the fibers behind it stay until the call has lasted
+    // kReleaseHookPinsAfter (the thread comes back from this call, and
+    // would find its errno written). With nothing waiting, its slice
+    // starts again and an earlier request to yield is taken back.
     if (nothing_waits) {
       watch.since = now;
       if (watch.asked != Clock::time_point{}) worker.take_preempt_request();
@@ -304,6 +304,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
     watch.holding_up = true;
     watch.in_kernel = true;
     ++tally.blocked;
+    release_hook_pins_if_waiting(worker, watch.call_since, true, now, tally);
     return;
   }
   // Before the verdict likewise, without the restart: the verdict makes it.
@@ -311,7 +312,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
   judge_hold_up(worker, watch, now, tally);
   if (watch.in_kernel) {
     ++tally.blocked;
-    release_hook_pins_if_waiting_on_futex(worker, watch, now, tally);
+    release_hook_pins_if_waiting(worker, watch.kernel_since, false, now, tally);
   }
 }
 
@@ -418,7 +419,7 @@ bool Sysmon::still_blocked_without_a_read(Worker& worker, const Watch& watch, Cl
   // The verdict came from a read: the look that last read the thread found
   // it asleep for the grace already. Not while fibers pinned to it wait:
   // releasing their pins rests on the thread staying asleep, so its looks
-  // read it every time (release_hook_pins_if_waiting_on_futex).
+  // read it every time (release_hook_pins_if_waiting).
   const bool judged_by_a_read =
       watch.kernel_since != Clock::time_point{} && watch.look_time - watch.kernel_since >= kKernelSleepGrace;
   return judged_by_a_read && now - watch.look_time < kAsleepRecheck && !worker.pinned_may_wait();
@@ -433,19 +434,23 @@ bool Sysmon::burned_cpu_since_last_look(Worker& worker, Watch& watch, Clock::tim
   return burned;
 }
 
-void Sysmon::release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch, Clock::time_point now,
-                                                   Tally& tally) noexcept {
+void Sysmon::release_hook_pins_if_waiting(Worker& worker, Clock::time_point since, bool announced,
+                                          Clock::time_point now, Tally& tally) noexcept {
   // Fibers woken for this worker that only a hook's park pins here (their
   // caller's errno lives on this thread) would wait for it as long as it
-  // stays blocked: forever, if it waits in futex(2) for a std::mutex one
-  // of them holds. Only then, and only after a long wait, do they move (a
-  // spare or an idle worker runs them): the hook then writes the caller's
-  // errno on this thread (hooks/hook_support.h, ErrnoHome), safe only
-  // while it stays asleep. A fiber preempted in a hooked call that did
-  // not park waits in the ring, pinned likewise. The queues first: two
-  // loads, the system call a /proc read.
-  if (worker.pinned_may_wait() && now - watch.kernel_since >= kReleaseHookPinsAfter &&
-      kernel_call(worker.os_thread().id()) == SYS_futex && worker.release_hook_pinned(scratch_) != 0) {
+  // stays blocked: forever, if it waits for one of them: in futex(2) for a
+  // std::mutex one of them holds, or in an announced call (sem_wait, a
+  // barrier, a join, pause) for what one of them would do once it runs on.
+  // Only then, and only after a long wait, do they move (a spare or an
+  // idle worker runs them): the hook then writes the caller's errno on
+  // this thread (hooks/hook_support.h, ErrnoHome), safe only while it
+  // stays asleep. A fiber preempted in a hooked call that did not park
+  // waits in the ring, pinned likewise. The queues first: two loads, the
+  // system call a /proc read.
+  if (!worker.pinned_may_wait() || now - since < kReleaseHookPinsAfter) return;
+  const bool waiting =
+      announced ? in_kernel_sleep(worker.os_thread().state()) : kernel_call(worker.os_thread().id()) == SYS_futex;
+  if (waiting && worker.release_hook_pinned(scratch_) != 0) {
     core_.idle().notify_work();
     tally.acted = true;
   }

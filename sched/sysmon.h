@@ -136,12 +136,13 @@ class Sysmon {
   // per call.
   static constexpr unsigned kAlertRounds = 50;
   // A worker asleep in futex(2) this long may be waiting for a std::mutex
-  // that a fiber pinned to it holds: hook pins are released then
-  // (Worker::release_hook_pinned). Long, because the release is safe only
-  // while the thread stays asleep: a wait that ends on its own (a libc or
-  // sanitizer lock on a loaded machine) is not to be taken for one. At
-  // 100 ms, such a release under TSan had the released call's errno
-  // written to a thread already running another fiber.
+  // that a fiber pinned to it holds, and one in an announced call (a
+  // sem_wait, a join) for what such a fiber would do next: hook pins are
+  // released then (Worker::release_hook_pinned). Long, because the
+  // release is safe only while the thread stays asleep: a wait that ends
+  // on its own (a libc or sanitizer lock on a loaded machine) is not to be
+  // taken for one. At 100 ms, such a release under TSan had the released
+  // call's errno written to a thread already running another fiber.
   static constexpr std::chrono::milliseconds kReleaseHookPinsAfter{1000};
   // A timer due this long while a worker sleeps: nobody is running the
   // timers (the blocker left to run a fiber that then blocked, and the
@@ -260,9 +261,10 @@ class Sysmon {
   bool others_wait(Worker& worker) const noexcept;
   // Whether a hand-off has a thread to go to: another worker, or a spare.
   bool someone_to_take() const noexcept;
-  // Hook-pinned fibers of a worker asleep in futex(2) for long (below).
-  void release_hook_pins_if_waiting_on_futex(Worker& worker, Watch& watch, Clock::time_point now,
-                                             Tally& tally) noexcept;
+  // Hook-pinned fibers of a worker asleep since `since` for long, in
+  // futex(2) or in an announced call (below).
+  void release_hook_pins_if_waiting(Worker& worker, Clock::time_point since, bool announced, Clock::time_point now,
+                                    Tally& tally) noexcept;
   // Starts afresh: a new fiber, or none. Clears the worker's stuck mark.
   void forget(Worker& worker, Watch& watch) noexcept;
   // After a pause of sysmon's own: every worker not already found stuck is

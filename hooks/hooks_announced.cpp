@@ -18,6 +18,9 @@
 //                  pthread_barrier_wait, thrd_join (what a fiber waits for
 //                  here is a thread, or a semaphore any thread or process
 //                  may post: nothing a fiber could park on and be woken by)
+//                  are made on a helper thread while the fiber parks, when
+//                  they must wait and a helper is free (waited_for_another,
+//                  below), and else announced
 //   DNS queries    res_query, res_search, res_querydomain, res_send and
 //                  their res_n* forms, and the __res_* names binaries built
 //                  against glibc before 2.34 call (glibc's resolver makes
@@ -43,8 +46,62 @@
 #include <threads.h>
 #include <unistd.h>
 
+#include <cerrno>
+
+#include "../io/blocking_pool.h"
+#include "../sched/current.h"
 #include "announced.h"
+#include "offload.h"
 #include "real_calls.h"
+
+namespace weft::detail {
+namespace {
+
+// A wait that another party ends (a post, the last arrival at a barrier, a
+// thread's end), and that may be a fiber of this worker parked in a hook,
+// pinned here: announced, the call blocked this thread, and the other
+// party's wake waited for the thread until sysmon released its pin (1 s).
+// So the call is made on a helper of the fiber's blocking pool while the
+// fiber parks, as a futex wait is (hooks_futex.cpp), when a helper is free
+// at once; else announced. `site` is weft-dump's wait. Results and errno
+// are the call's; a signal handled on the worker meanwhile does not
+// interrupt it (the helper blocks signals), as for the hooks' other parks.
+template <class Call>
+auto waited_for_another(const WaitSite& site, Call&& call) {
+  if (parking_enabled())
+    if (BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler))
+      if (const auto result = offloaded_if_helper_free(*pool, call, site)) return *result;
+  return announced_hook(call);
+}
+
+// Whether `try_call` (sem_trywait, pthread_tryjoin_np) settled it without
+// a wait, in a fiber: it did unless it answered `busy` (as errno, with
+// `in_errno`, or as its result); errno is then as it was.
+template <class Try>
+bool settled_at_once(Try&& try_call, int busy, bool in_errno, int& result) {
+  if (!parking_enabled()) return false;
+  const int saved = errno;
+  result = try_call();
+  const int answer = in_errno ? (result == 0 ? 0 : errno) : result;
+  if (answer != busy) return true;
+  errno = saved;
+  return false;
+}
+
+// A semaphore with a count is taken at once, as glibc's sem_wait takes it,
+// without a helper.
+bool taken_at_once(sem_t* semaphore, int& result) {
+  return settled_at_once([&] { return sem_trywait(semaphore); }, EAGAIN, true, result);
+}
+
+// A thread that has ended is joined at once (pthread_tryjoin_np answers
+// EBUSY only while it runs), as are the errors a join finds first.
+bool joined_at_once(pthread_t thread, void** value, int& result) {
+  return settled_at_once([&] { return pthread_tryjoin_np(thread, value); }, EBUSY, false, result);
+}
+
+}  // namespace
+}  // namespace weft::detail
 
 using namespace weft::detail;
 
@@ -165,29 +222,48 @@ int mq_timedsend(mqd_t queue, const char* message, size_t size, unsigned int pri
 }
 
 int sem_wait(sem_t* semaphore) {
-  return announced_hook([&] { return real::sem_wait()(semaphore); });
+  int taken;
+  if (taken_at_once(semaphore, taken)) return taken;
+  return waited_for_another({"sem_t", semaphore, "wait"}, [&] { return real::sem_wait()(semaphore); });
 }
 int sem_timedwait(sem_t* semaphore, const timespec* deadline) {
-  return announced_hook([&] { return real::sem_timedwait()(semaphore, deadline); });
+  int taken;
+  if (taken_at_once(semaphore, taken)) return taken;
+  return waited_for_another({"sem_t", semaphore, "wait"}, [&] { return real::sem_timedwait()(semaphore, deadline); });
 }
 int sem_clockwait(sem_t* semaphore, clockid_t clock, const timespec* deadline) {
-  return announced_hook([&] { return real::sem_clockwait()(semaphore, clock, deadline); });
+  int taken;
+  if (taken_at_once(semaphore, taken)) return taken;
+  return waited_for_another({"sem_t", semaphore, "wait"},
+                            [&] { return real::sem_clockwait()(semaphore, clock, deadline); });
 }
 
 int pthread_join(pthread_t thread, void** result) {
-  return announced_hook([&] { return real::pthread_join()(thread, result); });
+  int joined;
+  if (joined_at_once(thread, result, joined)) return joined;
+  return waited_for_another({"pthread_t", reinterpret_cast<const void*>(thread), "join"},
+                            [&] { return real::pthread_join()(thread, result); });
 }
 int pthread_timedjoin_np(pthread_t thread, void** result, const timespec* deadline) {
-  return announced_hook([&] { return real::pthread_timedjoin_np()(thread, result, deadline); });
+  int joined;
+  if (joined_at_once(thread, result, joined)) return joined;
+  return waited_for_another({"pthread_t", reinterpret_cast<const void*>(thread), "join"},
+                            [&] { return real::pthread_timedjoin_np()(thread, result, deadline); });
 }
 int pthread_clockjoin_np(pthread_t thread, void** result, clockid_t clock, const timespec* deadline) {
-  return announced_hook([&] { return real::pthread_clockjoin_np()(thread, result, clock, deadline); });
+  if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;  // before anything, as glibc's
+  int joined;
+  if (joined_at_once(thread, result, joined)) return joined;
+  return waited_for_another({"pthread_t", reinterpret_cast<const void*>(thread), "join"},
+                            [&] { return real::pthread_clockjoin_np()(thread, result, clock, deadline); });
 }
 int pthread_barrier_wait(pthread_barrier_t* barrier) noexcept {
-  return announced_hook([&] { return real::pthread_barrier_wait()(barrier); });
+  return waited_for_another({"pthread_barrier_t", barrier, "wait"},
+                            [&] { return real::pthread_barrier_wait()(barrier); });
 }
 int thrd_join(thrd_t thread, int* result) {
-  return announced_hook([&] { return real::thrd_join()(thread, result); });
+  return waited_for_another({"thrd_t", reinterpret_cast<const void*>(thread), "join"},
+                            [&] { return real::thrd_join()(thread, result); });
 }
 
 int res_query(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {

@@ -59,10 +59,20 @@ struct Outcome {
   int error = 0;
   bool marked = false;
 };
+// Whether a fiber of `sched` is parked on a wait of `kind`.
+bool parked_on(Scheduler& sched, const char* kind) {
+  for (const FiberSnapshot& fiber : sched.snapshot().fibers)
+    if (fiber.wait_kind == kind) return true;
+  return false;
+}
+
 // With `armed`, a mark counts only once the fiber has set it: for a call
 // made after other announced ones (an uncontended lock before a wait).
+// With `parks_on`, the call is one a helper makes while the fiber parks
+// (a wait that another party ends, hooks_announced.cpp): it counts once
+// the fiber is seen parked on a wait of that kind, its worker free.
 Outcome blocked_fiber(const std::function<long()>& call, const std::function<void()>& release,
-                      const std::atomic<bool>* armed = nullptr) {
+                      const std::atomic<bool>* armed = nullptr, const char* parks_on = nullptr) {
   Scheduler sched{test::config_with(1)};
   std::atomic<detail::Worker*> worker{nullptr};
   Outcome outcome;
@@ -74,11 +84,12 @@ Outcome blocked_fiber(const std::function<long()>& call, const std::function<voi
   const auto give_up = Clock::now() + 10s;
   while (Clock::now() < give_up) {
     const detail::Worker* w = worker.load();
-    if (w != nullptr && in_call(w) && (armed == nullptr || armed->load())) {
+    const bool seen = parks_on != nullptr ? parked_on(sched, parks_on) : w != nullptr && in_call(w);
+    if (seen && (armed == nullptr || armed->load())) {
       outcome.marked = true;
       break;
     }
-    std::this_thread::sleep_for(100us);
+    std::this_thread::sleep_for(parks_on != nullptr ? 1ms : 100us);
   }
   release();
   fiber.join();
@@ -224,8 +235,9 @@ TEST(Announced, SemaphoreWaits) {
     const auto& wait = entry.second;
     sem_t semaphore;
     ASSERT_EQ(::sem_init(&semaphore, 0, 0), 0);
-    const Outcome got = blocked_fiber([&] { return long(wait(&semaphore)); }, [&] { ::sem_post(&semaphore); });
-    EXPECT_TRUE(got.marked) << name;
+    const Outcome got =
+        blocked_fiber([&] { return long(wait(&semaphore)); }, [&] { ::sem_post(&semaphore); }, nullptr, "sem_t");
+    EXPECT_TRUE(got.marked) << name << ": never parked";
     EXPECT_EQ(got.result, 0) << name;
     ::sem_destroy(&semaphore);
   }
@@ -238,6 +250,57 @@ TEST(Announced, SemaphoreWaits) {
   EXPECT_EQ(on_a_fiber(timed_out), thread);
   EXPECT_EQ(thread, std::make_pair(-1L, ETIMEDOUT));
   ::sem_destroy(&semaphore);
+}
+
+// A fiber waits for what another fiber of its worker will do once its own
+// park ends: the other fiber sleeps in a hook (usleep), whose park resumes
+// only on the thread the call was made on. Before, the wait blocked that
+// thread, announced, and the sleeper's wake waited for the thread, which
+// waited for it: for good (here until the waiter's 5 s deadline). Now a
+// semaphore's wait is made on a helper while the fiber parks
+// (hooks_announced.cpp, waited_for_another), and for a call that stays
+// announced (a message queue's receive) sysmon releases the sleeper's pin
+// once the call has lasted kReleaseHookPinsAfter, as for a futex wait.
+void expect_the_wait_for_a_sleeper_beside_it_ends(const std::function<long(const timespec&)>& wait,
+                                                  const std::function<void()>& give) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> sleeping{false};
+  Fiber giver = sched.spawn([&] {
+    sleeping = true;
+    ::usleep(50'000);
+    give();
+  });
+  long waited = -1;
+  int error = 0;
+  Fiber waiter = sched.spawn([&] {
+    while (!sleeping.load()) this_fiber::yield();
+    waited = wait(seconds_from_now(CLOCK_REALTIME, 5));
+    error = errno;
+  });
+  giver.join();
+  waiter.join();
+  EXPECT_GE(waited, 0) << "the wait ended with " << std::strerror(error);
+}
+
+TEST(Announced, AWaitForAFiberParkedInAHookOfItsWorkerEnds) {
+  sem_t semaphore;
+  ASSERT_EQ(::sem_init(&semaphore, 0, 0), 0);
+  expect_the_wait_for_a_sleeper_beside_it_ends([&](const timespec& at) { return ::sem_timedwait(&semaphore, &at); },
+                                               [&] { ::sem_post(&semaphore); });
+  ::sem_destroy(&semaphore);
+
+  const std::string name = "/weft-announced-sleeper-" + std::to_string(::getpid());
+  mq_attr attributes{};
+  attributes.mq_maxmsg = 2;
+  attributes.mq_msgsize = 16;
+  const mqd_t queue = ::mq_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600, &attributes);
+  if (queue == mqd_t(-1)) GTEST_SKIP() << "mq_open: " << std::strerror(errno);
+  ::mq_unlink(name.c_str());
+  char buffer[16];
+  expect_the_wait_for_a_sleeper_beside_it_ends(
+      [&](const timespec& at) { return ::mq_timedreceive(queue, buffer, sizeof(buffer), nullptr, &at); },
+      [&] { ::mq_send(queue, "x", 1, 0); });
+  ::mq_close(queue);
 }
 
 // A fiber joining a thread waits for the thread: pthread's joins and C11's.
@@ -272,8 +335,9 @@ TEST(Announced, JoiningAThread) {
     pthread_t thread;
     ASSERT_EQ(::pthread_create(&thread, nullptr, body, nullptr), 0);
     void* value = nullptr;
-    const Outcome got = blocked_fiber([&] { return long(join(thread, &value)); }, [] { finish = true; });
-    EXPECT_TRUE(got.marked) << name;
+    const Outcome got =
+        blocked_fiber([&] { return long(join(thread, &value)); }, [] { finish = true; }, nullptr, "pthread_t");
+    EXPECT_TRUE(got.marked) << name << ": never parked";
     EXPECT_EQ(got.result, 0) << name;
     EXPECT_EQ(value, reinterpret_cast<void*>(7)) << name;
   }
@@ -297,8 +361,9 @@ TEST(Announced, JoiningAC11Thread) {
                 nullptr),
             thrd_success);
   int value = 0;
-  const Outcome got = blocked_fiber([&] { return long(::thrd_join(thread, &value)); }, [] { finish = true; });
-  EXPECT_TRUE(got.marked) << "thrd_join";
+  const Outcome got =
+      blocked_fiber([&] { return long(::thrd_join(thread, &value)); }, [] { finish = true; }, nullptr, "thrd_t");
+  EXPECT_TRUE(got.marked) << "thrd_join: never parked";
   EXPECT_EQ(got.result, thrd_success);
   EXPECT_EQ(value, 9);
 }
@@ -307,9 +372,10 @@ TEST(Announced, BarrierWait) {
   pthread_barrier_t barrier;
   ASSERT_EQ(::pthread_barrier_init(&barrier, nullptr, 2), 0);
   int on_thread = -1;
-  const Outcome got = blocked_fiber([&] { return long(::pthread_barrier_wait(&barrier)); },
-                                    [&] { on_thread = ::pthread_barrier_wait(&barrier); });
-  EXPECT_TRUE(got.marked);
+  const Outcome got =
+      blocked_fiber([&] { return long(::pthread_barrier_wait(&barrier)); },
+                    [&] { on_thread = ::pthread_barrier_wait(&barrier); }, nullptr, "pthread_barrier_t");
+  EXPECT_TRUE(got.marked) << "never parked";
   // One of the two is the serial thread, the other gets 0.
   EXPECT_EQ(std::min<long>(got.result, on_thread), PTHREAD_BARRIER_SERIAL_THREAD) << got.result << " " << on_thread;
   EXPECT_EQ(std::max<long>(got.result, on_thread), 0);

@@ -20,6 +20,9 @@
 //   write     a 4 KiB write into the page cache: ns per call, fiber vs thread
 //   file      a whole cached file of 100,000 bytes read: open, 64 KiB reads
 //             to the end, close; ns per file, fiber vs thread
+//   sem       round trips between two waiters over two sem_t: 2 fibers on
+//             2 workers (the waits announced), the same fibers pinned (the
+//             waits made on helpers while they park), 2 threads; us each
 //   ticker    a fiber sleeping 1 ms in a loop beside fibers doing file I/O
 //             with fsync, system() and popen(), and beside 4 fibers that
 //             only write files (2 in 64 KiB blocks, 2 in 4 KiB): its worst
@@ -32,6 +35,7 @@
 //   blocking_io fsync --writers 8
 #include <fcntl.h>
 #include <netdb.h>
+#include <semaphore.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <weft/weft.h>
@@ -367,6 +371,72 @@ void ticker_beside(const char* what, TickerLoad what_load) {
               fibers.ticks, threads.worst_ms, threads.ticks);
 }
 
+// `trips` round trips over two semaphores, the two sides run by
+// `start(ping, pong)`; us per round trip.
+template <class Start>
+double sem_round_trip_us(int trips, Start&& start) {
+  sem_t there, back;
+  ::sem_init(&there, 0, 0);
+  ::sem_init(&back, 0, 0);
+  const auto begin = Clock::now();
+  start(
+      [&] {
+        for (int i = 0; i < trips; ++i) {
+          ::sem_post(&there);
+          ::sem_wait(&back);
+        }
+      },
+      [&] {
+        for (int i = 0; i < trips; ++i) {
+          ::sem_wait(&there);
+          ::sem_post(&back);
+        }
+      });
+  const double us = std::chrono::duration<double, std::micro>(Clock::now() - begin).count() / trips;
+  ::sem_destroy(&there);
+  ::sem_destroy(&back);
+  return us;
+}
+
+void bench_sem() {
+  constexpr int kTrips = 5'000;
+  weft::Scheduler sched{two_workers("sem")};
+  const auto as_fibers = [&](bool pinned) {
+    return [&, pinned](auto ping, auto pong) {
+      // A pinned fiber's worker sends its waits to helpers
+      // (hooks/hooks_announced.cpp, waited_for_another).
+      const auto run = [pinned](auto side) {
+        return [pinned, side] {
+          if (pinned) {
+            const auto pin = weft::this_fiber::pin();
+            side();
+          } else {
+            side();
+          }
+        };
+      };
+      weft::Fiber a = sched.spawn(run(ping));
+      weft::Fiber b = sched.spawn(run(pong));
+      a.join();
+      b.join();
+    };
+  };
+  std::vector<double> announced, helped, threads;
+  for (int round = 0; round < 5; ++round) {
+    announced.push_back(sem_round_trip_us(kTrips, as_fibers(false)));
+    helped.push_back(sem_round_trip_us(kTrips, as_fibers(true)));
+    threads.push_back(sem_round_trip_us(kTrips, [](auto ping, auto pong) {
+      std::thread a(ping), b(pong);
+      a.join();
+      b.join();
+    }));
+  }
+  for (auto* v : {&announced, &helped, &threads}) std::sort(v->begin(), v->end());
+  std::printf("%-44s fibers %.1f us, pinned (helpers) %.1f us, threads %.1f us: %.2f / %.2f (medians of 5)\n",
+              "sem_t round trip", announced[2], helped[2], threads[2], announced[2] / threads[2],
+              helped[2] / threads[2]);
+}
+
 void bench_ticker() {
   for (int round = 0; round < 3; ++round) {
     ticker_beside("1 ms ticker alone (the machine's own noise)", TickerLoad::none);
@@ -382,12 +452,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> cases;
   CLI::App app{"blocking_io: calls that are not sockets, from fibers and from threads", "blocking_io"};
   app.add_option("cases", cases, "the cases to run (all by default)")
-      ->check(
-          CLI::IsMember({"dns", "blocking", "static", "fsync", "range", "pread", "shm", "write", "file", "ticker"}));
+      ->check(CLI::IsMember(
+          {"dns", "blocking", "static", "fsync", "range", "pread", "shm", "write", "file", "sem", "ticker"}));
   weft::bench::add_count(app, "--seconds", seconds, 1, 600, "how long the fsync case runs");
   weft::bench::add_count(app, "--writers", writers, 1, 10'000, "fibers (and threads) of the fsync case");
   weft::bench::parse(app, argc, argv);
-  if (cases.empty()) cases = {"dns", "blocking", "static", "fsync", "range", "pread", "shm", "write", "file", "ticker"};
+  if (cases.empty())
+    cases = {"dns", "blocking", "static", "fsync", "range", "pread", "shm", "write", "file", "sem", "ticker"};
   auto wanted = [&](const char* name) { return std::find(cases.begin(), cases.end(), name) != cases.end(); };
   if (wanted("dns")) {
     // Before any thread starts: the namespaces are the calling thread's.
@@ -404,6 +475,7 @@ int main(int argc, char** argv) {
   if (wanted("shm")) bench_shm_pread();
   if (wanted("write")) bench_write();
   if (wanted("file")) bench_whole_file();
+  if (wanted("sem")) bench_sem();
   if (wanted("ticker")) bench_ticker();
   weft::test::DnsSandbox::stop();
 }

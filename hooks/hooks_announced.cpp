@@ -50,6 +50,7 @@
 
 #include "../io/blocking_pool.h"
 #include "../sched/current.h"
+#include "../sched/worker.h"
 #include "announced.h"
 #include "offload.h"
 #include "real_calls.h"
@@ -58,17 +59,22 @@ namespace weft::detail {
 namespace {
 
 // A wait that another party ends (a post, the last arrival at a barrier, a
-// thread's end), and that may be a fiber of this worker parked in a hook,
-// pinned here: announced, the call blocked this thread, and the other
-// party's wake waited for the thread until sysmon released its pin (1 s).
-// So the call is made on a helper of the fiber's blocking pool while the
-// fiber parks, as a futex wait is (hooks_futex.cpp), when a helper is free
-// at once; else announced. `site` is weft-dump's wait. Results and errno
-// are the call's; a signal handled on the worker meanwhile does not
-// interrupt it (the helper blocks signals), as for the hooks' other parks.
+// thread's end). Announced, the call blocks this thread, and the worker's
+// other fibers move to other threads, all but those pinned here: if the
+// other party is one of them (a fiber parked in a hook, whose caller's
+// errno lives on this thread), its wake waits for the thread, which waits
+// for it, until sysmon releases its pin (1 s). So while any fiber is pinned
+// to this worker, the call is made on a helper of the fiber's blocking pool
+// while the fiber parks, as a futex wait is (hooks_futex.cpp), when a
+// helper is free at once; else, and when nothing is pinned here (nothing
+// can pin itself here while this thread waits), it is announced, which
+// costs a quarter of a helper's round trip (docs/benchmarks.md). `site` is
+// weft-dump's wait. Results and errno are the call's; on a helper a signal
+// handled on the worker meanwhile does not interrupt it, as for the hooks'
+// other parks.
 template <class Call>
 auto waited_for_another(const WaitSite& site, Call&& call) {
-  if (parking_enabled())
+  if (parking_enabled() && current_worker()->pinned_count() != 0)
     if (BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler))
       if (const auto result = offloaded_if_helper_free(*pool, call, site)) return *result;
   return announced_hook(call);

@@ -68,11 +68,8 @@ bool parked_on(Scheduler& sched, const char* kind) {
 
 // With `armed`, a mark counts only once the fiber has set it: for a call
 // made after other announced ones (an uncontended lock before a wait).
-// With `parks_on`, the call is one a helper makes while the fiber parks
-// (a wait that another party ends, hooks_announced.cpp): it counts once
-// the fiber is seen parked on a wait of that kind, its worker free.
 Outcome blocked_fiber(const std::function<long()>& call, const std::function<void()>& release,
-                      const std::atomic<bool>* armed = nullptr, const char* parks_on = nullptr) {
+                      const std::atomic<bool>* armed = nullptr) {
   Scheduler sched{test::config_with(1)};
   std::atomic<detail::Worker*> worker{nullptr};
   Outcome outcome;
@@ -84,12 +81,11 @@ Outcome blocked_fiber(const std::function<long()>& call, const std::function<voi
   const auto give_up = Clock::now() + 10s;
   while (Clock::now() < give_up) {
     const detail::Worker* w = worker.load();
-    const bool seen = parks_on != nullptr ? parked_on(sched, parks_on) : w != nullptr && in_call(w);
-    if (seen && (armed == nullptr || armed->load())) {
+    if (w != nullptr && in_call(w) && (armed == nullptr || armed->load())) {
       outcome.marked = true;
       break;
     }
-    std::this_thread::sleep_for(parks_on != nullptr ? 1ms : 100us);
+    std::this_thread::sleep_for(100us);
   }
   release();
   fiber.join();
@@ -235,9 +231,8 @@ TEST(Announced, SemaphoreWaits) {
     const auto& wait = entry.second;
     sem_t semaphore;
     ASSERT_EQ(::sem_init(&semaphore, 0, 0), 0);
-    const Outcome got =
-        blocked_fiber([&] { return long(wait(&semaphore)); }, [&] { ::sem_post(&semaphore); }, nullptr, "sem_t");
-    EXPECT_TRUE(got.marked) << name << ": never parked";
+    const Outcome got = blocked_fiber([&] { return long(wait(&semaphore)); }, [&] { ::sem_post(&semaphore); });
+    EXPECT_TRUE(got.marked) << name;
     EXPECT_EQ(got.result, 0) << name;
     ::sem_destroy(&semaphore);
   }
@@ -256,18 +251,22 @@ TEST(Announced, SemaphoreWaits) {
 // park ends: the other fiber sleeps in a hook (usleep), whose park resumes
 // only on the thread the call was made on. Before, the wait blocked that
 // thread, announced, and the sleeper's wake waited for the thread, which
-// waited for it: for good (here until the waiter's 5 s deadline). Now a
-// semaphore's wait is made on a helper while the fiber parks
-// (hooks_announced.cpp, waited_for_another), and for a call that stays
-// announced (a message queue's receive) sysmon releases the sleeper's pin
-// once the call has lasted kReleaseHookPinsAfter, as for a futex wait.
+// waited for it: for good (here until the waiter's 5 s deadline). Now,
+// with a fiber pinned to its worker, a semaphore's wait is made on a
+// helper while the fiber parks (hooks_announced.cpp, waited_for_another):
+// the sleeper, back from its sleep, finds the waiter parked on it
+// (`parks_on`). A call that stays announced (a message queue's receive)
+// ends once sysmon releases the sleeper's pin, after the call has lasted
+// kReleaseHookPinsAfter, as for a futex wait.
 void expect_the_wait_for_a_sleeper_beside_it_ends(const std::function<long(const timespec&)>& wait,
-                                                  const std::function<void()>& give) {
+                                                  const std::function<void()>& give, const char* parks_on = nullptr) {
   Scheduler sched{test::config_with(1)};
   std::atomic<bool> sleeping{false};
+  bool parked = false;
   Fiber giver = sched.spawn([&] {
     sleeping = true;
     ::usleep(50'000);
+    parked = parks_on != nullptr && parked_on(sched, parks_on);
     give();
   });
   long waited = -1;
@@ -280,13 +279,16 @@ void expect_the_wait_for_a_sleeper_beside_it_ends(const std::function<long(const
   giver.join();
   waiter.join();
   EXPECT_GE(waited, 0) << "the wait ended with " << std::strerror(error);
+  if (parks_on != nullptr) {
+    EXPECT_TRUE(parked) << "the wait blocked the sleeper's thread";
+  }
 }
 
 TEST(Announced, AWaitForAFiberParkedInAHookOfItsWorkerEnds) {
   sem_t semaphore;
   ASSERT_EQ(::sem_init(&semaphore, 0, 0), 0);
   expect_the_wait_for_a_sleeper_beside_it_ends([&](const timespec& at) { return ::sem_timedwait(&semaphore, &at); },
-                                               [&] { ::sem_post(&semaphore); });
+                                               [&] { ::sem_post(&semaphore); }, "sem_t");
   ::sem_destroy(&semaphore);
 
   const std::string name = "/weft-announced-sleeper-" + std::to_string(::getpid());
@@ -335,9 +337,8 @@ TEST(Announced, JoiningAThread) {
     pthread_t thread;
     ASSERT_EQ(::pthread_create(&thread, nullptr, body, nullptr), 0);
     void* value = nullptr;
-    const Outcome got =
-        blocked_fiber([&] { return long(join(thread, &value)); }, [] { finish = true; }, nullptr, "pthread_t");
-    EXPECT_TRUE(got.marked) << name << ": never parked";
+    const Outcome got = blocked_fiber([&] { return long(join(thread, &value)); }, [] { finish = true; });
+    EXPECT_TRUE(got.marked) << name;
     EXPECT_EQ(got.result, 0) << name;
     EXPECT_EQ(value, reinterpret_cast<void*>(7)) << name;
   }
@@ -361,9 +362,8 @@ TEST(Announced, JoiningAC11Thread) {
                 nullptr),
             thrd_success);
   int value = 0;
-  const Outcome got =
-      blocked_fiber([&] { return long(::thrd_join(thread, &value)); }, [] { finish = true; }, nullptr, "thrd_t");
-  EXPECT_TRUE(got.marked) << "thrd_join: never parked";
+  const Outcome got = blocked_fiber([&] { return long(::thrd_join(thread, &value)); }, [] { finish = true; });
+  EXPECT_TRUE(got.marked) << "thrd_join";
   EXPECT_EQ(got.result, thrd_success);
   EXPECT_EQ(value, 9);
 }
@@ -372,10 +372,9 @@ TEST(Announced, BarrierWait) {
   pthread_barrier_t barrier;
   ASSERT_EQ(::pthread_barrier_init(&barrier, nullptr, 2), 0);
   int on_thread = -1;
-  const Outcome got =
-      blocked_fiber([&] { return long(::pthread_barrier_wait(&barrier)); },
-                    [&] { on_thread = ::pthread_barrier_wait(&barrier); }, nullptr, "pthread_barrier_t");
-  EXPECT_TRUE(got.marked) << "never parked";
+  const Outcome got = blocked_fiber([&] { return long(::pthread_barrier_wait(&barrier)); },
+                                    [&] { on_thread = ::pthread_barrier_wait(&barrier); });
+  EXPECT_TRUE(got.marked);
   // One of the two is the serial thread, the other gets 0.
   EXPECT_EQ(std::min<long>(got.result, on_thread), PTHREAD_BARRIER_SERIAL_THREAD) << got.result << " " << on_thread;
   EXPECT_EQ(std::max<long>(got.result, on_thread), 0);

@@ -20,6 +20,7 @@
 // fiber is parked ends the park (SignalsLetIn), and the probe after it
 // takes the signal and returns EINTR, as the call on a thread.
 #undef _FORTIFY_SOURCE
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -28,6 +29,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -382,20 +384,36 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
     }
   }
   const FdSetCopy r0(r, bits), w0(w, bits), e0(e, bits);
+  int probed = 0;
   auto probe = [&] {
     r0.restore(r);
     w0.restore(w);
     e0.restore(e);
     timespec zero{0, 0};
     timeval zero_tv{0, 0};
-    return with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
+    probed = with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
+    return probed;
   };
   // Probed before the fd sets become pollfds: a ready select allocates
   // nothing.
-  const int ready = probe();
-  if (ready != 0) return ready;
-  const std::vector<pollfd> fds = as_pollfds(bits, r0.get(), w0.get(), e0.get());
-  return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, with_mask ? mask : nullptr, probe, cannot_fill);
+  if (probe() != 0) return probed;
+  std::vector<pollfd> fds = as_pollfds(bits, r0.get(), w0.get(), e0.get());
+  const int saved = errno_value();
+  for (;;) {
+    const int result =
+        poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, with_mask ? mask : nullptr, probe, cannot_fill);
+    // EBADF from the park where select's own probe, made after it, found
+    // every fd good: an fd past the end of the kernel's fd table, whose bit
+    // select ignores (core_sys_select stops at the table's size). Waited
+    // for without it. (An fd closed meanwhile inside the table fails the
+    // probe: EBADF, as before.)
+    if (result != -1 || errno_value() != EBADF || probed != 0) return result;
+    const auto closed_from = std::remove_if(fds.begin(), fds.end(),
+                                            [](const pollfd& p) { return real::fcntl()(p.fd, F_GETFD, nullptr) < 0; });
+    if (closed_from == fds.end()) return result;
+    fds.erase(closed_from, fds.end());
+    set_errno(saved);
+  }
 }
 
 // epoll_wait, epoll_pwait and epoll_pwait2: `probe()` is the zero-timeout

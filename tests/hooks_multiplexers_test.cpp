@@ -425,6 +425,41 @@ TEST(HooksMultiplexers, SelectCornersGiveWhatAPlainThreadGets) {
   });
 }
 
+// An fd number past the end of the kernel's fd table, found as a plain
+// thread's select finds it: one whose bit a select with no timeout ignores
+// (0), where a closed fd inside the table is EBADF. -1 if there is none
+// below FD_SETSIZE.
+int past_the_fd_table() {
+  for (int fd = FD_SETSIZE - 1; fd >= 64; fd -= 64) {
+    if (::fcntl(fd, F_GETFD) >= 0) continue;
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(fd, &r);
+    timeval none{0, 0};
+    if (select(fd + 1, &r, nullptr, nullptr, &none) != 0) return fd == FD_SETSIZE - 1 ? -1 : fd + 64;
+  }
+  return 64;
+}
+
+// A select whose set names an fd number past the end of the kernel's fd
+// table: the kernel ignores that bit (core_sys_select stops at the table's
+// size), so the select times out. Before, a fiber's select took the bit
+// for an fd, and its park failed at once with EBADF.
+TEST(HooksMultiplexers, SelectIgnoresBitsPastTheFdTable) {
+  int past = -1;
+  std::thread([&] { past = past_the_fd_table(); }).join();
+  if (past < 0) GTEST_SKIP() << "the fd table reaches FD_SETSIZE";
+  expect_same_on_thread_and_fiber([past] {
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(past, &r);
+    timeval tv{0, 20'000};
+    errno = 0;
+    const int result = select(past + 1, &r, nullptr, nullptr, &tv);
+    return std::string("past the table ") + outcome(result) + " set " + std::to_string(FD_ISSET(past, &r));
+  });
+}
+
 // ppoll's, pselect's and epoll's refusals: an invalid timespec (EINVAL),
 // maxevents <= 0 (EINVAL), an fd not an epoll (EINVAL), a closed fd
 // (EBADF); epoll_pwait2 with a null timeout waits for the fd.

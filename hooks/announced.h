@@ -17,9 +17,9 @@
 namespace weft::detail {
 
 template <class Call>
-auto announced(Call&& call) {
+auto announced(Call&& call, Sleeps sleeps = Sleeps::maybe) {
   if (!parking_enabled()) return call();
-  const BlockingCall in_the_kernel;
+  const BlockingCall in_the_kernel(sleeps);
   return call();
 }
 

@@ -17,10 +17,13 @@
 //                  pthread_timedjoin_np, pthread_clockjoin_np,
 //                  pthread_barrier_wait, thrd_join (what a fiber waits for
 //                  here is a thread, or a semaphore any thread or process
-//                  may post: nothing a fiber could park on and be woken by)
-//                  are made on a helper thread while the fiber parks, when
-//                  they must wait and a helper is free (waited_for_another,
-//                  below), and else announced
+//                  may post: nothing a fiber could park on and be woken by;
+//                  the semaphores' and the barrier's waits are made on a
+//                  helper while the fiber parks, beside a pinned fiber:
+//                  waited_for_another, below)
+// The calls that wait for another party to act (the file locks, wait, the
+// signals, the IPC, the threads) say so, Sleeps::until_woken: the party
+// may be a fiber pinned to this worker, which sysmon then releases.
 //   DNS queries    res_query, res_search, res_querydomain, res_send and
 //                  their res_n* forms, and the __res_* names binaries built
 //                  against glibc before 2.34 call (glibc's resolver makes
@@ -80,30 +83,28 @@ auto waited_for_another(const WaitSite& site, Call&& call) {
   return announced_hook(call);
 }
 
-// Whether `try_call` (sem_trywait, pthread_tryjoin_np) settled it without
-// a wait, in a fiber: it did unless it answered `busy` (as errno, with
-// `in_errno`, or as its result); errno is then as it was.
-template <class Try>
-bool settled_at_once(Try&& try_call, int busy, bool in_errno, int& result) {
+// glibc's checks of a semaphore wait's deadline, made before it looks at
+// the count: tv_nsec within a second (read as glibc reads it, which
+// faults on a bad pointer as glibc's does).
+bool valid_nanoseconds(const timespec* deadline) noexcept {
+  return deadline->tv_nsec >= 0 && deadline->tv_nsec < 1'000'000'000;
+}
+int invalid_argument() noexcept {
+  errno = EINVAL;
+  return -1;
+}
+
+// In a fiber, a semaphore with a count is taken at once, as glibc's
+// sem_wait takes it, without a helper: true, `result` the answer (or an
+// error of sem_trywait's own, errno set). False if it must wait, errno
+// then as it was.
+bool taken_at_once(sem_t* semaphore, int& result) {
   if (!parking_enabled()) return false;
   const int saved = errno;
-  result = try_call();
-  const int answer = in_errno ? (result == 0 ? 0 : errno) : result;
-  if (answer != busy) return true;
+  result = sem_trywait(semaphore);
+  if (result == 0 || errno != EAGAIN) return true;
   errno = saved;
   return false;
-}
-
-// A semaphore with a count is taken at once, as glibc's sem_wait takes it,
-// without a helper.
-bool taken_at_once(sem_t* semaphore, int& result) {
-  return settled_at_once([&] { return sem_trywait(semaphore); }, EAGAIN, true, result);
-}
-
-// A thread that has ended is joined at once (pthread_tryjoin_np answers
-// EBUSY only while it runs), as are the errors a join finds first.
-bool joined_at_once(pthread_t thread, void** value, int& result) {
-  return settled_at_once([&] { return pthread_tryjoin_np(thread, value); }, EBUSY, false, result);
 }
 
 }  // namespace
@@ -117,13 +118,13 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 int flock(int fd, int operation) {
-  return announced_hook([&] { return real::flock()(fd, operation); });
+  return announced_hook([&] { return real::flock()(fd, operation); }, Sleeps::until_woken);
 }
 int lockf(int fd, int command, off_t length) {
-  return announced_hook([&] { return real::lockf()(fd, command, length); });
+  return announced_hook([&] { return real::lockf()(fd, command, length); }, Sleeps::until_woken);
 }
 int lockf64(int fd, int command, off64_t length) {
-  return announced_hook([&] { return real::lockf64()(fd, command, length); });
+  return announced_hook([&] { return real::lockf64()(fd, command, length); }, Sleeps::until_woken);
 }
 
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t offset) {
@@ -178,23 +179,23 @@ int syncfs(int fd) noexcept {
 }
 
 pid_t wait(int* status) {
-  return announced_hook([&] { return real::wait()(status); });
+  return announced_hook([&] { return real::wait()(status); }, Sleeps::until_woken);
 }
 
 int pause() {
-  return announced_hook([&] { return real::pause()(); });
+  return announced_hook([&] { return real::pause()(); }, Sleeps::until_woken);
 }
 int sigsuspend(const sigset_t* mask) {
-  return announced_hook([&] { return real::sigsuspend()(mask); });
+  return announced_hook([&] { return real::sigsuspend()(mask); }, Sleeps::until_woken);
 }
 int sigwait(const sigset_t* set, int* signal) {
-  return announced_hook([&] { return real::sigwait()(set, signal); });
+  return announced_hook([&] { return real::sigwait()(set, signal); }, Sleeps::until_woken);
 }
 int sigwaitinfo(const sigset_t* set, siginfo_t* info) {
-  return announced_hook([&] { return real::sigwaitinfo()(set, info); });
+  return announced_hook([&] { return real::sigwaitinfo()(set, info); }, Sleeps::until_woken);
 }
 int sigtimedwait(const sigset_t* set, siginfo_t* info, const timespec* timeout) {
-  return announced_hook([&] { return real::sigtimedwait()(set, info, timeout); });
+  return announced_hook([&] { return real::sigtimedwait()(set, info, timeout); }, Sleeps::until_woken);
 }
 
 int tcdrain(int fd) {
@@ -202,29 +203,31 @@ int tcdrain(int fd) {
 }
 
 ssize_t msgrcv(int queue, void* message, size_t size, long type, int flags) {
-  return announced_hook([&] { return real::msgrcv()(queue, message, size, type, flags); });
+  return announced_hook([&] { return real::msgrcv()(queue, message, size, type, flags); }, Sleeps::until_woken);
 }
 int msgsnd(int queue, const void* message, size_t size, int flags) {
-  return announced_hook([&] { return real::msgsnd()(queue, message, size, flags); });
+  return announced_hook([&] { return real::msgsnd()(queue, message, size, flags); }, Sleeps::until_woken);
 }
 int semop(int set, sembuf* operations, size_t count) {
-  return announced_hook([&] { return real::semop()(set, operations, count); });
+  return announced_hook([&] { return real::semop()(set, operations, count); }, Sleeps::until_woken);
 }
 int semtimedop(int set, sembuf* operations, size_t count, const timespec* timeout) {
-  return announced_hook([&] { return real::semtimedop()(set, operations, count, timeout); });
+  return announced_hook([&] { return real::semtimedop()(set, operations, count, timeout); }, Sleeps::until_woken);
 }
 
 ssize_t mq_receive(mqd_t queue, char* message, size_t size, unsigned int* priority) {
-  return announced_hook([&] { return real::mq_receive()(queue, message, size, priority); });
+  return announced_hook([&] { return real::mq_receive()(queue, message, size, priority); }, Sleeps::until_woken);
 }
 ssize_t mq_timedreceive(mqd_t queue, char* message, size_t size, unsigned int* priority, const timespec* timeout) {
-  return announced_hook([&] { return real::mq_timedreceive()(queue, message, size, priority, timeout); });
+  return announced_hook([&] { return real::mq_timedreceive()(queue, message, size, priority, timeout); },
+                        Sleeps::until_woken);
 }
 int mq_send(mqd_t queue, const char* message, size_t size, unsigned int priority) {
-  return announced_hook([&] { return real::mq_send()(queue, message, size, priority); });
+  return announced_hook([&] { return real::mq_send()(queue, message, size, priority); }, Sleeps::until_woken);
 }
 int mq_timedsend(mqd_t queue, const char* message, size_t size, unsigned int priority, const timespec* timeout) {
-  return announced_hook([&] { return real::mq_timedsend()(queue, message, size, priority, timeout); });
+  return announced_hook([&] { return real::mq_timedsend()(queue, message, size, priority, timeout); },
+                        Sleeps::until_woken);
 }
 
 int sem_wait(sem_t* semaphore) {
@@ -233,43 +236,41 @@ int sem_wait(sem_t* semaphore) {
   return waited_for_another({"sem_t", semaphore, "wait"}, [&] { return real::sem_wait()(semaphore); });
 }
 int sem_timedwait(sem_t* semaphore, const timespec* deadline) {
+  if (parking_enabled() && !valid_nanoseconds(deadline)) return invalid_argument();  // before the count, as glibc
   int taken;
   if (taken_at_once(semaphore, taken)) return taken;
   return waited_for_another({"sem_t", semaphore, "wait"}, [&] { return real::sem_timedwait()(semaphore, deadline); });
 }
 int sem_clockwait(sem_t* semaphore, clockid_t clock, const timespec* deadline) {
+  // Before the count, as glibc's checks "even if we don't end up waiting".
+  if (parking_enabled() && ((clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) || !valid_nanoseconds(deadline)))
+    return invalid_argument();
   int taken;
   if (taken_at_once(semaphore, taken)) return taken;
   return waited_for_another({"sem_t", semaphore, "wait"},
                             [&] { return real::sem_clockwait()(semaphore, clock, deadline); });
 }
 
+// The joins stay on the worker's thread, announced: made on a helper, a
+// join of the worker's own thread (a fiber's pthread_self()) waited for it
+// where glibc answers EDEADLK, and glibc's check of two threads joining
+// each other saw the helper.
 int pthread_join(pthread_t thread, void** result) {
-  int joined;
-  if (joined_at_once(thread, result, joined)) return joined;
-  return waited_for_another({"pthread_t", reinterpret_cast<const void*>(thread), "join"},
-                            [&] { return real::pthread_join()(thread, result); });
+  return announced_hook([&] { return real::pthread_join()(thread, result); }, Sleeps::until_woken);
 }
 int pthread_timedjoin_np(pthread_t thread, void** result, const timespec* deadline) {
-  int joined;
-  if (joined_at_once(thread, result, joined)) return joined;
-  return waited_for_another({"pthread_t", reinterpret_cast<const void*>(thread), "join"},
-                            [&] { return real::pthread_timedjoin_np()(thread, result, deadline); });
+  return announced_hook([&] { return real::pthread_timedjoin_np()(thread, result, deadline); }, Sleeps::until_woken);
 }
 int pthread_clockjoin_np(pthread_t thread, void** result, clockid_t clock, const timespec* deadline) {
-  if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;  // before anything, as glibc's
-  int joined;
-  if (joined_at_once(thread, result, joined)) return joined;
-  return waited_for_another({"pthread_t", reinterpret_cast<const void*>(thread), "join"},
-                            [&] { return real::pthread_clockjoin_np()(thread, result, clock, deadline); });
+  return announced_hook([&] { return real::pthread_clockjoin_np()(thread, result, clock, deadline); },
+                        Sleeps::until_woken);
 }
 int pthread_barrier_wait(pthread_barrier_t* barrier) noexcept {
   return waited_for_another({"pthread_barrier_t", barrier, "wait"},
                             [&] { return real::pthread_barrier_wait()(barrier); });
 }
 int thrd_join(thrd_t thread, int* result) {
-  return waited_for_another({"thrd_t", reinterpret_cast<const void*>(thread), "join"},
-                            [&] { return real::thrd_join()(thread, result); });
+  return announced_hook([&] { return real::thrd_join()(thread, result); }, Sleeps::until_woken);
 }
 
 int res_query(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {

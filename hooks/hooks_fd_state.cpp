@@ -104,8 +104,9 @@ int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
     }
     case F_SETLKW:
     case F_OFD_SETLKW:
-      // Waits for another process's lock: announced in a fiber.
-      return announced([&] { return real_fcntl(fd, cmd, arg); });
+      // Waits for another process's lock (or, for an OFD lock, another
+      // fiber's): announced in a fiber.
+      return announced([&] { return real_fcntl(fd, cmd, arg); }, Sleeps::until_woken);
     default:
       return real_fcntl(fd, cmd, arg);
   }

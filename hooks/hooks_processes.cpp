@@ -159,14 +159,14 @@ auto wait_for_one(pid_t pid, int watched, Ask&& ask, Blocking&& blocking) -> dec
 
 pid_t wait_for_child(pid_t pid, int* status, int options, rusage* usage) {
   if (!parking_enabled() || pid <= 0 || !waits_for_exit_only(options))
-    return announced([&] { return real::wait4()(pid, status, options, usage); });
+    return announced([&] { return real::wait4()(pid, status, options, usage); }, Sleeps::until_woken);
   return wait_for_one(
       pid, -1,
       [&](pid_t& result, int) {
         result = real::wait4()(pid, status, options | WNOHANG, usage);
         return result != 0;
       },
-      [&] { return announced([&] { return real::wait4()(pid, status, options, usage); }); });
+      [&] { return announced([&] { return real::wait4()(pid, status, options, usage); }, Sleeps::until_woken); });
 }
 
 }  // namespace weft::detail
@@ -347,9 +347,11 @@ int waitid(idtype_t type, id_t id, siginfo_t* info, int options) {
   const bool one_process = type == P_PID || type == P_PIDFD;
   if (!parking_enabled() || !one_process || info == nullptr || (options & WEXITED) == 0 ||
       (options & (WNOHANG | WSTOPPED | WCONTINUED)) != 0 || (type == P_PIDFD && !blocking_pidfd(id)))
-    return announced([&] { return real::waitid()(type, id, info, options); });
+    return announced([&] { return real::waitid()(type, id, info, options); }, Sleeps::until_woken);
   const CheckpointOnReturn at_return;
-  const auto blocking = [&] { return announced([&] { return real::waitid()(type, id, info, options); }); };
+  const auto blocking = [&] {
+    return announced([&] { return real::waitid()(type, id, info, options); }, Sleeps::until_woken);
+  };
   bool unwritable = false;
   const int answer = wait_for_one(
       static_cast<pid_t>(id), type == P_PIDFD ? static_cast<int>(id) : -1,

@@ -55,8 +55,15 @@ namespace weft::detail {
 class Worker;
 
 // Whether a blocking call sleeps in the kernel now and then (a regular
-// file's read, which the page cache may serve) or every time.
-enum class Sleeps { maybe, always };
+// file's read, which the page cache may serve) or every time, or until
+// another party acts (a post, a lock's release, a message, a signal, a
+// child's exit), which may be a fiber that a hook's park pins to this
+// worker: behind such a call alone, sysmon releases those pins once it has
+// lasted long (Sysmon::kReleaseHookPinsAfter); a call that ends by itself
+// (a disk's flush) keeps them, since a released fiber writes its errno to
+// this thread, which is safe only while the thread stays blocked. Judged
+// after the grace, as `maybe`.
+enum class Sleeps { maybe, always, until_woken };
 
 // Marks the calling thread's worker as in a blocking call. Returns it, for
 // exit_blocking_call; null on a plain thread, or when the worker was

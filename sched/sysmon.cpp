@@ -288,10 +288,12 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
   const bool nothing_waits = watch.call != 0 && someone_to_take() && !worker.pinned_may_wait();
   if (announced) {
     // Blocked, as the fiber's own code said: no /proc read, no delay. The
-    // hook pins of the fibers behind it stay until the call has lasted
-    // kReleaseHookPinsAfter (the thread comes back from this call, and
-    // would find its errno written). With nothing waiting, its slice
-    // starts again and an earlier request to yield is taken back.
+    // hook pins of the fibers behind it stay (the thread comes back from
+    // this call, and would find its errno written), unless the call waits
+    // for another party (Sleeps::until_woken), which may be one of them:
+    // then they go once it has lasted kReleaseHookPinsAfter. With nothing
+    // waiting, its slice starts again and an earlier request to yield is
+    // taken back.
     if (nothing_waits) {
       watch.since = now;
       if (watch.asked != Clock::time_point{}) worker.take_preempt_request();
@@ -304,7 +306,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
     watch.holding_up = true;
     watch.in_kernel = true;
     ++tally.blocked;
-    release_hook_pins_if_waiting(worker, watch.call_since, true, now, tally);
+    if (worker.call_waits_to_be_woken()) release_hook_pins_if_waiting(worker, watch.call_since, watch.call, now, tally);
     return;
   }
   // Before the verdict likewise, without the restart: the verdict makes it.
@@ -312,7 +314,7 @@ void Sysmon::look_at(Worker& worker, Watch& watch, Clock::time_point now, Tally&
   judge_hold_up(worker, watch, now, tally);
   if (watch.in_kernel) {
     ++tally.blocked;
-    release_hook_pins_if_waiting(worker, watch.kernel_since, false, now, tally);
+    release_hook_pins_if_waiting(worker, watch.kernel_since, 0, now, tally);
   }
 }
 
@@ -434,7 +436,7 @@ bool Sysmon::burned_cpu_since_last_look(Worker& worker, Watch& watch, Clock::tim
   return burned;
 }
 
-void Sysmon::release_hook_pins_if_waiting(Worker& worker, Clock::time_point since, bool announced,
+void Sysmon::release_hook_pins_if_waiting(Worker& worker, Clock::time_point since, std::uint32_t call,
                                           Clock::time_point now, Tally& tally) noexcept {
   // Fibers woken for this worker that only a hook's park pins here (their
   // caller's errno lives on this thread) would wait for it as long as it
@@ -448,8 +450,10 @@ void Sysmon::release_hook_pins_if_waiting(Worker& worker, Clock::time_point sinc
   // waits in the ring, pinned likewise. The queues first: two loads, the
   // system call a /proc read.
   if (!worker.pinned_may_wait() || now - since < kReleaseHookPinsAfter) return;
-  const bool waiting =
-      announced ? in_kernel_sleep(worker.os_thread().state()) : kernel_call(worker.os_thread().id()) == SYS_futex;
+  // An announced call (`call`, its count) is checked after its thread's
+  // state is read: still the call watched since `since`, asleep.
+  const bool waiting = call != 0 ? in_kernel_sleep(worker.os_thread().state()) && worker.blocking_call() == call
+                                 : kernel_call(worker.os_thread().id()) == SYS_futex;
   if (waiting && worker.release_hook_pinned(scratch_) != 0) {
     core_.idle().notify_work();
     tally.acted = true;

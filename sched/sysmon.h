@@ -136,8 +136,9 @@ class Sysmon {
   // per call.
   static constexpr unsigned kAlertRounds = 50;
   // A worker asleep in futex(2) this long may be waiting for a std::mutex
-  // that a fiber pinned to it holds, and one in an announced call (a
-  // sem_wait, a join) for what such a fiber would do next: hook pins are
+  // that a fiber pinned to it holds, and one in an announced call that
+  // waits to be woken (Sleeps::until_woken: a join, a message queue) for
+  // what such a fiber would do next: hook pins are
   // released then (Worker::release_hook_pinned). Long, because the
   // release is safe only while the thread stays asleep: a wait that ends
   // on its own (a libc or sanitizer lock on a loaded machine) is not to be
@@ -262,8 +263,9 @@ class Sysmon {
   // Whether a hand-off has a thread to go to: another worker, or a spare.
   bool someone_to_take() const noexcept;
   // Hook-pinned fibers of a worker asleep since `since` for long, in
-  // futex(2) or in an announced call (below).
-  void release_hook_pins_if_waiting(Worker& worker, Clock::time_point since, bool announced, Clock::time_point now,
+  // futex(2) (`call` 0) or in the announced call counted `call` that waits
+  // to be woken (below).
+  void release_hook_pins_if_waiting(Worker& worker, Clock::time_point since, std::uint32_t call, Clock::time_point now,
                                     Tally& tally) noexcept;
   // Starts afresh: a new fiber, or none. Clears the worker's stuck mark.
   void forget(Worker& worker, Watch& watch) noexcept;

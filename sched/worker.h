@@ -186,7 +186,7 @@ class Worker {
   bool begin_blocking_call(Sleeps sleeps) noexcept {
     const std::uint32_t calls = blocking_call_.load(std::memory_order_relaxed);
     if ((calls & 1) != 0) return false;
-    call_sleeps_always_.store(sleeps == Sleeps::always, std::memory_order_relaxed);
+    call_sleeps_.store(sleeps, std::memory_order_relaxed);
     blocking_call_.store(calls + 1, std::memory_order_relaxed);
     return true;
   }
@@ -203,7 +203,11 @@ class Worker {
   // Whether the call in progress said Sleeps::always. Read with
   // blocking_call() without a fence: a look that pairs one call's count
   // with the last call's flag judges that call a look early or late.
-  bool call_sleeps_always() const noexcept { return call_sleeps_always_.load(std::memory_order_relaxed); }
+  bool call_sleeps_always() const noexcept { return call_sleeps_.load(std::memory_order_relaxed) == Sleeps::always; }
+  // Whether it said Sleeps::until_woken (read likewise).
+  bool call_waits_to_be_woken() const noexcept {
+    return call_sleeps_.load(std::memory_order_relaxed) == Sleeps::until_woken;
+  }
   // Sysmon's verdict that the announced call counted `call` (an odd
   // blocking_call()) outlasted the grace: that call was blocked. Kept apart
   // from stuck(), which a fiber holding the worker also draws while its
@@ -367,14 +371,14 @@ class Worker {
   FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 
-  std::uint32_t until_global_check_;             // pick_next calls left before a look at the global queue
-  std::atomic<std::uint64_t> switch_tick_{0};    // written by the worker
-  std::atomic<std::uint64_t> preempt_tick_{0};   // sysmon's request; 0: none
-  std::atomic<std::uint32_t> blocking_call_{0};  // odd: in an announced blocking call
-  std::atomic<bool> call_sleeps_always_{false};  // with blocking_call_
-  std::atomic<std::uint32_t> judged_call_{0};    // written by sysmon: judge_call_blocked
-  std::uint32_t calls_since_timer_look_ = 0;     // this worker's thread only
-  std::atomic<bool> stuck_{false};               // written by sysmon
+  std::uint32_t until_global_check_;                // pick_next calls left before a look at the global queue
+  std::atomic<std::uint64_t> switch_tick_{0};       // written by the worker
+  std::atomic<std::uint64_t> preempt_tick_{0};      // sysmon's request; 0: none
+  std::atomic<std::uint32_t> blocking_call_{0};     // odd: in an announced blocking call
+  std::atomic<Sleeps> call_sleeps_{Sleeps::maybe};  // with blocking_call_
+  std::atomic<std::uint32_t> judged_call_{0};       // written by sysmon: judge_call_blocked
+  std::uint32_t calls_since_timer_look_ = 0;        // this worker's thread only
+  std::atomic<bool> stuck_{false};                  // written by sysmon
   std::uint64_t random_state_;
   // Fibers pinned on this worker: pins_counted_ less pins_released_. Two
   // words, so that the worker's own count (count_pin, at every pin a hook

@@ -121,7 +121,7 @@ int wait_for_holder_beside(const FiberControl* me, const void* object, const Dea
   if (holding(me, object) != Holding::other_fiber) return 0;
   if (deadline == nullptr) return EBUSY;
   if (const int error = deadline->check(); error != 0) return error;
-  if (deadline->clock != CLOCK_REALTIME && deadline->clock != CLOCK_MONOTONIC) return EINVAL;
+  if (!glibc_waits_on(deadline->clock)) return EINVAL;
   // Parked on the hooks' pin: the holder runs on this thread only, and
   // this fiber looks at this thread's record when it wakes.
   const WaitingCall call(Waits::park);

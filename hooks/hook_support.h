@@ -216,10 +216,19 @@ inline Clock::time_point deadline_after_ns(std::int64_t ns) {
   return deadline_after(std::chrono::nanoseconds(ns));
 }
 
+// glibc's checks of an absolute deadline for its futex waits (semaphores,
+// mutexes, rwlocks, condition variables): the nanoseconds below a second
+// (valid_nanoseconds), a clock it waits on (futex_abstimed_supported_
+// clockid). `deadline` is read as glibc reads it: a bad pointer faults.
+inline bool valid_nanoseconds(const timespec* deadline) noexcept {
+  return deadline->tv_nsec >= 0 && deadline->tv_nsec < 1'000'000'000;
+}
+inline bool glibc_waits_on(clockid_t clock) noexcept { return clock == CLOCK_REALTIME || clock == CLOCK_MONOTONIC; }
+
 // Whether the kernel takes `ts` as a timeout: nothing negative, the
 // nanoseconds below a second (else EINVAL). Null, no timeout, is valid.
 inline bool valid_timespec(const timespec* ts) noexcept {
-  return ts == nullptr || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1'000'000'000);
+  return ts == nullptr || (ts->tv_sec >= 0 && valid_nanoseconds(ts));
 }
 
 // A relative timeout as a deadline (null: none), `timeout` valid: exact

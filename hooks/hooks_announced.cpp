@@ -71,7 +71,7 @@ namespace {
 // while the fiber parks, as a futex wait is (hooks_futex.cpp), when a
 // helper is free at once; else, and when nothing is pinned here (nothing
 // can pin itself here while this thread waits), it is announced, which
-// costs a quarter of a helper's round trip (docs/benchmarks.md). `site` is
+// costs a fraction of a helper's round trip (docs/benchmarks.md). `site` is
 // weft-dump's wait. Results and errno are the call's; on a helper a signal
 // handled on the worker meanwhile does not interrupt it, as for the hooks'
 // other parks.
@@ -81,17 +81,6 @@ auto waited_for_another(const WaitSite& site, Call&& call) {
     if (BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler))
       if (const auto result = offloaded_if_helper_free(*pool, call, site)) return *result;
   return announced_hook(call);
-}
-
-// glibc's checks of a semaphore wait's deadline, made before it looks at
-// the count: tv_nsec within a second (read as glibc reads it, which
-// faults on a bad pointer as glibc's does).
-bool valid_nanoseconds(const timespec* deadline) noexcept {
-  return deadline->tv_nsec >= 0 && deadline->tv_nsec < 1'000'000'000;
-}
-int invalid_argument() noexcept {
-  errno = EINVAL;
-  return -1;
 }
 
 // In a fiber, a semaphore with a count is taken at once, as glibc's
@@ -105,6 +94,23 @@ bool taken_at_once(sem_t* semaphore, int& result) {
   if (result == 0 || errno != EAGAIN) return true;
   errno = saved;
   return false;
+}
+
+// A semaphore's wait, `wait()` glibc's, once its deadline is checked:
+// the count taken at once, or the wait.
+template <class Wait>
+int semaphore_wait(sem_t* semaphore, Wait&& wait) {
+  int taken;
+  if (taken_at_once(semaphore, taken)) return taken;
+  return waited_for_another({"sem_t", semaphore, "wait"}, wait);
+}
+
+// glibc checks a semaphore wait's deadline before it looks at the count,
+// "even if we don't end up waiting": so does the hook, whose count comes
+// first (taken_at_once).
+int refused_deadline() noexcept {
+  set_errno(EINVAL);
+  return -1;
 }
 
 }  // namespace
@@ -231,24 +237,15 @@ int mq_timedsend(mqd_t queue, const char* message, size_t size, unsigned int pri
 }
 
 int sem_wait(sem_t* semaphore) {
-  int taken;
-  if (taken_at_once(semaphore, taken)) return taken;
-  return waited_for_another({"sem_t", semaphore, "wait"}, [&] { return real::sem_wait()(semaphore); });
+  return semaphore_wait(semaphore, [&] { return real::sem_wait()(semaphore); });
 }
 int sem_timedwait(sem_t* semaphore, const timespec* deadline) {
-  if (parking_enabled() && !valid_nanoseconds(deadline)) return invalid_argument();  // before the count, as glibc
-  int taken;
-  if (taken_at_once(semaphore, taken)) return taken;
-  return waited_for_another({"sem_t", semaphore, "wait"}, [&] { return real::sem_timedwait()(semaphore, deadline); });
+  if (parking_enabled() && !valid_nanoseconds(deadline)) return refused_deadline();
+  return semaphore_wait(semaphore, [&] { return real::sem_timedwait()(semaphore, deadline); });
 }
 int sem_clockwait(sem_t* semaphore, clockid_t clock, const timespec* deadline) {
-  // Before the count, as glibc's checks "even if we don't end up waiting".
-  if (parking_enabled() && ((clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) || !valid_nanoseconds(deadline)))
-    return invalid_argument();
-  int taken;
-  if (taken_at_once(semaphore, taken)) return taken;
-  return waited_for_another({"sem_t", semaphore, "wait"},
-                            [&] { return real::sem_clockwait()(semaphore, clock, deadline); });
+  if (parking_enabled() && !(glibc_waits_on(clock) && valid_nanoseconds(deadline))) return refused_deadline();
+  return semaphore_wait(semaphore, [&] { return real::sem_clockwait()(semaphore, clock, deadline); });
 }
 
 // The joins stay on the worker's thread, announced: made on a helper, a

@@ -197,10 +197,6 @@ int bridged_wake(pthread_cond_t* cond, Wake glibc_wake) {
 
 bool is_shared(const pthread_cond_t* cond) noexcept { return (cond_flags(cond) & kCondPshared) != 0; }
 
-bool valid_nanoseconds(const timespec* abstime) noexcept {
-  return abstime->tv_nsec >= 0 && abstime->tv_nsec < 1'000'000'000;
-}
-
 }  // namespace
 }  // namespace weft::detail::locks
 
@@ -259,7 +255,7 @@ extern "C" {
     if (!lock_hooks_enabled()) return real::pthread_cond_clockwait()(cond, mutex, clock, abstime);
     // Before anything, as glibc: a bridged wait would look at the mutex first.
     if (!valid_nanoseconds(abstime)) return EINVAL;
-    if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;
+    if (!glibc_waits_on(clock)) return EINVAL;
     if (is_shared(cond))
       return bridged_wait(cond, mutex, return_address, [cond, clock, abstime](pthread_mutex_t* held) {
         return real::pthread_cond_clockwait()(cond, held, clock, abstime);

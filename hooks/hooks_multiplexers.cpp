@@ -384,19 +384,19 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
     }
   }
   const FdSetCopy r0(r, bits), w0(w, bits), e0(e, bits);
-  int probed = 0;
+  int last_probe = 0;
   auto probe = [&] {
     r0.restore(r);
     w0.restore(w);
     e0.restore(e);
     timespec zero{0, 0};
     timeval zero_tv{0, 0};
-    probed = with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
-    return probed;
+    last_probe = with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
+    return last_probe;
   };
   // Probed before the fd sets become pollfds: a ready select allocates
   // nothing.
-  if (probe() != 0) return probed;
+  if (probe() != 0) return last_probe;
   std::vector<pollfd> fds = as_pollfds(bits, r0.get(), w0.get(), e0.get());
   const int saved = errno_value();
   for (;;) {
@@ -407,7 +407,7 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
     // select ignores (core_sys_select stops at the table's size). Waited
     // for without it. (An fd closed meanwhile inside the table fails the
     // probe: EBADF, as before.)
-    if (result != -1 || errno_value() != EBADF || probed != 0) return result;
+    if (result != -1 || errno_value() != EBADF || last_probe != 0) return result;
     const auto closed_from = std::remove_if(fds.begin(), fds.end(),
                                             [](const pollfd& p) { return real::fcntl()(p.fd, F_GETFD, nullptr) < 0; });
     if (closed_from == fds.end()) return result;

@@ -458,7 +458,7 @@ int timed_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime,
 
 int clock_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime, const void* return_address) {
   if (!lock_hooks_enabled()) return real::pthread_mutex_clocklock()(mutex, clock, abstime);
-  if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;  // before anything, as glibc
+  if (!glibc_waits_on(clock)) return EINVAL;  // before anything, as glibc
   return timed_lock(mutex, clock, abstime, return_address);
 }
 

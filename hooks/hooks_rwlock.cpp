@@ -274,7 +274,7 @@ void unlock(pthread_rwlock_t* lock, const Caller& me) noexcept {
 int check_timed(clockid_t clock, const timespec* abstime) noexcept {
   const Deadline deadline = Deadline::at_time(clock, abstime);
   if (deadline.none()) return 0;
-  if (clock != CLOCK_REALTIME && clock != CLOCK_MONOTONIC) return EINVAL;
+  if (!glibc_waits_on(clock)) return EINVAL;
   return deadline.check();
 }
 

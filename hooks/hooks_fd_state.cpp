@@ -293,6 +293,18 @@ int forget_new(int fd) noexcept {
   return fd;
 }
 
+// An open waits for another party (Sleeps::until_woken) where it waits at
+// all: a FIFO's for its other end, which may be a fiber pinned to this
+// worker by its own hook's park; sysmon then moves that fiber after
+// kReleaseHookPinsAfter (sched/sysmon.cpp, release_hook_pins_if_waiting)
+// instead of leaving both waiting for good. A regular file's open (no
+// other party: it ends by itself) meets that rule only if it lasts that
+// long.
+template <class Call>
+int announced_open(Call&& call) {
+  return forget_new(announced(call, Sleeps::until_woken));
+}
+
 // open's mode argument exists only with O_CREAT or O_TMPFILE.
 mode_t mode_argument(int flags, va_list args) {
   return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? mode_t(va_arg(args, int)) : 0;
@@ -311,7 +323,7 @@ int open(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(announced([&] { return real::open()(path, flags, mode); }));
+  return announced_open([&] { return real::open()(path, flags, mode); });
 }
 
 int open64(const char* path, int flags, ...) {
@@ -319,7 +331,7 @@ int open64(const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(announced([&] { return real::open64()(path, flags, mode); }));
+  return announced_open([&] { return real::open64()(path, flags, mode); });
 }
 
 int openat(int dir, const char* path, int flags, ...) {
@@ -327,7 +339,7 @@ int openat(int dir, const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(announced([&] { return real::openat()(dir, path, flags, mode); }));
+  return announced_open([&] { return real::openat()(dir, path, flags, mode); });
 }
 
 int openat64(int dir, const char* path, int flags, ...) {
@@ -335,11 +347,15 @@ int openat64(int dir, const char* path, int flags, ...) {
   va_start(args, flags);
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
-  return forget_new(announced([&] { return real::openat64()(dir, path, flags, mode); }));
+  return announced_open([&] { return real::openat64()(dir, path, flags, mode); });
 }
 
-int creat(const char* path, mode_t mode) { return forget_new(real::creat()(path, mode)); }
-int creat64(const char* path, mode_t mode) { return forget_new(real::creat64()(path, mode)); }
+int creat(const char* path, mode_t mode) {
+  return announced_open([&] { return real::creat()(path, mode); });
+}
+int creat64(const char* path, mode_t mode) {
+  return announced_open([&] { return real::creat64()(path, mode); });
+}
 int eventfd(unsigned int value, int flags) noexcept { return forget_new(real::eventfd()(value, flags)); }
 int epoll_create(int size) noexcept { return forget_new(real::epoll_create()(size)); }
 int epoll_create1(int flags) noexcept { return forget_new(real::epoll_create1()(flags)); }

@@ -486,6 +486,56 @@ TEST(Announced, OpenOfAFifo) {
   ::unlink(path.c_str());
 }
 
+// A FIFO's open waits for the other end, which a fiber of the same worker
+// opens once its hook's sleep (whose park resumes only on this thread)
+// ends. Before, the open blocked that thread, announced as a call that
+// ends by itself, and the sleeper waited for the thread: for good (here
+// until this test's own writer, a plain thread, opened the other end after
+// 10 s). Now sysmon moves the sleeper once the open has lasted
+// kReleaseHookPinsAfter, as behind a semaphore's wait.
+TEST(Announced, AFifosOpenForAFiberParkedInAHookOfItsWorkerEnds) {
+  const std::string path = temp_file();
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  std::atomic<bool> reader_done{false};
+  std::atomic<bool> rescued{false};
+  int reader = -1;
+  int writer = -1;
+  // The rescue: a reader still waiting after 10 s is let out, so that the
+  // test ends and fails instead of hanging.
+  std::thread rescue([&] {
+    const auto deadline = Clock::now() + 10s;
+    while (!reader_done.load() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    if (reader_done.load()) return;
+    rescued = true;
+    ::close(::open(path.c_str(), O_WRONLY | O_NONBLOCK));
+  });
+  {
+    Scheduler sched{test::config_with(1)};
+    std::atomic<bool> sleeping{false};
+    Fiber opener = sched.spawn([&] {
+      sleeping = true;
+      ::usleep(50'000);
+      // Non-blocking: a reader waiting in its open is there.
+      writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    });
+    Fiber waiter = sched.spawn([&] {
+      while (!sleeping.load()) this_fiber::yield();
+      reader = ::open(path.c_str(), O_RDONLY);
+      reader_done = true;
+    });
+    opener.join();
+    waiter.join();
+  }
+  rescue.join();
+  EXPECT_FALSE(rescued.load()) << "the reader's open waited for the sleeper, which waited for it";
+  EXPECT_GE(reader, 0);
+  EXPECT_GE(writer, 0);
+  ::close(reader);
+  ::close(writer);
+  ::unlink(path.c_str());
+}
+
 TEST(Announced, SigtimedwaitGivesWhatAPlainThreadGets) {
   sigset_t set;
   sigemptyset(&set);

@@ -29,16 +29,6 @@ bool env_says_off(const char* name) noexcept {
                               std::strcmp(value, "false") == 0 || std::strcmp(value, "no") == 0);
 }
 
-[[gnu::tls_model("initial-exec")]] thread_local bool forked_thread = false;
-
-void on_fork_child() noexcept { forked_thread = true; }
-
-// The child of a fork keeps only the thread that forked; if that was a
-// worker running a fiber, nothing will ever resume it after a park. Its
-// hooks pass through from then on; new threads (a scheduler the child
-// starts) park as usual.
-[[gnu::constructor]] void register_fork_handler() { pthread_atfork(nullptr, nullptr, &on_fork_child); }
-
 }  // namespace
 
 bool hooks_enabled() noexcept {
@@ -57,8 +47,6 @@ bool read_lock_hooks_switch() noexcept {
   lock_hooks_state.store(state, std::memory_order_relaxed);
   return state == 1;
 }
-
-bool in_forked_child() noexcept { return forked_thread || in_vfork_child(); }
 
 WEFT_TSAN_SWITCHES ParkScope::ParkScope() {
   // this_fiber::pin()'s bookkeeping, with the pins counted as the hooks'.
@@ -99,7 +87,7 @@ WEFT_TSAN_SWITCHES ParkScope::~ParkScope() {
 
 FiberControl* pinnable_fiber() noexcept {
   FiberControl* fiber = current_fiber();
-  return fiber == nullptr || in_forked_child() ? nullptr : fiber;
+  return fiber == nullptr || in_vfork_child() ? nullptr : fiber;
 }
 
 ThreadPin::ThreadPin() noexcept : fiber_(pinnable_fiber()) {

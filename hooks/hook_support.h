@@ -38,13 +38,12 @@ inline bool lock_hooks_enabled() noexcept {
   return state > 0 || (state < 0 && read_lock_hooks_switch());
 }
 
-// True on the thread that called fork(), in the child: it may still look
-// like a fiber to weft, but no worker is left to resume it. True in the
-// child of vfork too, which runs on its parent thread's memory until it
-// execs or exits (hooks/vfork_mark.cpp).
-bool in_forked_child() noexcept;
-// True in the child of vfork only: what weft keeps (the fd records, the
-// pollers) is its parent's, and the child's calls must leave it alone.
+// True in the child of vfork, which runs on its parent thread's memory,
+// thread-locals included, until it execs or exits (hooks/vfork_mark.cpp):
+// it looks like the parent's fiber, but no worker can resume it, and what
+// weft keeps (the fd records, the pollers) is its parent's, which the
+// child's calls must leave alone. (A fork() child's thread is no fiber:
+// sched/worker.cpp.)
 bool in_vfork_child() noexcept;
 
 // True when a blocking call should park the calling fiber: a fiber made
@@ -59,12 +58,12 @@ bool in_vfork_child() noexcept;
 // load (dladdr, once per call site).
 inline bool parking_enabled(const void* caller = __builtin_return_address(0),
                             const void* frame = __builtin_frame_address(0)) noexcept {
-  return !in_signal_handler() && current_fiber() != nullptr && hooks_enabled() && !in_forked_child() &&
+  return !in_signal_handler() && current_fiber() != nullptr && hooks_enabled() && !in_vfork_child() &&
          !caller_excluded(caller, frame);
 }
 
 // The running fiber if it can be pinned to its thread: null on a plain
-// thread and in a forked child (a fiber there has no worker left).
+// thread and in a vfork child (a fiber there has no worker).
 FiberControl* pinnable_fiber() noexcept;
 
 // Keeps the calling fiber on its thread for its scope with the pin of

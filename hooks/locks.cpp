@@ -118,7 +118,7 @@ Waits how_call_waits(const void* return_address) noexcept {
   if (in_signal_handler()) return Waits::block_thread;
   FiberControl* fiber = current_fiber();
   if (fiber == nullptr) return Waits::block_thread;
-  if (in_forked_child()) return Waits::block_thread;  // its worker did not come along
+  if (in_vfork_child()) return Waits::block_thread;  // its worker is the parent's
   return fiber->pin_count.load(std::memory_order_relaxed) == 0 ? Waits::park : Waits::block_fiber;
 }
 

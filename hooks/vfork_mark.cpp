@@ -10,9 +10,9 @@
 //
 // The mark is a count in the calling thread's storage, which the child
 // shares: one up before the system call, one down in the parent once it
-// resumes (the child has exec'd or exited by then). in_forked_child() is
+// resumes (the child has exec'd or exited by then). in_vfork_child() is
 // true while it is up, so the child's hooks are libc's calls, and the fd
-// hooks leave the parent's records alone (in_vfork_child()).
+// hooks leave the parent's records alone.
 //
 // In assembly, as glibc's vfork is: the child returns first, through the
 // stack it shares with the parent, so the return address is kept in a

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -69,6 +71,15 @@ void destroy_fiber_locals(FiberControl* fiber) noexcept {
   fiber->locals.shrink_to_fit();
 }
 
+// In the child of a fork() the fiber made, whose thread is no worker
+// (worker.cpp), the fiber's end is the end of the child's only thread: the
+// process exits with 0, as after its last thread's end, or an exception
+// that ended it terminates the child, as a std::thread's.
+[[noreturn]] void end_forked_childs_fiber(FiberControl* self) noexcept {
+  if (self->exception) std::rethrow_exception(self->exception);
+  std::exit(0);
+}
+
 // Every fiber starts here, on its own stack.
 transfer_t fiber_main(transfer_t transfer) {
   FiberControl* self = current_worker()->current();
@@ -79,6 +90,8 @@ transfer_t fiber_main(transfer_t transfer) {
     self->exception = std::current_exception();
   }
   destroy_fiber_locals(self);
+  if (current_worker() == nullptr) [[unlikely]]
+    end_forked_childs_fiber(self);
   return self->scheduler->finish_fiber(self);
 }
 

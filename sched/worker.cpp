@@ -17,6 +17,21 @@ namespace {
 
 [[gnu::tls_model("initial-exec")]] thread_local Worker* tls_worker = nullptr;
 
+// The child of a fork() made on a worker (by a fiber) has that thread
+// alone: its worker's loop, the other workers, sysmon and the poller are
+// the parent's. The thread stops being a worker and the fiber a fiber, so
+// that everything weft does there (a park, a yield, a join, a hook) is a
+// plain thread's; before, a park or a yield switched to the worker's loop,
+// which ran copies of the parent's fibers in the child. The fiber's end in
+// the child is its thread's end (fiber_main).
+void stop_being_a_worker_in_forked_child() noexcept {
+  tls_worker = nullptr;
+  bind_running_fiber_cell(nullptr);
+}
+[[gnu::constructor]] void register_fork_handler() {
+  pthread_atfork(nullptr, nullptr, &stop_being_a_worker_in_forked_child);
+}
+
 // Tokio caps its LIFO slot at 3: enough to keep a ping-pong pair hot,
 // little enough that the run queue behind it still moves.
 constexpr unsigned kNextStreakLimit = 3;

@@ -13,7 +13,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -115,6 +117,71 @@ TEST(HooksFork, AChildsCloseDoesNotUnregisterTheParentsFd) {
     close(pair[0]);
     close(pair[1]);
   }
+}
+
+// A fiber's fork() child has the forking thread alone, which is then a
+// plain thread: a yield or a join there (of a fiber of the child's own
+// scheduler, as docs/usage.md allows) must not run the copies of the
+// parent's fibers that the worker's run queue still lists. Before, the
+// yield switched to the worker's loop in every child, and the join in most
+// (the others parked, queued on the worker, as the copied fibers were).
+// The fiber's end in the child is its thread's: the child exits with 0.
+TEST(HooksFork, AFibersForkChildRunsNoneOfTheParentsFibers) {
+  SKIP_UNDER_TSAN();
+#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
+  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
+                  "child that allocates can hang in it";
+#endif
+  static std::atomic<int> report{-1};  // the child's pipe, for the parent's copied fibers
+  const pid_t parent = getpid();
+  std::atomic<bool> stop{false};
+  Scheduler sched(test::config_with(1));
+  std::vector<Fiber> busy;
+  for (int i = 0; i < 4; ++i) {
+    busy.push_back(sched.spawn([&] {
+      while (!stop.load()) {
+        if (getpid() != parent) {
+          (void)!write(report.load(), "R", 1);
+          _exit(42);
+        }
+        this_fiber::yield();
+      }
+    }));
+  }
+  enum class Then { yield, join, end };
+  for (const Then then : {Then::yield, Then::join, Then::end}) {
+    const char* what = then == Then::yield ? "a yield" : then == Then::join ? "a join" : "the fiber's end";
+    int fds[2];
+    ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+    report = fds[1];
+    std::fflush(nullptr);  // nothing buffered to be written twice by the child's exit()
+    pid_t child = -1;
+    sched
+        .spawn([&] {
+          child = fork();
+          if (child != 0) return;
+          alarm(20);
+          if (then == Then::yield) {
+            this_fiber::yield();
+          } else if (then == Then::join) {
+            Scheduler own(test::config_with(1));
+            own.spawn([] {}).join();
+          }
+          (void)!write(fds[1], this_fiber::is_fiber() ? "F" : "D", 1);
+          if (then != Then::end) _exit(0);
+        })
+        .join();
+    ASSERT_GT(child, 0);
+    close(fds[1]);
+    std::string said;
+    char c;
+    while (read(fds[0], &c, 1) == 1) said += c;
+    close(fds[0]);
+    EXPECT_EQ(said, "D") << "after " << what << " in the child (R: a parent's fiber ran there; F: still a fiber)";
+    EXPECT_TRUE(child_exited_cleanly(child, 30s)) << what;
+  }
+  stop = true;
+  for (Fiber& fiber : busy) fiber.join();
 }
 
 // A vfork child that closes its copies of the fds before it would exec,

@@ -253,6 +253,49 @@ TEST(LockHooks, AContendedStdMutexParksTheFiberNotTheWorker) {
       "a contended std::mutex on one worker");
 }
 
+// A lock that is the last statement of a fiber's body, or of a pool's
+// task, is a sibling call: the compiler jumps into pthread_mutex_lock, and
+// the return address the hook sees is the caller's, inside libweft, which
+// the lock hooks took for libweft's own call (hooks/locks.h) and blocked
+// the thread with: on one worker without spares, for good (here until
+// completes_within's bound). weft's headers now return into the user's
+// frame (weft/detail/user_call.h).
+pthread_mutex_t last_statements_mutex = PTHREAD_MUTEX_INITIALIZER;
+void lock_as_the_last_statement() { pthread_mutex_lock(&last_statements_mutex); }
+
+TEST(LockHooks, ALockThatEndsAFibersBodyOrAPoolsTaskParks) {
+  for (const bool pool : {false, true}) {
+    completes_within(
+        20s,
+        [pool] {
+          Scheduler sched(one_worker_config());
+          std::atomic<bool> held{false};
+          Fiber holder = sched.spawn([&] {
+            pthread_mutex_lock(&last_statements_mutex);
+            held = true;
+            this_fiber::sleep_for(50ms);  // the waiter parks meanwhile
+            pthread_mutex_unlock(&last_statements_mutex);
+          });
+          while (!held.load()) std::this_thread::sleep_for(1ms);
+          if (pool) {
+            PoolOptions options;
+            options.name = "last-statement";
+            options.threads = 1;
+            options.mode = RunMode::fibers;
+            options.scheduler = &sched;
+            Pool tasks(options);
+            tasks.post(&lock_as_the_last_statement);
+            tasks.wait();
+          } else {
+            sched.spawn(&lock_as_the_last_statement).join();
+          }
+          holder.join();
+          pthread_mutex_unlock(&last_statements_mutex);  // the waiter's
+        },
+        pool ? "a pool's task ending with a contended lock" : "a fiber's body ending with a contended lock");
+  }
+}
+
 TEST(LockHooks, TheDumpShowsWhatAParkedFiberWaitsOn) {
   Scheduler sched(test::config_with(2));
   std::mutex mu;

@@ -27,6 +27,7 @@
 #include "config.h"
 #include "detail/fiber_body.h"
 #include "detail/require_cxx20.h"
+#include "detail/user_call.h"
 #include "detail/visibility.h"
 #include "fiber.h"
 #include "snapshot.h"
@@ -99,7 +100,10 @@ Fiber spawn_on(SchedulerCore& core, const SpawnOptions& options, F&& fn) {
       Fn* fn;
       ~Destroy() { fn->~Fn(); }
     } destroy{body};
-    if (run) std::invoke(*body);
+    if (run) {
+      std::invoke(*body);
+      returned_from_user_code();
+    }
   });
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "require_cxx20.h"
+#include "user_call.h"
 
 namespace weft::detail {
 
@@ -31,7 +32,10 @@ class Task {
   struct Model final : Concept {
     explicit Model(F&& f) : fn(std::move(f)) {}
     explicit Model(const F& f) : fn(f) {}
-    void run() override { fn(); }
+    void run() override {
+      fn();
+      returned_from_user_code();
+    }
     F fn;
   };
   std::unique_ptr<Concept> body_;

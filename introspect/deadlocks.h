@@ -9,18 +9,43 @@
 // graph is a functional graph, whose cycles one walk from every node finds
 // (each node is visited once). The edges are read one fiber at a time,
 // not at one instant, so a cycle that closes and opens again within the
-// snapshot could be reported; a real deadlock stays, and the next dump
-// shows it again.
+// snapshot can look like a cycle: a lock handed from fiber to fiber names
+// its next holder before that fiber is woken (which then looks parked on
+// what it holds), and edges read while the holder changes chain into
+// rings. So a cycle found is only a candidate: its members' waits are
+// read again a moment later (read_waits, introspect/snapshot.h), and the
+// cycle is reported only if each member is still in the same park (its
+// park count unchanged) on the same object, held by the same fiber. A
+// real deadlock stays, and passes; a hand-over has woken its fiber by then.
 #pragma once
 
 #include <weft/snapshot.h>
 
+#include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace weft::detail {
 
 // Every cycle among the fibers of all of `process`'s schedulers, each once,
-// starting from its lowest fiber id; in the order of those ids.
+// starting from its lowest fiber id; in the order of those ids. Cycles in
+// which two members wait on one object are left out: an object with two
+// holders is one whose edges were read at different times (a shared
+// lock's readers give no edges).
 std::vector<DeadlockSnapshot> find_deadlocks(const ProcessSnapshot& process);
+
+// A parked fiber's wait, as read again to confirm a cycle.
+struct FiberWait {
+  std::uint64_t parks = 0;  // FiberCounts::park: another park is another wait
+  const void* object = nullptr;
+  std::uint64_t holder = 0;  // held_by_fiber
+};
+using FiberWaits = std::unordered_map<std::uint64_t, FiberWait>;  // by fiber id
+
+// The cycles of `cycles` whose every member waits in `now` as it did in
+// `process`; a member missing from `now` (no longer parked) breaks its
+// cycle.
+std::vector<DeadlockSnapshot> confirmed_deadlocks(const ProcessSnapshot& process, std::vector<DeadlockSnapshot> cycles,
+                                                  const FiberWaits& now);
 
 }  // namespace weft::detail

@@ -21,6 +21,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "../pool/pool_registry.h"
@@ -47,6 +48,12 @@ using Clock = std::chrono::steady_clock;
 // is out of file descriptors and it has no spare one to answer with: the
 // socket stays readable, and polling it at once again would spin.
 constexpr int kOutOfFilesPauseMs = 100;
+
+// How long after a dump a candidate deadlock's waits are read again
+// (introspect/deadlocks.h): a lock's hand-over between naming the next
+// holder and waking it is far shorter, even with the waker's thread
+// descheduled for a few of this machine's time slices.
+constexpr std::chrono::milliseconds kDeadlockRecheck{50};
 
 std::string process_name() {
   std::ifstream comm("/proc/self/comm");
@@ -347,9 +354,25 @@ class DumpServer {
     }
     process.pools = snapshot_pools();
     if (detail == DumpDetail::full) process.threads = snapshot_threads();
-    if (detail == DumpDetail::full) process.deadlocks = find_deadlocks(process);
+    if (detail == DumpDetail::full) process.deadlocks = confirm(process, find_deadlocks(process));
     symbolize_stacks(process);  // the addresses stay valid: code is not unloaded under a live scheduler
     return process;
+  }
+
+  // The cycles whose members still wait as `process` saw them after
+  // kDeadlockRecheck (introspect/deadlocks.h: a lock's hand-over looks like
+  // a cycle for a moment).
+  std::vector<DeadlockSnapshot> confirm(const ProcessSnapshot& process, std::vector<DeadlockSnapshot> cycles) {
+    if (cycles.empty()) return cycles;
+    std::this_thread::sleep_for(kDeadlockRecheck);
+    std::unordered_set<std::uint64_t> members;
+    for (const DeadlockSnapshot& cycle : cycles) members.insert(cycle.fibers.begin(), cycle.fibers.end());
+    FiberWaits now;
+    {
+      std::lock_guard guard(schedulers_lock_);
+      for (SchedulerCore* core : schedulers_) read_waits(*core, members, now);
+    }
+    return confirmed_deadlocks(process, std::move(cycles), now);
   }
 
   std::mutex sweep_lock_;       // held by the server's thread while it sweeps stale directories

@@ -140,4 +140,14 @@ SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
   return snap;
 }
 
+void read_waits(SchedulerCore& core, const std::unordered_set<std::uint64_t>& members, FiberWaits& out) {
+  core.registry().for_each([&](const FiberControl& fiber) {
+    if (members.count(fiber.id) == 0 || fiber.state.load(std::memory_order_relaxed) != FiberState::parked) return;
+    const char* kind = fiber.wait_kind.load(std::memory_order_relaxed);
+    const void* object = fiber.wait_object.load(std::memory_order_relaxed);
+    out[fiber.id] = {fiber.counters.park.load(std::memory_order_relaxed), object,
+                     kind != nullptr ? find_wait_owner(kind, object).fiber : 0};
+  });
+}
+
 }  // namespace weft::detail

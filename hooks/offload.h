@@ -21,6 +21,7 @@
 
 #include "../io/blocking_pool.h"
 #include "../sched/current.h"
+#include "announced.h"
 #include "hook_support.h"
 #include "real_calls.h"
 
@@ -58,13 +59,19 @@ std::optional<std::invoke_result_t<Fn&>> offload_through(Fn& fn, Run&& run) {
   return call.result;
 }
 
-// fn() on a helper, queued behind others while every helper is busy.
+// fn() on a helper, queued behind others while every helper is busy. With
+// no helper, none able to start (a thread limit), on this thread,
+// announced, as libc's call would run: a hook never throws.
 template <class Fn>
 auto offloaded(Fn&& fn) {
-  return *offload_through(fn, [](void (*call)(void*), void* arg) {
-    run_blocking(call, arg);
-    return true;
+  const auto on_a_helper = offload_through(fn, [](void (*call)(void*), void* arg) {
+    BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler);
+    const int error = errno;
+    if (pool != nullptr && pool->run_if_helper(call, arg)) return true;
+    errno = error;  // not pthread_create's: the call's own is to come
+    return false;
   });
+  return on_a_helper.has_value() ? *on_a_helper : announced(fn);
 }
 
 // fn() on a helper of `pool` if one is free at once

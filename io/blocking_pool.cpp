@@ -58,17 +58,24 @@ std::string BlockingPool::thread_name(const std::string& scheduler, unsigned ind
 }
 
 void BlockingPool::run(void (*call)(void*), void* arg) {
+  // With no helper at all the call would wait forever: say so instead.
+  if (!run_if_helper(call, arg))
+    throw std::system_error(errno, std::generic_category(), "weft::blocking: no helper thread");
+}
+
+bool BlockingPool::run_if_helper(void (*call)(void*), void* arg) {
   Job job{call, arg};
   Waiter waiter;
   waiter.payload = &job;
   lock_.lock();
   if (!queue_locked(waiter, /*at_once=*/false)) {
-    // With no helper at all the call would wait forever: say so instead.
-    const int error = errno;
+    const int error = errno;  // start_helper's
     lock_.unlock();
-    throw std::system_error(error, std::generic_category(), "weft::blocking: no helper thread");
+    errno = error;
+    return false;
   }
   park(waiter, &lock_, {"weft::blocking", this, "call"});
+  return true;
 }
 
 bool BlockingPool::run_wait_if_free(void (*call)(void*), void* arg, const WaitSite& site) {

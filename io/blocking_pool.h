@@ -63,7 +63,12 @@ class BlockingPool final : public Extension {
   static BlockingPool* find(const SchedulerCore& core) noexcept;
 
   // From a fiber: runs call(arg) on a helper and parks until it returns.
+  // Throws std::system_error if the pool has no helper and none can start
+  // (pthread_create's EAGAIN: a thread limit).
   void run(void (*call)(void*), void* arg);
+  // run() that, instead of throwing, returns false having run nothing (the
+  // hooks', which must not throw: hooks/offload.h).
+  bool run_if_helper(void (*call)(void*), void* arg);
   // run() for a wait that only another fiber's act can end (a futex wait,
   // hooks/hooks_futex.cpp), never queued: it runs only if a helper is free
   // at once (an idle one, or a new one within the limit) and fewer than

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <linux/futex.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <weft/detail/raw_syscall.h>
@@ -265,6 +266,56 @@ TEST(ResolverChild, ErrnoAndHErrnoGoHomeWhenAFiberResumesElsewhere) {
   EXPECT_FALSE(on_thread.moved);
   if (!on_fiber.moved) GTEST_SKIP() << "the lookup was answered before the blocker blocked the worker";
   EXPECT_EQ(on_fiber.values, on_thread.values);
+}
+
+// With no helper thread and none able to start (a thread limit:
+// pthread_create's EAGAIN), a lookup is made on the fiber's own thread, as
+// libc's: before, the hook threw std::system_error out of a C function
+// (a C caller without unwind tables terminated). "127.0.0.1" is a name
+// gethostbyname_r answers without NSS or DNS, on the helper as inline.
+TEST(Resolver, ALookupWithNoHelperThreadToBeHadIsMadeInline) {
+  const auto look_up = [] {
+    hostent storage{};
+    hostent* host = nullptr;
+    char buf[512];
+    int error = -1;
+    errno = EDOM;
+    const int rc = ::gethostbyname_r("127.0.0.1", &storage, buf, sizeof buf, &host, &error);
+    std::string said = std::to_string(rc) + " errno " + std::to_string(errno);
+    if (host != nullptr && host->h_addr_list[0] != nullptr) {
+      char text[INET_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET, host->h_addr_list[0], text, sizeof text);
+      said += std::string(" ") + text;
+    }
+    return said;
+  };
+  const std::string on_thread = look_up();
+  Scheduler sched{test::config_with(1)};  // its blocking pool starts no helper before its first call
+  // Every thread started from now on fails: its default stack cannot be
+  // mapped.
+  pthread_attr_t usual;
+  ASSERT_EQ(::pthread_getattr_default_np(&usual), 0);
+  pthread_attr_t unstartable;
+  ASSERT_EQ(::pthread_attr_init(&unstartable), 0);
+  ASSERT_EQ(::pthread_attr_setstacksize(&unstartable, std::size_t{1} << 46), 0);
+  ASSERT_EQ(::pthread_setattr_default_np(&unstartable), 0);
+  std::string on_fiber;
+  std::string thrown;
+  sched
+      .spawn([&] {
+        try {
+          on_fiber = look_up();
+        } catch (const std::exception& e) {
+          thrown = e.what();
+        }
+      })
+      .join();
+  ::pthread_setattr_default_np(&usual);
+  ::pthread_attr_destroy(&unstartable);
+  ::pthread_attr_destroy(&usual);
+  EXPECT_EQ(thrown, "");
+  EXPECT_EQ(on_fiber, on_thread);
+  EXPECT_EQ(sched.snapshot().blocking.threads, 0u) << "a helper started after all";
 }
 
 }  // namespace

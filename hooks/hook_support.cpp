@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "../sched/current.h"
+#include "../sched/worker.h"
 #include "fd_table.h"
 #include "real_calls.h"
 #include "tsan.h"
@@ -99,10 +100,14 @@ ThreadPin::~ThreadPin() {
 }
 
 [[gnu::noinline]] ErrnoHome::ErrnoHome() noexcept
-    : fiber_(current_fiber()), home_(&errno), releases_(fiber_->pin_releases) {}
+    : fiber_(current_fiber()), worker_(current_worker()), home_(&errno), releases_(fiber_->pin_releases) {}
+
+bool ErrnoHome::may_write_home() const noexcept {
+  return fiber_->pin_releases == releases_ || worker_->still_in_the_call_released_behind(*fiber_);
+}
 
 [[gnu::noinline]] ErrnoHome::~ErrnoHome() {
-  if (fiber_->pin_releases != releases_ && &errno != home_) *home_ = errno;
+  if (&errno != home_ && may_write_home()) *home_ = errno;
 }
 
 void CheckpointOnReturn::hook_checkpoint_slow() noexcept {

@@ -25,6 +25,8 @@
 
 namespace weft::detail {
 
+class Worker;
+
 // WEFT_HOOKS=0 (or off/false/no), read once: the hooks pass everything through.
 bool hooks_enabled() noexcept;
 
@@ -141,19 +143,29 @@ int* h_errno_here() noexcept;
 // Held by a hook's whole parking path, from before its first attempt to
 // its return: if the park's pin was released and the fiber resumed on
 // another thread (ParkScope, point 1), the errno the hook leaves is copied
-// to the calling thread's errno, which the caller may have the address of.
-// That thread is still blocked then (it was released for that), so the
-// write races with nothing.
+// to the calling thread's errno, which the caller may have the address of,
+// if that thread is still asleep in the call the fiber was released behind
+// (Worker::still_in_the_call_released_behind): then no fiber runs there to
+// see the write. Once that call has ended (it may end by itself: a futex
+// wait with a timeout, a lookup), the errno there is the next fiber's, and
+// the write is left out: the caller's cached address then reads what its
+// thread's last call left (the write can still meet a call that ends
+// between the check and the store, a few instructions apart).
 class [[nodiscard]] ErrnoHome {
  public:
   // Out of line, so that each asks for the running thread's errno afresh.
   ErrnoHome() noexcept;
   ~ErrnoHome();
+  // Whether the thread the call was made on may be written to: the fiber
+  // is still on it, or that thread is still in the call it was released
+  // behind. (offload.h writes h_errno there likewise.)
+  bool may_write_home() const noexcept;
   ErrnoHome(const ErrnoHome&) = delete;
   ErrnoHome& operator=(const ErrnoHome&) = delete;
 
  private:
   FiberControl* fiber_;
+  Worker* worker_;  // the thread's at the call
   int* home_;
   std::uint32_t releases_;
 };

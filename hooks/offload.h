@@ -55,7 +55,7 @@ std::optional<std::invoke_result_t<Fn&>> offload_through(Fn& fn, Run&& run) {
   }
   set_errno(call.error);
   *h_errno_here() = call.host_error;
-  *home_h_errno = call.host_error;
+  if (home.may_write_home()) *home_h_errno = call.host_error;
   return call.result;
 }
 

@@ -454,7 +454,7 @@ void Sysmon::release_hook_pins_if_waiting(Worker& worker, Clock::time_point sinc
   // state is read: still the call watched since `since`, asleep.
   const bool waiting = call != 0 ? in_kernel_sleep(worker.os_thread().state()) && worker.blocking_call() == call
                                  : kernel_call(worker.os_thread().id()) == SYS_futex;
-  if (waiting && worker.release_hook_pinned(scratch_) != 0) {
+  if (waiting && worker.release_hook_pinned(scratch_, call) != 0) {
     core_.idle().notify_work();
     tally.acted = true;
   }

@@ -1,6 +1,7 @@
 #include "worker.h"
 
 #include <pthread.h>
+#include <sys/syscall.h>
 
 #include <iterator>
 #include <string>
@@ -8,6 +9,7 @@
 #include "../runtime/overflow_handler.h"
 #include "futex.h"
 #include "idle_poller.h"
+#include "kernel_call.h"
 #include "run_latency.h"
 #include "scheduler_core.h"
 #include "trace.h"
@@ -243,7 +245,13 @@ std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch, bool block
   return moved;
 }
 
-std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexcept {
+bool Worker::still_in_the_call_released_behind(const FiberControl& fiber) const noexcept {
+  if (fiber.released_behind_call != 0) return blocking_call() == fiber.released_behind_call;
+  return switch_tick() == fiber.released_at_tick && kernel_call(os_thread_.id()) == SYS_futex;
+}
+
+std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch, std::uint32_t call) noexcept {
+  const std::uint64_t tick = switch_tick();
   std::size_t released = 0;
   // Pinned by hooks alone: the caller's cached &errno is this thread's,
   // and ErrnoHome writes the result there (hooks/hook_support.h). A fiber
@@ -255,6 +263,8 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexce
     fiber->pin_count.store(0, std::memory_order_relaxed);
     fiber->releasable_pins = 0;
     ++fiber->pin_releases;
+    fiber->released_behind_call = call;
+    fiber->released_at_tick = tick;
     pins_released_.fetch_add(1, std::memory_order_relaxed);
     core_.push_global(fiber);
     ++released;

@@ -169,7 +169,16 @@ class Worker {
   // workers waiting for it; hooks/hook_support.h); the run queue's other fibers go
   // where hand_off_queued would put them (the user-pinned to the inbox),
   // through `scratch`. Returns how many moved.
-  std::size_t release_hook_pinned(RunQueue<RunQueueEntry>& scratch) noexcept;
+  // `call`: the blocking call they are released behind (blocking_call(); 0
+  // for a raw futex wait), recorded in each (FiberControl::released_behind_call).
+  std::size_t release_hook_pinned(RunQueue<RunQueueEntry>& scratch, std::uint32_t call) noexcept;
+  // Whether this worker's thread is still asleep in the call that `fiber`
+  // was released behind: a released hook may then write its errno there,
+  // where its caller holds the address (hooks/hook_support.h, ErrnoHome),
+  // and no fiber runs to see it. Once the call has ended the thread runs a
+  // fiber again, whose errno that is. Any thread; a /proc read for a futex
+  // wait.
+  bool still_in_the_call_released_behind(const FiberControl& fiber) const noexcept;
   // Whether fibers pinned here may wait in the inbox or the run queue (cheap:
   // two loads).
   bool pinned_may_wait() const noexcept {

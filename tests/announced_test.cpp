@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <mqueue.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -21,11 +22,13 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <threads.h>
 #include <time.h>
 #include <unistd.h>
+#include <weft/detail/raw_syscall.h>
 #include <weft/weft.h>
 
 #include <algorithm>
@@ -303,6 +306,82 @@ TEST(Announced, AWaitForAFiberParkedInAHookOfItsWorkerEnds) {
       [&](const timespec& at) { return ::mq_timedreceive(queue, buffer, sizeof(buffer), nullptr, &at); },
       [&] { ::mq_send(queue, "x", 1, 0); });
   ::mq_close(queue);
+}
+
+// A fiber parked in a hook (a read) is pinned to its worker, whose thread
+// another fiber blocks in a raw futex wait; woken there, it is released
+// after kReleaseHookPinsAfter and resumes on the other worker. Its hook's
+// ErrnoHome writes its errno to the first thread too, where its caller
+// may hold errno's address: safe while that thread sleeps. Here the wait
+// ends first, and the thread runs its fiber on; the released fiber's
+// write then overwrote that fiber's errno (before: 777 -> 4242 under the
+// waiter's eyes). Now it is left out once the call has ended.
+TEST(Announced, AReleasedHookLeavesTheErrnoOfItsThreadsNextFiberAlone) {
+  Config config = test::config_with(2);
+  config.max_threads = 2;  // no spare: the released fiber waits for the other worker
+  Scheduler sched{config};
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  std::atomic<bool> spinner_started{false}, waiter_blocking{false}, waiter_running{false}, reader_done{false};
+  std::atomic<int> word{0};
+  std::atomic<int> seen_by_waiter{0};
+  std::atomic<pid_t> waiter_tid{0}, reader_tid_before{0}, reader_tid_after{0};
+  // Holds the other worker until the waiter runs again.
+  Fiber spinner = sched.spawn([&] {
+    spinner_started = true;
+    while (!waiter_running.load()) {
+    }
+  });
+  while (!spinner_started.load()) std::this_thread::sleep_for(1ms);
+  Fiber waiter = sched.spawn([&] {
+    waiter_tid = static_cast<pid_t>(::gettid());
+    Fiber reader = spawn([&] {
+      reader_tid_before = static_cast<pid_t>(::gettid());
+      errno = 4242;
+      char c;
+      (void)!::read(pair[0], &c, 1);  // parks, pinned here
+      reader_tid_after = static_cast<pid_t>(::gettid());
+      reader_done = true;
+    });
+    while (reader_tid_before.load() == 0 || !test::io_waiters_reach(sched, 1)) this_fiber::yield();
+    {
+      const auto pin = this_fiber::pin();
+      waiter_blocking = true;
+      const timespec limit{20, 0};
+      // The instruction itself: libc's syscall() would park a futex wait.
+      while (word.load() == 0) detail::raw_syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &limit, nullptr, 0);
+    }
+    errno = 777;
+    int* const mine = &errno;
+    waiter_running = true;
+    const auto until = Clock::now() + 5s;
+    while (!reader_done.load() && Clock::now() < until) {
+      const int now = *static_cast<volatile int*>(mine);
+      if (now != 777) seen_by_waiter = now;
+    }
+    const int now = *static_cast<volatile int*>(mine);
+    if (now != 777) seen_by_waiter = now;
+    reader.join();
+  });
+  while (!waiter_blocking.load()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(::write(pair[1], "x", 1), 1);  // the reader wakes, pinned to the blocked thread
+  const auto handed_off = [&] {
+    std::uint64_t moved = 0;
+    for (const WorkerSnapshot& w : sched.snapshot().workers) moved += w.handoffs;
+    return moved;
+  };
+  const auto give_up = Clock::now() + 10s;
+  while (handed_off() == 0 && Clock::now() < give_up) std::this_thread::sleep_for(5ms);
+  word = 1;
+  detail::raw_syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  waiter.join();
+  spinner.join();
+  ::close(pair[0]);
+  ::close(pair[1]);
+  if (reader_tid_before.load() != waiter_tid.load() || reader_tid_after.load() == reader_tid_before.load())
+    GTEST_SKIP() << "the reader was not released from the waiter's thread";
+  EXPECT_EQ(seen_by_waiter.load(), 0) << "the waiter's errno changed from 777 while it ran";
 }
 
 // A semaphore wait's deadline is checked before the count, as glibc checks

@@ -1,6 +1,9 @@
 #include <weft/semaphore.h>
 
+#include <limits>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 namespace weft {
 
@@ -27,6 +30,11 @@ bool Semaphore::acquire_until(detail::Clock::time_point deadline) {
 void Semaphore::release(std::uint64_t n) {
   {
     std::lock_guard guard(lock_);
+    // Wrapping would lose every permit: refused, the count kept (as a
+    // std::counting_semaphore's precondition, and Go's semaphore panics).
+    if (n > std::numeric_limits<std::uint64_t>::max() - permits_)
+      throw std::logic_error("weft::Semaphore::release(" + std::to_string(n) + ") with " + std::to_string(permits_) +
+                             " available: the count would pass 2^64 - 1");
     permits_ += n;
     while (permits_ > 0 && !waiters_.empty()) {
       --permits_;  // handed to the woken waiter

@@ -2,6 +2,9 @@
 #include <weft/weft.h>
 
 #include <atomic>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "sync_support.h"
@@ -20,6 +23,17 @@ TEST(Semaphore, CountsPermits) {
   EXPECT_FALSE(s.try_acquire());
   s.release(3);
   EXPECT_EQ(s.available(), 3u);
+}
+
+// A release past the count's range is refused, the count kept: it wrapped
+// to a few permits, silently.
+TEST(Semaphore, AReleasePastTheCountsRangeThrowsAndKeepsTheCount) {
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  Semaphore s{kMax - 1};
+  s.release(1);
+  EXPECT_EQ(s.available(), kMax);
+  EXPECT_THROW(s.release(2), std::logic_error);
+  EXPECT_EQ(s.available(), kMax);
 }
 
 TEST_P(SemaphoreTest, BoundsConcurrency) {

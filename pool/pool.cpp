@@ -13,6 +13,7 @@
 #include <typeinfo>
 
 #include "../runtime/log.h"
+#include "../sched/scheduler_core.h"
 #include "pool_core.h"
 #include "thread_registry.h"
 
@@ -67,6 +68,7 @@ std::string describe(std::exception_ptr error) {
 
 PoolCore::PoolCore(PoolOptions options, Scheduler& (*default_scheduler)(), PoolServices* services)
     : options_(checked(std::move(options))),
+      fork_generation_(current_fork_generation()),
       scheduler_(scheduler_for(options_, default_scheduler)),
       registration_(*this, options_.name, services) {}
 
@@ -185,7 +187,17 @@ void PoolCore::report(std::exception_ptr error) noexcept {
               describe(error).c_str());
 }
 
+bool PoolCore::in_forked_child() const { return current_fork_generation() != fork_generation_; }
+
+void PoolCore::require_this_process(const char* what) const {
+  if (in_forked_child())
+    throw std::logic_error("weft::Pool \"" + options_.name + "\": " + what +
+                           " in a forked child: its runners are the parent process's; make a new weft::Pool in the "
+                           "child (docs/usage.md)");
+}
+
 void PoolCore::enqueue(Task task) {
+  require_this_process("a task queued");
   // A runner first, so that a failure to start one queues nothing.
   const bool claimed = claim_idle_runner();
   if (!claimed) start_runner();
@@ -214,6 +226,7 @@ void PoolCore::require_outside(const char* what) const {
 }
 
 bool PoolCore::wait_until(Clock::time_point deadline) {
+  require_this_process("wait()");
   require_outside("wait()");
   std::unique_lock guard(lock_);
   ++waiters_;
@@ -270,6 +283,7 @@ std::uint64_t PoolCore::queued() const {
 }
 
 void PoolCore::shutdown() {
+  require_this_process("shutdown()");
   require_outside("shutdown() (or the destructor)");
   std::lock_guard guard(shutdown_lock_);
   {
@@ -315,7 +329,11 @@ PoolSnapshot PoolCore::snapshot() const {
 
 namespace weft {
 
-Pool::~Pool() = default;
+Pool::~Pool() {
+  // In a forked child the runners are not there to join: the parent's pool
+  // is left to the child's exit, as a Scheduler's core is.
+  if (core_->in_forked_child()) (void)core_.release();
+}
 
 void Pool::enqueue(detail::Task task) { core_->enqueue(std::move(task)); }
 void Pool::wait() { core_->wait_until(detail::no_deadline); }

@@ -63,6 +63,11 @@ class PoolCore {
   bool paused() const;
   void shutdown();
   bool shut_down() const noexcept { return closed_.load(std::memory_order_relaxed); }
+  // In the child of a fork(): the runners are the parent's threads (or
+  // fibers of its scheduler), so nothing would run a task; enqueue, wait
+  // and shutdown throw std::logic_error, and Pool leaks this core instead
+  // of joining them (docs/usage.md, "fork()").
+  bool in_forked_child() const;
 
   const PoolOptions& options() const noexcept { return options_; }
   bool on_fibers() const noexcept { return scheduler_ != nullptr; }
@@ -93,12 +98,15 @@ class PoolCore {
   [[noreturn]] void throw_closed() const;
   // Throws std::logic_error when called from one of this pool's tasks.
   void require_outside(const char* what) const;
+  // Throws std::logic_error in a forked child (in_forked_child).
+  void require_this_process(const char* what) const;
 
   const PoolOptions options_;
-  Scheduler* const scheduler_;  // null: thread mode
-  mutable Mutex lock_;          // for the queue and the counts below it
-  ConditionVariable work_;      // runners: a task, an unpause or the close
-  ConditionVariable settled_;   // callers of wait(): settled_locked()
+  const unsigned fork_generation_;  // the process's forks before this pool
+  Scheduler* const scheduler_;      // null: thread mode
+  mutable Mutex lock_;              // for the queue and the counts below it
+  ConditionVariable work_;          // runners: a task, an unpause or the close
+  ConditionVariable settled_;       // callers of wait(): settled_locked()
   std::deque<Queued> queue_;
   std::uint64_t unfinished_ = 0;
   unsigned waiting_runners_ = 0;  // in work_.wait

@@ -61,6 +61,11 @@ Fiber::~Fiber() {
 void Fiber::join() {
   if (!joinable()) throw std::logic_error("weft::Fiber::join: the fiber is not joinable");
   if (detail::current_fiber() == control_) throw std::logic_error("weft::Fiber::join: a fiber cannot join itself");
+  if (control_->scheduler->in_forked_child())
+    throw std::logic_error(
+        "weft::Fiber::join: the fiber is the parent process's (this is a forked child), of "
+        "scheduler \"" +
+        control_->scheduler->config().name + "\"; its end is not seen here");
   // A child that has already finished needs no lock: `finished` is set
   // (release) after its exception is stored, and never cleared.
   auto finished = [this] {

@@ -101,14 +101,14 @@ transfer_t fiber_main(transfer_t transfer) {
 // process's own fact, not a registry of schedulers.
 std::atomic<unsigned> fork_generation{0};
 
+}  // namespace
+
 unsigned current_fork_generation() {
   static const bool registered =
       ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); }) == 0;
   if (!registered) throw std::system_error(errno, std::generic_category(), "weft: pthread_atfork");
   return fork_generation.load(std::memory_order_relaxed);
 }
-
-}  // namespace
 
 SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
     : config_(validated(config)),

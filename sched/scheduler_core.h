@@ -95,6 +95,12 @@ namespace weft::detail {
 
 class Worker;
 
+// How many times this process is a fork()ed child of the process it started
+// as (an atfork handler counts them, registered at the first call): an
+// object that keeps the value it was made with is in a forked child once
+// it differs. Throws std::system_error if the handler cannot be registered.
+unsigned current_fork_generation();
+
 // What a core is built from besides its Config: the parts of the layers
 // above sched/, behind interfaces that sched/ owns, so that the arrows point
 // down at link time too. The composition root (compose/scheduler.cpp) fills

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -182,6 +183,72 @@ TEST(HooksFork, AFibersForkChildRunsNoneOfTheParentsFibers) {
   }
   stop = true;
   for (Fiber& fiber : busy) fiber.join();
+}
+
+// The parent's pools and fibers in a fork() child: their runners and
+// workers are the parent's threads, so nothing there would run a task or
+// end a fiber. Each use says so (std::logic_error naming the fork) instead
+// of waiting for good, and the pools' destruction leaves them alone.
+// Before, a submit's get(), a wait(), a join and a fiber pool's
+// destruction each hung.
+TEST(HooksFork, TheParentsPoolsAndFibersRefuseTheForkChild) {
+  SKIP_UNDER_TSAN();
+#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
+  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
+                  "child that allocates can hang in it";
+#endif
+  Scheduler sched(test::config_with(2));
+  Latch release(1);
+  Fiber running = sched.spawn([&] { release.wait(); });
+  const auto pool_options = [&](RunMode mode) {
+    PoolOptions options;
+    options.name = mode == RunMode::threads ? "fork-threads" : "fork-fibers";
+    options.threads = 2;
+    options.mode = mode;
+    options.scheduler = &sched;
+    return options;
+  };
+  auto threads = std::make_unique<Pool>(pool_options(RunMode::threads));
+  auto fibers = std::make_unique<Pool>(pool_options(RunMode::fibers));
+  for (Pool* pool : {threads.get(), fibers.get()}) pool->submit([] { return 1; }).get();  // runners started
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);
+    std::string said;
+    const auto refused = [&](const char* what, auto&& use) {
+      try {
+        use();
+        said += std::string(what) + " went on; ";
+      } catch (const std::logic_error& e) {
+        if (std::strstr(e.what(), "forked child") == nullptr) said += std::string(what) + ": " + e.what() + "; ";
+      }
+    };
+    for (Pool* pool : {threads.get(), fibers.get()}) {
+      refused("submit", [&] { pool->submit([] { return 2; }).get(); });
+      refused("wait", [&] { pool->wait(); });
+      refused("shutdown", [&] { pool->shutdown(); });
+    }
+    refused("join", [&] { running.join(); });
+    threads.reset();
+    fibers.reset();
+    if (said.empty()) said = "ok";
+    (void)!write(fds[1], said.data(), said.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  const bool exited = child_exited_cleanly(child, 15s);
+  std::string said;
+  char buffer[256];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) said.append(buffer, std::size_t(n));
+  close(fds[0]);
+  EXPECT_TRUE(exited) << "the child hung (killed after 15 s)";
+  EXPECT_EQ(said, "ok");
+  release.count_down();
+  running.join();
 }
 
 // A vfork child that closes its copies of the fds before it would exec,

@@ -24,14 +24,17 @@
 // The calls that wait for another party to act (the file locks, wait, the
 // signals, the IPC, the threads) say so, Sleeps::until_woken: the party
 // may be a fiber pinned to this worker, which sysmon then releases.
-//   DNS queries    res_query, res_search, res_querydomain, res_send and
-//                  their res_n* forms, and the __res_* names binaries built
-//                  against glibc before 2.34 call (glibc's resolver makes
-//                  its poll, send and recv inside libc, where no hook sees
-//                  them). Not offloaded to helper threads as getaddrinfo
-//                  is (hooks_resolver.cpp): the forms without a state use
-//                  the calling thread's _res, its options and nameservers,
-//                  which a helper thread does not have.
+//   DNS queries    res_query, res_search, res_querydomain, res_send, and
+//                  the __res_* names binaries built against glibc before
+//                  2.34 call (glibc's resolver makes its poll, send and
+//                  recv inside libc, where no hook sees them). Not
+//                  offloaded to helper threads as getaddrinfo is
+//                  (hooks_resolver.cpp): they use the calling thread's
+//                  _res, its options and nameservers, which a helper does
+//                  not have. They wait for a nameserver (until_woken):
+//                  fibers pinned here by their hooks move after a second.
+//                  Their res_n* forms, whose state is an argument, are made
+//                  on a helper while the fiber parks (offloaded_query).
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
 #include <mqueue.h>
@@ -60,6 +63,17 @@
 
 namespace weft::detail {
 namespace {
+
+// A query with its resolver state in an argument: on a helper of the
+// blocking pool while the fiber parks, as getaddrinfo (hooks_resolver.cpp),
+// so that the fibers pinned to this worker by their hooks run meanwhile;
+// errno and h_errno as the caller's thread would have them (offload.h).
+template <class Query>
+int offloaded_query(Query&& query) {
+  if (!parking_enabled()) return query();
+  const CheckpointOnReturn at_return;
+  return offloaded(query);
+}
 
 // A wait that another party ends (a post, the last arrival at a barrier, a
 // thread's end). Announced, the call blocks this thread, and the worker's
@@ -271,31 +285,32 @@ int thrd_join(thrd_t thread, int* result) {
 }
 
 int res_query(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return announced_hook([&] { return real::res_query()(name, klass, type, answer, length); });
+  return announced_hook([&] { return real::res_query()(name, klass, type, answer, length); }, Sleeps::until_woken);
 }
 int res_search(const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return announced_hook([&] { return real::res_search()(name, klass, type, answer, length); });
+  return announced_hook([&] { return real::res_search()(name, klass, type, answer, length); }, Sleeps::until_woken);
 }
 int res_querydomain(const char* name, const char* domain, int klass, int type, unsigned char* answer,
                     int length) noexcept {
-  return announced_hook([&] { return real::res_querydomain()(name, domain, klass, type, answer, length); });
+  return announced_hook([&] { return real::res_querydomain()(name, domain, klass, type, answer, length); },
+                        Sleeps::until_woken);
 }
 int res_send(const unsigned char* message, int message_length, unsigned char* answer, int length) noexcept {
-  return announced_hook([&] { return real::res_send()(message, message_length, answer, length); });
+  return announced_hook([&] { return real::res_send()(message, message_length, answer, length); }, Sleeps::until_woken);
 }
 int res_nquery(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return announced_hook([&] { return real::res_nquery()(state, name, klass, type, answer, length); });
+  return offloaded_query([&] { return real::res_nquery()(state, name, klass, type, answer, length); });
 }
 int res_nsearch(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return announced_hook([&] { return real::res_nsearch()(state, name, klass, type, answer, length); });
+  return offloaded_query([&] { return real::res_nsearch()(state, name, klass, type, answer, length); });
 }
 int res_nquerydomain(res_state state, const char* name, const char* domain, int klass, int type, unsigned char* answer,
                      int length) noexcept {
-  return announced_hook([&] { return real::res_nquerydomain()(state, name, domain, klass, type, answer, length); });
+  return offloaded_query([&] { return real::res_nquerydomain()(state, name, domain, klass, type, answer, length); });
 }
 int res_nsend(res_state state, const unsigned char* message, int message_length, unsigned char* answer,
               int length) noexcept {
-  return announced_hook([&] { return real::res_nsend()(state, message, message_length, answer, length); });
+  return offloaded_query([&] { return real::res_nsend()(state, message, message_length, answer, length); });
 }
 
 // The names glibc's <resolv.h> gave these calls before 2.34 (it defined

@@ -5,9 +5,11 @@
 // thread; and they run at once, not a fixed few at a time (the blocking
 // pool grows: io/blocking_pool.h).
 #include <arpa/inet.h>
+#include <arpa/nameser.h>
 #include <linux/futex.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <resolv.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <weft/detail/raw_syscall.h>
@@ -266,6 +268,63 @@ TEST(ResolverChild, ErrnoAndHErrnoGoHomeWhenAFiberResumesElsewhere) {
   EXPECT_FALSE(on_thread.moved);
   if (!on_fiber.moved) GTEST_SKIP() << "the lookup was answered before the blocker blocked the worker";
   EXPECT_EQ(on_fiber.values, on_thread.values);
+}
+
+TEST(Resolver, AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun) {
+  expect_child_passed("query", "ResolverChild.AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun");
+}
+
+// res_nquery (its state an argument) runs on a helper while the fiber
+// parks, as getaddrinfo: a fiber of the same worker parked in a hook (a
+// 1 ms usleep, which resumes only on its own thread) ticks meanwhile.
+// Before, the query was made on the worker, announced, and the ticker
+// waited the whole 200 ms answer for the thread: 0 ticks. Its answer,
+// errno and h_errno are a plain thread's.
+TEST(ResolverChild, AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun) {
+  if (!test::child_mode("query"))
+    GTEST_SKIP() << "runs in the child of Resolver.AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun";
+  const std::string why = test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 200);
+  if (!why.empty()) GTEST_SKIP() << "no private nameserver: " << why;
+  const auto query = [] {
+    struct __res_state state {};
+    if (::res_ninit(&state) != 0) return std::string("res_ninit failed");
+    unsigned char answer[512];
+    errno = EDOM;
+    h_errno = 12345;
+    const int length = ::res_nquery(&state, "h5.weft.test", C_IN, T_A, answer, sizeof answer);
+    const std::string said =
+        std::to_string(length) + " errno " + std::to_string(errno) + " h_errno " + std::to_string(h_errno);
+    ::res_nclose(&state);
+    return said;
+  };
+  std::string on_thread;
+  std::thread([&] { on_thread = query(); }).join();
+  std::string on_fiber;
+  std::atomic<int> ticks{0};
+  std::atomic<bool> done{false};
+  int ticks_during = -1;
+  {
+    Scheduler sched{test::config_with(1)};
+    Fiber ticker = sched.spawn([&] {
+      while (!done.load()) {
+        ::usleep(1000);
+        ticks.fetch_add(1);
+      }
+    });
+    sched
+        .spawn([&] {
+          const int before = ticks.load();
+          on_fiber = query();
+          ticks_during = ticks.load() - before;
+        })
+        .join();
+    done = true;
+    ticker.join();
+  }
+  EXPECT_EQ(on_fiber, on_thread);
+  EXPECT_GT(std::stoi(on_thread), 0) << on_thread;
+  EXPECT_GE(ticks_during, 5) << "the ticker's sleeps waited for the query's 200 ms";
+  test::DnsSandbox::stop();
 }
 
 // With no helper thread and none able to start (a thread limit:

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -126,6 +127,33 @@ TEST(DumpOwners, CountsTheReadersOfASharedMutex) {
   EXPECT_EQ((*writer_json)["wait"]["held_by_readers"].get<std::uint32_t>(), 2u);
   const std::string text = tools::render_dump_text(answer.snapshot);
   EXPECT_NE(fiber_block(text, "writer").find("(lock) (held by 2 readers) for "), std::string::npos) << text;
+}
+
+// A fiber waiting for a std::mutex: its stack starts with the lock call,
+// std::mutex::lock or pthread_mutex_lock (docs/dump.md), not with the hooks' contended path, whose frames are all
+// libweft's. Before: "at weft::detail::locks::(anonymous
+// namespace)::lock_contended".
+TEST(DumpStacks, AStdMutexWaitStartsAtTheLockCall) {
+  Scheduler sched{test::config_with(1)};
+  std::mutex mu;
+  mu.lock();
+  Fiber waiter = sched.spawn({.name = "std-waiter"}, [&] {
+    mu.lock();
+    mu.unlock();
+  });
+  const SchedulerSnapshot parked = parked_snapshot(sched, "std-waiter");
+  ASSERT_EQ(named(parked, "std-waiter")->wait_kind, "std::mutex");
+  const auto answer = tools::request_dump(::getpid(), "dump", 30s);
+  mu.unlock();
+  waiter.join();
+  const std::string text = tools::render_dump_text(answer.snapshot);
+  const std::string block = fiber_block(text, "std-waiter");
+  // Where the hook's own frame is kept (TSan's build), it is the call's.
+  const std::size_t at = block.find("\n      at ");
+  ASSERT_NE(at, std::string::npos) << block;
+  const std::string first = block.substr(at + 1, block.find('(', at) - at - 1);
+  EXPECT_TRUE(first == "      at std::mutex::lock " || first == "      at pthread_mutex_lock ") << block;
+  EXPECT_EQ(text.find("weft::detail::"), std::string::npos) << block;
 }
 
 // tests/deadlock_child.cpp: two mutexes taken in opposite orders, and two

@@ -160,9 +160,10 @@ ShownFrame public_call(const FiberSnapshot& fiber, const ProcessSnapshot& dump, 
       break;
     }
   // Only internal frames: the public function was inlined into the
-  // caller (this_fiber::sleep_for), so the wait site names the call.
-  if (chosen == run && starts_with(kind, "weft::") && !operation.empty())
-    return frame(dump, fiber.stack[run - 1], kind + "::" + operation);
+  // caller (this_fiber::sleep_for), or the wait is the hooks' own
+  // (std::mutex's lock, reached through pthread_mutex_lock's hook, whose
+  // contended path is libweft's), so the wait site names the call.
+  if (chosen == run && !operation.empty()) return frame(dump, fiber.stack[run - 1], kind + "::" + operation);
   if (chosen == run) chosen = run - 1;
   const FrameSymbol* s = symbol_at(dump, fiber.stack[chosen]);
   const std::string name = s == nullptr ? detail::dump::hex(fiber.stack[chosen])

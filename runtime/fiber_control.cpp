@@ -12,6 +12,8 @@ namespace weft::detail {
 namespace {
 
 [[gnu::tls_model("initial-exec")]] thread_local const std::atomic<FiberControl*>* tls_running_fiber = nullptr;
+// own_fiber()'s answer in a fork child, where tls_running_fiber is unbound.
+[[gnu::tls_model("initial-exec")]] thread_local FiberControl* tls_forked_fiber = nullptr;
 
 // Writes "fiber-<id>" without allocating (also used from a signal handler).
 void format_default_name(std::uint64_t id, char* out, std::size_t size) noexcept {
@@ -37,6 +39,13 @@ void format_default_name(std::uint64_t id, char* out, std::size_t size) noexcept
   const std::atomic<FiberControl*>* cell = tls_running_fiber;
   return cell != nullptr ? cell->load(std::memory_order_relaxed) : nullptr;
 }
+
+FiberControl* own_fiber() noexcept {
+  FiberControl* fiber = current_fiber();
+  return fiber != nullptr ? fiber : tls_forked_fiber;
+}
+
+void keep_identity_in_forked_child(FiberControl* fiber) noexcept { tls_forked_fiber = fiber; }
 
 void bind_running_fiber_cell(const std::atomic<FiberControl*>* cell) noexcept { tls_running_fiber = cell; }
 

@@ -186,6 +186,15 @@ FiberSnapshot take_snapshot(const FiberControl& fiber);
 // worker between fibers). Never cached across a switch: a fiber may resume
 // on another thread.
 FiberControl* current_fiber() noexcept;
+// The fiber whose identity the calling code has: the running fiber; in the
+// child of a fork() a fiber made, whose thread is no fiber there
+// (sched/worker.cpp), that fiber still, so that what it holds and keeps
+// (the weft::Mutexes it locked, its FiberLocals, its name) stays its own,
+// as a thread's do across fork. Null on a plain thread.
+FiberControl* own_fiber() noexcept;
+// In the fork child: keeps `fiber` (the forking thread's running fiber) as
+// own_fiber()'s answer once the running-fiber cell is unbound.
+void keep_identity_in_forked_child(FiberControl* fiber) noexcept;
 // The thread's running-fiber cell: a worker thread binds the cell in which
 // it records the fiber it runs (Worker's current_), once at its start, and
 // unbinds it (null) at its end; current_fiber() reads it.

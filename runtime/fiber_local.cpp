@@ -11,7 +11,7 @@ namespace {
 std::atomic<std::size_t> next_slot{0};
 
 FiberControl& require_fiber() {
-  FiberControl* fiber = current_fiber();
+  FiberControl* fiber = own_fiber();
   if (fiber == nullptr) throw std::logic_error("weft::FiberLocal accessed from a plain thread, not a weft fiber");
   return *fiber;
 }

@@ -61,16 +61,18 @@ Fiber::~Fiber() {
 void Fiber::join() {
   if (!joinable()) throw std::logic_error("weft::Fiber::join: the fiber is not joinable");
   if (detail::current_fiber() == control_) throw std::logic_error("weft::Fiber::join: a fiber cannot join itself");
-  if (control_->scheduler->in_forked_child())
-    throw std::logic_error(
-        "weft::Fiber::join: the fiber is the parent process's (this is a forked child), of "
-        "scheduler \"" +
-        control_->scheduler->config().name + "\"; its end is not seen here");
   // A child that has already finished needs no lock: `finished` is set
   // (release) after its exception is stored, and never cleared.
   auto finished = [this] {
     return (control_->end_flags.load(std::memory_order_acquire) & detail::FiberControl::finished) != 0;
   };
+  // In a forked child, a fiber of the parent's that had not finished at the
+  // fork never will (a finished one is joined as a finished thread is).
+  if (!finished() && control_->scheduler->in_forked_child())
+    throw std::logic_error(
+        "weft::Fiber::join: the fiber is the parent process's (this is a forked child), of "
+        "scheduler \"" +
+        control_->scheduler->config().name + "\"; its end is not seen here");
   if (!finished())
     detail::wait_unless(control_->joiners, control_->join_lock, finished, {"weft::Fiber", control_, "join"});
   joinable_ = false;

@@ -11,7 +11,7 @@ namespace weft::this_fiber {
 namespace {
 
 detail::FiberControl& require_fiber(const char* what) {
-  detail::FiberControl* fiber = detail::current_fiber();
+  detail::FiberControl* fiber = detail::own_fiber();
   if (fiber == nullptr)
     throw std::logic_error(std::string(what) + " must be called from a weft fiber, not from a plain thread");
   return *fiber;
@@ -39,7 +39,7 @@ void sleep_until(std::chrono::steady_clock::time_point deadline) {
 }
 
 std::uint64_t id() noexcept {
-  detail::FiberControl* fiber = detail::current_fiber();
+  detail::FiberControl* fiber = detail::own_fiber();
   return fiber != nullptr ? fiber->id : 0;
 }
 
@@ -67,7 +67,8 @@ namespace weft::detail {
 void pin_current(FiberControl& fiber) noexcept {
   const std::uint32_t pins = fiber.pin_count.load(std::memory_order_relaxed);
   fiber.pin_count.store(pins + 1, std::memory_order_relaxed);
-  if (pins == 0) current_worker()->count_pin(1);
+  if (pins == 0)
+    if (Worker* worker = current_worker()) worker->count_pin(1);  // none in a fork child
 }
 
 void unpin_current(FiberControl& fiber) noexcept {

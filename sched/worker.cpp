@@ -24,9 +24,11 @@ namespace {
 // the parent's. The thread stops being a worker and the fiber a fiber, so
 // that everything weft does there (a park, a yield, a join, a hook) is a
 // plain thread's; before, a park or a yield switched to the worker's loop,
-// which ran copies of the parent's fibers in the child. The fiber's end in
+// which ran copies of the parent's fibers in the child. Its identity stays
+// (own_fiber(): its weft::Mutexes, FiberLocals, name). The fiber's end in
 // the child is its thread's end (fiber_main).
 void stop_being_a_worker_in_forked_child() noexcept {
+  keep_identity_in_forked_child(current_fiber());
   tls_worker = nullptr;
   bind_running_fiber_cell(nullptr);
 }

@@ -32,7 +32,7 @@ std::uintptr_t caller_identity() noexcept {
   [[gnu::tls_model("initial-exec")]] thread_local ThreadToken thread_token;
   // One (deliberately not inlined) look at the thread's running fiber: a
   // fiber may resume on another thread, so its TLS address is never cached.
-  if (detail::FiberControl* fiber = detail::current_fiber()) return reinterpret_cast<std::uintptr_t>(fiber);
+  if (detail::FiberControl* fiber = detail::own_fiber()) return reinterpret_cast<std::uintptr_t>(fiber);
   if (thread_token.tid == 0) [[unlikely]]
     thread_token.tid = static_cast<int>(::gettid());
   return reinterpret_cast<std::uintptr_t>(&thread_token) | kThreadBit;

@@ -185,6 +185,57 @@ TEST(HooksFork, AFibersForkChildRunsNoneOfTheParentsFibers) {
   for (Fiber& fiber : busy) fiber.join();
 }
 
+// What a fiber holds and keeps is still its own in its fork() child, as
+// a thread's is across fork: the weft::Mutex it locked (its unlock there
+// aborted, "unlocked by thread N, which does not own it"), its FiberLocal
+// and its name (they threw "accessed from a plain thread"), and a fiber
+// that had finished is joined (it threw, as for one still running).
+TEST(HooksFork, AFibersForkChildKeepsWhatTheFiberHeld) {
+  SKIP_UNDER_TSAN();
+#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
+  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
+                  "child that allocates can hang in it";
+#endif
+  Scheduler sched(test::config_with(1));
+  Fiber finished = sched.spawn([] {});
+  for (const auto until = Clock::now() + 10s; !sched.snapshot().fibers.empty() && Clock::now() < until;)
+    std::this_thread::sleep_for(1ms);  // it ended
+  static FiberLocal<std::string> request;
+  Mutex mutex;
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  std::fflush(nullptr);
+  pid_t child = -1;
+  sched
+      .spawn({.name = "forker"},
+             [&] {
+               *request = "req-42";
+               std::lock_guard guard(mutex);
+               child = fork();
+               if (child != 0) return;
+               alarm(20);
+               std::string said = *request + " " + this_fiber::name();
+               try {
+                 finished.join();
+                 said += " joined";
+               } catch (const std::exception& e) {
+                 said += std::string(" join: ") + e.what();
+               }
+               (void)!write(fds[1], said.data(), said.size());
+               // The guard unlocks here, in the child; then exit(0).
+             })
+      .join();
+  ASSERT_GT(child, 0);
+  close(fds[1]);
+  std::string said;
+  char buffer[256];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) said.append(buffer, std::size_t(n));
+  close(fds[0]);
+  EXPECT_TRUE(child_exited_cleanly(child, 15s)) << said;
+  EXPECT_EQ(said, "req-42 forker joined");
+  finished.join();
+}
+
 // The parent's pools and fibers in a fork() child: their runners and
 // workers are the parent's threads, so nothing there would run a task or
 // end a fiber. Each use says so (std::logic_error naming the fork) instead

@@ -82,8 +82,11 @@ std::vector<DeadlockSnapshot> confirmed_deadlocks(const ProcessSnapshot& process
   const auto still_waits = [&](std::uint64_t member) {
     const FiberSnapshot& then = *waiting.at(member);
     const auto seen = now.find(member);
-    return seen != now.end() && seen->second.parks == then.counts.park && seen->second.object == then.wait_object &&
-           seen->second.holder == then.held_by_fiber;
+    if (seen == now.end() || seen->second.object != then.wait_object || seen->second.holder != then.held_by_fiber)
+      return false;
+    // Waiting for what it holds itself: a real one stays in its park; a
+    // lock handed to it again and again looks so for a moment each time.
+    return then.held_by_fiber != member || seen->second.parks == then.counts.park;
   };
   std::erase_if(cycles, [&](const DeadlockSnapshot& cycle) {
     return !std::all_of(cycle.fibers.begin(), cycle.fibers.end(), still_waits);

@@ -14,9 +14,11 @@
 // what it holds), and edges read while the holder changes chain into
 // rings. So a cycle found is only a candidate: its members' waits are
 // read again a moment later (read_waits, introspect/snapshot.h), and the
-// cycle is reported only if each member is still in the same park (its
-// park count unchanged) on the same object, held by the same fiber. A
-// real deadlock stays, and passes; a hand-over has woken its fiber by then.
+// cycle is reported only if each member is still parked on the same
+// object, held by the same fiber, and a fiber that waits for what it holds
+// itself still in the same park (its park count). A real deadlock stays,
+// and passes (also one whose member parks again and again, a timed
+// try_lock in a loop); a hand-over has woken its fiber by then.
 #pragma once
 
 #include <weft/snapshot.h>
@@ -36,7 +38,7 @@ std::vector<DeadlockSnapshot> find_deadlocks(const ProcessSnapshot& process);
 
 // A parked fiber's wait, as read again to confirm a cycle.
 struct FiberWait {
-  std::uint64_t parks = 0;  // FiberCounts::park: another park is another wait
+  std::uint64_t parks = 0;  // FiberCounts::park
   const void* object = nullptr;
   std::uint64_t holder = 0;  // held_by_fiber
 };

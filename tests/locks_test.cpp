@@ -260,21 +260,26 @@ TEST(LockHooks, AContendedStdMutexParksTheFiberNotTheWorker) {
 // the thread with: on one worker without spares, for good (here until
 // completes_within's bound). weft's headers now return into the user's
 // frame (weft/detail/user_call.h).
-pthread_mutex_t last_statements_mutex = PTHREAD_MUTEX_INITIALIZER;
-void lock_as_the_last_statement() { pthread_mutex_lock(&last_statements_mutex); }
+// Each variant's mutex stays locked by the fiber that ended holding it
+// (unlocked by another, TSan would report the misuse).
+pthread_mutex_t body_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t task_mutex = PTHREAD_MUTEX_INITIALIZER;
+void lock_body_mutex_last() { pthread_mutex_lock(&body_mutex); }
+void lock_task_mutex_last() { pthread_mutex_lock(&task_mutex); }
 
 TEST(LockHooks, ALockThatEndsAFibersBodyOrAPoolsTaskParks) {
   for (const bool pool : {false, true}) {
     completes_within(
         20s,
         [pool] {
+          pthread_mutex_t* const mutex = pool ? &task_mutex : &body_mutex;
           Scheduler sched(one_worker_config());
           std::atomic<bool> held{false};
           Fiber holder = sched.spawn([&] {
-            pthread_mutex_lock(&last_statements_mutex);
+            pthread_mutex_lock(mutex);
             held = true;
             this_fiber::sleep_for(50ms);  // the waiter parks meanwhile
-            pthread_mutex_unlock(&last_statements_mutex);
+            pthread_mutex_unlock(mutex);
           });
           while (!held.load()) std::this_thread::sleep_for(1ms);
           if (pool) {
@@ -284,13 +289,12 @@ TEST(LockHooks, ALockThatEndsAFibersBodyOrAPoolsTaskParks) {
             options.mode = RunMode::fibers;
             options.scheduler = &sched;
             Pool tasks(options);
-            tasks.post(&lock_as_the_last_statement);
+            tasks.post(&lock_task_mutex_last);
             tasks.wait();
           } else {
-            sched.spawn(&lock_as_the_last_statement).join();
+            sched.spawn(&lock_body_mutex_last).join();
           }
           holder.join();
-          pthread_mutex_unlock(&last_statements_mutex);  // the waiter's
         },
         pool ? "a pool's task ending with a contended lock" : "a fiber's body ending with a contended lock");
   }

@@ -149,8 +149,11 @@ int* h_errno_here() noexcept;
 // see the write. Once that call has ended (it may end by itself: a futex
 // wait with a timeout, a lookup), the errno there is the next fiber's, and
 // the write is left out: the caller's cached address then reads what its
-// thread's last call left (the write can still meet a call that ends
-// between the check and the store, a few instructions apart).
+// thread's last call left. Not exact: the write can meet a call that ends
+// between the check and the store, a few instructions apart, and a raw
+// futex wait is told only by the thread's switch count and its system
+// call, so a second futex wait of the same fiber, with no switch between,
+// passes for the first.
 class [[nodiscard]] ErrnoHome {
  public:
   // Out of line, so that each asks for the running thread's errno afresh.

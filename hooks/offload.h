@@ -9,8 +9,9 @@
 // caller's, not as what the helper's earlier call left. What the call left
 // goes to the thread the fiber resumes on and, if sysmon released its pin
 // (ParkScope, point 1), to the thread the call was made on too, whose
-// addresses the caller may hold: ErrnoHome for errno, home_h_errno for
-// h_errno.
+// addresses the caller may hold, while that thread still sleeps in the
+// call it was released behind (ErrnoHome::may_write_home): ErrnoHome for
+// errno, home_h_errno for h_errno.
 #pragma once
 
 #include <netdb.h>

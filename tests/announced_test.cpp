@@ -71,8 +71,11 @@ bool parked_on(Scheduler& sched, const char* kind) {
 
 // With `armed`, a mark counts only once the fiber has set it: for a call
 // made after other announced ones (an uncontended lock before a wait).
+// With `parks_on`, what is watched for is the fiber parked on that wait
+// kind instead (a call made on a helper while the fiber parks), which
+// `marked` then says was seen.
 Outcome blocked_fiber(const std::function<long()>& call, const std::function<void()>& release,
-                      const std::atomic<bool>* armed = nullptr) {
+                      const std::atomic<bool>* armed = nullptr, const char* parks_on = nullptr) {
   Scheduler sched{test::config_with(1)};
   std::atomic<detail::Worker*> worker{nullptr};
   Outcome outcome;
@@ -84,7 +87,8 @@ Outcome blocked_fiber(const std::function<long()>& call, const std::function<voi
   const auto give_up = Clock::now() + 10s;
   while (Clock::now() < give_up) {
     const detail::Worker* w = worker.load();
-    if (w != nullptr && in_call(w) && (armed == nullptr || armed->load())) {
+    const bool seen = parks_on != nullptr ? parked_on(sched, parks_on) : w != nullptr && in_call(w);
+    if (seen && (armed == nullptr || armed->load())) {
       outcome.marked = true;
       break;
     }
@@ -910,9 +914,11 @@ struct DnsOutcome {
 };
 
 // `query` (given the server, returning the call's result) made in a fiber
-// that the server answers once its worker is seen marked, and on a plain
-// thread that the server answers at once.
-std::pair<DnsOutcome, DnsOutcome> query_both_ways(const std::function<long(const LoopbackNameserver&)>& query) {
+// that the server answers once its worker is seen marked (or, with
+// `parks_on`, the fiber parked on that kind), and on a plain thread that
+// the server answers at once.
+std::pair<DnsOutcome, DnsOutcome> query_both_ways(const std::function<long(const LoopbackNameserver&)>& query,
+                                                  const char* parks_on = nullptr) {
   const LoopbackNameserver server;
   DnsOutcome fiber;
   const Outcome got = blocked_fiber(
@@ -921,7 +927,7 @@ std::pair<DnsOutcome, DnsOutcome> query_both_ways(const std::function<long(const
         fiber.host_error = h_errno;
         return result;
       },
-      [&] { server.answer_one(); });
+      [&] { server.answer_one(); }, nullptr, parks_on);
   fiber.result = got.result;
   fiber.marked = got.marked;
   DnsOutcome thread;
@@ -950,7 +956,8 @@ TEST(Announced, ResQueryOnTheThreadsOwnState) {
 }
 
 // A state of the caller's own, and a message it made itself: res_nquery
-// and res_nsend.
+// and res_nsend, made on a helper of the blocking pool while the fiber
+// parks (weft::blocking's wait), as getaddrinfo.
 TEST(Announced, ResNqueryAndResNsend) {
   auto with_state = [](const LoopbackNameserver& server, auto&& call) {
     struct __res_state state {};
@@ -960,28 +967,32 @@ TEST(Announced, ResNqueryAndResNsend) {
     res_nclose(&state);
     return result;
   };
-  const auto [fiber, thread] = query_both_ways([&](const LoopbackNameserver& server) {
-    return with_state(server, [](res_state state) {
-      unsigned char answer[512];
-      return long(res_nquery(state, "weft-test.invalid", C_IN, T_AAAA, answer, sizeof answer));
-    });
-  });
-  EXPECT_TRUE(fiber.marked) << "res_nquery held its worker unannounced";
+  const auto [fiber, thread] = query_both_ways(
+      [&](const LoopbackNameserver& server) {
+        return with_state(server, [](res_state state) {
+          unsigned char answer[512];
+          return long(res_nquery(state, "weft-test.invalid", C_IN, T_AAAA, answer, sizeof answer));
+        });
+      },
+      "weft::blocking");
+  EXPECT_TRUE(fiber.marked) << "res_nquery did not park on the blocking pool";
   EXPECT_EQ(thread.result, -1);
   EXPECT_EQ(fiber.result, thread.result);
   EXPECT_EQ(fiber.host_error, thread.host_error);
 
-  const auto [sent_by_fiber, sent_by_thread] = query_both_ways([&](const LoopbackNameserver& server) {
-    return with_state(server, [](res_state state) {
-      unsigned char query[512];
-      unsigned char answer[512];
-      const int length =
-          res_nmkquery(state, QUERY, "weft-test.invalid", C_IN, T_A, nullptr, 0, nullptr, query, sizeof query);
-      EXPECT_GT(length, 0);
-      return long(res_nsend(state, query, length, answer, sizeof answer));
-    });
-  });
-  EXPECT_TRUE(sent_by_fiber.marked) << "res_nsend held its worker unannounced";
+  const auto [sent_by_fiber, sent_by_thread] = query_both_ways(
+      [&](const LoopbackNameserver& server) {
+        return with_state(server, [](res_state state) {
+          unsigned char query[512];
+          unsigned char answer[512];
+          const int length =
+              res_nmkquery(state, QUERY, "weft-test.invalid", C_IN, T_A, nullptr, 0, nullptr, query, sizeof query);
+          EXPECT_GT(length, 0);
+          return long(res_nsend(state, query, length, answer, sizeof answer));
+        });
+      },
+      "weft::blocking");
+  EXPECT_TRUE(sent_by_fiber.marked) << "res_nsend did not park on the blocking pool";
   EXPECT_GT(sent_by_thread.result, 12) << "the whole response, whatever its code";
   EXPECT_EQ(sent_by_fiber.result, sent_by_thread.result);
 }
@@ -992,16 +1003,18 @@ TEST(Announced, ResNqueryByItsOldName) {
   using Query = int (*)(res_state, const char*, int, int, unsigned char*, int);
   const auto old_name = reinterpret_cast<Query>(dlsym(RTLD_DEFAULT, "__res_nquery"));
   ASSERT_NE(old_name, nullptr) << "no __res_nquery to call";
-  const auto [fiber, thread] = query_both_ways([&](const LoopbackNameserver& server) {
-    struct __res_state state {};
-    EXPECT_EQ(res_ninit(&state), 0);
-    server.serve(state);
-    unsigned char answer[512];
-    const long result = old_name(&state, "weft-test.invalid", C_IN, T_A, answer, sizeof answer);
-    res_nclose(&state);
-    return result;
-  });
-  EXPECT_TRUE(fiber.marked) << "__res_nquery held its worker unannounced";
+  const auto [fiber, thread] = query_both_ways(
+      [&](const LoopbackNameserver& server) {
+        struct __res_state state {};
+        EXPECT_EQ(res_ninit(&state), 0);
+        server.serve(state);
+        unsigned char answer[512];
+        const long result = old_name(&state, "weft-test.invalid", C_IN, T_A, answer, sizeof answer);
+        res_nclose(&state);
+        return result;
+      },
+      "weft::blocking");
+  EXPECT_TRUE(fiber.marked) << "__res_nquery did not park on the blocking pool";
   EXPECT_EQ(fiber.result, thread.result);
   EXPECT_EQ(fiber.host_error, thread.host_error);
 }

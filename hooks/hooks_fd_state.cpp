@@ -305,10 +305,19 @@ int announced_open(Call&& call) {
   return forget_new(announced(call, Sleeps::until_woken));
 }
 
-// open's mode argument exists only with O_CREAT or O_TMPFILE.
-mode_t mode_argument(int flags, va_list args) {
-  return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? mode_t(va_arg(args, int)) : 0;
+// The same, for libc's streams: fopen opens its fd inside libc, where no
+// hook sees the open (libstdc++'s file streams open through fopen).
+template <class Call>
+FILE* announced_stream_open(Call&& call) {
+  FILE* stream = announced(call, Sleeps::until_woken);
+  if (stream != nullptr) fd_forgotten(::fileno(stream));
+  return stream;
 }
+
+// open's mode argument exists only with O_CREAT or O_TMPFILE.
+bool takes_mode(int flags) noexcept { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE; }
+
+mode_t mode_argument(int flags, va_list args) { return takes_mode(flags) ? mode_t(va_arg(args, int)) : 0; }
 
 }  // namespace
 }  // namespace weft::detail
@@ -348,6 +357,42 @@ int openat64(int dir, const char* path, int flags, ...) {
   const mode_t mode = mode_argument(flags, args);
   va_end(args);
   return announced_open([&] { return real::openat64()(dir, path, flags, mode); });
+}
+
+// The _FORTIFY_SOURCE entries a fortified caller links to when its flags
+// are not known at compile time. A flag that takes a mode, given none, is
+// glibc's to refuse (it aborts, with its own message); the rest open as
+// above.
+int __open_2(const char* path, int flags) {
+  if (takes_mode(flags)) return real::__open_2()(path, flags);
+  return open(path, flags);
+}
+int __open64_2(const char* path, int flags) {
+  if (takes_mode(flags)) return real::__open64_2()(path, flags);
+  return open64(path, flags);
+}
+int __openat_2(int dir, const char* path, int flags) {
+  if (takes_mode(flags)) return real::__openat_2()(dir, path, flags);
+  return openat(dir, path, flags);
+}
+int __openat64_2(int dir, const char* path, int flags) {
+  if (takes_mode(flags)) return real::__openat64_2()(dir, path, flags);
+  return openat64(dir, path, flags);
+}
+
+FILE* fopen(const char* path, const char* mode) {
+  return announced_stream_open([&] { return real::fopen()(path, mode); });
+}
+FILE* fopen64(const char* path, const char* mode) {
+  return announced_stream_open([&] { return real::fopen64()(path, mode); });
+}
+// The stream's old fd is closed inside libc, and its number may come back
+// as the new one: forgotten either way.
+FILE* freopen(const char* path, const char* mode, FILE* stream) {
+  return announced_stream_open([&] { return real::freopen()(path, mode, stream); });
+}
+FILE* freopen64(const char* path, const char* mode, FILE* stream) {
+  return announced_stream_open([&] { return real::freopen64()(path, mode, stream); });
 }
 
 int creat(const char* path, mode_t mode) {

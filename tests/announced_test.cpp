@@ -35,7 +35,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -576,16 +578,21 @@ TEST(Announced, OpenOfAFifo) {
 // until this test's own writer, a plain thread, opened the other end after
 // 10 s). Now sysmon moves the sleeper once the open has lasted
 // kReleaseHookPinsAfter, as behind a semaphore's wait.
-TEST(Announced, AFifosOpenForAFiberParkedInAHookOfItsWorkerEnds) {
+// Whether `open_for_reading` (which opens the FIFO at its path for reading
+// and closes it) ends when the FIFO's writer is a fiber of the same worker
+// that sleeps in a hook (usleep) first, so is pinned there: an open that
+// held the worker without announcing its wait would wait for good for a
+// writer that cannot run. A reader still waiting after 10 s is let out by
+// a writer opened from a plain thread, and the test fails instead of
+// hanging.
+void expect_a_fifos_open_ends_beside_a_pinned_writer(const std::function<bool(const char*)>& open_for_reading) {
   const std::string path = temp_file();
   ::unlink(path.c_str());
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
   std::atomic<bool> reader_done{false};
   std::atomic<bool> rescued{false};
-  int reader = -1;
+  bool opened = false;
   int writer = -1;
-  // The rescue: a reader still waiting after 10 s is let out, so that the
-  // test ends and fails instead of hanging.
   std::thread rescue([&] {
     const auto deadline = Clock::now() + 10s;
     while (!reader_done.load() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
@@ -604,7 +611,7 @@ TEST(Announced, AFifosOpenForAFiberParkedInAHookOfItsWorkerEnds) {
     });
     Fiber waiter = sched.spawn([&] {
       while (!sleeping.load()) this_fiber::yield();
-      reader = ::open(path.c_str(), O_RDONLY);
+      opened = open_for_reading(path.c_str());
       reader_done = true;
     });
     opener.join();
@@ -612,10 +619,55 @@ TEST(Announced, AFifosOpenForAFiberParkedInAHookOfItsWorkerEnds) {
   }
   rescue.join();
   EXPECT_FALSE(rescued.load()) << "the reader's open waited for the sleeper, which waited for it";
-  EXPECT_GE(reader, 0);
+  EXPECT_TRUE(opened);
   EXPECT_GE(writer, 0);
-  ::close(reader);
   ::close(writer);
+  ::unlink(path.c_str());
+}
+
+bool close_if_open(int fd) { return fd >= 0 && ::close(fd) == 0; }
+
+TEST(Announced, AFifosOpenForAFiberParkedInAHookOfItsWorkerEnds) {
+  expect_a_fifos_open_ends_beside_a_pinned_writer(
+      [](const char* path) { return close_if_open(::open(path, O_RDONLY)); });
+}
+
+}  // namespace
+}  // namespace weft
+
+// What _FORTIFY_SOURCE builds call for flags not known at compile time.
+extern "C" int __open_2(const char* path, int flags);
+extern "C" int __openat_2(int dir, const char* path, int flags);
+
+namespace weft {
+namespace {
+
+TEST(Announced, AFifosFortifiedOpenForAFiberParkedInAHookOfItsWorkerEnds) {
+  expect_a_fifos_open_ends_beside_a_pinned_writer(
+      [](const char* path) { return close_if_open(::__open_2(path, O_RDONLY)); });
+  expect_a_fifos_open_ends_beside_a_pinned_writer(
+      [](const char* path) { return close_if_open(::__openat_2(AT_FDCWD, path, O_RDONLY)); });
+}
+
+TEST(Announced, AFifosStreamOpenForAFiberParkedInAHookOfItsWorkerEnds) {
+  expect_a_fifos_open_ends_beside_a_pinned_writer([](const char* path) {
+    FILE* stream = std::fopen(path, "r");
+    return stream != nullptr && std::fclose(stream) == 0;
+  });
+  // libstdc++'s file streams open through fopen.
+  expect_a_fifos_open_ends_beside_a_pinned_writer([](const char* path) { return std::ifstream(path).is_open(); });
+}
+
+TEST(AnnouncedDeathTest, AFortifiedOpenThatTakesAModeAndHasNoneAbortsAsGlibcs) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = temp_file();
+  EXPECT_DEATH(::__open_2(path.c_str(), O_RDWR | O_CREAT), "invalid open call: O_CREAT or O_TMPFILE without mode");
+  EXPECT_DEATH(
+      {
+        Scheduler sched{test::config_with(1)};
+        sched.spawn([&] { ::__openat_2(AT_FDCWD, path.c_str(), O_RDWR | O_CREAT); }).join();
+      },
+      "invalid openat call: O_CREAT or O_TMPFILE without mode");
   ::unlink(path.c_str());
 }
 

@@ -13,7 +13,6 @@
 #include <typeinfo>
 
 #include "../runtime/log.h"
-#include "../sched/scheduler_core.h"
 #include "pool_core.h"
 #include "thread_registry.h"
 
@@ -68,7 +67,6 @@ std::string describe(std::exception_ptr error) {
 
 PoolCore::PoolCore(PoolOptions options, Scheduler& (*default_scheduler)(), PoolServices* services)
     : options_(checked(std::move(options))),
-      fork_generation_(current_fork_generation()),
       scheduler_(scheduler_for(options_, default_scheduler)),
       registration_(*this, options_.name, services) {}
 
@@ -135,6 +133,12 @@ void PoolCore::run_tasks() noexcept {
     running_.fetch_add(1, std::memory_order_relaxed);
     guard.unlock();
     run_one(item);
+    // A task that forked, in the child: the queue there is a copy of the
+    // parent's, whose tasks the parent runs, and no other runner is there
+    // to share it. The runner ends, as its thread or fiber ends its
+    // process there (the child's last thread; a fiber's end in a fork
+    // child exits it with 0, sched/worker.cpp).
+    if (in_forked_child()) return;
     guard.lock();
     // Idle from here: the next enqueue may count on this runner. Before the
     // task counts as done, so that a caller whose wait() has returned finds
@@ -186,8 +190,6 @@ void PoolCore::report(std::exception_ptr error) noexcept {
   log_message(LogLevel::error, "weft::Pool '%s': a posted task threw %s; the pool carries on", options_.name.c_str(),
               describe(error).c_str());
 }
-
-bool PoolCore::in_forked_child() const { return current_fork_generation() != fork_generation_; }
 
 void PoolCore::require_this_process(const char* what) const {
   if (in_forked_child())

@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "../sched/fork_generation.h"
 #include "../sched/latency_histogram.h"
 #include "pool_registry.h"
 
@@ -67,7 +68,7 @@ class PoolCore {
   // fibers of its scheduler), so nothing would run a task; enqueue, wait
   // and shutdown throw std::logic_error, and Pool leaks this core instead
   // of joining them (docs/usage.md, "fork()").
-  bool in_forked_child() const;
+  bool in_forked_child() const noexcept { return made_in_.in_forked_child(); }
 
   const PoolOptions& options() const noexcept { return options_; }
   bool on_fibers() const noexcept { return scheduler_ != nullptr; }
@@ -102,11 +103,11 @@ class PoolCore {
   void require_this_process(const char* what) const;
 
   const PoolOptions options_;
-  const unsigned fork_generation_;  // the process's forks before this pool
-  Scheduler* const scheduler_;      // null: thread mode
-  mutable Mutex lock_;              // for the queue and the counts below it
-  ConditionVariable work_;          // runners: a task, an unpause or the close
-  ConditionVariable settled_;       // callers of wait(): settled_locked()
+  const ForkGeneration made_in_;  // in_forked_child()
+  Scheduler* const scheduler_;    // null: thread mode
+  mutable Mutex lock_;            // for the queue and the counts below it
+  ConditionVariable work_;        // runners: a task, an unpause or the close
+  ConditionVariable settled_;     // callers of wait(): settled_locked()
   std::deque<Queued> queue_;
   std::uint64_t unfinished_ = 0;
   unsigned waiting_runners_ = 0;  // in work_.wait

@@ -95,24 +95,10 @@ transfer_t fiber_main(transfer_t transfer) {
   return self->scheduler->finish_fiber(self);
 }
 
-// How many times this process is a fork()ed child of the process that it
-// started as: one more in each child, counted by an atfork handler, so that
-// checking it costs a load, not a getpid() system call per spawn. It is the
-// process's own fact, not a registry of schedulers.
-std::atomic<unsigned> fork_generation{0};
-
 }  // namespace
-
-unsigned current_fork_generation() {
-  static const bool registered =
-      ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); }) == 0;
-  if (!registered) throw std::system_error(errno, std::generic_category(), "weft: pthread_atfork");
-  return fork_generation.load(std::memory_order_relaxed);
-}
 
 SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
     : config_(validated(config)),
-      fork_generation_(current_fork_generation()),
       stacks_(config_.stack_size, config_.stack_pool_size, config_.workers),
       registry_(config_.workers + 1),
       idle_(config_.workers, config_.workers),
@@ -141,9 +127,7 @@ SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
 // a core of a shutdown that hangs still shows gdb the fibers it waits for.
 SchedulerCore::~SchedulerCore() { shutdown(); }
 
-bool SchedulerCore::in_forked_child() const noexcept {
-  return fork_generation.load(std::memory_order_relaxed) != fork_generation_;
-}
+bool SchedulerCore::in_forked_child() const noexcept { return made_in_.in_forked_child(); }
 
 FiberControl* SchedulerCore::prepare_fiber(const SpawnOptions& options, std::size_t callable_size,
                                            std::size_t callable_align) {

@@ -77,6 +77,7 @@
 #include "../runtime/stack.h"
 #include "extension.h"
 #include "fiber_registry.h"
+#include "fork_generation.h"
 #include "global_queue.h"
 #include "idle.h"
 #include "idle_poller.h"
@@ -94,12 +95,6 @@ struct SpawnOptions;
 namespace weft::detail {
 
 class Worker;
-
-// How many times this process is a fork()ed child of the process it started
-// as (an atfork handler counts them, registered at the first call): an
-// object that keeps the value it was made with is in a forked child once
-// it differs. Throws std::system_error if the handler cannot be registered.
-unsigned current_fork_generation();
 
 // What a core is built from besides its Config: the parts of the layers
 // above sched/, behind interfaces that sched/ owns, so that the arrows point
@@ -234,7 +229,7 @@ class SchedulerCore {
   std::int64_t live_sum() const noexcept;
 
   const Config config_;
-  const unsigned fork_generation_;  // the process's forks before this scheduler: in_forked_child()
+  const ForkGeneration made_in_;  // in_forked_child()
   StackPool stacks_;
   FiberRegistry registry_;
   IdleWorkers idle_;

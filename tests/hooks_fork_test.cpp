@@ -302,6 +302,54 @@ TEST(HooksFork, TheParentsPoolsAndFibersRefuseTheForkChild) {
   running.join();
 }
 
+// A pool's task that forks: in the child, where the task returns, its
+// runner ends with it (the child exits with 0, as at its last thread's
+// end), and runs none of the parent's queued tasks, which the parent runs.
+// Before, the child's runner ran the copy of the parent's queue (a second
+// run of the parent's task) and then waited for more work for good.
+TEST(HooksFork, APoolTasksForkChildEndsWithTheTask) {
+  SKIP_UNDER_TSAN();
+#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
+  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
+                  "child that allocates can hang in it";
+#endif
+  Scheduler sched(test::config_with(2));
+  for (const RunMode mode : {RunMode::threads, RunMode::fibers}) {
+    SCOPED_TRACE(mode == RunMode::threads ? "threads" : "fibers");
+    PoolOptions options;
+    options.name = "fork-in-a-task";
+    options.threads = 1;
+    options.mode = mode;
+    options.scheduler = &sched;
+    Pool pool(options);
+    int fds[2];
+    ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+    Latch queued(1);
+    pid_t child = -1;
+    pool.post([&] {
+      queued.wait();  // the next task waits in the queue
+      std::fflush(nullptr);
+      child = fork();
+      if (child == 0) alarm(20);  // then returns into the child's runner
+    });
+    pool.post([&] {
+      const pid_t ran_in = getpid();
+      (void)!write(fds[1], &ran_in, sizeof ran_in);
+    });
+    queued.count_down();
+    pool.wait();
+    ASSERT_GT(child, 0);
+    const bool exited = child_exited_cleanly(child, 5s);
+    close(fds[1]);
+    std::vector<pid_t> ran_in;
+    pid_t pid = 0;
+    while (read(fds[0], &pid, sizeof pid) == sizeof pid) ran_in.push_back(pid);
+    close(fds[0]);
+    EXPECT_TRUE(exited) << "the child did not exit with 0 within 5 s (killed)";
+    EXPECT_EQ(ran_in, std::vector<pid_t>{getpid()}) << "the queued task ran in the child too";
+  }
+}
+
 // A vfork child that closes its copies of the fds before it would exec,
 // as much code does (closefrom(3), a dup2 onto stdio): the child runs on
 // the parent thread's memory, and its fiber's hooks looked like the

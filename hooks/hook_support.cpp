@@ -100,10 +100,15 @@ ThreadPin::~ThreadPin() {
 }
 
 [[gnu::noinline]] ErrnoHome::ErrnoHome() noexcept
-    : fiber_(current_fiber()), worker_(current_worker()), home_(&errno), releases_(fiber_->pin_releases) {}
+    : fiber_(current_fiber()), home_(&errno), releases_(fiber_->pin_releases) {}
 
 bool ErrnoHome::may_write_home() const noexcept {
-  return fiber_->pin_releases == releases_ || worker_->still_in_the_call_released_behind(*fiber_);
+  // Released once: by the worker whose thread the call was made on (a
+  // pinned fiber runs nowhere else until released). Released again, by
+  // the worker it moved to: that release's record says nothing of the
+  // first thread, and the write is left out.
+  const std::uint32_t releases = fiber_->pin_releases - releases_;
+  return releases == 0 || (releases == 1 && fiber_->released_from->still_in_the_call_released_behind(*fiber_));
 }
 
 [[gnu::noinline]] ErrnoHome::~ErrnoHome() {

@@ -153,7 +153,10 @@ int* h_errno_here() noexcept;
 // between the check and the store, a few instructions apart, and a raw
 // futex wait is told only by the thread's switch count and its system
 // call, so a second futex wait of the same fiber, with no switch between,
-// passes for the first.
+// passes for the first. A fiber released twice in one hooked call (by the
+// thread it was made on, then by the one it moved to) leaves the write
+// out: the record kept is the second release's (FiberControl::
+// released_from), which says nothing of the first thread.
 class [[nodiscard]] ErrnoHome {
  public:
   // Out of line, so that each asks for the running thread's errno afresh.
@@ -168,7 +171,6 @@ class [[nodiscard]] ErrnoHome {
 
  private:
   FiberControl* fiber_;
-  Worker* worker_;  // the thread's at the call
   int* home_;
   std::uint32_t releases_;
 };

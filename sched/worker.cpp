@@ -265,6 +265,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch, std::u
     fiber->pin_count.store(0, std::memory_order_relaxed);
     fiber->releasable_pins = 0;
     ++fiber->pin_releases;
+    fiber->released_from = this;
     fiber->released_behind_call = call;
     fiber->released_at_tick = tick;
     pins_released_.fetch_add(1, std::memory_order_relaxed);

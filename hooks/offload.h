@@ -67,10 +67,7 @@ template <class Fn>
 auto offloaded(Fn&& fn) {
   const auto on_a_helper = offload_through(fn, [](void (*call)(void*), void* arg) {
     BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler);
-    const int error = errno;
-    if (pool != nullptr && pool->run_if_helper(call, arg)) return true;
-    errno = error;  // not pthread_create's: the call's own is to come
-    return false;
+    return pool != nullptr && pool->run_if_helper(call, arg) == 0;
   });
   return on_a_helper.has_value() ? *on_a_helper : announced(fn);
 }

@@ -59,23 +59,21 @@ std::string BlockingPool::thread_name(const std::string& scheduler, unsigned ind
 
 void BlockingPool::run(void (*call)(void*), void* arg) {
   // With no helper at all the call would wait forever: say so instead.
-  if (!run_if_helper(call, arg))
-    throw std::system_error(errno, std::generic_category(), "weft::blocking: no helper thread");
+  if (const int error = run_if_helper(call, arg); error != 0)
+    throw std::system_error(error, std::generic_category(), "weft::blocking: no helper thread");
 }
 
-bool BlockingPool::run_if_helper(void (*call)(void*), void* arg) {
+int BlockingPool::run_if_helper(void (*call)(void*), void* arg) {
   Job job{call, arg};
   Waiter waiter;
   waiter.payload = &job;
   lock_.lock();
-  if (!queue_locked(waiter, /*at_once=*/false)) {
-    const int error = errno;  // start_helper's
+  if (const int error = queue_locked(waiter, /*at_once=*/false); error != 0) {
     lock_.unlock();
-    errno = error;
-    return false;
+    return error;
   }
   park(waiter, &lock_, {"weft::blocking", this, "call"});
-  return true;
+  return 0;
 }
 
 bool BlockingPool::run_wait_if_free(void (*call)(void*), void* arg, const WaitSite& site) {
@@ -83,7 +81,8 @@ bool BlockingPool::run_wait_if_free(void (*call)(void*), void* arg, const WaitSi
   Waiter waiter;
   waiter.payload = &job;
   lock_.lock();
-  if (held_by_waits_.load(std::memory_order_relaxed) >= max_threads_ / 2 || !queue_locked(waiter, /*at_once=*/true)) {
+  if (held_by_waits_.load(std::memory_order_relaxed) >= max_threads_ / 2 ||
+      queue_locked(waiter, /*at_once=*/true) != 0) {
     lock_.unlock();
     return false;
   }
@@ -93,9 +92,9 @@ bool BlockingPool::run_wait_if_free(void (*call)(void*), void* arg, const WaitSi
   return true;
 }
 
-bool BlockingPool::queue_locked(Waiter& waiter, bool at_once) {
+int BlockingPool::queue_locked(Waiter& waiter, bool at_once) {
   const unsigned threads = threads_.load(std::memory_order_relaxed);
-  if (at_once && idle_.empty() && threads >= max_threads_) return false;
+  if (at_once && idle_.empty() && threads >= max_threads_) return EAGAIN;
   calls_.push_back(waiter);
   queued_.fetch_add(1, std::memory_order_relaxed);
   // A helper for this call: an idle one, else a new one. Started with the
@@ -105,31 +104,32 @@ bool BlockingPool::queue_locked(Waiter& waiter, bool at_once) {
   // by another caller, leaving this call waiting for a busy one.
   if (!wake_first(idle_) && threads < max_threads_) {
     threads_.store(threads + 1, std::memory_order_relaxed);
-    if (!start_helper(next_index_++)) {
+    if (const int error = start_helper(next_index_++); error != 0) {
       threads_.store(threads, std::memory_order_relaxed);
       if (threads == 0 || at_once) {
         calls_.remove(waiter);
         queued_.fetch_sub(1, std::memory_order_relaxed);
-        return false;
+        return error;
       }
     }
   }
-  return true;
+  return 0;
 }
 
-bool BlockingPool::start_helper(unsigned index) {
+int BlockingPool::start_helper(unsigned index) {
   {
     const std::lock_guard guard(running_lock_);
     ++running_;
   }
+  const int caller_errno = errno;  // a failed pthread_create may leave its mmap's
   try {
     std::thread([this, index] { helper_main(index); }).detach();
   } catch (const std::system_error& e) {
     helper_exited();
-    errno = e.code().value();
-    return false;
+    errno = caller_errno;
+    return e.code().value();
   }
-  return true;
+  return 0;
 }
 
 void BlockingPool::helper_exited() noexcept {

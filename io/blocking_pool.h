@@ -66,9 +66,10 @@ class BlockingPool final : public Extension {
   // Throws std::system_error if the pool has no helper and none can start
   // (pthread_create's EAGAIN: a thread limit).
   void run(void (*call)(void*), void* arg);
-  // run() that, instead of throwing, returns false having run nothing (the
-  // hooks', which must not throw: hooks/offload.h).
-  bool run_if_helper(void (*call)(void*), void* arg);
+  // run() that, instead of throwing, returns the error (pthread_create's)
+  // having run nothing, errno untouched; 0 once it ran (the hooks', which
+  // must not throw: hooks/offload.h).
+  int run_if_helper(void (*call)(void*), void* arg);
   // run() for a wait that only another fiber's act can end (a futex wait,
   // hooks/hooks_futex.cpp), never queued: it runs only if a helper is free
   // at once (an idle one, or a new one within the limit) and fewer than
@@ -100,17 +101,18 @@ class BlockingPool final : public Extension {
 
   // With lock_ held: links `waiter` into calls_ with a helper committed to
   // it (an idle one woken, else a new one started, within the limit).
-  // False, with nothing linked, if no helper could be started and none is
-  // there to take the call at all, or, for `at_once`, if none is free now.
-  bool queue_locked(Waiter& waiter, bool at_once);
+  // 0 once linked; else, with nothing linked, the error that kept a helper
+  // from starting when none is there to take the call at all, or, for
+  // `at_once`, EAGAIN if none is free now. errno untouched.
+  int queue_locked(Waiter& waiter, bool at_once);
   void helper_main(unsigned index);
   // Waits in idle_ for a call; false when the helper should retire (its
   // keep-alive passed with nothing queued, or the pool is stopping). Called
   // and returns with lock_ held.
   bool wait_for_call();
-  // Starts helper number `index`, with lock_ held; false, with errno set,
-  // if the thread could not be made.
-  bool start_helper(unsigned index);
+  // Starts helper number `index`, with lock_ held: 0, else the error that
+  // kept the thread from being made, errno untouched.
+  int start_helper(unsigned index);
   void helper_exited() noexcept;
 
   const std::string name_;

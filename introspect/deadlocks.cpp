@@ -17,29 +17,43 @@ std::unordered_map<std::uint64_t, const FiberSnapshot*> waiting_fibers(const Pro
   return waiting;
 }
 
-bool two_members_wait_on_one_object(const DeadlockSnapshot& cycle,
+// The cycle through `at`, from its lowest id, with each member's wait.
+DeadlockCandidate candidate_through(std::uint64_t at,
                                     const std::unordered_map<std::uint64_t, const FiberSnapshot*>& waiting) {
+  DeadlockCandidate candidate;
+  std::uint64_t member = at;
+  do {
+    const FiberSnapshot& fiber = *waiting.at(member);
+    candidate.cycle.fibers.push_back(member);
+    candidate.seen.emplace(member, FiberWait{fiber.counts.park, fiber.wait_object, fiber.held_by_fiber});
+    member = fiber.held_by_fiber;
+  } while (member != at);
+  // From its lowest id, keeping the order of the waits.
+  auto& fibers = candidate.cycle.fibers;
+  std::rotate(fibers.begin(), std::min_element(fibers.begin(), fibers.end()), fibers.end());
+  return candidate;
+}
+
+bool two_members_wait_on_one_object(const DeadlockCandidate& candidate) {
   std::vector<const void*> objects;
-  for (const std::uint64_t member : cycle.fibers) objects.push_back(waiting.at(member)->wait_object);
+  for (const auto& [member, wait] : candidate.seen) objects.push_back(wait.object);
   std::sort(objects.begin(), objects.end());
   return std::adjacent_find(objects.begin(), objects.end()) != objects.end();
 }
 
 }  // namespace
 
-std::vector<DeadlockSnapshot> find_deadlocks(const ProcessSnapshot& process) {
+std::vector<DeadlockCandidate> find_deadlocks(const ProcessSnapshot& process) {
   // Each fiber's edge: the fiber it waits for, if it is parked on something
   // a live fiber holds.
   const auto waiting = waiting_fibers(process);
-  std::unordered_map<std::uint64_t, std::uint64_t> waits_for;
-  for (const auto& [id, fiber] : waiting) waits_for.emplace(id, fiber->held_by_fiber);
   // 0: not visited; otherwise the number of the walk that first reached it.
   std::unordered_map<std::uint64_t, unsigned> walk_of;
   std::vector<std::uint64_t> starts;
-  starts.reserve(waits_for.size());
-  for (const auto& [fiber, owner] : waits_for) starts.push_back(fiber);
+  starts.reserve(waiting.size());
+  for (const auto& [id, fiber] : waiting) starts.push_back(id);
   std::sort(starts.begin(), starts.end());
-  std::vector<DeadlockSnapshot> cycles;
+  std::vector<DeadlockCandidate> candidates;
   unsigned walk = 0;
   for (const std::uint64_t start : starts) {
     if (walk_of.count(start) != 0) continue;
@@ -52,46 +66,37 @@ std::vector<DeadlockSnapshot> find_deadlocks(const ProcessSnapshot& process) {
       const auto seen = walk_of.find(at);
       if (seen != walk_of.end()) {
         if (seen->second == walk) {
-          DeadlockSnapshot cycle;
-          std::uint64_t member = at;
-          do {
-            cycle.fibers.push_back(member);
-            member = waits_for.at(member);
-          } while (member != at);
-          // From its lowest id, keeping the order of the waits.
-          std::rotate(cycle.fibers.begin(), std::min_element(cycle.fibers.begin(), cycle.fibers.end()),
-                      cycle.fibers.end());
-          if (!two_members_wait_on_one_object(cycle, waiting)) cycles.push_back(std::move(cycle));
+          DeadlockCandidate candidate = candidate_through(at, waiting);
+          if (!two_members_wait_on_one_object(candidate)) candidates.push_back(std::move(candidate));
         }
         break;
       }
       walk_of.emplace(at, walk);
-      const auto next = waits_for.find(at);
-      if (next == waits_for.end()) break;
-      at = next->second;
+      const auto next = waiting.find(at);
+      if (next == waiting.end()) break;
+      at = next->second->held_by_fiber;
     }
   }
-  std::sort(cycles.begin(), cycles.end(),
-            [](const DeadlockSnapshot& a, const DeadlockSnapshot& b) { return a.fibers.front() < b.fibers.front(); });
-  return cycles;
+  std::sort(candidates.begin(), candidates.end(), [](const DeadlockCandidate& a, const DeadlockCandidate& b) {
+    return a.cycle.fibers.front() < b.cycle.fibers.front();
+  });
+  return candidates;
 }
 
-std::vector<DeadlockSnapshot> confirmed_deadlocks(const ProcessSnapshot& process, std::vector<DeadlockSnapshot> cycles,
-                                                  const FiberWaits& now) {
-  const auto waiting = waiting_fibers(process);
-  const auto still_waits = [&](std::uint64_t member) {
-    const FiberSnapshot& then = *waiting.at(member);
-    const auto seen = now.find(member);
-    if (seen == now.end() || seen->second.object != then.wait_object || seen->second.holder != then.held_by_fiber)
-      return false;
-    // Waiting for what it holds itself: a real one stays in its park; a
-    // lock handed to it again and again looks so for a moment each time.
-    return then.held_by_fiber != member || seen->second.parks == then.counts.park;
-  };
-  std::erase_if(cycles, [&](const DeadlockSnapshot& cycle) {
-    return !std::all_of(cycle.fibers.begin(), cycle.fibers.end(), still_waits);
-  });
-  return cycles;
+std::vector<DeadlockSnapshot> confirmed_deadlocks(std::vector<DeadlockCandidate> candidates, const FiberWaits& now) {
+  std::vector<DeadlockSnapshot> confirmed;
+  for (DeadlockCandidate& candidate : candidates) {
+    const bool stays = std::all_of(candidate.seen.begin(), candidate.seen.end(), [&](const auto& member_wait) {
+      const auto& [member, then] = member_wait;
+      const auto read = now.find(member);
+      if (read == now.end() || read->second.object != then.object || read->second.holder != then.holder) return false;
+      // Waiting for what it holds itself: a real one stays in its park; a
+      // lock handed to it again and again looks so for a moment each time.
+      return then.holder != member || read->second.parks == then.parks;
+    });
+    if (stays) confirmed.push_back(std::move(candidate.cycle));
+  }
+  return confirmed;
 }
 
 }  // namespace weft::detail

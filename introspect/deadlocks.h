@@ -29,14 +29,8 @@
 
 namespace weft::detail {
 
-// Every cycle among the fibers of all of `process`'s schedulers, each once,
-// starting from its lowest fiber id; in the order of those ids. Cycles in
-// which two members wait on one object are left out: an object with two
-// holders is one whose edges were read at different times (a shared
-// lock's readers give no edges).
-std::vector<DeadlockSnapshot> find_deadlocks(const ProcessSnapshot& process);
-
-// A parked fiber's wait, as read again to confirm a cycle.
+// A parked fiber's wait: what a cycle's member is seen waiting on, in the
+// snapshot and when read again to confirm it.
 struct FiberWait {
   std::uint64_t parks = 0;  // FiberCounts::park
   const void* object = nullptr;
@@ -44,10 +38,21 @@ struct FiberWait {
 };
 using FiberWaits = std::unordered_map<std::uint64_t, FiberWait>;  // by fiber id
 
-// The cycles of `cycles` whose every member waits in `now` as it did in
-// `process`; a member missing from `now` (no longer parked) breaks its
-// cycle.
-std::vector<DeadlockSnapshot> confirmed_deadlocks(const ProcessSnapshot& process, std::vector<DeadlockSnapshot> cycles,
-                                                  const FiberWaits& now);
+// A cycle found, and each member's wait as the snapshot saw it.
+struct DeadlockCandidate {
+  DeadlockSnapshot cycle;
+  FiberWaits seen;
+};
+
+// Every cycle among the fibers of all of `process`'s schedulers, each once,
+// starting from its lowest fiber id; in the order of those ids. Cycles in
+// which two members wait on one object are left out: an object with two
+// holders is one whose edges were read at different times (a shared
+// lock's readers give no edges).
+std::vector<DeadlockCandidate> find_deadlocks(const ProcessSnapshot& process);
+
+// The candidates whose every member waits in `now` as it was seen; a
+// member missing from `now` (no longer parked) breaks its cycle.
+std::vector<DeadlockSnapshot> confirmed_deadlocks(std::vector<DeadlockCandidate> candidates, const FiberWaits& now);
 
 }  // namespace weft::detail

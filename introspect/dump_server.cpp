@@ -354,7 +354,7 @@ class DumpServer {
     }
     process.pools = snapshot_pools();
     if (detail == DumpDetail::full) process.threads = snapshot_threads();
-    if (detail == DumpDetail::full) process.deadlocks = confirm(process, find_deadlocks(process));
+    if (detail == DumpDetail::full) process.deadlocks = confirm(find_deadlocks(process));
     symbolize_stacks(process);  // the addresses stay valid: code is not unloaded under a live scheduler
     return process;
   }
@@ -362,17 +362,18 @@ class DumpServer {
   // The cycles whose members still wait as `process` saw them after
   // kDeadlockRecheck (introspect/deadlocks.h: a lock's hand-over looks like
   // a cycle for a moment).
-  std::vector<DeadlockSnapshot> confirm(const ProcessSnapshot& process, std::vector<DeadlockSnapshot> cycles) {
-    if (cycles.empty()) return cycles;
+  std::vector<DeadlockSnapshot> confirm(std::vector<DeadlockCandidate> candidates) {
+    if (candidates.empty()) return {};
     std::this_thread::sleep_for(kDeadlockRecheck);
     std::unordered_set<std::uint64_t> members;
-    for (const DeadlockSnapshot& cycle : cycles) members.insert(cycle.fibers.begin(), cycle.fibers.end());
+    for (const DeadlockCandidate& candidate : candidates)
+      members.insert(candidate.cycle.fibers.begin(), candidate.cycle.fibers.end());
     FiberWaits now;
     {
       std::lock_guard guard(schedulers_lock_);
       for (SchedulerCore* core : schedulers_) read_waits(*core, members, now);
     }
-    return confirmed_deadlocks(process, std::move(cycles), now);
+    return confirmed_deadlocks(std::move(candidates), now);
   }
 
   std::mutex sweep_lock_;       // held by the server's thread while it sweeps stale directories

@@ -9,12 +9,12 @@ namespace weft::detail {
 
 std::atomic<unsigned> forks_behind_this_process{0};
 
-ForkGeneration::ForkGeneration() {
+unsigned ForkGeneration::now() {
   static const bool registered = ::pthread_atfork(nullptr, nullptr, [] {
                                    forks_behind_this_process.fetch_add(1, std::memory_order_relaxed);
                                  }) == 0;
   if (!registered) throw std::system_error(errno, std::generic_category(), "weft: pthread_atfork");
-  made_at_ = forks_behind_this_process.load(std::memory_order_relaxed);
+  return forks_behind_this_process.load(std::memory_order_relaxed);
 }
 
 }  // namespace weft::detail

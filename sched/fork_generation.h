@@ -17,9 +17,10 @@ extern std::atomic<unsigned> forks_behind_this_process;
 
 class ForkGeneration {
  public:
-  // The count now; registers the atfork handler at the first one made.
+  // The count now; registers the atfork handler at the first call.
   // Throws std::system_error if the handler cannot be registered.
-  ForkGeneration();
+  static unsigned now();
+  ForkGeneration() : made_at_(now()) {}
   // True in a child forked after this was made.
   bool in_forked_child() const noexcept {
     return forks_behind_this_process.load(std::memory_order_relaxed) != made_at_;

@@ -61,6 +61,10 @@ void time_out(TimerNode& node) {
 WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline,
                        ParkAction action) {
   waiter.fiber = nullptr;
+  // The raw count: registering the handler could throw, and a process
+  // that never made a scheduler or a pool counts no forks (it has no
+  // fibers to leave behind, but leaves such threads unrecognised).
+  waiter.forks_at_park = forks_behind_this_process.load(std::memory_order_relaxed);
   const ThreadWaitScope recorded(site.kind, site.object, site.operation, &waiter.state);  // for weft-dump
   if (lock != nullptr) lock->unlock();
   if (action.run != nullptr) action.run(action.arg);
@@ -148,7 +152,24 @@ WakeReason park_then(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock
                    reinterpret_cast<std::uintptr_t>(__builtin_return_address(0)));
 }
 
+namespace {
+
+// In a fork child: whether `waiter` is one the parent's threads or fibers
+// left in the list of the child's copy of a primitive. It is not in this
+// process, and woken it would take what it was handed (a permit, the
+// lock) and never run: unpark counts it as gone, as one that timed out, so
+// that the waker hands it on or keeps it, as a thread's sem_post or unlock
+// does there (the kernel's futex has no waiters from the parent).
+bool left_by_the_parent(const Waiter& waiter) noexcept {
+  if (waiter.fiber != nullptr) return waiter.fiber->scheduler->in_forked_child();
+  return waiter.forks_at_park != forks_behind_this_process.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
 bool unpark(Waiter& waiter) noexcept {
+  if (forks_behind_this_process.load(std::memory_order_relaxed) != 0 && left_by_the_parent(waiter)) [[unlikely]]
+    return false;
   FiberControl* fiber = waiter.fiber;
   if (!waiter.may_time_out) {
     waiter.state.store(Waiter::notified, std::memory_order_release);

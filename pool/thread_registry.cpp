@@ -22,6 +22,17 @@ Registry& registry() {
   return *instance;
 }
 
+// fork(): the lock is held across it, so that the child's copy of the
+// list is whole and its lock free. A thread listed there unlists itself
+// at its end (a pool's runner ends in the child of a fork its task made,
+// pool/pool.cpp); taken by another thread at the fork (a dump reading the
+// list, a thread starting or ending), the child's copy of the lock would
+// be held by a thread the child does not have. Called from libweft, the
+// lock is libc's own (hooks/locks.h): it blocks, never parks.
+[[gnu::constructor]] void register_fork_handlers() {
+  pthread_atfork([] { registry().lock.lock(); }, [] { registry().lock.unlock(); }, [] { registry().lock.unlock(); });
+}
+
 thread_local ThreadListing* current_listing = nullptr;
 
 }  // namespace

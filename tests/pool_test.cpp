@@ -4,6 +4,7 @@
 // pool's metrics.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <weft/weft.h>
 
 #include <algorithm>
@@ -16,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "fork_children.h"
 #include "pool/pool_registry.h"
+#include "pool/thread_registry.h"
 #include "pool_support.h"
 #include "sched/latency_histogram.h"
 
@@ -637,6 +640,48 @@ TEST(Pool, StaticPoolsRunTheirQueuedTasksAtExit) {
   const std::string out = test::run_child("static", "", "PoolChild.StaticPoolsRunTheirQueuedTasksAtExit", status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("ran at exit: 200 of 200"), std::string::npos) << out;
+}
+
+// A thread pool's runner in the child of a fork its task made ends there
+// (pool/pool.cpp) and unlists its thread for weft-dump. The list's lock is
+// held across fork(): taken by another thread at the fork (a dump reading
+// the threads, a thread starting or ending), the child's copy would be
+// held by a thread it does not have, and the runner would wait for it for
+// good. Before, the child hung (killed after 5 s).
+TEST(PoolFork, AThreadRunnersEndInAForkChildFindsTheThreadListFree) {
+  SKIP_UNDER_TSAN();
+#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
+  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
+                  "child that allocates can hang in it";
+#endif
+  PoolOptions options;
+  options.name = "forks-in-a-task";
+  options.threads = 1;
+  options.mode = RunMode::threads;
+  Pool pool(options);
+  pool.submit([] { return 0; }).get();  // its runner is listed
+  Latch reading(1);
+  // A reader of the list that holds its lock for 200 ms: a fork in the
+  // meantime waits for it.
+  std::thread reader([&] {
+    detail::for_each_listed_thread([&](const detail::ListedThread&) {
+      if (reading.try_wait()) return;
+      reading.count_down();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    });
+  });
+  reading.wait();
+  pid_t child = -1;
+  pool.submit([&] {
+        std::fflush(nullptr);
+        child = fork();
+        if (child == 0) alarm(20);  // then returns into the child's runner
+      })
+      .get();
+  reader.join();
+  ASSERT_GT(child, 0);
+  EXPECT_TRUE(test::child_exited_cleanly(child, std::chrono::seconds(5)))
+      << "the child did not exit with 0 within 5 s (killed)";
 }
 
 TEST(LatencyHistogram, BucketsCoverEveryValueInOrder) {

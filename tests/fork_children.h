@@ -1,0 +1,52 @@
+// What the tests of fork() children share: which builds can run them, and
+// a bounded wait for a child.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <thread>
+
+#include "hooks_test_support.h"
+
+// AddressSanitizer's allocator is not fork-safe before LLVM 18
+// (llvm/llvm-project#75290 added its pthread_atfork handler; GCC's
+// libasan up to 14 predates it): a child that allocates hangs for ever
+// when another thread of the parent was inside ASan's allocator at the
+// fork, holding one of its size-class locks. These children must
+// allocate (they make a scheduler).
+#if defined(WEFT_UNDER_ASAN) && ((defined(__clang__) && __clang_major__ < 18) || (!defined(__clang__) && __GNUC__ < 15))
+#define WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE 1
+#endif
+
+// ThreadSanitizer refuses threads in the child of a multi-threaded fork
+// ("starting new threads after multi-threaded fork is not supported"), and
+// these children make schedulers.
+#ifdef WEFT_UNDER_TSAN
+#define SKIP_UNDER_TSAN() GTEST_SKIP() << "ThreadSanitizer does not support threads in a multi-threaded fork's child"
+#else
+#define SKIP_UNDER_TSAN() (void)0
+#endif
+
+namespace weft::test {
+
+// Waits for `child` up to `limit`; kills it if it is still running then.
+// True if it exited with status 0 by itself.
+inline bool child_exited_cleanly(pid_t child, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  for (;;) {
+    const pid_t done = waitpid(child, &status, WNOHANG);
+    if (done == child) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (done < 0) return false;
+    if (std::chrono::steady_clock::now() >= until) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace weft::test

@@ -269,6 +269,7 @@ void socket_option_set(int fd, int level, int option, const void* value) noexcep
 }
 
 void fd_forgotten(int fd) noexcept {
+  if (in_vfork_child()) return;  // the fd is the child's, the records the parent's (hooks/vfork_mark.cpp)
   if (in_signal_handler()) return fd_changed_in_handler(fd);
   FdRecord* state = fd_records().find(fd);
   if (state == nullptr) return;

@@ -452,6 +452,56 @@ TEST(HooksFork, AVforkChildsClosesLeaveTheParentsWaitsAlone) {
   close(data[1]);
 }
 
+// A vfork child that reopens a number it closed, as a child does before
+// exec to set up its stdin: the open's fd is the child's (its own fd
+// table), and the records are the parent's (the memory is shared). Before,
+// the open forgot the parent's record of that number, and the parent's
+// fiber parked on its stdin woke with EBADF.
+[[gnu::noinline]] pid_t vfork_reopening_stdin() {
+  const pid_t child = vfork();
+  if (child == 0) {
+    close(STDIN_FILENO);
+    if (open("/dev/null", O_RDONLY) != STDIN_FILENO) _exit(1);  // the lowest number is 0's
+    _exit(0);
+  }
+  return child;
+}
+
+TEST(HooksFork, AVforkChildsOpenLeavesTheParentsWaitsAlone) {
+  int data[2];
+  ASSERT_EQ(pipe(data), 0);
+  const int saved_stdin = dup(STDIN_FILENO);
+  ASSERT_GE(saved_stdin, 0);
+  ASSERT_EQ(dup2(data[0], STDIN_FILENO), STDIN_FILENO);
+  {
+    Scheduler sched(test::config_with(2));
+    ssize_t got = -2;
+    int read_error = 0;
+    Fiber reader = sched.spawn([&] {
+      char c;
+      got = read(STDIN_FILENO, &c, 1);
+      read_error = errno;
+    });
+    ASSERT_TRUE(io_waiters_reach(sched, 1));
+    int vfork_status = -1;
+    sched
+        .spawn([&] {
+          const pid_t child = vfork_reopening_stdin();
+          ASSERT_GT(child, 0);
+          EXPECT_EQ(waitpid(child, &vfork_status, 0), child);
+        })
+        .join();
+    EXPECT_TRUE(WIFEXITED(vfork_status) && WEXITSTATUS(vfork_status) == 0);
+    ASSERT_EQ(write(data[1], "x", 1), 1);
+    reader.join();
+    EXPECT_EQ(got, 1) << "the parent's read ended with " << std::strerror(read_error);
+  }
+  dup2(saved_stdin, STDIN_FILENO);
+  close(saved_stdin);
+  close(data[0]);
+  close(data[1]);
+}
+
 // Forks while other threads and fibers hold what the hooks and the
 // netpoller lock: O_NONBLOCK toggled through fcntl (the fd's flip lock)
 // by a thread and by a fiber, and schedulers made and destroyed (the

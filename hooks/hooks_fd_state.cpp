@@ -386,12 +386,14 @@ FILE* fopen(const char* path, const char* mode) {
 FILE* fopen64(const char* path, const char* mode) {
   return announced_stream_open([&] { return real::fopen64()(path, mode); });
 }
-// The stream's old fd is closed inside libc, and its number may come back
-// as the new one: forgotten either way.
+// freopen closes the stream's fd inside libc before it opens the new
+// file, whether or not that open succeeds: closed here as close() would.
 FILE* freopen(const char* path, const char* mode, FILE* stream) {
+  if (stream != nullptr) before_close(fileno(stream));  // -1 for a stream with no fd
   return announced_stream_open([&] { return real::freopen()(path, mode, stream); });
 }
 FILE* freopen64(const char* path, const char* mode, FILE* stream) {
+  if (stream != nullptr) before_close(fileno(stream));
   return announced_stream_open([&] { return real::freopen64()(path, mode, stream); });
 }
 

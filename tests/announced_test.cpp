@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "hooks_test_support.h"
+#include "io/netpoller.h"
 #include "sched/worker.h"
 #include "socket_pair.h"
 
@@ -656,6 +657,42 @@ TEST(Announced, AFifosStreamOpenForAFiberParkedInAHookOfItsWorkerEnds) {
   });
   // libstdc++'s file streams open through fopen.
   expect_a_fifos_open_ends_beside_a_pinned_writer([](const char* path) { return std::ifstream(path).is_open(); });
+}
+
+// freopen closes the stream's fd inside libc, where no close hook sees it,
+// before it opens the new file. A fiber parked on that fd is woken as by
+// close (EBADF, docs/io.md), also when the new open fails; before, a
+// failed freopen left the fiber parked on a number nothing watched.
+TEST(Announced, AFailedFreopenWakesAFiberParkedOnTheStreamsFd) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  FILE* stream = ::fdopen(fds[0], "r");
+  ASSERT_NE(stream, nullptr);
+  std::atomic<bool> done{false};
+  bool rescued = false;
+  ssize_t got = -2;
+  int error = 0;
+  {
+    Scheduler sched{test::config_with(2)};
+    Fiber reader = sched.spawn([&] {
+      char c;
+      got = ::read(fds[0], &c, 1);
+      error = errno;
+      done = true;
+    });
+    ASSERT_TRUE(test::io_waiters_reach(sched, 1));
+    EXPECT_EQ(std::freopen("/nonexistent-weft-dir/file", "r", stream), nullptr);
+    for (const auto until = Clock::now() + 5s; !done.load() && Clock::now() < until;) std::this_thread::sleep_for(1ms);
+    if (!done.load()) {
+      rescued = true;
+      detail::fd_closing(fds[0]);  // the close no hook saw
+    }
+    reader.join();
+  }
+  EXPECT_FALSE(rescued) << "the fiber stayed parked on the stream's closed fd";
+  EXPECT_EQ(got, -1);
+  EXPECT_EQ(error, EBADF);
+  ::close(fds[1]);
 }
 
 TEST(AnnouncedDeathTest, AFortifiedOpenThatTakesAModeAndHasNoneAbortsAsGlibcs) {

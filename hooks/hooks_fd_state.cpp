@@ -47,6 +47,17 @@ void before_close(int fd) noexcept {
   if (FdRecord* record = fd_records().find(fd)) fd_description_reset(*record);
 }
 
+// A stream's fd, or -1 for one with none (fopencookie, fmemopen). errno
+// kept: fileno() sets EBADF for those, where the call the hook makes next
+// (fclose, freopen) may succeed and leave errno alone.
+int stream_fd(FILE* stream) noexcept {
+  if (stream == nullptr) return -1;
+  const int saved = errno;
+  const int fd = ::fileno(stream);
+  errno = saved;
+  return fd;
+}
+
 // before_close for every fd in [first, last] that has a record.
 void before_close_range(unsigned int first, unsigned int last) noexcept {
   const unsigned int end = std::min(last, unsigned(FdRecords::kLimit - 1));
@@ -250,7 +261,7 @@ int close(int fd) {
 
 // stdio closes its fd with libc's internal close, which no hook sees.
 int fclose(FILE* stream) {
-  if (stream != nullptr) before_close(fileno(stream));  // -1 for a stream with no fd
+  before_close(stream_fd(stream));
   return real::fclose()(stream);
 }
 
@@ -389,11 +400,11 @@ FILE* fopen64(const char* path, const char* mode) {
 // freopen closes the stream's fd inside libc before it opens the new
 // file, whether or not that open succeeds: closed here as close() would.
 FILE* freopen(const char* path, const char* mode, FILE* stream) {
-  if (stream != nullptr) before_close(fileno(stream));  // -1 for a stream with no fd
+  before_close(stream_fd(stream));
   return announced_stream_open([&] { return real::freopen()(path, mode, stream); });
 }
 FILE* freopen64(const char* path, const char* mode, FILE* stream) {
-  if (stream != nullptr) before_close(fileno(stream));
+  before_close(stream_fd(stream));
   return announced_stream_open([&] { return real::freopen64()(path, mode, stream); });
 }
 

@@ -813,6 +813,21 @@ TEST(HooksTimeout, TheAcceptedSocketInheritsTheListenersTimeout) {
 
 // --- close while parked ------------------------------------------------------
 
+// A stream with no fd (fopencookie, fmemopen): the hook's fileno() gets
+// -1, and sets errno to EBADF, where libc's fclose, which succeeds, leaves
+// errno alone.
+TEST(HooksClose, ClosingAStreamWithNoFdKeepsErrno) {
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    FILE* cookie = fopencookie(nullptr, "r", cookie_io_functions_t{});
+    errno = ENOTTY;
+    const int closed = std::fclose(cookie);
+    const int error = errno;
+    return std::to_string(closed) + " " + strerrorname_np(error);
+  });
+  EXPECT_EQ(got.thread, "0 ENOTTY");
+  EXPECT_EQ(got.fiber, got.thread);
+}
+
 TEST(HooksClose, CloseWakesAParkedReaderWithEbadfAndANewFdWithItsNumberIsUntouched) {
   Scheduler sched = one_worker();
   int fds[2];

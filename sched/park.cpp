@@ -154,22 +154,8 @@ WakeReason park_then(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock
 
 namespace {
 
-// In a fork child: whether `waiter` is one the parent's threads or fibers
-// left in the list of the child's copy of a primitive. It is not in this
-// process, and woken it would take what it was handed (a permit, the
-// lock) and never run: unpark counts it as gone, as one that timed out, so
-// that the waker hands it on or keeps it, as a thread's sem_post or unlock
-// does there (the kernel's futex has no waiters from the parent).
-bool left_by_the_parent(const Waiter& waiter) noexcept {
-  if (waiter.fiber != nullptr) return waiter.fiber->scheduler->in_forked_child();
-  return waiter.forks_at_park != forks_behind_this_process.load(std::memory_order_relaxed);
-}
-
-}  // namespace
-
-bool unpark(Waiter& waiter) noexcept {
-  if (forks_behind_this_process.load(std::memory_order_relaxed) != 0 && left_by_the_parent(waiter)) [[unlikely]]
-    return false;
+// unpark() itself: decides between the waker and a timeout, then wakes.
+inline bool notify(Waiter& waiter) noexcept {
   FiberControl* fiber = waiter.fiber;
   if (!waiter.may_time_out) {
     waiter.state.store(Waiter::notified, std::memory_order_release);
@@ -182,6 +168,28 @@ bool unpark(Waiter& waiter) noexcept {
   else
     futex_wake(waiter.state);
   return true;
+}
+
+// unpark() in a fork child. A waiter the parent's threads or fibers left
+// in the list of the child's copy of a primitive is not in this process,
+// and woken it would take what it was handed (a permit, the lock) and
+// never run: it counts as gone, as one that timed out, so that the waker
+// hands it on or keeps it, as a thread's sem_post or unlock does there
+// (the kernel's futex has no waiters from the parent). Out of line, so
+// that the check costs unpark() one load and a branch.
+[[gnu::cold, gnu::noinline]] bool notify_in_forked_child(Waiter& waiter) noexcept {
+  const bool left_by_the_parent =
+      waiter.fiber != nullptr ? waiter.fiber->scheduler->in_forked_child()
+                              : waiter.forks_at_park != forks_behind_this_process.load(std::memory_order_relaxed);
+  return !left_by_the_parent && notify(waiter);
+}
+
+}  // namespace
+
+bool unpark(Waiter& waiter) noexcept {
+  if (forks_behind_this_process.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    return notify_in_forked_child(waiter);
+  return notify(waiter);
 }
 
 void park_until(Clock::time_point deadline, const WaitSite& site) {

@@ -4,8 +4,10 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "hooks_test_support.h"
@@ -18,6 +20,11 @@
 // allocate (they make a scheduler).
 #if defined(WEFT_UNDER_ASAN) && ((defined(__clang__) && __clang_major__ < 18) || (!defined(__clang__) && __GNUC__ < 15))
 #define WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE 1
+#define SKIP_IF_CHILDREN_CANNOT_ALLOCATE()                                                                    \
+  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a " \
+                  "child that allocates can hang in it"
+#else
+#define SKIP_IF_CHILDREN_CANNOT_ALLOCATE() (void)0
 #endif
 
 // ThreadSanitizer refuses threads in the child of a multi-threaded fork
@@ -47,6 +54,17 @@ inline bool child_exited_cleanly(pid_t child, std::chrono::seconds limit) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// Closes the write end of `fds`, a pipe the child writes to, and returns
+// all it wrote (until the child, and every other writer, closed theirs).
+inline std::string what_the_child_said(int fds[2]) {
+  ::close(fds[1]);
+  std::string said;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) said.append(buffer, std::size_t(n));
+  ::close(fds[0]);
+  return said;
 }
 
 }  // namespace weft::test

@@ -650,10 +650,7 @@ TEST(Pool, StaticPoolsRunTheirQueuedTasksAtExit) {
 // good. Before, the child hung (killed after 5 s).
 TEST(PoolFork, AThreadRunnersEndInAForkChildFindsTheThreadListFree) {
   SKIP_UNDER_TSAN();
-#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
-  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
-                  "child that allocates can hang in it";
-#endif
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
   PoolOptions options;
   options.name = "forks-in-a-task";
   options.threads = 1;

@@ -4,6 +4,8 @@
 // there must not wait for the parent's threads (docs/usage.md, "fork()").
 #pragma once
 
+#include <weft/detail/wait_list.h>
+
 #include <atomic>
 
 namespace weft::detail {
@@ -14,6 +16,20 @@ namespace weft::detail {
 // own fact, not a registry of objects. Read through ForkGeneration, which
 // registers the handler first.
 extern std::atomic<unsigned> forks_behind_this_process;
+
+// A plain thread's Waiter is stamped as it begins to wait, wherever it
+// sleeps on its futex (park(), the lock hooks' parking lot), so that a
+// fork child can tell the waiters the parent's threads left in its copies
+// of the primitives: unpark hands them nothing (sched/park.cpp).
+inline void stamp_thread_waiter(Waiter& waiter) noexcept {
+  waiter.forks_at_park = forks_behind_this_process.load(std::memory_order_relaxed) + 1;
+}
+// True for a thread waiter stamped before this process was forked: one of
+// the parent's threads. A waiter not stamped is never taken for one.
+inline bool stamped_before_the_fork(const Waiter& waiter) noexcept {
+  return waiter.forks_at_park != 0 &&
+         waiter.forks_at_park != forks_behind_this_process.load(std::memory_order_relaxed) + 1;
+}
 
 class ForkGeneration {
  public:

@@ -64,7 +64,7 @@ WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clo
   // The raw count: registering the handler could throw, and a process
   // that never made a scheduler or a pool counts no forks (it has no
   // fibers to leave behind, but leaves such threads unrecognised).
-  waiter.forks_at_park = forks_behind_this_process.load(std::memory_order_relaxed);
+  stamp_thread_waiter(waiter);
   const ThreadWaitScope recorded(site.kind, site.object, site.operation, &waiter.state);  // for weft-dump
   if (lock != nullptr) lock->unlock();
   if (action.run != nullptr) action.run(action.arg);
@@ -179,8 +179,7 @@ inline bool notify(Waiter& waiter) noexcept {
 // that the check costs unpark() one load and a branch.
 [[gnu::cold, gnu::noinline]] bool notify_in_forked_child(Waiter& waiter) noexcept {
   const bool left_by_the_parent =
-      waiter.fiber != nullptr ? waiter.fiber->scheduler->in_forked_child()
-                              : waiter.forks_at_park != forks_behind_this_process.load(std::memory_order_relaxed);
+      waiter.fiber != nullptr ? waiter.fiber->scheduler->in_forked_child() : stamped_before_the_fork(waiter);
   return !left_by_the_parent && notify(waiter);
 }
 

@@ -13,9 +13,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,10 +96,7 @@ TEST(HooksFork, AChildsCloseDoesNotUnregisterTheParentsFd) {
 // The fiber's end in the child is its thread's: the child exits with 0.
 TEST(HooksFork, AFibersForkChildRunsNoneOfTheParentsFibers) {
   SKIP_UNDER_TSAN();
-#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
-  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
-                  "child that allocates can hang in it";
-#endif
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
   static std::atomic<int> report{-1};  // the child's pipe, for the parent's copied fibers
   const pid_t parent = getpid();
   std::atomic<bool> stop{false};
@@ -138,11 +137,7 @@ TEST(HooksFork, AFibersForkChildRunsNoneOfTheParentsFibers) {
         })
         .join();
     ASSERT_GT(child, 0);
-    close(fds[1]);
-    std::string said;
-    char c;
-    while (read(fds[0], &c, 1) == 1) said += c;
-    close(fds[0]);
+    const std::string said = test::what_the_child_said(fds);
     EXPECT_EQ(said, "D") << "after " << what << " in the child (R: a parent's fiber ran there; F: still a fiber)";
     EXPECT_TRUE(child_exited_cleanly(child, 30s)) << what;
   }
@@ -157,10 +152,7 @@ TEST(HooksFork, AFibersForkChildRunsNoneOfTheParentsFibers) {
 // that had finished is joined (it threw, as for one still running).
 TEST(HooksFork, AFibersForkChildKeepsWhatTheFiberHeld) {
   SKIP_UNDER_TSAN();
-#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
-  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
-                  "child that allocates can hang in it";
-#endif
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
   Scheduler sched(test::config_with(1));
   Fiber finished = sched.spawn([] {});
   for (const auto until = Clock::now() + 10s; !sched.snapshot().fibers.empty() && Clock::now() < until;)
@@ -191,11 +183,7 @@ TEST(HooksFork, AFibersForkChildKeepsWhatTheFiberHeld) {
              })
       .join();
   ASSERT_GT(child, 0);
-  close(fds[1]);
-  std::string said;
-  char buffer[256];
-  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) said.append(buffer, std::size_t(n));
-  close(fds[0]);
+  const std::string said = test::what_the_child_said(fds);
   EXPECT_TRUE(child_exited_cleanly(child, 15s)) << said;
   EXPECT_EQ(said, "req-42 forker joined");
   finished.join();
@@ -209,10 +197,7 @@ TEST(HooksFork, AFibersForkChildKeepsWhatTheFiberHeld) {
 // destruction each hung.
 TEST(HooksFork, TheParentsPoolsAndFibersRefuseTheForkChild) {
   SKIP_UNDER_TSAN();
-#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
-  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
-                  "child that allocates can hang in it";
-#endif
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
   Scheduler sched(test::config_with(2));
   Latch release(1);
   Fiber running = sched.spawn([&] { release.wait(); });
@@ -255,12 +240,8 @@ TEST(HooksFork, TheParentsPoolsAndFibersRefuseTheForkChild) {
     (void)!write(fds[1], said.data(), said.size());
     _exit(0);
   }
-  close(fds[1]);
   const bool exited = child_exited_cleanly(child, 15s);
-  std::string said;
-  char buffer[256];
-  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) said.append(buffer, std::size_t(n));
-  close(fds[0]);
+  const std::string said = test::what_the_child_said(fds);
   EXPECT_TRUE(exited) << "the child hung (killed after 15 s)";
   EXPECT_EQ(said, "ok");
   release.count_down();
@@ -274,10 +255,7 @@ TEST(HooksFork, TheParentsPoolsAndFibersRefuseTheForkChild) {
 // run of the parent's task) and then waited for more work for good.
 TEST(HooksFork, APoolTasksForkChildEndsWithTheTask) {
   SKIP_UNDER_TSAN();
-#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
-  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
-                  "child that allocates can hang in it";
-#endif
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
   Scheduler sched(test::config_with(2));
   for (const RunMode mode : {RunMode::threads, RunMode::fibers}) {
     SCOPED_TRACE(mode == RunMode::threads ? "threads" : "fibers");
@@ -324,10 +302,7 @@ TEST(HooksFork, APoolTasksForkChildEndsWithTheTask) {
 // (an acquire or a lock would have waited for good).
 TEST(HooksFork, TheParentsWaitersAreHandedNothingInTheForkChild) {
   SKIP_UNDER_TSAN();
-#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
-  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
-                  "child that allocates can hang in it";
-#endif
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
   Scheduler sched(test::config_with(2));
   Semaphore permits(0);
   Mutex mutex;
@@ -369,17 +344,50 @@ TEST(HooksFork, TheParentsWaitersAreHandedNothingInTheForkChild) {
   go.count_down();
   forker.join();
   ASSERT_GT(child, 0);
-  close(fds[1]);
-  std::string said;
-  char buffer[256];
-  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) said.append(buffer, std::size_t(n));
-  close(fds[0]);
+  const std::string said = test::what_the_child_said(fds);
   EXPECT_TRUE(child_exited_cleanly(child, 15s)) << said;
   EXPECT_EQ(said, "permit kept, lock kept");
   permits.release(2);
   on_permits.join();
   on_mutex.join();
   thread_on_permits.join();
+}
+
+// The child's own threads in a process that made a scheduler before it
+// forked: their waits on std::condition_variable (the lock hooks' parking
+// lot) are the child's, and a notify wakes them. Review of 9624254: the
+// lot's waiters carried no fork stamp, so the child's unpark took each for
+// one the parent left, and a notify_one woke nobody (the child hung).
+TEST(HooksFork, TheChildsOwnThreadsWaitingOnACondvarAreWoken) {
+  SKIP_UNDER_TSAN();
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
+  Scheduler sched(test::config_with(1));  // the process counts its forks
+  sched.spawn([] {}).join();
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool waiting = false;
+    bool told = false;
+    std::thread waiter([&] {
+      std::unique_lock lock(mutex);
+      waiting = true;
+      changed.notify_one();
+      changed.wait(lock, [&] { return told; });
+    });
+    {
+      std::unique_lock lock(mutex);
+      changed.wait(lock, [&] { return waiting; });
+      told = true;
+    }
+    changed.notify_one();
+    waiter.join();
+    _exit(0);
+  }
+  EXPECT_TRUE(child_exited_cleanly(child, 15s)) << "a notify in the child woke none of its threads";
 }
 
 // A vfork child that closes its copies of the fds before it would exec,
@@ -511,13 +519,10 @@ TEST(HooksFork, AVforkChildsOpenLeavesTheParentsWaitsAlone) {
 // item 2).
 TEST(HooksFork, ForksWhileOtherThreadsHoldTheHooksLocksLeaveNoChildHung) {
   SKIP_UNDER_TSAN();
-#ifdef WEFT_ASAN_ALLOCATOR_NOT_FORK_SAFE
-  // Seen: 1 child in 40 hung in SizeClassAllocator64::GetFromAllocator's
-  // mutex, in its Scheduler's first new[] (gdb), the maker thread's
-  // allocations racing the fork; never in weft's own locks.
-  GTEST_SKIP() << "this AddressSanitizer's allocator is not fork-safe (llvm/llvm-project#75290, LLVM 18): a "
-                  "child that allocates can hang in it";
-#endif
+  // Seen under ASan: 1 child in 40 hung in SizeClassAllocator64::
+  // GetFromAllocator's mutex, in its Scheduler's first new[] (gdb), the
+  // maker thread's allocations racing the fork; never in weft's own locks.
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
   int pair[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
   const int flags = fcntl(pair[0], F_GETFL);

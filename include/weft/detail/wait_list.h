@@ -37,9 +37,10 @@ struct Waiter {
   void* payload = nullptr;
   std::uint64_t amount = 0;
   std::uint32_t events = 0;  // an fd waiter's: the epoll events that woke it
-  // A plain thread's: the process's forks when it parked, by which unpark
-  // tells a waiter the parent left in the list of a fork child's copy of
-  // a primitive (sched/fork_generation.h).
+  // A plain thread's stamp, the process's forks when it began to wait plus
+  // one, by which unpark tells a waiter the parent left in the list of a
+  // fork child's copy of a primitive (sched/fork_generation.h); 0: not
+  // stamped, never taken for one.
   std::uint32_t forks_at_park = 0;
 
   Waiter* prev = nullptr;

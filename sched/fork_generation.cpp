@@ -5,9 +5,15 @@
 #include <cerrno>
 #include <system_error>
 
+#include "scheduler_core.h"
+
 namespace weft::detail {
 
 std::atomic<unsigned> forks_behind_this_process{0};
+
+bool left_by_the_parent(const Waiter& waiter) noexcept {
+  return waiter.fiber != nullptr ? waiter.fiber->scheduler->in_forked_child() : stamped_before_the_fork(waiter);
+}
 
 unsigned ForkGeneration::now() {
   static const bool registered = ::pthread_atfork(nullptr, nullptr, [] {

@@ -31,6 +31,14 @@ inline bool stamped_before_the_fork(const Waiter& waiter) noexcept {
          waiter.forks_at_park != forks_behind_this_process.load(std::memory_order_relaxed) + 1;
 }
 
+// In a fork child: whether `waiter` is one the parent's threads or fibers
+// left in the list of the child's copy of a primitive (a fiber of a
+// scheduler made before the fork; a thread stamped before it). Such a
+// waiter is not in this process: woken, it would take what it was handed
+// and never run (sched/park.cpp), and it keeps no primitive from being
+// destroyed (sched/misuse.cpp).
+bool left_by_the_parent(const Waiter& waiter) noexcept;
+
 class ForkGeneration {
  public:
   // The count now; registers the atfork handler at the first call.

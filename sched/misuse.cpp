@@ -8,6 +8,7 @@
 #include "../runtime/fiber_control.h"
 #include "../runtime/log.h"
 #include "../runtime/system_calls.h"
+#include "fork_generation.h"
 
 namespace weft::detail {
 
@@ -21,8 +22,22 @@ void describe_caller(char* out, std::size_t size) noexcept {
   }
 }
 
-void abort_destroyed_while_waited_on(const char* kind, const void* object, const WaitList& waiters,
-                                     const WaitList* more) noexcept {
+namespace {
+
+bool only_the_parents_waiters(const WaitList& waiters, const WaitList* more) noexcept {
+  if (forks_behind_this_process.load(std::memory_order_relaxed) == 0) return false;
+  for (const WaitList* list : {&waiters, more}) {
+    if (list == nullptr) continue;
+    for (const Waiter* w = list->front(); w != nullptr; w = w->next)
+      if (!left_by_the_parent(*w)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void abort_if_waited_on(const char* kind, const void* object, const WaitList& waiters, const WaitList* more) noexcept {
+  if (only_the_parents_waiters(waiters, more)) return;
   // At most this many waiters are named; the count covers them all.
   constexpr std::size_t kNamed = 8;
   char caller[96];

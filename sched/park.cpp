@@ -171,16 +171,13 @@ inline bool notify(Waiter& waiter) noexcept {
 }
 
 // unpark() in a fork child. A waiter the parent's threads or fibers left
-// in the list of the child's copy of a primitive is not in this process,
-// and woken it would take what it was handed (a permit, the lock) and
-// never run: it counts as gone, as one that timed out, so that the waker
-// hands it on or keeps it, as a thread's sem_post or unlock does there
-// (the kernel's futex has no waiters from the parent). Out of line, so
-// that the check costs unpark() one load and a branch.
+// in the list of the child's copy of a primitive counts as gone, as one
+// that timed out, so that the waker hands on or keeps what it had, as a
+// thread's sem_post or unlock does there (the kernel's futex has no
+// waiters from the parent). Out of line, so that the check costs unpark()
+// one load and a branch.
 [[gnu::cold, gnu::noinline]] bool notify_in_forked_child(Waiter& waiter) noexcept {
-  const bool left_by_the_parent =
-      waiter.fiber != nullptr ? waiter.fiber->scheduler->in_forked_child() : stamped_before_the_fork(waiter);
-  return !left_by_the_parent && notify(waiter);
+  return !left_by_the_parent(waiter) && notify(waiter);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -351,6 +352,38 @@ TEST(HooksFork, TheParentsWaitersAreHandedNothingInTheForkChild) {
   on_permits.join();
   on_mutex.join();
   thread_on_permits.join();
+}
+
+// A primitive the parent's fiber waits on, destroyed in the fork child (a
+// static one at the child's exit): the waiter is not in the child, and
+// the destructor's check for waiters, which aborts naming them, lets it
+// be. Before, the child aborted ("weft::Semaphore ... destroyed ... while
+// 1 caller(s) wait on it"), where a std::counting_semaphore exits.
+TEST(HooksFork, AForkChildDestroysAPrimitiveTheParentsFibersWaitOn) {
+  SKIP_UNDER_TSAN();
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
+  Scheduler sched(test::config_with(1));
+  auto permits = std::make_unique<Semaphore>(0);
+  Fiber waiter = sched.spawn({.name = "on-permits"}, [&] { permits->acquire(); });
+  const auto parked = [&] {
+    const auto fibers = sched.snapshot().fibers;
+    return std::any_of(fibers.begin(), fibers.end(), [](const FiberSnapshot& fiber) {
+      return fiber.name == "on-permits" && fiber.state == "parked";
+    });
+  };
+  for (const auto until = Clock::now() + 10s; !parked() && Clock::now() < until;) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(parked());
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);
+    permits.reset();
+    _exit(0);
+  }
+  EXPECT_TRUE(child_exited_cleanly(child, 15s)) << "the child's destruction of the semaphore aborted";
+  permits->release();
+  waiter.join();
 }
 
 // The child's own threads in a process that made a scheduler before it

@@ -373,22 +373,23 @@ int openat64(int dir, const char* path, int flags, ...) {
 // The _FORTIFY_SOURCE entries a fortified caller links to when its flags
 // are not known at compile time. A flag that takes a mode, given none, is
 // glibc's to refuse (it aborts, with its own message); the rest open as
-// above.
+// above. Through the real calls, not this file's open(): built fortified
+// itself, libweft's open(path, flags) could compile back into __open_2.
 int __open_2(const char* path, int flags) {
   if (takes_mode(flags)) return real::__open_2()(path, flags);
-  return open(path, flags);
+  return announced_open([&] { return real::open()(path, flags); });
 }
 int __open64_2(const char* path, int flags) {
   if (takes_mode(flags)) return real::__open64_2()(path, flags);
-  return open64(path, flags);
+  return announced_open([&] { return real::open64()(path, flags); });
 }
 int __openat_2(int dir, const char* path, int flags) {
   if (takes_mode(flags)) return real::__openat_2()(dir, path, flags);
-  return openat(dir, path, flags);
+  return announced_open([&] { return real::openat()(dir, path, flags); });
 }
 int __openat64_2(int dir, const char* path, int flags) {
   if (takes_mode(flags)) return real::__openat64_2()(dir, path, flags);
-  return openat64(dir, path, flags);
+  return announced_open([&] { return real::openat64()(dir, path, flags); });
 }
 
 FILE* fopen(const char* path, const char* mode) {
@@ -397,8 +398,11 @@ FILE* fopen(const char* path, const char* mode) {
 FILE* fopen64(const char* path, const char* mode) {
   return announced_stream_open([&] { return real::fopen64()(path, mode); });
 }
-// freopen closes the stream's fd inside libc before it opens the new
-// file, whether or not that open succeeds: closed here as close() would.
+// glibc's freopen opens the new file while the stream's fd stays open,
+// then closes that fd (the open failed) or puts the new file on its
+// number (dup3). Either way the fd's file is gone: closed here first, as
+// close() would (a fiber parked on it wakes with EBADF, also while the new
+// open still waits, a FIFO's for its other end).
 FILE* freopen(const char* path, const char* mode, FILE* stream) {
   before_close(stream_fd(stream));
   return announced_stream_open([&] { return real::freopen()(path, mode, stream); });

@@ -16,7 +16,6 @@
 
 #include "../runtime/system_calls.h"
 #include "../sched/current.h"
-#include "../sched/fork_generation.h"
 #include "tsan.h"
 
 namespace weft::detail::locks {
@@ -218,7 +217,6 @@ bool wait_in_lot(LotBucket& bucket, LotWaiter& waiter, const WaitSite& site, con
   // caller's own clock, as glibc's futex waits.
   waiter.fiber = nullptr;
   waiter.may_time_out = !deadline.none();
-  stamp_thread_waiter(waiter);
   bucket.lock.unlock();
   if (after_release.run != nullptr) after_release.run(after_release.arg);
   // Ends the wait unless a wake-up came first (then it is taken).

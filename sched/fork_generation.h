@@ -17,10 +17,12 @@ namespace weft::detail {
 // registers the handler first.
 extern std::atomic<unsigned> forks_behind_this_process;
 
-// A plain thread's Waiter is stamped as it begins to wait, wherever it
-// sleeps on its futex (park(), the lock hooks' parking lot), so that a
-// fork child can tell the waiters the parent's threads left in its copies
-// of the primitives: unpark hands them nothing (sched/park.cpp).
+// A plain thread's Waiter is stamped as it parks (park()), so that a fork
+// child can tell the waiters the parent's threads left in its copies of
+// the primitives: unpark hands them nothing (sched/park.cpp). The lock
+// hooks' parking lot needs no stamp: the child empties its buckets
+// (sync/parking_lot.cpp), and a waiter never stamped is never taken for
+// the parent's.
 inline void stamp_thread_waiter(Waiter& waiter) noexcept {
   waiter.forks_at_park = forks_behind_this_process.load(std::memory_order_relaxed) + 1;
 }

@@ -659,10 +659,11 @@ TEST(Announced, AFifosStreamOpenForAFiberParkedInAHookOfItsWorkerEnds) {
   expect_a_fifos_open_ends_beside_a_pinned_writer([](const char* path) { return std::ifstream(path).is_open(); });
 }
 
-// freopen closes the stream's fd inside libc, where no close hook sees it,
-// before it opens the new file. A fiber parked on that fd is woken as by
-// close (EBADF, docs/io.md), also when the new open fails; before, a
-// failed freopen left the fiber parked on a number nothing watched.
+// freopen closes the stream's fd inside libc, where no close hook sees it
+// (after the new open, or by a dup3 onto it). A fiber parked on that fd is
+// woken as by close (EBADF, docs/io.md), also when the new open fails;
+// before, a failed freopen left the fiber parked on a number nothing
+// watched.
 TEST(Announced, AFailedFreopenWakesAFiberParkedOnTheStreamsFd) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
@@ -682,6 +683,7 @@ TEST(Announced, AFailedFreopenWakesAFiberParkedOnTheStreamsFd) {
     });
     ASSERT_TRUE(test::io_waiters_reach(sched, 1));
     EXPECT_EQ(std::freopen("/nonexistent-weft-dir/file", "r", stream), nullptr);
+    std::fclose(stream);  // glibc frees the FILE its failed freopen closed
     for (const auto until = Clock::now() + 5s; !done.load() && Clock::now() < until;) std::this_thread::sleep_for(1ms);
     if (!done.load()) {
       rescued = true;

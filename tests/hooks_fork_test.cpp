@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -340,8 +342,22 @@ TEST(HooksFork, TheParentsWaitersAreHandedNothingInTheForkChild) {
   };
   for (const auto until = Clock::now() + 10s; !both_parked() && Clock::now() < until;) std::this_thread::sleep_for(1ms);
   ASSERT_TRUE(both_parked());
-  std::thread thread_on_permits([&] { permits.acquire(); });
-  std::this_thread::sleep_for(50ms);  // a thread's park shows in no snapshot: given time
+  std::atomic<pid_t> thread_tid{0};
+  std::thread thread_on_permits([&] {
+    thread_tid = gettid();
+    permits.acquire();
+  });
+  // A thread's park shows in no snapshot: parked once its thread sleeps in
+  // futex(2), having let go of the semaphore's lock.
+  const auto thread_parked = [&] {
+    if (thread_tid.load() == 0) return false;
+    std::ifstream calls("/proc/self/task/" + std::to_string(thread_tid.load()) + "/syscall");
+    long call = -1;
+    return calls >> call && call == SYS_futex;
+  };
+  for (const auto until = Clock::now() + 10s; !thread_parked() && Clock::now() < until;)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(thread_parked());
   go.count_down();
   forker.join();
   ASSERT_GT(child, 0);

@@ -658,19 +658,22 @@ TEST(PoolFork, AThreadRunnersEndInAForkChildFindsTheThreadListFree) {
   Pool pool(options);
   pool.submit([] { return 0; }).get();  // its runner is listed
   Latch reading(1);
-  // A reader of the list that holds its lock for 200 ms: a fork in the
-  // meantime waits for it.
+  Latch forking(1);
+  // A reader of the list that holds its lock until 100 ms after the task
+  // says it forks: the fork comes while the lock is held, and waits for it.
   std::thread reader([&] {
     detail::for_each_listed_thread([&](const detail::ListedThread&) {
       if (reading.try_wait()) return;
       reading.count_down();
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      forking.wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     });
   });
   reading.wait();
   pid_t child = -1;
   pool.submit([&] {
         std::fflush(nullptr);
+        forking.count_down();
         child = fork();
         if (child == 0) alarm(20);  // then returns into the child's runner
       })

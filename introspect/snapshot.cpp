@@ -122,7 +122,9 @@ SchedulerSnapshot snapshot_scheduler(SchedulerCore& core, bool with_fibers) {
           if (k.worker->switch_tick() != k.tick) f.stack.clear();
         }
         if (f.park_state == -1) {
-          const WaitOwner owner = find_wait_owner(fiber.wait_kind.load(std::memory_order_relaxed), f.wait_object);
+          // The kind taken with the object, not read again: the fiber may
+          // park elsewhere meanwhile, and the object then is not of it.
+          const WaitOwner owner = find_wait_owner(f.wait_kind.c_str(), f.wait_object);
           f.held_by_fiber = owner.fiber;
           f.held_by_thread = owner.thread;
           f.held_by_readers = owner.readers;

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <bit>
 #include <cstring>
 
 #include "../runtime/fiber_control.h"
@@ -48,7 +47,7 @@ bool register_wait_owner(const char* kind, WaitOwnerLookup lookup) noexcept {
 }
 
 WaitOwner find_wait_owner(const char* kind, const void* object) noexcept {
-  if (kind == nullptr) return {};
+  if (kind == nullptr || object == nullptr) return {};
   const std::size_t n = used.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < n; ++i) {
     if (std::strcmp(table[i].kind.load(std::memory_order_relaxed), kind) != 0) continue;
@@ -68,11 +67,8 @@ bool read_quietly(const void* address, void* out, std::size_t size) noexcept {
 
 std::uint64_t fiber_id_at(const FiberControl* control) noexcept {
   if (control == nullptr) return 0;
-  // The member's offset, as introspect/gdb_layout.cpp takes it: FiberControl
-  // is not standard-layout, so offsetof is not for it.
-  const auto offset = std::bit_cast<std::ptrdiff_t>(&FiberControl::id);
   std::uint64_t id = 0;
-  if (!read_quietly(reinterpret_cast<const char*>(control) + offset, &id, sizeof(id))) return 0;
+  if (!read_member_quietly(control, &FiberControl::id, id)) return 0;
   return id;
 }
 

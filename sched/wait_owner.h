@@ -8,12 +8,16 @@
 // lock hooks register "std::mutex" the same way).
 //
 // A lookup runs on the dump's thread, at any moment: the object may be
-// changing, or already gone if its waiter woke meanwhile. So it reads the
-// object only through read_quietly(), which cannot fault and which the
-// sanitizers do not see, and what it returns is a hint for a reader, never
+// changing, or already gone if its waiter woke meanwhile, and since a
+// fiber's wait kind and object are read apart, `object` may even be
+// another wait's (an fd's number, say). So it treats `object` as a bare
+// address: it reads only through read_quietly() or read_member_quietly(),
+// which cannot fault and which the sanitizers do not see, never through a
+// pointer to the type; what it returns is a hint for a reader, never
 // something to act on.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -39,12 +43,26 @@ constexpr std::size_t kMaxWaitOwnerKinds = 16;
 bool register_wait_owner(const char* kind, WaitOwnerLookup lookup) noexcept;
 
 // Who holds `object` of a wait of `kind`: {0, 0} when nobody does, when no
-// lookup is registered for `kind`, or when it cannot be told.
+// lookup is registered for `kind`, when `object` is null, or when it cannot
+// be told.
 WaitOwner find_wait_owner(const char* kind, const void* object) noexcept;
 
 // Copies `size` bytes at `address` of this process into `out`; false if
 // any of them is not mapped readable. Never faults.
 bool read_quietly(const void* address, void* out, std::size_t size) noexcept;
+
+// Reads `member` of the T at address `object` into `out`, quietly (false
+// if it cannot be read), in integer arithmetic: `object` may be null or
+// misaligned, where even naming a member through a T* is undefined.
+// The member's offset as introspect/gdb_layout.cpp takes it: T need not
+// be standard-layout, which offsetof requires.
+template <class T, class M, class Out>
+bool read_member_quietly(const void* object, M T::*member, Out& out) noexcept {
+  static_assert(sizeof(M) == sizeof(Out), "reads the member's bytes whole");
+  const auto offset = static_cast<std::uintptr_t>(std::bit_cast<std::ptrdiff_t>(member));
+  return read_quietly(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(object) + offset), &out,
+                      sizeof(out));
+}
 
 // The id of the fiber whose control block is at `control`, read quietly;
 // 0 if it cannot be read.

@@ -53,9 +53,8 @@ std::uintptr_t caller_identity() noexcept {
 // block or a thread's token, read quietly, since the mutex may be gone.
 struct detail::MutexInspection {
   static WaitOwner owner(const void* object) noexcept {
-    const auto* mutex = static_cast<const Mutex*>(object);
     std::uintptr_t state = 0;
-    if (!read_quietly(&mutex->state_, &state, sizeof(state))) return {};
+    if (!read_member_quietly(object, &Mutex::state_, state)) return {};
     const std::uintptr_t owner = state & ~(kWaiters | kThreadBit);
     if (owner == 0) return {};
     if ((state & kThreadBit) == 0) return {fiber_id_at(reinterpret_cast<const FiberControl*>(owner)), 0};

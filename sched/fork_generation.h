@@ -13,8 +13,9 @@ namespace weft::detail {
 // How many times this process is a fork()ed child of the process it started
 // as: one more in each child, counted by an atfork handler, so that a check
 // costs a load, not a getpid() system call per spawn or task. The process's
-// own fact, not a registry of objects. Read through ForkGeneration, which
-// registers the handler first.
+// own fact, not a registry of objects. Its atfork handler is registered as
+// libweft loads (sched/fork_generation.cpp), so a direct read is good from
+// then on.
 extern std::atomic<unsigned> forks_behind_this_process;
 
 // A plain thread's Waiter is stamped as it parks (park()), so that a fork
@@ -43,8 +44,8 @@ bool left_by_the_parent(const Waiter& waiter) noexcept;
 
 class ForkGeneration {
  public:
-  // The count now; registers the atfork handler at the first call.
-  // Throws std::system_error if the handler cannot be registered.
+  // The count now. Throws std::system_error if the atfork handler could not
+  // be registered (pthread_atfork's only error is ENOMEM).
   static unsigned now();
   ForkGeneration() : made_at_(now()) {}
   // True in a child forked after this was made.

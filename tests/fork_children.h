@@ -3,10 +3,12 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -65,6 +67,15 @@ inline std::string what_the_child_said(int fds[2]) {
   for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) said.append(buffer, std::size_t(n));
   ::close(fds[0]);
   return said;
+}
+
+// Whether the thread `tid` of this process sleeps in futex(2): a plain
+// thread's park, which shows in no snapshot.
+inline bool sleeps_in_futex(pid_t tid) {
+  if (tid == 0) return false;
+  std::ifstream calls("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long call = -1;
+  return calls >> call && call == SYS_futex;
 }
 
 }  // namespace weft::test

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +17,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -347,14 +345,9 @@ TEST(HooksFork, TheParentsWaitersAreHandedNothingInTheForkChild) {
     thread_tid = gettid();
     permits.acquire();
   });
-  // A thread's park shows in no snapshot: parked once its thread sleeps in
-  // futex(2), having let go of the semaphore's lock.
-  const auto thread_parked = [&] {
-    if (thread_tid.load() == 0) return false;
-    std::ifstream calls("/proc/self/task/" + std::to_string(thread_tid.load()) + "/syscall");
-    long call = -1;
-    return calls >> call && call == SYS_futex;
-  };
+  // Parked once its thread sleeps in futex(2), having let go of the
+  // semaphore's lock.
+  const auto thread_parked = [&] { return test::sleeps_in_futex(thread_tid.load()); };
   for (const auto until = Clock::now() + 10s; !thread_parked() && Clock::now() < until;)
     std::this_thread::sleep_for(1ms);
   ASSERT_TRUE(thread_parked());
@@ -368,6 +361,40 @@ TEST(HooksFork, TheParentsWaitersAreHandedNothingInTheForkChild) {
   on_permits.join();
   on_mutex.join();
   thread_on_permits.join();
+}
+
+// The same in a process whose plain threads alone use weft, with no
+// scheduler ever made: the fork count moves from libweft's load on. Run
+// in a fresh process (a threadsafe death test re-runs the binary), where
+// no earlier test made a scheduler. Before, the count moved only once a
+// scheduler was made: the child's release handed the permit to the
+// parent's thread and its own try_acquire failed.
+TEST(HooksFork, ThePlainThreadsWaitersAreHandedNothingInTheForkChild) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Semaphore permits(0);
+        std::atomic<pid_t> thread_tid{0};
+        std::thread waiter([&] {
+          thread_tid = gettid();
+          permits.acquire();
+        });
+        for (const auto until = Clock::now() + 10s; !test::sleeps_in_futex(thread_tid.load()) && Clock::now() < until;)
+          std::this_thread::sleep_for(1ms);
+        std::fflush(nullptr);
+        const pid_t child = fork();
+        if (child == 0) {
+          alarm(20);
+          permits.release();
+          _exit(permits.try_acquire() ? 0 : 3);
+        }
+        const bool kept = child > 0 && test::child_exited_cleanly(child, 15s);
+        permits.release();
+        waiter.join();
+        std::fprintf(stderr, kept ? "permit kept\n" : "permit handed away\n");
+        std::exit(kept ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "permit kept");
 }
 
 // A primitive the parent's fiber waits on, destroyed in the fork child (a

@@ -83,20 +83,20 @@ std::vector<DeadlockCandidate> find_deadlocks(const ProcessSnapshot& process) {
   return candidates;
 }
 
-std::vector<DeadlockSnapshot> confirmed_deadlocks(std::vector<DeadlockCandidate> candidates, const FiberWaits& now) {
-  std::vector<DeadlockSnapshot> confirmed;
-  for (DeadlockCandidate& candidate : candidates) {
-    const bool stays = std::all_of(candidate.seen.begin(), candidate.seen.end(), [&](const auto& member_wait) {
-      const auto& [member, then] = member_wait;
-      const auto read = now.find(member);
-      if (read == now.end() || read->second.object != then.object || read->second.holder != then.holder) return false;
-      // Waiting for what it holds itself: a real one stays in its park; a
-      // lock handed to it again and again looks so for a moment each time.
-      return then.holder != member || read->second.parks == then.parks;
-    });
-    if (stays) confirmed.push_back(std::move(candidate.cycle));
-  }
-  return confirmed;
+bool waits_as_seen(const DeadlockCandidate& candidate, const FiberWaits& now) {
+  return std::all_of(candidate.seen.begin(), candidate.seen.end(), [&](const auto& member_wait) {
+    const auto& [member, then] = member_wait;
+    const auto read = now.find(member);
+    if (read == now.end() || read->second.object != then.object || read->second.holder != then.holder) return false;
+    // Waiting for what it holds itself: a real one stays in its park; a
+    // lock handed to it again and again looks so for a moment each time.
+    return then.holder != member || read->second.parks == then.parks;
+  });
+}
+
+bool waits_for_itself(const DeadlockCandidate& candidate) {
+  return std::any_of(candidate.seen.begin(), candidate.seen.end(),
+                     [](const auto& member_wait) { return member_wait.second.holder == member_wait.first; });
 }
 
 }  // namespace weft::detail

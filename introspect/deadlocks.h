@@ -13,7 +13,8 @@
 // its next holder before that fiber is woken (which then looks parked on
 // what it holds), and edges read while the holder changes chain into
 // rings. So a cycle found is only a candidate: its members' waits are
-// read again a moment later (read_waits, introspect/snapshot.h), and the
+// read again a moment later (read_waits, introspect/snapshot.h; and once
+// more, later, for a cycle with a member waiting for itself), and the
 // cycle is reported only if each member is still parked on the same
 // object, held by the same fiber, and a fiber that waits for what it holds
 // itself still in the same park (its park count). A real deadlock stays,
@@ -51,8 +52,15 @@ struct DeadlockCandidate {
 // lock's readers give no edges).
 std::vector<DeadlockCandidate> find_deadlocks(const ProcessSnapshot& process);
 
-// The candidates whose every member waits in `now` as it was seen; a
+// Whether every member of `candidate` waits in `now` as it was seen; a
 // member missing from `now` (no longer parked) breaks its cycle.
-std::vector<DeadlockSnapshot> confirmed_deadlocks(std::vector<DeadlockCandidate> candidates, const FiberWaits& now);
+bool waits_as_seen(const DeadlockCandidate& candidate, const FiberWaits& now);
+
+// Whether a member of `candidate` waits for what it holds itself: a real
+// deadlock (a fiber locking a mutex it holds), or a hand-over whose waker
+// named it the holder and has not woken it yet. The waker is mostly that
+// quick, but one descheduled just then is held up for as long as the
+// machine keeps it off a CPU: such a cycle is looked at once more, later.
+bool waits_for_itself(const DeadlockCandidate& candidate);
 
 }  // namespace weft::detail

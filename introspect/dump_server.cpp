@@ -54,6 +54,10 @@ constexpr int kOutOfFilesPauseMs = 100;
 // holder and waking it is far shorter, even with the waker's thread
 // descheduled for a few of this machine's time slices.
 constexpr std::chrono::milliseconds kDeadlockRecheck{50};
+// And how long after that a candidate with a member waiting for itself is
+// read once more (introspect/deadlocks.h, waits_for_itself): a waker
+// descheduled mid-hand-over on a loaded machine can outlast the first.
+constexpr std::chrono::milliseconds kSelfWaitRecheck{500};
 
 std::string process_name() {
   std::ifstream comm("/proc/self/comm");
@@ -360,20 +364,34 @@ class DumpServer {
   }
 
   // The cycles whose members still wait as `process` saw them after
-  // kDeadlockRecheck (introspect/deadlocks.h: a lock's hand-over looks like
-  // a cycle for a moment).
+  // kDeadlockRecheck, and for a cycle with a member waiting for itself,
+  // after kSelfWaitRecheck too (introspect/deadlocks.h: a lock's hand-over
+  // looks like a cycle for a moment).
   std::vector<DeadlockSnapshot> confirm(std::vector<DeadlockCandidate> candidates) {
     if (candidates.empty()) return {};
     std::this_thread::sleep_for(kDeadlockRecheck);
+    const FiberWaits soon = waits_now(candidates);
+    std::erase_if(candidates, [&](const DeadlockCandidate& c) { return !waits_as_seen(c, soon); });
+    if (std::any_of(candidates.begin(), candidates.end(), waits_for_itself)) {
+      std::this_thread::sleep_for(kSelfWaitRecheck);
+      const FiberWaits later = waits_now(candidates);
+      std::erase_if(candidates,
+                    [&](const DeadlockCandidate& c) { return waits_for_itself(c) && !waits_as_seen(c, later); });
+    }
+    std::vector<DeadlockSnapshot> cycles;
+    for (DeadlockCandidate& candidate : candidates) cycles.push_back(std::move(candidate.cycle));
+    return cycles;
+  }
+
+  // The waits of the candidates' members, read now.
+  FiberWaits waits_now(const std::vector<DeadlockCandidate>& candidates) {
     std::unordered_set<std::uint64_t> members;
     for (const DeadlockCandidate& candidate : candidates)
       members.insert(candidate.cycle.fibers.begin(), candidate.cycle.fibers.end());
     FiberWaits now;
-    {
-      std::lock_guard guard(schedulers_lock_);
-      for (SchedulerCore* core : schedulers_) read_waits(*core, members, now);
-    }
-    return confirmed_deadlocks(std::move(candidates), now);
+    std::lock_guard guard(schedulers_lock_);
+    for (SchedulerCore* core : schedulers_) read_waits(*core, members, now);
+    return now;
   }
 
   std::mutex sweep_lock_;       // held by the server's thread while it sweeps stale directories

@@ -344,15 +344,6 @@ inline const Json* find_fiber(const Json& dump, const std::string& name) {
   return nullptr;
 }
 
-// The sleeper runs for an instant every 100 ms; everything else stays put.
-inline bool all_parked(const Json& dump) {
-  for (const char* name : {"queue-taker", "pong", "mutex-waiter", "sleeper"}) {
-    const Json* f = find_fiber(dump, name);
-    if (f == nullptr || (*f)["state"].get<std::string>() != "parked" || (*f)["wait"].is_null()) return false;
-  }
-  return true;
-}
-
 // The lines of the fiber block of `name`: from its "- Fiber" line to the
 // next blank line.
 inline std::string fiber_block(const std::string& text, const std::string& name) {
@@ -372,9 +363,31 @@ inline constexpr ParkedIn kParkedIn[] = {{"queue-taker", "::take_from_queue(weft
                                          {"mutex-waiter", "::lock_mutex(weft::Mutex&)"},
                                          {"sleeper", "::sleep_a_slice()"}};
 
+// The sleeper runs for an instant every 100 ms; everything else stays put.
+// A dump that read the sleeper parked may still have dropped its stack (it
+// woke before the stack was walked): these retry such dumps too.
+inline bool all_parked(const Json& dump) {
+  for (const char* name : {"queue-taker", "pong", "mutex-waiter", "sleeper"}) {
+    const Json* f = find_fiber(dump, name);
+    if (f == nullptr || (*f)["state"].get<std::string>() != "parked" || (*f)["wait"].is_null()) return false;
+  }
+  for (const ParkedIn& parked : kParkedIn)
+    if ((*find_fiber(dump, parked.fiber))["stack"].size() < 2) return false;
+  return true;
+}
+
 inline bool text_shows_all_parked(const std::string& text) {
-  return text.find("waiting on weft::this_fiber (sleep)") != std::string::npos &&
-         text.find("(lock) for") != std::string::npos;
+  if (text.find("waiting on weft::this_fiber (sleep)") == std::string::npos ||
+      text.find("(lock) for") == std::string::npos)
+    return false;
+  for (const ParkedIn& parked : kParkedIn) {
+    const std::string block = fiber_block(text, parked.fiber);
+    std::size_t frames = 0;
+    for (std::size_t at = block.find("\n      at "); at != std::string::npos; at = block.find("\n      at ", at + 1))
+      ++frames;
+    if (frames < 2) return false;
+  }
+  return true;
 }
 
 // A fixture's child: one of this test's programs, started in SetUp, which

@@ -6,6 +6,7 @@
 // only the thread pool, and so no scheduler at all.
 #include <weft/weft.h>
 
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -26,6 +27,16 @@ int main(int argc, char** argv) {
   if (rpc) rpc->post([&] { release.wait(); });
   db.post([&] { release.wait(); });
   while ((rpc && rpc->running() != 1) || db.running() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // A task counts as running before its runner parks on the latch: ready
+  // once every fiber of the default scheduler is parked (a loaded machine
+  // may take its time), or after 30 s, when the test will say what is not.
+  const auto parked = [] {
+    const weft::SchedulerSnapshot snap = weft::default_scheduler().snapshot();
+    return snap.fiber_states.runnable == 0 && snap.fiber_states.running == 0;
+  };
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       rpc && !parked() && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::cout << "ready" << std::endl;
   std::string line;
   std::getline(std::cin, line);

@@ -14,6 +14,7 @@ constinit const FastClockScale kNoFastClock{0, 0, 0, 0};
 namespace {
 
 constexpr std::int64_t kFirstBaselineNs = 20'000'000;  // 20 ms
+constexpr std::int64_t kPairingSlackNs = 20'000;       // 20 us: 0.1% of the first baseline
 
 // The first reading: the start of every calibration's baseline.
 struct Origin {
@@ -40,8 +41,14 @@ bool invariant_tsc() noexcept {
 }  // namespace
 
 std::int64_t fast_clock_slow_ns() noexcept {
-  const std::int64_t now_ns = monotonic_clock_ns();
+  // A pair of readings is a calibration point only if nothing came between
+  // them: a thread descheduled there for a millisecond would skew the rate
+  // by that much against the 20 ms first baseline, and every scale after
+  // it. The tick is read between two clock readings, which bound the gap.
+  const std::int64_t before_ns = monotonic_clock_ns();
   const std::uint64_t now_ticks = __rdtsc();
+  const std::int64_t now_ns = monotonic_clock_ns();
+  if (now_ns - before_ns > kPairingSlackNs) return now_ns;
   if (!origin_taken.load(std::memory_order_acquire)) {
     if (!calibrating.exchange(true, std::memory_order_acquire)) {
       if (!origin_taken.load(std::memory_order_relaxed)) {

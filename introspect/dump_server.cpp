@@ -368,12 +368,11 @@ class DumpServer {
   // after kSelfWaitRecheck too (introspect/deadlocks.h: a lock's hand-over
   // looks like a cycle for a moment).
   std::vector<DeadlockSnapshot> confirm(std::vector<DeadlockCandidate> candidates) {
-    if (candidates.empty()) return {};
-    std::this_thread::sleep_for(kDeadlockRecheck);
+    if (candidates.empty() || stopping_within(kDeadlockRecheck)) return {};
     const FiberWaits soon = waits_now(candidates);
     std::erase_if(candidates, [&](const DeadlockCandidate& c) { return !waits_as_seen(c, soon); });
     if (std::any_of(candidates.begin(), candidates.end(), waits_for_itself)) {
-      std::this_thread::sleep_for(kSelfWaitRecheck);
+      if (stopping_within(kSelfWaitRecheck)) return {};
       const FiberWaits later = waits_now(candidates);
       std::erase_if(candidates,
                     [&](const DeadlockCandidate& c) { return waits_for_itself(c) && !waits_as_seen(c, later); });
@@ -381,6 +380,18 @@ class DumpServer {
     std::vector<DeadlockSnapshot> cycles;
     for (DeadlockCandidate& candidate : candidates) cycles.push_back(std::move(candidate.cycle));
     return cycles;
+  }
+
+  // Waits `pause`, or less if the server is told to stop meanwhile: a
+  // scheduler's destructor (and a fork behind it) waits for this thread.
+  bool stopping_within(std::chrono::milliseconds pause) const {
+    pollfd stopping{stop_fd_, POLLIN, 0};
+    const auto until = Clock::now() + pause;
+    for (auto left = pause; left.count() > 0;
+         left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())) {
+      if (::poll(&stopping, 1, static_cast<int>(left.count())) > 0) return true;
+    }
+    return false;
   }
 
   // The waits of the candidates' members, read now.

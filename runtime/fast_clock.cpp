@@ -1,7 +1,9 @@
 #include "fast_clock.h"
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <limits>
 
 #include "system_calls.h"
 
@@ -38,35 +40,50 @@ bool invariant_tsc() noexcept {
   return std::strstr(text, " constant_tsc") != nullptr && std::strstr(text, " nonstop_tsc") != nullptr;
 }
 
+// The least gap seen between the two clock readings of a pair: what a
+// reading costs here (a clock source the vDSO cannot read costs a system
+// call or more, and may never give a pair within kPairingSlackNs).
+std::atomic<std::int64_t> least_gap_ns{std::numeric_limits<std::int64_t>::max()};
+
+bool tight_pair(std::int64_t gap_ns) noexcept {
+  std::int64_t least = least_gap_ns.load(std::memory_order_relaxed);
+  while (gap_ns < least && !least_gap_ns.compare_exchange_weak(least, gap_ns, std::memory_order_relaxed)) {
+  }
+  return gap_ns <= std::max(kPairingSlackNs, 4 * std::min(least, gap_ns));
+}
+
 }  // namespace
 
 std::int64_t fast_clock_slow_ns() noexcept {
   // A pair of readings is a calibration point only if nothing came between
   // them: a thread descheduled there for a millisecond would skew the rate
   // by that much against the 20 ms first baseline, and every scale after
-  // it. The tick is read between two clock readings, which bound the gap.
+  // it. The tick is read between two clock readings, which bound the gap,
+  // and paired with their midpoint.
   const std::int64_t before_ns = monotonic_clock_ns();
   const std::uint64_t now_ticks = __rdtsc();
-  const std::int64_t now_ns = monotonic_clock_ns();
-  if (now_ns - before_ns > kPairingSlackNs) return now_ns;
+  const std::int64_t after_ns = monotonic_clock_ns();
+  const bool tight = tight_pair(after_ns - before_ns);
+  const std::int64_t now_ns = before_ns + (after_ns - before_ns) / 2;
   if (!origin_taken.load(std::memory_order_acquire)) {
     if (!calibrating.exchange(true, std::memory_order_acquire)) {
       if (!origin_taken.load(std::memory_order_relaxed)) {
         if (!invariant_tsc()) {
           fast_clock_scale.store(&kNoFastClock, std::memory_order_release);
-        } else {
+        } else if (tight) {
           origin = {now_ticks, now_ns};
           origin_taken.store(true, std::memory_order_release);
         }
       }
       calibrating.store(false, std::memory_order_release);
     }
-    return now_ns;
+    return after_ns;
   }
+  if (!tight) return after_ns;
   const std::int64_t elapsed_ns = now_ns - origin.ns;
-  if (elapsed_ns < kFirstBaselineNs || now_ticks <= origin.ticks) return now_ns;
+  if (elapsed_ns < kFirstBaselineNs || now_ticks <= origin.ticks) return after_ns;
   // One thread calibrates; the others read CLOCK_MONOTONIC meanwhile.
-  if (calibrating.exchange(true, std::memory_order_acquire)) return now_ns;
+  if (calibrating.exchange(true, std::memory_order_acquire)) return after_ns;
   const FastClockScale* old = fast_clock_scale.load(std::memory_order_acquire);
   if ((old == nullptr || now_ticks - old->base_ticks >= old->refresh_ticks) && scales_used < std::size(scales)) {
     const std::uint64_t elapsed_ticks = now_ticks - origin.ticks;
@@ -78,7 +95,7 @@ std::int64_t fast_clock_slow_ns() noexcept {
     fast_clock_scale.store(&scale, std::memory_order_release);
   }
   calibrating.store(false, std::memory_order_release);
-  return now_ns;
+  return after_ns;
 }
 #else
 std::int64_t fast_clock_slow_ns() noexcept { return monotonic_clock_ns(); }

@@ -61,9 +61,8 @@ void time_out(TimerNode& node) {
 WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline,
                        ParkAction action) {
   waiter.fiber = nullptr;
-  // The raw count: registering the handler could throw, and a process
-  // that never made a scheduler or a pool counts no forks (it has no
-  // fibers to leave behind, but leaves such threads unrecognised).
+  // The raw count, which libweft counts from its load on
+  // (sched/fork_generation.h).
   stamp_thread_waiter(waiter);
   const ThreadWaitScope recorded(site.kind, site.object, site.operation, &waiter.state);  // for weft-dump
   if (lock != nullptr) lock->unlock();

@@ -68,7 +68,7 @@ bool read_quietly(const void* address, void* out, std::size_t size) noexcept {
 std::uint64_t fiber_id_at(const FiberControl* control) noexcept {
   if (control == nullptr) return 0;
   std::uint64_t id = 0;
-  if (!read_member_quietly(control, &FiberControl::id, id)) return 0;
+  if (!read_member_quietly<FiberControl>(control, &FiberControl::id, id)) return 0;
   return id;
 }
 

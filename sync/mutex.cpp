@@ -54,7 +54,7 @@ std::uintptr_t caller_identity() noexcept {
 struct detail::MutexInspection {
   static WaitOwner owner(const void* object) noexcept {
     std::uintptr_t state = 0;
-    if (!read_member_quietly(object, &Mutex::state_, state)) return {};
+    if (!read_member_quietly<Mutex>(object, &Mutex::state_, state)) return {};
     const std::uintptr_t owner = state & ~(kWaiters | kThreadBit);
     if (owner == 0) return {};
     if ((state & kThreadBit) == 0) return {fiber_id_at(reinterpret_cast<const FiberControl*>(owner)), 0};

@@ -381,6 +381,10 @@ TEST(HooksFork, ThePlainThreadsWaitersAreHandedNothingInTheForkChild) {
         });
         for (const auto until = Clock::now() + 10s; !test::sleeps_in_futex(thread_tid.load()) && Clock::now() < until;)
           std::this_thread::sleep_for(1ms);
+        if (!test::sleeps_in_futex(thread_tid.load())) {
+          std::fprintf(stderr, "the waiter never parked\n");
+          std::exit(2);
+        }
         std::fflush(nullptr);
         const pid_t child = fork();
         if (child == 0) {

@@ -512,6 +512,8 @@ TEST(IoDeathTest, ShutdownReportsFibersParkedOnIo) {
         Scheduler s{config};
         const int fd = pipe.reader;
         s.spawn({.name = "reads-forever"}, [fd] { io::wait_readable(fd); }).detach();
+        // Parked before the grace begins (a first run is slow under TSan).
+        test::wait_until([&] { return s.snapshot().fiber_states.parked == 1; });
       },
       "\"reads-forever\" #[0-9]+ parked, waiting on fd [0-9]+ \\(readable\\)");
 }

@@ -483,6 +483,8 @@ TEST(SchedulerDeathTest, ShutdownReportsStuckFibers) {
         config.shutdown_policy = ShutdownPolicy::abort;
         Scheduler s{config};
         s.spawn({.name = "sleeps-forever"}, [] { this_fiber::sleep_for(1h); }).detach();
+        // Parked before the grace begins (a first run is slow under TSan).
+        test::wait_until([&] { return s.snapshot().fiber_states.parked == 1; });
       },
       "\"sleeps-forever\" #[0-9]+ parked, waiting on weft::this_fiber@.*\\(sleep\\)");
 }

@@ -35,6 +35,10 @@
 //                  fibers pinned here by their hooks move after a second.
 //                  Their res_n* forms, whose state is an argument, are made
 //                  on a helper while the fiber parks (offloaded_query).
+//   async DNS      gai_suspend, and getaddrinfo_a with GAI_WAIT: they wait
+//                  for lookups glibc makes on threads of its own, on a
+//                  condition variable inside libc; made on a helper while
+//                  the fiber parks (offloaded_query), as res_nquery.
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
 #include <mqueue.h>
@@ -311,6 +315,15 @@ int res_nquerydomain(res_state state, const char* name, const char* domain, int 
 int res_nsend(res_state state, const unsigned char* message, int message_length, unsigned char* answer,
               int length) noexcept {
   return offloaded_query([&] { return real::res_nsend()(state, message, message_length, answer, length); });
+}
+
+int gai_suspend(const gaicb* const list[], int count, const timespec* timeout) {
+  return offloaded_query([&] { return real::gai_suspend()(list, count, timeout); });
+}
+int getaddrinfo_a(int mode, gaicb* list[], int count, sigevent* notification) {
+  // GAI_NOWAIT starts glibc's threads and returns.
+  if (mode != GAI_WAIT) return real::getaddrinfo_a()(mode, list, count, notification);
+  return offloaded_query([&] { return real::getaddrinfo_a()(mode, list, count, notification); });
 }
 
 // The names glibc's <resolv.h> gave these calls before 2.34 (it defined

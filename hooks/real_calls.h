@@ -233,6 +233,8 @@ WEFT_REAL_CALL(res_nquery, int(struct __res_state*, const char*, int, int, unsig
 WEFT_REAL_CALL(res_nsearch, int(struct __res_state*, const char*, int, int, unsigned char*, int))
 WEFT_REAL_CALL(res_nquerydomain, int(struct __res_state*, const char*, const char*, int, int, unsigned char*, int))
 WEFT_REAL_CALL(res_nsend, int(struct __res_state*, const unsigned char*, int, unsigned char*, int))
+WEFT_REAL_CALL(gai_suspend, int(const gaicb* const[], int, const timespec*))
+WEFT_REAL_CALL(getaddrinfo_a, int(int, gaicb*[], int, sigevent*))
 WEFT_REAL_CALL(thrd_sleep, int(const timespec*, timespec*))
 WEFT_REAL_CALL(sched_yield, int())
 WEFT_REAL_CALL(syscall, long(long, ...))

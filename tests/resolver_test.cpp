@@ -270,6 +270,33 @@ TEST(ResolverChild, ErrnoAndHErrnoGoHomeWhenAFiberResumesElsewhere) {
   EXPECT_EQ(on_fiber.values, on_thread.values);
 }
 
+// What `call` returned in a fiber of a 1-worker scheduler, and how often a
+// fiber of the same worker parked in a hook (a 1 ms usleep, which resumes
+// only on its own thread) ticked meanwhile.
+std::pair<std::string, int> beside_a_ticker(const std::function<std::string()>& call) {
+  std::string said;
+  std::atomic<int> ticks{0};
+  std::atomic<bool> done{false};
+  int ticks_during = -1;
+  Scheduler sched{test::config_with(1)};
+  Fiber ticker = sched.spawn([&] {
+    while (!done.load()) {
+      ::usleep(1000);
+      ticks.fetch_add(1);
+    }
+  });
+  sched
+      .spawn([&] {
+        const int before = ticks.load();
+        said = call();
+        ticks_during = ticks.load() - before;
+      })
+      .join();
+  done = true;
+  ticker.join();
+  return {said, ticks_during};
+}
+
 TEST(Resolver, AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun) {
   expect_child_passed("query", "ResolverChild.AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun");
 }
@@ -299,31 +326,62 @@ TEST(ResolverChild, AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun) {
   };
   std::string on_thread;
   std::thread([&] { on_thread = query(); }).join();
-  std::string on_fiber;
-  std::atomic<int> ticks{0};
-  std::atomic<bool> done{false};
-  int ticks_during = -1;
-  {
-    Scheduler sched{test::config_with(1)};
-    Fiber ticker = sched.spawn([&] {
-      while (!done.load()) {
-        ::usleep(1000);
-        ticks.fetch_add(1);
-      }
-    });
-    sched
-        .spawn([&] {
-          const int before = ticks.load();
-          on_fiber = query();
-          ticks_during = ticks.load() - before;
-        })
-        .join();
-    done = true;
-    ticker.join();
-  }
+  const auto [on_fiber, ticks_during] = beside_a_ticker(query);
   EXPECT_EQ(on_fiber, on_thread);
   EXPECT_GT(std::stoi(on_thread), 0) << on_thread;
   EXPECT_GE(ticks_during, 5) << "the ticker's sleeps waited for the query's 200 ms";
+  test::DnsSandbox::stop();
+}
+
+TEST(Resolver, AsyncLookupsWaitOnAHelper) { expect_child_passed("async", "ResolverChild.AsyncLookupsWaitOnAHelper"); }
+
+// What an async lookup of h6.weft.test said: getaddrinfo_a's result (with
+// GAI_NOWAIT, then gai_suspend's), gai_error's, and the address.
+std::string async_lookup(int mode) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  gaicb request{};
+  request.ar_name = "h6.weft.test";
+  request.ar_request = &hints;
+  gaicb* list[] = {&request};
+  std::string said = "started " + std::to_string(::getaddrinfo_a(mode, list, 1, nullptr));
+  if (mode == GAI_NOWAIT) {
+    const gaicb* const waiting[] = {&request};
+    int rc;
+    while ((rc = ::gai_suspend(waiting, 1, nullptr)) == EAI_INTR) {
+    }
+    said += " suspended " + std::to_string(rc);
+  }
+  said += " error " + std::to_string(::gai_error(&request));
+  if (request.ar_result != nullptr) {
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(request.ar_result->ai_addr)->sin_addr, text, sizeof text);
+    said += std::string(" ") + text;
+    ::freeaddrinfo(request.ar_result);
+  }
+  return said;
+}
+
+// gai_suspend, and getaddrinfo_a with GAI_WAIT, wait on a condition
+// variable inside libc for glibc's own lookup threads: made on a helper
+// while the fiber parks, as res_nquery. Before, they held the worker's
+// thread, and a fiber pinned there by its hook (a 1 ms usleep) did not
+// tick for the 200 ms answer. Their results are a plain thread's.
+TEST(ResolverChild, AsyncLookupsWaitOnAHelper) {
+  if (!test::child_mode("async")) GTEST_SKIP() << "runs in the child of Resolver.AsyncLookupsWaitOnAHelper";
+  const std::string why = test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 200);
+  if (!why.empty()) GTEST_SKIP() << "no private nameserver: " << why;
+  for (const int mode : {GAI_NOWAIT, GAI_WAIT}) {
+    SCOPED_TRACE(mode == GAI_WAIT ? "GAI_WAIT" : "GAI_NOWAIT, gai_suspend");
+    const auto lookup = [mode] { return async_lookup(mode); };
+    std::string on_thread;
+    std::thread([&] { on_thread = lookup(); }).join();
+    EXPECT_NE(on_thread.find(" error 0 127.1.0.6"), std::string::npos) << on_thread;
+    const auto [on_fiber, ticks_during] = beside_a_ticker(lookup);
+    EXPECT_EQ(on_fiber, on_thread);
+    EXPECT_GE(ticks_during, 5) << "the ticker's sleeps waited for the lookup's 200 ms";
+  }
   test::DnsSandbox::stop();
 }
 

@@ -14,23 +14,6 @@
 
 #include "test_support.h"
 
-// WEFT_UNDER_TSAN, WEFT_UNDER_ASAN: the build runs under that sanitizer
-// (GCC and Clang say so differently).
-#if defined(__SANITIZE_THREAD__)
-#define WEFT_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WEFT_UNDER_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define WEFT_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WEFT_UNDER_ASAN 1
-#endif
-#endif
-
 namespace weft::test {
 
 // A call's result as text: the count, or the (negative) result and errno's

@@ -333,7 +333,15 @@ TEST(ResolverChild, AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun) {
   test::DnsSandbox::stop();
 }
 
-TEST(Resolver, AsyncLookupsWaitOnAHelper) { expect_child_passed("async", "ResolverChild.AsyncLookupsWaitOnAHelper"); }
+TEST(Resolver, AsyncLookupsWaitOnAHelper) {
+#ifdef WEFT_UNDER_TSAN
+  // glibc starts getaddrinfo_a's threads where ThreadSanitizer does not see
+  // them, and its interceptors then crash there: a plain program's
+  // getaddrinfo_a of "localhost" segfaults under TSan too.
+  GTEST_SKIP() << "getaddrinfo_a crashes under ThreadSanitizer";
+#endif
+  expect_child_passed("async", "ResolverChild.AsyncLookupsWaitOnAHelper");
+}
 
 // What an async lookup of h6.weft.test said: getaddrinfo_a's result (with
 // GAI_NOWAIT, then gai_suspend's), gai_error's, and the address.

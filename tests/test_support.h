@@ -19,9 +19,26 @@
 #include <thread>
 #include <vector>
 
+// WEFT_UNDER_TSAN, WEFT_UNDER_ASAN: the build runs under that sanitizer
+// (GCC and Clang say so differently).
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_UNDER_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define WEFT_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_UNDER_ASAN 1
+#endif
+#endif
+
 namespace weft::test {
 
-#if defined(__SANITIZE_THREAD__)
+#ifdef WEFT_UNDER_TSAN
 constexpr std::uint64_t kSlowdown = 10;
 #else
 constexpr std::uint64_t kSlowdown = 1;

@@ -37,8 +37,9 @@
 //                  on a helper while the fiber parks (offloaded_query).
 //   async DNS      gai_suspend, and getaddrinfo_a with GAI_WAIT: they wait
 //                  for lookups glibc makes on threads of its own, on a
-//                  condition variable inside libc; made on a helper while
-//                  the fiber parks (offloaded_query), as res_nquery.
+//                  futex inside libc; made on a helper while the fiber
+//                  parks (offloaded_query), as res_nquery, unless
+//                  gai_suspend cannot wait (cannot_wait, below).
 #undef _FILE_OFFSET_BITS
 #include <fcntl.h>
 #include <mqueue.h>
@@ -129,6 +130,17 @@ int semaphore_wait(sem_t* semaphore, Wait&& wait) {
 int refused_deadline() noexcept {
   set_errno(EINVAL);
   return -1;
+}
+
+// A gai_suspend that returns at once: a zero timeout (a poll of whether
+// a lookup is done), or no request of the list still in progress. Made
+// inline: on a helper it would pay two hand-overs, and queue behind slow
+// calls while every helper is busy.
+bool cannot_wait(const gaicb* const list[], int count, const timespec* timeout) noexcept {
+  if (timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec == 0) return true;
+  for (int i = 0; i < count; ++i)
+    if (list[i] != nullptr && ::gai_error(const_cast<gaicb*>(list[i])) == EAI_INPROGRESS) return false;
+  return true;
 }
 
 }  // namespace
@@ -318,6 +330,7 @@ int res_nsend(res_state state, const unsigned char* message, int message_length,
 }
 
 int gai_suspend(const gaicb* const list[], int count, const timespec* timeout) {
+  if (cannot_wait(list, count, timeout)) return real::gai_suspend()(list, count, timeout);
   return offloaded_query([&] { return real::gai_suspend()(list, count, timeout); });
 }
 int getaddrinfo_a(int mode, gaicb* list[], int count, sigevent* notification) {

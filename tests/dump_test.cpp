@@ -488,7 +488,7 @@ TEST(Dump, AForkedChildsExitLeavesTheParentsSocket) {
 // docs/usage.md: after fork() the parent's scheduler is unusable in the
 // child, and says so; a scheduler the child makes works, dump included.
 TEST(Dump, AForkedChildRefusesTheParentsSchedulerAndRunsItsOwn) {
-#if defined(__SANITIZE_THREAD__)
+#ifdef WEFT_UNDER_TSAN
   GTEST_SKIP() << "ThreadSanitizer does not support threads started after a multi-threaded fork (die_after_fork)";
 #endif
   auto parent = std::make_unique<Scheduler>(test::config_with(2));

@@ -49,7 +49,7 @@ using test::scaled;
 // hold, a relock by its owner) in its own interceptor, before the call
 // reaches the hooks: under it, the calls that misuse on purpose to see the
 // error glibc gives are left out (the other builds make them).
-#if defined(__SANITIZE_THREAD__)
+#ifdef WEFT_UNDER_TSAN
 constexpr bool kMisuseIsReported = true;
 #else
 constexpr bool kMisuseIsReported = false;
@@ -60,7 +60,7 @@ constexpr bool kMisuseIsReported = false;
 // as anywhere: sysmon sees a worker asleep in the kernel and starts a spare,
 // as it should for any raw system call (docs/sysmon.md). So under TSan a
 // bound on the process's threads has that much more room.
-#if defined(__SANITIZE_THREAD__)
+#ifdef WEFT_UNDER_TSAN
 constexpr int kSanitizerThreads = 8;
 #else
 constexpr int kSanitizerThreads = 0;

@@ -360,6 +360,10 @@ std::string async_lookup(int mode) {
     while ((rc = ::gai_suspend(waiting, 1, nullptr)) == EAI_INTR) {
     }
     said += " suspended " + std::to_string(rc);
+    // Done: a wait, and a poll with a zero timeout, return at once.
+    const timespec zero{0, 0};
+    said += " again " + std::to_string(::gai_suspend(waiting, 1, nullptr));
+    said += " polled " + std::to_string(::gai_suspend(waiting, 1, &zero));
   }
   said += " error " + std::to_string(::gai_error(&request));
   if (request.ar_result != nullptr) {

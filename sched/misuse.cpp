@@ -24,8 +24,8 @@ void describe_caller(char* out, std::size_t size) noexcept {
 
 namespace {
 
+// Never true outside a fork child: there no waiter counts as the parent's.
 bool only_the_parents_waiters(const WaitList& waiters, const WaitList* more) noexcept {
-  if (forks_behind_this_process.load(std::memory_order_relaxed) == 0) return false;
   for (const WaitList* list : {&waiters, more}) {
     if (list == nullptr) continue;
     for (const Waiter* w = list->front(); w != nullptr; w = w->next)

@@ -61,9 +61,7 @@ void time_out(TimerNode& node) {
 WakeReason park_thread(Waiter& waiter, SpinLock* lock, const WaitSite& site, Clock::time_point deadline,
                        ParkAction action) {
   waiter.fiber = nullptr;
-  // The raw count, which libweft counts from its load on
-  // (sched/fork_generation.h).
-  stamp_thread_waiter(waiter);
+  stamp_thread_waiter(waiter);  // so that a fork child hands it nothing (sched/fork_generation.h)
   const ThreadWaitScope recorded(site.kind, site.object, site.operation, &waiter.state);  // for weft-dump
   if (lock != nullptr) lock->unlock();
   if (action.run != nullptr) action.run(action.arg);

@@ -401,14 +401,19 @@ std::string reads_larger_than_one_read(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   char buf[64];
   // Volatile: what the call is asked for, unknown to the compiler, which
-  // would refuse a constant it can see runs past the buffer.
-  const volatile std::size_t huge = std::size_t(1) << 40;
+  // would refuse a constant it can see runs past the buffer. 2^62 runs
+  // past every user address space, so the kernel's range check fails
+  // wherever the buffer is. 2^40 did not: with the mmap base randomized
+  // by up to 2^40 bytes, a thread's stack sat low enough in about one run
+  // in 80 that the kernel took the range and wrote the file over the
+  // stack (SIGSEGV in CI).
+  const volatile std::size_t huge = std::size_t(1) << 62;
   errno = 0;
   n = ::read(fd, buf, huge);
-  out << "read of 2^40 " << n << " errno " << errno << " at " << ::lseek(fd, 0, SEEK_CUR) << "\n";
+  out << "read of 2^62 " << n << " errno " << errno << " at " << ::lseek(fd, 0, SEEK_CUR) << "\n";
   errno = 0;
   n = ::pread(fd, buf, huge, 0);
-  out << "pread of 2^40 " << n << " errno " << errno << "\n";
+  out << "pread of 2^62 " << n << " errno " << errno << "\n";
   ::close(fd);
   return out.str();
 }

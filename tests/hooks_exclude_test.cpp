@@ -128,10 +128,11 @@ std::ostream& operator<<(std::ostream& out, Outcome outcome) {
 
 // Runs `call` in a fiber on one worker with no spares, and a second fiber
 // once the call has begun; `release` (from this plain thread) makes the
-// call return, once the second fiber has run or 300 ms have gone by (a
-// loaded machine may take longer to run it: then the call is released
-// first, but a parked call is woken behind the fiber already queued, and
-// the order still holds).
+// call return, once the second fiber has run, or 300 ms have gone by and
+// the worker's thread sleeps (in the call, or idle): a worker held off
+// its CPU on a loaded machine may yet run the second fiber, and a parked
+// call released first would be woken into the worker's next slot, ahead
+// of it.
 // Whether the second fiber ran before the call returned says whether the
 // call parked.
 Outcome run_call(const std::function<void()>& call, const std::function<void()>& release) {
@@ -143,7 +144,9 @@ Outcome run_call(const std::function<void()>& call, const std::function<void()>&
   std::atomic<bool> other_ran{false};
   int call_returned_as = 0;
   int other_ran_as = 0;
+  std::atomic<int> worker_thread{0};
   Fiber caller = sched.spawn([&] {
+    worker_thread.store(gettid());
     // Nothing between the store and the call switches: the other fiber,
     // spawned once this is seen, can run only if the call parks.
     calling.store(true);
@@ -159,6 +162,7 @@ Outcome run_call(const std::function<void()>& call, const std::function<void()>&
   });
   const auto spawned = std::chrono::steady_clock::now();
   while (!other_ran.load() && std::chrono::steady_clock::now() - spawned < 300ms) std::this_thread::sleep_for(1ms);
+  if (!other_ran.load()) test::await_asleep(worker_thread.load());
   release();
   caller.join();
   other.join();

@@ -248,9 +248,11 @@ TEST(HooksSockopt, ALaterTimeoutReplacesANegativeOne) {
 // --- SO_RCVLOWAT -------------------------------------------------------------
 
 // `reader` with SO_RCVLOWAT 10, and each way of receiving 100 bytes with 1
-// byte queued, while a thread writes 9 more to `writer` 50 ms later and
-// 10 more 50 ms after those: a blocking receive takes the 1 and waits on
-// (MSG_DONTWAIT took the 1 and returned). A unix socket's receive returns
+// byte queued, while a thread writes 9 more to `writer` once the receive
+// waits (its thread asleep) and 10 more once it waits again or has
+// returned: a blocking receive takes the 1 and waits on (MSG_DONTWAIT took
+// the 1 and returned). Before, the writes came 50 ms apart, and a receive
+// held off its CPU that long found them queued. A unix socket's receive returns
 // once it has 10 bytes (each write wakes it); TCP's wakes when 10 bytes
 // it has not taken yet are there (tcp_data_ready), with 1 + 9 + 10. A
 // unix socket's peek returns what is there; TCP's waits for 10 bytes.
@@ -278,13 +280,14 @@ std::string receive_below_rcvlowat(int reader, int writer) {
        }},
       {"peek", [&] { return recv(reader, buf, sizeof(buf), MSG_PEEK); }},
   };
+  const int receiver = gettid();  // a fiber's: its one worker's
   for (const auto& [name, receive] : receives) {
     write_one_byte(writer);
     await_queued(reader, 1);
     std::thread sender([&] {
-      std::this_thread::sleep_for(50ms);
+      test::await_asleep(receiver);
       EXPECT_EQ(write(writer, "123456789", 9), 9);
-      std::this_thread::sleep_for(50ms);
+      test::await_asleep(receiver);
       EXPECT_EQ(write(writer, "0123456789", 10), 10);
     });
     errno = 0;
@@ -323,19 +326,21 @@ TEST(HooksSockopt, AUnixStreamReceiveWaitsForItsRcvlowat) {
 }
 
 // What ends the wait for SO_RCVLOWAT before it is met: SO_RCVTIMEO (1
-// byte queued, 2 more 20 ms later, a 100 ms timeout: the 3, not EAGAIN;
-// TCP raised no wake-up for the 2, and takes them at the timeout), and
-// EOF (1 byte, then 2 more and the writer's shutdown 50 ms later: the 3).
+// byte queued, 2 more once the receive waits, a 300 ms timeout: the 3,
+// not EAGAIN; TCP raised no wake-up for the 2, and takes them at the
+// timeout), and EOF (1 byte, then 2 more and the writer's shutdown 50 ms
+// later: the 3).
 // MSG_WAITALL waits for all it asked, whatever SO_RCVLOWAT says.
 std::string rcvlowat_cut_short(int reader, int writer) {
   set_rcvlowat(reader, 10);
-  set_timeout(reader, SO_RCVTIMEO, 100ms);
+  set_timeout(reader, SO_RCVTIMEO, 300ms);
   std::string out;
   char buf[100];
   write_one_byte(writer);
   await_queued(reader, 1);
+  const int receiver = gettid();  // a fiber's: its one worker's
   std::thread sender([&] {
-    std::this_thread::sleep_for(20ms);
+    test::await_asleep(receiver);
     EXPECT_EQ(write(writer, "12", 2), 2);
   });
   errno = 0;

@@ -498,12 +498,16 @@ TEST(HooksSocket, ErrorQueueAndOutOfBandReceivesNeverWait) {
 // found, and neither honoured nor wrote back its timeout.
 TEST(HooksSocket, RecvmmsgWaitsForEveryMessageAsOnAThread) {
   // One message is there at the call; a sender thread sends two more,
-  // `apart` after the call began and again `apart` later.
+  // each `apart` after the call waits (its thread asleep: in the call, or
+  // back from it). Before, each came `apart` after the last, and a call
+  // held off its CPU that long found them queued.
   auto receive = [](int flags, const timespec* timeout, std::chrono::milliseconds apart) {
     SocketPair pair(SOCK_DGRAM);
     EXPECT_EQ(send(pair.b(), "1", 1, 0), 1);
+    const int receiver = gettid();  // a fiber's: its one worker's
     std::thread sender([&] {
       for (const char* message : {"2", "3"}) {
+        test::await_asleep(receiver);
         std::this_thread::sleep_for(apart);
         EXPECT_EQ(send(pair.b(), message, 1, 0), 1);
       }

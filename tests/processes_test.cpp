@@ -203,20 +203,19 @@ TEST(Waitid, GivesWhatAPlainThreadGets) {
                         std::to_string(ECHILD));
 }
 
-// A siginfo the kernel cannot write: waitid fails with EFAULT once the
-// child has exited, having reaped it, as on a thread. Before, a fiber's
-// failed at once (its WNOHANG ask could not write "nothing yet") and left
-// the child to be reaped by the next wait.
 // A pidfd closed by another thread while waitid waits on it: the kernel's
 // wait holds the pidfd's file and ends when the child exits, a fiber's
 // likewise. Before, the fiber's wait on the netpoller ended at the close
-// with EBADF, and left the child unreaped.
+// with EBADF, and left the child unreaped. The close comes once the wait
+// began (the caller's thread asleep), not at a fixed time that a caller
+// held off its CPU could miss.
 TEST(Waitid, APidfdClosedWhileWaitedOnDoesNotEndTheWait) {
   const auto [thread, fiber] = on_thread_and_fiber([] {
     const pid_t pid = spawn_shell("sleep 0.3; exit 7");
     const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    std::thread closer([pidfd] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int caller = ::gettid();  // a fiber's: its worker's
+    std::thread closer([pidfd, caller] {
+      test::await_asleep(caller);
       ::close(pidfd);
     });
     siginfo_t info{};
@@ -232,6 +231,10 @@ TEST(Waitid, APidfdClosedWhileWaitedOnDoesNotEndTheWait) {
   EXPECT_EQ(thread, "0 errno 0 status 7");
 }
 
+// A siginfo the kernel cannot write: waitid fails with EFAULT once the
+// child has exited, having reaped it, as on a thread. Before, a fiber's
+// failed at once (its WNOHANG ask could not write "nothing yet") and left
+// the child to be reaped by the next wait.
 TEST(Waitid, AnUnwritableSiginfoFailsOnceTheChildHasExited) {
   void* page = ::mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(page, MAP_FAILED);

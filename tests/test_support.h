@@ -78,6 +78,30 @@ inline std::string thread_status_field(int tid, const std::string& field) {
   return {};
 }
 
+// Waits (up to 5 s) until the thread `tid` has slept (State "S") for
+// `settled` without a break: it waits in a blocking call, or its worker
+// has nothing to run, rather than sitting preempted before the call (a
+// preempted thread is "R"). A brief sleep (a lock, TSan's thread start)
+// does not last `settled`. For tests that order a write after a wait
+// began, where a fixed delay would be a guess.
+inline void await_asleep(int tid, std::chrono::milliseconds settled = std::chrono::milliseconds(10)) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto asleep_since = std::chrono::steady_clock::now();
+  bool asleep = false;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!thread_status_field(tid, "State").starts_with("S")) {
+      asleep = false;
+    } else if (!asleep) {
+      asleep = true;
+      asleep_since = now;
+    } else if (now - asleep_since >= settled) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 // The threads of this process whose name (comm) begins with `prefix`,
 // by id.
 inline std::vector<int> threads_named(const std::string& prefix) {

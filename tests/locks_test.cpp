@@ -228,11 +228,15 @@ TEST(LockHooks, AContendedStdMutexParksTheFiberNotTheWorker) {
         Scheduler sched(one_worker_config());
         std::mutex mu;
         std::atomic<int> stage{0};
+        std::atomic<bool> checked{false};
         bool other_ran_while_parked = false;
         Fiber holder = sched.spawn([&] {
           std::lock_guard guard(mu);
           stage = 1;
-          this_fiber::sleep_for(50ms);  // the waiter parks meanwhile
+          // The waiter parks meanwhile; the lock goes back once `other`
+          // has looked (a fixed sleep let a worker held off its CPU fire
+          // both fibers' timers together, the holder's first).
+          for (int ms = 0; ms < 20'000 && !checked.load(); ++ms) this_fiber::sleep_for(1ms);
         });
         Fiber waiter = sched.spawn([&] {
           while (stage.load() == 0) this_fiber::yield();
@@ -243,6 +247,7 @@ TEST(LockHooks, AContendedStdMutexParksTheFiberNotTheWorker) {
           while (stage.load() == 0) this_fiber::yield();
           this_fiber::sleep_for(10ms);
           other_ran_while_parked = stage.load() == 1;
+          checked = true;
         });
         holder.join();
         waiter.join();
@@ -1253,26 +1258,33 @@ TEST(GlibcMutexes, AFiberHoldingOneStaysOnItsWorkerUntilItUnlocks) {
 // futex(2), the holder pinned to it: a deadlock (here a 5 s timed lock
 // that timed out).
 // Two fibers of a one-worker scheduler: the first takes a lock (`take`),
-// keeps it for 100 ms and gives it back (`give_back`); the second, 10 ms
-// in, runs `meanwhile(released)`, `released` saying whether the first has
-// given it back. Both must have run on one thread, and none stays pinned.
+// keeps it until the second has run `while_held()` (10 ms in), and gives
+// it back (`give_back`); the second then runs `then(released)`,
+// `released` saying whether the first has given it back. Both must have
+// run on one thread, and none stays pinned. Before, the first kept the
+// lock for 100 ms, and a worker held off its CPU that long let both
+// fibers' timers fire together: the checks ran after the unlock.
 void beside_a_holder(const std::function<int()>& take, const std::function<int()>& give_back,
-                     const std::function<void(const std::atomic<bool>&)>& meanwhile) {
+                     const std::function<void()>& while_held,
+                     const std::function<void(const std::atomic<bool>&)>& then) {
   Scheduler sched{test::config_with(1)};
+  std::atomic<bool> checked{false};
   std::atomic<bool> released{false};
   pid_t holder_thread = 0;
   pid_t other_thread = 0;
   Fiber holder = sched.spawn([&] {
     ASSERT_EQ(take(), 0);
     holder_thread = thread_id();
-    this_fiber::sleep_for(100ms);
+    for (int ms = 0; ms < 20'000 && !checked.load(); ++ms) this_fiber::sleep_for(1ms);
     released = true;
     EXPECT_EQ(give_back(), 0);
   });
   Fiber other = sched.spawn([&] {
     this_fiber::sleep_for(10ms);
     other_thread = thread_id();
-    meanwhile(released);
+    while_held();
+    checked = true;
+    then(released);
   });
   holder.join();
   other.join();
@@ -1306,13 +1318,15 @@ TEST_P(GlibcMutexFibers, AnotherFiberOfTheHoldersThreadWaitsForItsUnlock) {
   // reports (kMisuseIsReported).
   const bool checks_owner = (kind.type != PTHREAD_MUTEX_NORMAL || kind.robust) && !kMisuseIsReported;
   beside_a_holder([&] { return pthread_mutex_lock(&mu); }, [&] { return pthread_mutex_unlock(&mu); },
-                  [&](const std::atomic<bool>& released) {
+                  [&] {
                     EXPECT_EQ(pthread_mutex_trylock(&mu), EBUSY);
                     if (checks_owner) {
                       EXPECT_EQ(pthread_mutex_unlock(&mu), EPERM);
                     }
                     const timespec soon = realtime_after(10ms);
                     EXPECT_EQ(pthread_mutex_timedlock(&mu, &soon), ETIMEDOUT);
+                  },
+                  [&](const std::atomic<bool>& released) {
                     const timespec later = realtime_after(5s);
                     EXPECT_EQ(pthread_mutex_timedlock(&mu, &later), 0);
                     EXPECT_TRUE(released.load()) << "both fibers held it at once";
@@ -1510,7 +1524,7 @@ TEST(GlibcMutexes, AnotherFiberOfASharedRwlockWritersThreadWaitsForItsUnlock) {
   ASSERT_EQ(pthread_rwlock_init(&lock, &attr), 0);
   pthread_rwlockattr_destroy(&attr);
   beside_a_holder([&] { return pthread_rwlock_wrlock(&lock); }, [&] { return pthread_rwlock_unlock(&lock); },
-                  [&](const std::atomic<bool>& released) {
+                  [&] {
                     EXPECT_EQ(pthread_rwlock_tryrdlock(&lock), EBUSY);
                     EXPECT_EQ(pthread_rwlock_trywrlock(&lock), EBUSY);
                     if (!kMisuseIsReported) {  // as above
@@ -1518,6 +1532,8 @@ TEST(GlibcMutexes, AnotherFiberOfASharedRwlockWritersThreadWaitsForItsUnlock) {
                     }
                     const timespec soon = realtime_after(10ms);
                     EXPECT_EQ(pthread_rwlock_timedwrlock(&lock, &soon), ETIMEDOUT);
+                  },
+                  [&](const std::atomic<bool>& released) {
                     EXPECT_EQ(pthread_rwlock_rdlock(&lock), 0);
                     EXPECT_TRUE(released.load()) << "a reader got in beside the writer";
                     EXPECT_EQ(pthread_rwlock_unlock(&lock), 0);

@@ -193,7 +193,7 @@ TEST(Deadline, OrdinaryTimeoutsAreExactAndRoundUp) {
   // order, and Clang reads the later clock after the call.)
   const auto just_before = Clock::now();
   EXPECT_GT(detail::deadline_after(duration<double>(1e-12)), just_before);
-  EXPECT_GE(detail::deadline_after(duration<double>(1e-12)) - Clock::now(), -1ms);
+  EXPECT_GE(detail::deadline_after(duration<double>(1e-12)) - Clock::now(), -1s);  // a thread held off its CPU
   const auto in_a_minute = detail::to_deadline(system_clock::now() + 60s);
   EXPECT_GE(in_a_minute, before + 59s);
   EXPECT_LE(in_a_minute, Clock::now() + 61s);

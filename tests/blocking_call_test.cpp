@@ -426,7 +426,7 @@ TEST(BlockingCall, AFiberInTheGlobalQueueRunsSoonAfterEveryWorkerEntersACall) {
   // 2.1-5.4 ms with six CPU-bound processes beside them); at the running
   // tick the verdict takes two looks 100 ms apart.
   EXPECT_LT(waited_ms[kTrials / 2], 50.0) << "median wait of the queued fiber, ms (worst " << waited_ms.back()
-                                         << "): the calls were judged at sysmon's running tick";
+                                          << "): the calls were judged at sysmon's running tick";
 }
 
 }  // namespace

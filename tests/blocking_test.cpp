@@ -285,10 +285,12 @@ TEST(BlockingGrowth, EveryCallOfABurstRunsAtOnce) {
 }
 
 // Helpers idle for blocking_keep_alive retire; the pool then starts new
-// ones for new calls.
+// ones for new calls. The keep-alive outlasts the last call's way back
+// to this thread (two wake-ups), which must still see its helper: at
+// 50 ms a loaded machine could let it retire first.
 TEST(BlockingGrowth, IdleHelpersRetireAndThePoolStillServes) {
   Config config = test::config_with(2);
-  config.blocking_keep_alive = 50ms;
+  config.blocking_keep_alive = 1s;
   Scheduler sched{config};
   std::atomic<bool> release{false};
   std::vector<Fiber> fibers;

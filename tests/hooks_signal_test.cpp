@@ -118,7 +118,7 @@ TEST(HooksSignal, ASignalfdReadSeesASignalSentToItsThread) {
             std::this_thread::sleep_for(100ms);
             EXPECT_EQ(pthread_kill(reader, SIGUSR2), 0);
             // The rescue, should the read miss it.
-            for (int i = 0; i < 2000 && !read_returned.load(); ++i) std::this_thread::sleep_for(1ms);
+            for (int i = 0; i < 20'000 && !read_returned.load(); ++i) std::this_thread::sleep_for(1ms);
             if (!read_returned.load()) {
               rescued = true;
               EXPECT_EQ(sigqueue(getpid(), SIGUSR2, sigval{99}), 0);
@@ -132,7 +132,7 @@ TEST(HooksSignal, ASignalfdReadSeesASignalSentToItsThread) {
         .join();
     EXPECT_EQ(got.ssi_signo, unsigned(SIGUSR2));
     EXPECT_EQ(got.ssi_code, SI_TKILL);
-    EXPECT_FALSE(rescued) << "the read missed the signal sent to its thread for 2 s";
+    EXPECT_FALSE(rescued) << "the read missed the signal sent to its thread for 20 s";
     EXPECT_EQ(write(pipe_fds[1], "x", 1), 1);
     other.join();
     close(pipe_fds[0]);

@@ -39,7 +39,7 @@ int old_pthread_yield() {
 // spin run on the same worker: the yield is the fiber's, not only the
 // thread's. Before, the spinner never made a weft call, so nothing
 // preempted it, and the thread's yield gave the CPU back to it: it spun
-// until its bound (2 s here; for good without one).
+// until its bound (20 s here; for good without one).
 TEST(HooksYield, ASpinWithAYieldLetsTheFiberItWaitsForRun) {
   const std::vector<std::pair<const char*, void (*)()>> yields = {
       {"std::this_thread::yield", [] { std::this_thread::yield(); }},
@@ -59,7 +59,7 @@ TEST(HooksYield, ASpinWithAYieldLetsTheFiberItWaitsForRun) {
         .spawn([&] {
           std::atomic<bool> flag{false};
           Fiber setter = spawn([&] { flag = true; });
-          const auto give_up = Clock::now() + 2s;
+          const auto give_up = Clock::now() + 20s;  // only a failing test waits it out
           while (!flag.load() && Clock::now() < give_up) yield();
           seen = flag.load();
           setter.join();
@@ -105,7 +105,7 @@ TEST(HooksYield, AYieldKeepsTheCallersErrnoAndThread) {
 // glibc's pthread_spin_lock spins in user space and made no call that
 // could yield, so the holder, pinned to this thread by its hooked sleep,
 // never resumed (a watchdog thread unlocked the lock from outside after
-// 2 s; for good without one).
+// 20 s; for good without one).
 TEST(HooksYield, ASpinLockWaiterLetsTheHolderOnItsWorkerRun) {
   Config config = test::config_with(1);
   config.max_threads = config.workers;  // no spares
@@ -116,7 +116,7 @@ TEST(HooksYield, ASpinLockWaiterLetsTheHolderOnItsWorkerRun) {
   std::atomic<bool> finished{false};
   std::atomic<bool> rescued{false};
   std::thread watchdog([&] {
-    const auto give_up = Clock::now() + 2s;
+    const auto give_up = Clock::now() + 20s;  // only a failing test waits it out
     while (!finished.load() && Clock::now() < give_up) std::this_thread::sleep_for(1ms);
     if (!finished.load()) {
       rescued = true;

@@ -425,10 +425,12 @@ TEST(Sysmon, NoHandOffWhenEveryWorkerIsBlocked) {
   EXPECT_TRUE(all_ran_twice());
   std::uint64_t handoffs = 0;
   for (const auto& w : sched.snapshot().workers) handoffs += w.handoffs;
-  // About 10 fibers per such look: 4 looks in every build (a sanitizer's or
-  // a loaded machine's longer moments give more: ThreadSanitizer's once
-  // gave 3, 29 fibers, even with 50 ms calls). A storm is hundreds.
-  EXPECT_LE(handoffs, 44u) << "fibers moved between blocked workers";
+  // About 10 fibers per such look, a few looks per run; a worker held off
+  // its CPU in its moment stretches it, so a loaded machine or a
+  // sanitizer gives more (ThreadSanitizer's once gave 3 looks, 29 fibers,
+  // even with 50 ms calls). A storm is over 700 a second: 150 leaves room
+  // for the machine and still catches one.
+  EXPECT_LE(handoffs, 150u) << "fibers moved between blocked workers";
 }
 
 // Issue 28: a fiber that only a blocked thread may run (pinned to it) waits

@@ -187,8 +187,9 @@ TEST(Timers, OnTimeWhenTheBlockerLeftForAFiberThatBlocks) {
   stall.join();
   stop.store(true);
   ticker.join();
-  // One window's tick may be late from what the machine does to threads.
-  EXPECT_LE(late_ticks.load(), 1) << "ticks more than " << (kStall / 2).count() << " ms late, in " << kWindows
+  // A tick may be late from what the machine does to threads (each stall
+  // of 150 ms makes one): two are allowed; the bug made every window's.
+  EXPECT_LE(late_ticks.load(), 2) << "ticks more than " << (kStall / 2).count() << " ms late, in " << kWindows
                                   << " windows";
 }
 

@@ -331,7 +331,9 @@ TEST(HooksSockopt, AUnixStreamReceiveWaitsForItsRcvlowat) {
 // not EAGAIN; TCP raised no wake-up for the 2, and takes them at the
 // timeout), and EOF (1 byte, then 2 more and the writer's shutdown 50 ms
 // later: the 3).
-// MSG_WAITALL waits for all it asked, whatever SO_RCVLOWAT says.
+// MSG_WAITALL waits for all it asked, whatever SO_RCVLOWAT says (TCP's
+// wait, woken by none of the 4 bytes, below SO_RCVLOWAT, ends at the
+// same 1 s timeout).
 std::string rcvlowat_cut_short(int reader, int writer) {
   set_rcvlowat(reader, 10);
   set_timeout(reader, SO_RCVTIMEO, 1s);  // long enough for the sender, however late
@@ -347,7 +349,6 @@ std::string rcvlowat_cut_short(int reader, int writer) {
   errno = 0;
   out += "timed out " + outcome(recv(reader, buf, sizeof(buf), 0));
   sender.join();
-  set_timeout(reader, SO_RCVTIMEO, 5s);
   sender = std::thread([&] {
     write_one_byte(writer);
     std::this_thread::sleep_for(20ms);
@@ -356,6 +357,7 @@ std::string rcvlowat_cut_short(int reader, int writer) {
   errno = 0;
   out += ", wait all " + outcome(recv(reader, buf, 4, MSG_WAITALL));
   sender.join();
+  set_timeout(reader, SO_RCVTIMEO, 5s);
   sender = std::thread([&] {
     write_one_byte(writer);
     std::this_thread::sleep_for(50ms);

@@ -7,10 +7,13 @@
 // kernel.io_uring_disabled or a container profile would), the calls are
 // libc's.
 #include <fcntl.h>
+#include <linux/io_uring.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #include <weft/weft.h>
 
@@ -36,10 +39,40 @@ namespace {
 
 constexpr std::size_t kFileSize = 1 << 20;
 
+bool on_tmpfs(const char* dir) {
+  struct statfs fs {};
+  return ::statfs(dir, &fs) != 0 || fs.f_type == TMPFS_MAGIC;
+}
+
+// Where the tests' files go: /var/tmp, which stays on disk where /tmp is
+// tmpfs (Debian 13's default), else /tmp. On tmpfs the page cache is the
+// file: nothing evicts a page, and no read waits for a disk.
+const std::string& files_dir() {
+  static const std::string dir = on_tmpfs("/var/tmp") ? "/tmp" : "/var/tmp";
+  return dir;
+}
+
+// A new file's path (mkstemp's template) in files_dir().
+std::string file_template(const std::string& name) { return files_dir() + "/weft-files-" + name + "XXXXXX"; }
+
+// Why a read the page cache cannot serve would not go to the ring here,
+// or null. The tests that need such reads skip, saying why.
+const char* no_ring_reads() {
+  if (on_tmpfs(files_dir().c_str()))
+    return "/var/tmp and /tmp are tmpfs: no page cache to evict, no disk for a read to wait for";
+  io_uring_params params{};
+  const int ring = static_cast<int>(::syscall(SYS_io_uring_setup, 1, &params));
+  if (ring < 0)
+    return "io_uring_setup fails here (kernel.io_uring_disabled, a seccomp profile): the calls are libc's, as "
+           "FilesChild.WithoutIoUring checks";
+  ::close(ring);
+  return nullptr;
+}
+
 // A file of kFileSize bytes, byte i = i * 7 % 251.
 std::string make_file() {
-  char path[] = "/tmp/weft-files-XXXXXX";
-  const int fd = ::mkstemp(path);
+  std::string path = file_template("");
+  const int fd = ::mkstemp(path.data());
   std::vector<char> data(kFileSize);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 % 251);
   EXPECT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
@@ -113,7 +146,7 @@ std::string read_forms(const std::string& path, int fd, bool evicting) {
     }
     ::close(dev);
   }
-  const int dir = ::open("/tmp", O_RDONLY | O_DIRECTORY);
+  const int dir = ::open(files_dir().c_str(), O_RDONLY | O_DIRECTORY);
   errno = 0;
   n = ::read(dir, buf.data(), 10);
   out << "read dir " << n << " errno " << errno << "\n";
@@ -164,6 +197,7 @@ enum class Ring { used, unused, either };
 
 template <class Body>
 void expect_same_on_thread_and_fiber(Body body, Ring ring) {
+  if (const char* why = no_ring_reads(); ring == Ring::used && why != nullptr) GTEST_SKIP() << why;
   const std::string path = make_file();
   std::string on_thread;
   std::thread([&] { on_thread = body(path); }).join();
@@ -244,6 +278,7 @@ bool page_cached(const std::string& path, off_t offset) {
 // checked to be out of the cache first (POSIX_FADV_DONTNEED is a request:
 // a page the kernel holds a reference to for a moment stays).
 TEST(Files, AReadTheCacheCouldNotServeStartsTheCountAgain) {
+  if (const char* why = no_ring_reads()) GTEST_SKIP() << why;
   const std::string path = make_file();
   constexpr off_t kFar = kFileSize / 2;
   Scheduler sched{test::config_with(1)};
@@ -388,9 +423,9 @@ TEST(Files, APartialReadKeepsErrno) { expect_same_on_thread_and_fiber(reads_into
 // and its read() of 2^40 bytes into a small buffer read what the file held.
 std::string reads_larger_than_one_read(const std::string& path) {
   std::ostringstream out;
-  char path_of_sparse[] = "/tmp/weft-files-sparse-XXXXXX";
-  const int sparse = ::mkstemp(path_of_sparse);
-  ::unlink(path_of_sparse);
+  std::string path_of_sparse = file_template("sparse-");
+  const int sparse = ::mkstemp(path_of_sparse.data());
+  ::unlink(path_of_sparse.c_str());
   constexpr std::size_t kPiece = 5 << 19;  // 2.5 MiB; 1,024 of them, 2.5 GiB
   EXPECT_EQ(::ftruncate(sparse, off_t(kPiece) * 1024), 0);
   std::vector<char> piece(kPiece);
@@ -429,9 +464,9 @@ TEST(Files, ReadsOfMoreThanOneReadMovesGiveWhatAPlainThreadGets) {
 // disk. Before, those went to io_uring at the position, which takes no
 // such lock: two fibers read the same bytes (most of the file, seen here).
 TEST(Files, ReadersSharingAnFdReadEachPartOnce) {
-  char path[] = "/tmp/weft-files-words-XXXXXX";
-  const int fd = ::mkstemp(path);
-  ::unlink(path);
+  std::string path = file_template("words-");
+  const int fd = ::mkstemp(path.data());
+  ::unlink(path.c_str());
   constexpr std::size_t kWords = 1 << 20;  // 4 MiB; each word holds its index
   std::vector<std::uint32_t> words(kWords);
   for (std::size_t i = 0; i < kWords; ++i) words[i] = std::uint32_t(i);
@@ -483,8 +518,8 @@ TEST(Files, ReadersSharingAnFdReadEachPartOnce) {
 // written again each trial, so that its reads never reach the count that
 // makes them the plain call (FdRecord::kTrustCache).
 TEST(Files, AReadAtThePositionIsOneRead) {
-  char path[] = "/tmp/weft-files-seek-XXXXXX";
-  const int made = ::mkstemp(path);
+  std::string path = file_template("seek-");
+  const int made = ::mkstemp(path.data());
   ASSERT_GE(made, 0);
   ::close(made);
   constexpr ssize_t kSize = 1000;
@@ -505,7 +540,7 @@ TEST(Files, AReadAtThePositionIsOneRead) {
           std::vector<char> buf(8192);
           const std::string data(kSize, 'w');
           for (int trial = 0; trial < 300 && std::chrono::steady_clock::now() < deadline; ++trial) {
-            const int fd = ::open(path, O_RDWR | O_TRUNC);
+            const int fd = ::open(path.c_str(), O_RDWR | O_TRUNC);
             ASSERT_EQ(::write(fd, data.data(), data.size()), kSize);
             ::lseek(fd, 0, SEEK_SET);
             shared_fd = fd;
@@ -519,7 +554,7 @@ TEST(Files, AReadAtThePositionIsOneRead) {
   }
   done = true;
   seeker.join();
-  ::unlink(path);
+  ::unlink(path.c_str());
   EXPECT_GT(reads, 100);
   EXPECT_LE(longest, kSize) << "a read returned more than the file holds";
 }

@@ -73,8 +73,8 @@ class [[nodiscard]] FlipWindow {
   bool private_;
 };
 
-// Before a posix_spawn: the child will hold every description not
-// close-on-exec.
+// Before a posix_spawn or a vfork: the child will hold every description
+// not close-on-exec.
 void child_spawning() noexcept;
 
 }  // namespace weft::detail

@@ -8,6 +8,12 @@
 // parked in it would have switched the parent's stacks. POSIX lets a vfork
 // child only exec or _exit; closing fds first is common all the same.
 //
+// A vfork child that execs holds every description not close-on-exec, as
+// a spawned one does: vfork counts as a spawn first (child_spawning), so
+// that the parent no longer takes those descriptions for private and
+// flips O_NONBLOCK on them (hooks/description_sharing.h). Before, it did
+// not, and a description made before a vfork and exec stayed "private".
+//
 // The mark is a count in the calling thread's storage, which the child
 // shares: one up before the system call, one down in the parent once it
 // resumes (the child has exec'd or exited by then). in_vfork_child() is
@@ -20,12 +26,16 @@
 // not on the stack the child's calls overwrite.
 #include <cerrno>
 
+#include "description_sharing.h"
 #include "hook_support.h"
 
 extern "C" {
 // Initial-exec, so that the assembly reaches it with one %fs-relative
 // access and no call.
 [[gnu::tls_model("initial-exec"), gnu::visibility("hidden")]] constinit thread_local int weft_vfork_children = 0;
+
+// Before the system call, on the parent's stack.
+[[gnu::visibility("hidden")]] void weft_vfork_spawning() noexcept { weft::detail::child_spawning(); }
 
 // vfork's failure: errno from the system call's -errno, as libc's.
 [[gnu::visibility("hidden")]] int weft_vfork_failed(long negative_errno) noexcept {
@@ -51,6 +61,11 @@ asm(R"(
     .p2align 4
 vfork:
     .cfi_startproc
+    subq $8, %rsp
+    .cfi_adjust_cfa_offset 8
+    call weft_vfork_spawning
+    addq $8, %rsp
+    .cfi_adjust_cfa_offset -8
     movq weft_vfork_children@gottpoff(%rip), %rax
     addl $1, %fs:(%rax)
     popq %rdi

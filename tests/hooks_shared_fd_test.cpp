@@ -339,6 +339,35 @@ TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {
     close(fd);
 }
 
+// A vfork child that execs holds every description not close-on-exec, as
+// a spawned one does. Before, vfork was not counted: a description made
+// before it stayed "private", and the parent's fibers would have flipped
+// O_NONBLOCK on a description the exec'd program reads.
+[[gnu::noinline]] pid_t vfork_and_exec_true() {
+  const pid_t child = vfork();
+  if (child == 0) {
+    execl("/bin/true", "true", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return child;
+}
+
+TEST(HooksSharedFd, AVforkChildThatExecsHoldsWhatIsNotCloseOnExec) {
+  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
+  const int inherited = socket(AF_INET, SOCK_STREAM, 0);
+  const int closed_on_exec = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_TRUE(is_private(inherited));
+  const pid_t child = vfork_and_exec_true();
+  ASSERT_GT(child, 0) << std::strerror(errno);
+  int status = -1;
+  EXPECT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_FALSE(is_private(inherited)) << "inherited by the vfork child's exec";
+  EXPECT_TRUE(is_private(closed_on_exec)) << "SOCK_CLOEXEC";
+  close(inherited);
+  close(closed_on_exec);
+}
+
 // An fd received with SCM_RIGHTS is the sender's too, through recvmsg and
 // recvmmsg alike: its record must keep nothing of the number's last fd,
 // here the "made here" of a socket closed where no hook saw it (a raw

@@ -7,7 +7,6 @@
 // kernel.io_uring_disabled or a container profile would), the calls are
 // libc's.
 #include <fcntl.h>
-#include <linux/io_uring.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -60,12 +59,12 @@ std::string file_template(const std::string& name) { return files_dir() + "/weft
 const char* no_ring_reads() {
   if (on_tmpfs(files_dir().c_str()))
     return "/var/tmp and /tmp are tmpfs: no page cache to evict, no disk for a read to wait for";
-  io_uring_params params{};
-  const int ring = static_cast<int>(::syscall(SYS_io_uring_setup, 1, &params));
-  if (ring < 0)
-    return "io_uring_setup fails here (kernel.io_uring_disabled, a seccomp profile): the calls are libc's, as "
-           "FilesChild.WithoutIoUring checks";
-  ::close(ring);
+  bool has_ring = false;
+  Scheduler sched{test::config_with(1)};
+  sched.spawn([&] { has_ring = detail::FileRing::of(*detail::current_fiber()->scheduler) != nullptr; }).join();
+  if (!has_ring)
+    return "weft made no io_uring here (io_uring_setup refused, kernel.io_uring_disabled, a seccomp profile, or "
+           "a kernel without the features it needs): the calls are libc's, as FilesChild.WithoutIoUring checks";
   return nullptr;
 }
 

@@ -353,6 +353,11 @@ TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {
 }
 
 TEST(HooksSharedFd, AVforkChildThatExecsHoldsWhatIsNotCloseOnExec) {
+#if defined(WEFT_UNDER_TSAN) || !defined(__x86_64__)
+  // ThreadSanitizer's vfork is a fork (counted as one); elsewhere than
+  // x86-64 weft does not interpose vfork.
+  GTEST_SKIP() << "vfork is not weft's here";
+#endif
   auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
   const int inherited = socket(AF_INET, SOCK_STREAM, 0);
   const int closed_on_exec = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

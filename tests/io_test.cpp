@@ -314,13 +314,17 @@ TEST_P(IoWorkersTest, AReusedFdNumberGetsNoStaleWakeUp) {
     ASSERT_EQ(::pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
     if (fds[0] == number) break;
     if (fds[0] < number) {
-      lower.insert(lower.end(), {fds[0], fds[1]});
+      lower.push_back(fds[0]);
+      ::close(fds[1]);  // which may hold `number`
     } else {
       ::close(fds[0]);
       ::close(fds[1]);
       std::this_thread::sleep_for(1ms);
     }
-    if (attempt == 200) GTEST_SKIP() << "the new pipe did not get fd " << number;
+    if (attempt == 200) {
+      for (int fd : lower) ::close(fd);
+      GTEST_SKIP() << "the new pipe did not get fd " << number;
+    }
   }
   for (int fd : lower) ::close(fd);
   detail::fd_closing(number);  // weft learns of the close (late, here) and bumps the generation

@@ -228,30 +228,36 @@ TEST(LockHooks, AContendedStdMutexParksTheFiberNotTheWorker) {
         Scheduler sched(one_worker_config());
         std::mutex mu;
         std::atomic<int> stage{0};
-        std::atomic<bool> checked{false};
+        std::atomic<bool> other_looked{false};
+        std::atomic<bool> release{false};
         bool other_ran_while_parked = false;
         Fiber holder = sched.spawn([&] {
           std::lock_guard guard(mu);
           stage = 1;
-          // The waiter parks meanwhile; the lock goes back once `other`
-          // has looked (a fixed sleep let a worker held off its CPU fire
-          // both fibers' timers together, the holder's first).
-          for (int ms = 0; ms < 20'000 && !checked.load(); ++ms) this_fiber::sleep_for(1ms);
+          // The lock goes back once this thread has seen the waiter
+          // parked and `other` has looked (a fixed sleep let a worker held
+          // off its CPU fire both fibers' timers together, the holder's
+          // first).
+          for (int ms = 0; ms < 40'000 && !release.load(); ++ms) this_fiber::sleep_for(1ms);
         });
         Fiber waiter = sched.spawn([&] {
           while (stage.load() == 0) this_fiber::yield();
-          std::lock_guard guard(mu);  // parks until the holder's sleep ends
+          std::lock_guard guard(mu);  // parks until the holder lets go
           stage = 2;
         });
         Fiber other = sched.spawn([&] {
           while (stage.load() == 0) this_fiber::yield();
           this_fiber::sleep_for(10ms);
           other_ran_while_parked = stage.load() == 1;
-          checked = true;
+          other_looked = true;
         });
+        const bool parked = test::wait_until_parked_on(sched, "std::mutex");
+        test::wait_until([&] { return other_looked.load(); });
+        release = true;
         holder.join();
         waiter.join();
         other.join();
+        EXPECT_TRUE(parked) << "the waiter did not park on the mutex";
         EXPECT_EQ(stage.load(), 2);
         EXPECT_TRUE(other_ran_while_parked);
       },

@@ -75,13 +75,14 @@ int ticks_beside(const std::function<void()>& body) {
   return during;
 }
 
-// Runs `body` on a plain thread and in a fiber; returns both results.
+// Runs `body` on a plain thread and in a fiber (of `workers`); returns
+// both results.
 template <class Body>
-std::pair<std::string, std::string> on_thread_and_fiber(Body body) {
+std::pair<std::string, std::string> on_thread_and_fiber(Body body, unsigned workers = 2) {
   std::string on_thread;
   std::thread([&] { on_thread = body(); }).join();
   std::string on_fiber;
-  Scheduler sched{test::config_with(2)};
+  Scheduler sched{test::config_with(workers)};
   sched.spawn([&] { on_fiber = body(); }).join();
   return {on_thread, on_fiber};
 }
@@ -210,23 +211,25 @@ TEST(Waitid, GivesWhatAPlainThreadGets) {
 // began (the caller's thread asleep), not at a fixed time that a caller
 // held off its CPU could miss.
 TEST(Waitid, APidfdClosedWhileWaitedOnDoesNotEndTheWait) {
-  const auto [thread, fiber] = on_thread_and_fiber([] {
-    const pid_t pid = spawn_shell("sleep 0.3; exit 7");
-    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    const int caller = ::gettid();  // a fiber's: its worker's
-    std::thread closer([pidfd, caller] {
-      test::await_asleep(caller);
-      ::close(pidfd);
-    });
-    siginfo_t info{};
-    errno = 0;
-    const int r = ::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED);
-    std::ostringstream out;
-    out << r << " errno " << errno << " status " << info.si_status;
-    closer.join();
-    if (r != 0) ::waitpid(pid, nullptr, 0);  // the test's own clean-up
-    return out.str();
-  });
+  const auto [thread, fiber] = on_thread_and_fiber(
+      [] {
+        const pid_t pid = spawn_shell("sleep 0.3; exit 7");
+        const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+        const int caller = ::gettid();  // a fiber's: its one worker's
+        std::thread closer([pidfd, caller] {
+          test::await_asleep(caller);
+          ::close(pidfd);
+        });
+        siginfo_t info{};
+        errno = 0;
+        const int r = ::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED);
+        std::ostringstream out;
+        out << r << " errno " << errno << " status " << info.si_status;
+        closer.join();
+        if (r != 0) ::waitpid(pid, nullptr, 0);  // the test's own clean-up
+        return out.str();
+      },
+      /*workers=*/1);  // the fiber stays on the thread the closer watches
   EXPECT_EQ(fiber, thread);
   EXPECT_EQ(thread, "0 errno 0 status 7");
 }

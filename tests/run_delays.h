@@ -38,6 +38,13 @@ class RunDelays {
     return static_cast<double>(first + second) / 1e6;
   }
 
+  // The waits of all threads, summed.
+  double total_ms() const {
+    std::int64_t total = 0;
+    for (const auto& [tid, waited] : waits()) total += waited;
+    return static_cast<double>(total) / 1e6;
+  }
+
   // The longest wait of any thread but `tid` (a gettid() value).
   double longest_ms_except(long tid) const {
     std::int64_t longest = 0;

@@ -18,14 +18,15 @@
 //     does not know of a flip), sent with SCM_RIGHTS, or named by a
 //     posix_spawn dup2 action, since;
 //   - no fork() since it was made (the child holds every description);
-//   - no posix_spawn since, unless FD_CLOEXEC has been set on it since
-//     before the first (the child keeps what is not close-on-exec).
-// A fork or posix_spawn waits for the flips in flight, and a flip that
-// starts after it began sees the description shared.
+//   - no posix_spawn or vfork since, unless FD_CLOEXEC has been set on it
+//     since before the first (the child keeps what is not close-on-exec;
+//     weft's vfork, hooks/vfork_mark.cpp, counts as a spawn).
+// A fork, posix_spawn or vfork waits for the flips in flight, and a flip
+// that starts after it began sees the description shared.
 //
-// Not seen: a child made by vfork or clone, or by glibc's own internal
-// spawns (wordexp); such a child that uses an inherited socket concurrently
-// can meet a flip.
+// Not seen: a child made by clone, by vfork where weft does not interpose
+// it (other than x86-64), or by glibc's own internal spawns (wordexp);
+// such a child that uses an inherited socket concurrently can meet a flip.
 #pragma once
 
 #include <cstdint>
@@ -58,8 +59,8 @@ void cloexec_changed(FdRecord* record, bool on) noexcept;
 // Whether this process alone holds the description (above).
 bool description_private(const FdRecord& record) noexcept;
 
-// Held around a flip: a fork or posix_spawn that begins meanwhile waits
-// for its end. private_() is description_private, read inside it.
+// Held around a flip: a fork, posix_spawn or vfork that begins meanwhile
+// waits for its end. private_() is description_private, read inside it.
 class [[nodiscard]] FlipWindow {
  public:
   explicit FlipWindow(const FdRecord& record) noexcept;

@@ -447,5 +447,43 @@ TEST(Resolver, ALookupWithNoHelperThreadToBeHadIsMadeInline) {
   EXPECT_EQ(sched.snapshot().blocking.threads, 0u) << "a helper started after all";
 }
 
+// A gai_suspend that cannot wait, a poll with a zero timeout or a wait for
+// requests none of which is in progress, returns at once in libc: the hook
+// makes it inline, on the fiber's thread, and starts no helper for it
+// (before, each went to the blocking pool). "127.0.0.1" with
+// AI_NUMERICHOST is answered without NSS or DNS.
+TEST(Resolver, AGaiSuspendThatCannotWaitIsMadeOnTheFibersThread) {
+#ifdef WEFT_UNDER_TSAN
+  GTEST_SKIP() << "getaddrinfo_a crashes under ThreadSanitizer";
+#endif
+  Scheduler sched{test::config_with(1)};  // its blocking pool starts no helper before its first call
+  int error = -1;
+  sched
+      .spawn([&] {
+        addrinfo hints{};
+        hints.ai_family = AF_INET;
+        hints.ai_flags = AI_NUMERICHOST;
+        gaicb request{};
+        request.ar_name = "127.0.0.1";
+        request.ar_request = &hints;
+        gaicb* list[] = {&request};
+        ASSERT_EQ(::getaddrinfo_a(GAI_NOWAIT, list, 1, nullptr), 0);
+        const gaicb* const waiting[] = {&request};
+        // Polls until done. What each returns is libc's (glibc's answers
+        // EAI_SYSTEM, errno 0, while the lookup runs, on a thread too).
+        const timespec zero{0, 0};
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        do {
+          ::gai_suspend(waiting, 1, &zero);
+        } while (::gai_error(&request) == EAI_INPROGRESS && std::chrono::steady_clock::now() < until);
+        ::gai_suspend(waiting, 1, nullptr);  // done: returns at once
+        error = ::gai_error(&request);
+        ::freeaddrinfo(request.ar_result);
+      })
+      .join();
+  EXPECT_EQ(error, 0) << "the lookup was not done in 5 s";
+  EXPECT_EQ(sched.snapshot().blocking.threads, 0u) << "a gai_suspend that cannot wait went to a helper";
+}
+
 }  // namespace
 }  // namespace weft

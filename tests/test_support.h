@@ -85,21 +85,18 @@ inline std::string thread_status_field(int tid, const std::string& field) {
 // does not last `settled`. For tests that order a write after a wait
 // began, where a fixed delay would be a guess.
 inline void await_asleep(int tid, std::chrono::milliseconds settled = std::chrono::milliseconds(10)) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  auto asleep_since = std::chrono::steady_clock::now();
-  bool asleep = false;
-  while (std::chrono::steady_clock::now() < until) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!thread_status_field(tid, "State").starts_with("S")) {
-      asleep = false;
-    } else if (!asleep) {
-      asleep = true;
-      asleep_since = now;
-    } else if (now - asleep_since >= settled) {
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  constexpr auto kNotAsleep = std::chrono::steady_clock::time_point::max();
+  auto asleep_since = kNotAsleep;
+  wait_until(
+      [&] {
+        const auto now = std::chrono::steady_clock::now();
+        if (!thread_status_field(tid, "State").starts_with("S"))
+          asleep_since = kNotAsleep;
+        else if (asleep_since == kNotAsleep)
+          asleep_since = now;
+        return asleep_since != kNotAsleep && now - asleep_since >= settled;
+      },
+      std::chrono::seconds(5));
 }
 
 // The threads of this process whose name (comm) begins with `prefix`,

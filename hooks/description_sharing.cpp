@@ -33,7 +33,13 @@ void before_fork() noexcept {
   wait_for_flips();
 }
 
-[[gnu::constructor]] void register_fork_handler() { pthread_atfork(&before_fork, nullptr, nullptr); }
+// In the parent and in the child: a description made between before_fork
+// and the system call (by another thread, while this one waited for a
+// flip or ran the other fork handlers) took the first count for its own,
+// and the child holds it.
+void after_fork() noexcept { forks.fetch_add(1, std::memory_order_seq_cst); }
+
+[[gnu::constructor]] void register_fork_handler() { pthread_atfork(&before_fork, &after_fork, &after_fork); }
 
 }  // namespace
 
@@ -78,5 +84,7 @@ void child_spawning() noexcept {
   spawns.fetch_add(1, std::memory_order_seq_cst);
   wait_for_flips();
 }
+
+void child_spawned() noexcept { spawns.fetch_add(1, std::memory_order_seq_cst); }
 
 }  // namespace weft::detail

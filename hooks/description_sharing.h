@@ -22,7 +22,10 @@
 //     since before the first (the child keeps what is not close-on-exec;
 //     weft's vfork, hooks/vfork_mark.cpp, counts as a spawn).
 // A fork, posix_spawn or vfork waits for the flips in flight, and a flip
-// that starts after it began sees the description shared.
+// that starts after it began sees the description shared. It counts
+// itself twice, before and after its system call: a description another
+// thread makes between the two took a count the call has moved past, so
+// it is not taken for private either (the child may hold it).
 //
 // Not seen: a child made by clone, by vfork where weft does not interpose
 // it (other than x86-64), or by glibc's own internal spawns (wordexp);
@@ -77,5 +80,7 @@ class [[nodiscard]] FlipWindow {
 // Before a posix_spawn or a vfork: the child will hold every description
 // not close-on-exec.
 void child_spawning() noexcept;
+// After it, in the parent (the call has returned, made a child or not).
+void child_spawned() noexcept;
 
 }  // namespace weft::detail

@@ -9,10 +9,11 @@
 // child only exec or _exit; closing fds first is common all the same.
 //
 // A vfork child that execs holds every description not close-on-exec, as
-// a spawned one does: vfork counts as a spawn first (child_spawning), so
-// that the parent no longer takes those descriptions for private and
-// flips O_NONBLOCK on them (hooks/description_sharing.h). Before, it did
-// not, and a description made before a vfork and exec stayed "private".
+// a spawned one does: vfork counts as a spawn (child_spawning before,
+// child_spawned after in the parent), so that the parent no longer takes
+// those descriptions for private and flips O_NONBLOCK on them
+// (hooks/description_sharing.h). Before, it did not, and a description
+// made before a vfork and exec stayed "private".
 //
 // The mark is a count in the calling thread's storage, which the child
 // shares: one up before the system call, one down in the parent once it
@@ -34,8 +35,10 @@ extern "C" {
 // access and no call.
 [[gnu::tls_model("initial-exec"), gnu::visibility("hidden")]] constinit thread_local int weft_vfork_children = 0;
 
-// Before the system call, on the parent's stack.
+// Before the system call, on the parent's stack; and after it, in the
+// parent only (hooks/description_sharing.h counts a spawn twice).
 [[gnu::visibility("hidden")]] void weft_vfork_spawning() noexcept { weft::detail::child_spawning(); }
+[[gnu::visibility("hidden")]] void weft_vfork_spawned() noexcept { weft::detail::child_spawned(); }
 
 // vfork's failure: errno from the system call's -errno, as libc's.
 [[gnu::visibility("hidden")]] int weft_vfork_failed(long negative_errno) noexcept {
@@ -80,6 +83,11 @@ vfork:
     jz 1f
     movq weft_vfork_children@gottpoff(%rip), %rsi
     subl $1, %fs:(%rsi)
+    pushq %rax
+    .cfi_adjust_cfa_offset 8
+    call weft_vfork_spawned
+    popq %rax
+    .cfi_adjust_cfa_offset -8
     cmpq $-4095, %rax
     jae 2f
 1:

@@ -5,13 +5,13 @@
 #include <pthread.h>
 #include <weft/detail/spin_lock.h>
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <new>
 
 #include "../runtime/fiber_control.h"
+#include "../runtime/member_offset.h"
 #include "../sched/fiber_registry.h"
 #include "../sched/scheduler_core.h"
 #include "../sched/worker.h"
@@ -24,23 +24,6 @@ struct GdbLayoutEntry {
   std::uint64_t value;
 };
 
-namespace {
-
-// The offset of a data member in its class. offsetof is only conditionally
-// supported on a class that is not standard-layout, as FiberControl is (its
-// members differ in access), and GCC and Clang warn on it
-// (-Winvalid-offsetof). A pointer to a data member is that offset, held as a
-// ptrdiff_t, in the Itanium C++ ABI (section 2.3) that GCC and Clang follow
-// on every target weft builds for; std::bit_cast refuses to compile where
-// the two differ in size. Not a constant expression, so the table below is
-// filled when libweft is loaded; a core file holds it as filled.
-template <class T, class M>
-std::uint64_t offset_of(M T::*member) noexcept {
-  return static_cast<std::uint64_t>(std::bit_cast<std::ptrdiff_t>(member));
-}
-
-}  // namespace
-
 // FiberControl, FiberRegistry and Worker let this read their private parts.
 struct GdbLayoutAccess {
   static const void* shards(const FiberRegistry& registry) noexcept { return registry.shards_.get(); }
@@ -48,15 +31,17 @@ struct GdbLayoutAccess {
   static constexpr std::uint64_t shard_size = sizeof(FiberRegistry::Shard);
   static constexpr std::uint64_t shard_head = offsetof(FiberRegistry::Shard, head);
   static constexpr std::uint64_t shard_fibers = offsetof(FiberRegistry::Shard, count);
-  static std::uint64_t fiber_name() noexcept { return offset_of(&FiberControl::name_); }
+  static std::uint64_t fiber_name() noexcept { return member_offset(&FiberControl::name_); }
   static constexpr std::uint64_t fiber_name_size = sizeof(FiberControl::name_);
-  static std::uint64_t worker_tid() noexcept { return offset_of(&Worker::os_thread_) + offset_of(&OsThread::tid_); }
+  static std::uint64_t worker_tid() noexcept {
+    return member_offset(&Worker::os_thread_) + member_offset(&OsThread::tid_);
+  }
 };
 
 namespace {
 
 std::uint64_t fiber_counter(std::atomic<std::uint64_t> FiberCounters::*counter) noexcept {
-  return offset_of(&FiberControl::counters) + offset_of(counter);
+  return member_offset(&FiberControl::counters) + member_offset(counter);
 }
 
 constexpr std::uint64_t state(FiberState s) noexcept { return static_cast<std::uint64_t>(s); }
@@ -92,7 +77,9 @@ extern "C" {
 // Worker's OS thread id (4 bytes), to find its thread in gdb. "context.*" describe the frame a saved
 // context points at (runtime/fcontext_x86_64.cpp, Boost.Context 1.74's on
 // x86-64 as well): offsets of the saved registers, and `frame_size`, the
-// stack pointer's distance from the frame once it is resumed.
+// stack pointer's distance from the frame once it is resumed. The member
+// offsets are no constant expressions (runtime/member_offset.h): the table
+// is filled when libweft is loaded, and a core file holds it as filled.
 [[gnu::used, gnu::visibility("default")]] weft::detail::GdbLayoutEntry weft_gdb_layout[] = {
     {"weft-gdb-layout", 1},
     {"pointer_size", sizeof(void*)},
@@ -108,24 +95,24 @@ extern "C" {
     {"shard.head", weft::detail::GdbLayoutAccess::shard_head},
     {"shard.fibers", weft::detail::GdbLayoutAccess::shard_fibers},
     {"fiber.size", sizeof(weft::detail::FiberControl)},
-    {"fiber.id", weft::detail::offset_of(&weft::detail::FiberControl::id)},
+    {"fiber.id", weft::detail::member_offset(&weft::detail::FiberControl::id)},
     {"fiber.name", weft::detail::GdbLayoutAccess::fiber_name()},
     {"fiber.name_size", weft::detail::GdbLayoutAccess::fiber_name_size},
-    {"fiber.state", weft::detail::offset_of(&weft::detail::FiberControl::state)},
-    {"fiber.worker", weft::detail::offset_of(&weft::detail::FiberControl::worker)},
-    {"fiber.pin_count", weft::detail::offset_of(&weft::detail::FiberControl::pin_count)},
+    {"fiber.state", weft::detail::member_offset(&weft::detail::FiberControl::state)},
+    {"fiber.worker", weft::detail::member_offset(&weft::detail::FiberControl::worker)},
+    {"fiber.pin_count", weft::detail::member_offset(&weft::detail::FiberControl::pin_count)},
     {"fiber.active", weft::detail::fiber_counter(&weft::detail::FiberCounters::active)},
     {"fiber.steal", weft::detail::fiber_counter(&weft::detail::FiberCounters::steal)},
     {"fiber.steal_fail", weft::detail::fiber_counter(&weft::detail::FiberCounters::steal_fail)},
     {"fiber.preempt", weft::detail::fiber_counter(&weft::detail::FiberCounters::preempt)},
     {"fiber.park", weft::detail::fiber_counter(&weft::detail::FiberCounters::park)},
-    {"fiber.wait_kind", weft::detail::offset_of(&weft::detail::FiberControl::wait_kind)},
-    {"fiber.wait_object", weft::detail::offset_of(&weft::detail::FiberControl::wait_object)},
-    {"fiber.wait_operation", weft::detail::offset_of(&weft::detail::FiberControl::wait_operation)},
-    {"fiber.parked_since_ns", weft::detail::offset_of(&weft::detail::FiberControl::parked_since_ns)},
-    {"fiber.saved_context", weft::detail::offset_of(&weft::detail::FiberControl::context) +
-                                weft::detail::offset_of(&weft::detail::ExecutionContext::saved)},
-    {"fiber.registry_next", weft::detail::offset_of(&weft::detail::FiberControl::registry_next)},
+    {"fiber.wait_kind", weft::detail::member_offset(&weft::detail::FiberControl::wait_kind)},
+    {"fiber.wait_object", weft::detail::member_offset(&weft::detail::FiberControl::wait_object)},
+    {"fiber.wait_operation", weft::detail::member_offset(&weft::detail::FiberControl::wait_operation)},
+    {"fiber.parked_since_ns", weft::detail::member_offset(&weft::detail::FiberControl::parked_since_ns)},
+    {"fiber.saved_context", weft::detail::member_offset(&weft::detail::FiberControl::context) +
+                                weft::detail::member_offset(&weft::detail::ExecutionContext::saved)},
+    {"fiber.registry_next", weft::detail::member_offset(&weft::detail::FiberControl::registry_next)},
     {"state.runnable", weft::detail::state(weft::detail::FiberState::runnable)},
     {"state.running", weft::detail::state(weft::detail::FiberState::running)},
     {"state.parked", weft::detail::state(weft::detail::FiberState::parked)},

@@ -17,10 +17,11 @@
 // something to act on.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+#include "../runtime/member_offset.h"
 
 namespace weft::detail {
 
@@ -55,15 +56,13 @@ bool read_quietly(const void* address, void* out, std::size_t size) noexcept;
 // Reads `member` of the T at address `object` into `out`, quietly (false
 // if it cannot be read), in integer arithmetic: `object` may be null or
 // misaligned, where even naming a member through a T* is undefined.
-// The member's offset as introspect/gdb_layout.cpp takes it: T need not
-// be standard-layout, which offsetof requires. T is named, not deduced: a
-// member T inherits would otherwise give its base's offset.
+// T need not be standard-layout (runtime/member_offset.h). T is named,
+// not deduced: a member T inherits would otherwise give its base's offset.
 template <class T, class M, class Out>
 bool read_member_quietly(const void* object, M std::type_identity_t<T>::*member, Out& out) noexcept {
   static_assert(sizeof(M) == sizeof(Out) && std::is_trivially_copyable_v<Out>, "reads the member's bytes whole");
-  const auto offset = static_cast<std::uintptr_t>(std::bit_cast<std::ptrdiff_t>(member));
-  return read_quietly(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(object) + offset), &out,
-                      sizeof(out));
+  return read_quietly(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(object) + member_offset(member)),
+                      &out, sizeof(out));
 }
 
 // The id of the fiber whose control block is at `control`, read quietly;

@@ -10,36 +10,48 @@
 namespace weft::detail {
 namespace {
 
-// The process's forks and posix_spawns so far; a record keeps the counts
-// from when its description was made.
+// The process's forks and spawns (posix_spawn, vfork) that have returned;
+// a record keeps the counts from when its description was made.
 constinit std::atomic<std::uint32_t> forks{0};
 constinit std::atomic<std::uint32_t> spawns{0};
+// Forks and spawns under way: between their start and their count, no
+// description is private (a child may be taking it).
+constinit std::atomic<std::uint32_t> children_in_flight{0};
 // Flips between FlipWindow's check and their end.
 constinit std::atomic<std::uint32_t> flips_in_flight{0};
 
-// After a fork or spawn was counted: until every flip that may have missed
-// the count has ended. Each lasts one non-blocking call. (A fork made by a
-// signal handler may have interrupted a flip of its own thread: it cannot
-// wait for that one.)
-void wait_for_flips() noexcept {
+// A fork or spawn begins: every flip that started before and may have
+// seen no child in flight ends first (each lasts one non-blocking call).
+// Pairs with FlipWindow: either the flip reads children_in_flight moved,
+// or this reads the flip in flight and waits for it (both seq_cst). A fork
+// made by a signal handler may have interrupted a flip of its own thread:
+// it cannot wait for that one.
+void child_begins() noexcept {
+  children_in_flight.fetch_add(1, std::memory_order_seq_cst);
   if (in_signal_handler()) return;
   while (flips_in_flight.load(std::memory_order_seq_cst) != 0) yield_thread();
 }
 
-void before_fork() noexcept {
-  // Pairs with FlipWindow: either the flip reads this count, or this reads
-  // the flip in flight and waits for it (both seq_cst).
-  forks.fetch_add(1, std::memory_order_seq_cst);
-  wait_for_flips();
+// The call has returned: a description made before now may be the
+// child's. Counted only now, so that one another thread made while the
+// call was under way counts as made before it.
+void child_made(std::atomic<std::uint32_t>& count) noexcept {
+  count.fetch_add(1, std::memory_order_seq_cst);
+  children_in_flight.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-// In the parent and in the child: a description made between before_fork
-// and the system call (by another thread, while this one waited for a
-// flip or ran the other fork handlers) took the first count for its own,
-// and the child holds it.
-void after_fork() noexcept { forks.fetch_add(1, std::memory_order_seq_cst); }
+void before_fork() noexcept { child_begins(); }
+void after_fork_in_parent() noexcept { child_made(forks); }
+// The child's other threads are gone, and their forks and spawns with
+// them.
+void after_fork_in_child() noexcept {
+  forks.fetch_add(1, std::memory_order_seq_cst);
+  children_in_flight.store(0, std::memory_order_seq_cst);
+}
 
-[[gnu::constructor]] void register_fork_handler() { pthread_atfork(&before_fork, &after_fork, &after_fork); }
+[[gnu::constructor]] void register_fork_handler() {
+  pthread_atfork(&before_fork, &after_fork_in_parent, &after_fork_in_child);
+}
 
 }  // namespace
 
@@ -60,14 +72,21 @@ void description_passed(FdRecord* record) noexcept {
 
 void cloexec_changed(FdRecord* record, bool on) noexcept {
   if (record == nullptr) return;
-  // Set after a spawn that did not have it: that child holds it already.
-  if (!on || record->made_at_spawns.load(std::memory_order_relaxed) == spawns.load(std::memory_order_relaxed))
+  // Set after a spawn began that did not have it (one under way may have
+  // copied the fd table already): that child holds it. The spawns in
+  // flight are read first: one that ends between the two reads has
+  // counted itself by the second.
+  if (!on || (children_in_flight.load(std::memory_order_seq_cst) == 0 &&
+              record->made_at_spawns.load(std::memory_order_relaxed) == spawns.load(std::memory_order_seq_cst)))
     record->set_bit(FdRecord::cloexec_bit, on);
 }
 
 bool description_private(const FdRecord& record) noexcept {
   const std::uint32_t flags = record.flags.load(std::memory_order_relaxed);
   if (!(flags & FdRecord::made_here_bit)) return false;
+  // First, as in cloexec_changed: a fork or spawn that ends after this read
+  // has counted itself by the reads below.
+  if (children_in_flight.load(std::memory_order_seq_cst) != 0) return false;
   if (record.made_at_forks.load(std::memory_order_relaxed) != forks.load(std::memory_order_seq_cst)) return false;
   return (flags & FdRecord::cloexec_bit) ||
          record.made_at_spawns.load(std::memory_order_relaxed) == spawns.load(std::memory_order_seq_cst);
@@ -80,11 +99,8 @@ FlipWindow::FlipWindow(const FdRecord& record) noexcept {
 
 FlipWindow::~FlipWindow() { flips_in_flight.fetch_sub(1, std::memory_order_seq_cst); }
 
-void child_spawning() noexcept {
-  spawns.fetch_add(1, std::memory_order_seq_cst);
-  wait_for_flips();
-}
+void child_spawning() noexcept { child_begins(); }
 
-void child_spawned() noexcept { spawns.fetch_add(1, std::memory_order_seq_cst); }
+void child_spawned() noexcept { child_made(spawns); }
 
 }  // namespace weft::detail

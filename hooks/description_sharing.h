@@ -21,11 +21,11 @@
 //   - no posix_spawn or vfork since, unless FD_CLOEXEC has been set on it
 //     since before the first (the child keeps what is not close-on-exec;
 //     weft's vfork, hooks/vfork_mark.cpp, counts as a spawn).
-// A fork, posix_spawn or vfork waits for the flips in flight, and a flip
-// that starts after it began sees the description shared. It counts
-// itself twice, before and after its system call: a description another
-// thread makes between the two took a count the call has moved past, so
-// it is not taken for private either (the child may hold it).
+// While a fork, posix_spawn or vfork is under way, no description is
+// private (the child may be taking it); it begins by waiting for the flips
+// in flight, and it counts itself once it has returned, so that a
+// description made before then, by another thread while the call was under
+// way too, is not private after it either.
 //
 // Not seen: a child made by clone, by vfork where weft does not interpose
 // it (other than x86-64), or by glibc's own internal spawns (wordexp);
@@ -39,9 +39,10 @@
 namespace weft::detail {
 
 // What a description this process is about to make is born with: the
-// process's forks and posix_spawns so far, read before the call that makes
-// it (a fork that runs meanwhile then counts as after it: the child may
-// hold it), and whether it is made close-on-exec (SOCK_CLOEXEC, O_CLOEXEC).
+// process's forks and spawns that have returned so far, read before the
+// call that makes it (a fork that returns meanwhile then counts as after
+// it: the child may hold it), and whether it is made close-on-exec
+// (SOCK_CLOEXEC, O_CLOEXEC).
 struct DescriptionBirth {
   std::uint32_t forks;
   std::uint32_t spawns;
@@ -77,10 +78,18 @@ class [[nodiscard]] FlipWindow {
   bool private_;
 };
 
-// Before a posix_spawn or a vfork: the child will hold every description
-// not close-on-exec.
+// Before a posix_spawn or a vfork (the child will hold every description
+// not close-on-exec), and after it, in the parent, whether it made a child
+// or not. SpawnUnderWay holds the two around a call.
 void child_spawning() noexcept;
-// After it, in the parent (the call has returned, made a child or not).
 void child_spawned() noexcept;
+
+class [[nodiscard]] SpawnUnderWay {
+ public:
+  SpawnUnderWay() noexcept { child_spawning(); }
+  ~SpawnUnderWay() { child_spawned(); }
+  SpawnUnderWay(const SpawnUnderWay&) = delete;
+  SpawnUnderWay& operator=(const SpawnUnderWay&) = delete;
+};
 
 }  // namespace weft::detail

@@ -228,18 +228,14 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
 // the one a dup2 action names (hooks/description_sharing.h).
 int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
-  child_spawning();
-  const int result = real::posix_spawn()(pid, path, actions, attributes, argv, envp);
-  child_spawned();
-  return result;
+  const SpawnUnderWay spawn;
+  return real::posix_spawn()(pid, path, actions, attributes, argv, envp);
 }
 
 int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
                  const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
-  child_spawning();
-  const int result = real::posix_spawnp()(pid, file, actions, attributes, argv, envp);
-  child_spawned();
-  return result;
+  const SpawnUnderWay spawn;
+  return real::posix_spawnp()(pid, file, actions, attributes, argv, envp);
 }
 
 int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t* actions, int fd, int target) noexcept {

@@ -36,7 +36,8 @@ extern "C" {
 [[gnu::tls_model("initial-exec"), gnu::visibility("hidden")]] constinit thread_local int weft_vfork_children = 0;
 
 // Before the system call, on the parent's stack; and after it, in the
-// parent only (hooks/description_sharing.h counts a spawn twice).
+// parent only (hooks/description_sharing.h: the spawn is under way
+// between the two).
 [[gnu::visibility("hidden")]] void weft_vfork_spawning() noexcept { weft::detail::child_spawning(); }
 [[gnu::visibility("hidden")]] void weft_vfork_spawned() noexcept { weft::detail::child_spawned(); }
 

@@ -130,8 +130,8 @@ struct alignas(64) FdRecord {
   // read it could not serve.
   static constexpr std::uint8_t kTrustCache = 8;
   std::atomic<std::uint8_t> cached_reads{0};
-  // The process's forks and posix_spawns when the description was made
-  // here (made_here_bit).
+  // The process's forks and spawns that had returned when the description
+  // was made here (made_here_bit; hooks/description_sharing.h).
   std::atomic<std::uint32_t> made_at_forks{0};
   std::atomic<std::uint32_t> made_at_spawns{0};
   // A regular file's key in the hooks' table of files the cache serves

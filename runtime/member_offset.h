@@ -9,9 +9,8 @@
 // is that offset, held as a ptrdiff_t, in the Itanium C++ ABI (section 2.3)
 // that GCC and Clang follow on every target weft builds for; std::bit_cast
 // refuses to compile where the two differ in size. Not a constant
-// expression. T is named, not deduced, where a caller passes
-// std::type_identity_t<T>: a member T inherits would otherwise give its
-// base's offset.
+// expression. A member T inherits gives its base's offset: a caller that
+// means T's names it (read_member_quietly's std::type_identity_t<T>).
 #pragma once
 
 #include <bit>

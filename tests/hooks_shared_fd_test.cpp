@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -373,12 +374,12 @@ TEST(HooksSharedFd, AVforkChildThatExecsHoldsWhatIsNotCloseOnExec) {
   close(closed_on_exec);
 }
 
-// A description made while a fork, posix_spawn or vfork is under way,
-// after the call counted itself (description_birth's counts moved) and
-// before its system call, is the child's too. Here the call waits between
-// the two for a flip in flight (FlipWindow), and another thread makes a
-// socket meanwhile. Before, the socket's record took the moved count for
-// its own and passed for private after the call.
+// While a fork, posix_spawn or vfork is under way no description is
+// private, and one made meanwhile by another thread, before the call's
+// system call, is the child's too. Here the call waits before its system
+// call for a flip in flight (FlipWindow), and a socket is made meanwhile.
+// Before, the call counted itself at its start; the socket's record took
+// that count for its own and passed for private after the call.
 TEST(HooksSharedFd, ADescriptionMadeWhileAChildIsMadeIsTheChildsToo) {
   auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
   const int flipped = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -387,13 +388,11 @@ TEST(HooksSharedFd, ADescriptionMadeWhileAChildIsMadeIsTheChildsToo) {
 #if defined(WEFT_UNDER_TSAN) || !defined(__x86_64__)
     if (call == "vfork") continue;  // not weft's here (the vfork test above)
 #endif
-    const detail::DescriptionBirth before = detail::description_birth(false);
-    auto counted = [&] {
-      const detail::DescriptionBirth now = detail::description_birth(false);
-      return now.forks != before.forks || now.spawns != before.spawns;
-    };
+    const int witness = socket(AF_INET, SOCK_STREAM, 0);  // private but while a child is made
+    ASSERT_TRUE(is_private(witness));
     pid_t child = -1;
     int made = -1;
+    bool private_meanwhile = true;
     std::thread maker;
     {
       const detail::FlipWindow flip(*detail::fd_state(flipped));
@@ -409,17 +408,81 @@ TEST(HooksSharedFd, ADescriptionMadeWhileAChildIsMadeIsTheChildsToo) {
           child = vfork_and_exec_true();
         }
       });
-      EXPECT_TRUE(test::wait_until(counted, 20s)) << "the call did not count itself";
+      EXPECT_TRUE(test::wait_until([&] { return !is_private(witness); }, 20s)) << "no child under way";
       made = socket(AF_INET, SOCK_STREAM, 0);
+      private_meanwhile = is_private(made);
     }  // the flip ends: the call goes on
     maker.join();
-    ASSERT_GT(child, 0);
+    EXPECT_FALSE(private_meanwhile) << "made while the call was under way";
+    EXPECT_FALSE(is_private(made)) << "made before the call's system call";
+    EXPECT_GT(child, 0);
     int status = -1;
-    EXPECT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_FALSE(is_private(made)) << "made between the count and the child";
+    if (child > 0) {
+      EXPECT_EQ(waitpid(child, &status, 0), child);
+    }
     close(made);
+    close(witness);
   }
   close(flipped);
+}
+
+// FD_CLOEXEC set while a posix_spawn is under way, after its child took
+// the fd table: the child holds the description without it, across its
+// exec. The socket is made while the spawn waits for a flip (as above),
+// before its system call; the child then waits in its file actions, the
+// opens of two FIFOs, each until a writer opens it: the first tells that
+// the child exists, and the flag is set before the second lets it exec.
+// Before, the record took the flag as set before the spawn, and the
+// description passed for private after it.
+TEST(HooksSharedFd, CloseOnExecSetWhileASpawnsChildRunsKeepsItShared) {
+  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
+  const std::string fifos[] = {"/tmp/weft-spawn-first-" + std::to_string(getpid()),
+                               "/tmp/weft-spawn-second-" + std::to_string(getpid())};
+  for (const std::string& fifo : fifos) {
+    ::unlink(fifo.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 100, fifos[0].c_str(), O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 101, fifos[1].c_str(), O_RDONLY, 0);
+  // Opens `fifo` for writing once its reader waits (20 s at most).
+  auto open_writer = [](const std::string& fifo) {
+    int writer = -1;
+    EXPECT_TRUE(test::wait_until([&] { return (writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) >= 0; }, 20s))
+        << fifo << ": " << std::strerror(errno);
+    return writer;
+  };
+  const int flipped = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int witness = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_TRUE(is_private(witness));
+  pid_t child = -1;
+  int spawned = -1;
+  int made = -1;
+  std::thread spawner;
+  {
+    const detail::FlipWindow flip(*detail::fd_state(flipped));
+    spawner = std::thread([&] {
+      char name[] = "true";
+      char* argv[] = {name, nullptr};
+      spawned = posix_spawn(&child, "/bin/true", &actions, nullptr, argv, environ);
+    });
+    EXPECT_TRUE(test::wait_until([&] { return !is_private(witness); }, 20s)) << "no spawn under way";
+    made = socket(AF_INET, SOCK_STREAM, 0);
+  }
+  const int first = open_writer(fifos[0]);  // the child holds `made` now
+  EXPECT_EQ(fcntl(made, F_SETFD, FD_CLOEXEC), 0);
+  const int second = open_writer(fifos[1]);  // and execs
+  spawner.join();
+  EXPECT_EQ(spawned, 0);
+  int status = -1;
+  if (child > 0) {
+    EXPECT_EQ(waitpid(child, &status, 0), child);
+  }
+  EXPECT_FALSE(is_private(made)) << "FD_CLOEXEC was set after the child took the fd";
+  posix_spawn_file_actions_destroy(&actions);
+  for (const int fd : {first, second, made, witness, flipped}) close(fd);
+  for (const std::string& fifo : fifos) ::unlink(fifo.c_str());
 }
 
 // An fd received with SCM_RIGHTS is the sender's too, through recvmsg and

@@ -440,38 +440,40 @@ TEST(Sysmon, NoWakesForAFiberOnlyABlockedThreadMayRun) {
   std::atomic<int> pinned_tid{0};
   std::atomic<bool> blocking{false};
   constexpr auto kBlockFor = 400ms;
+  // Spawns from its own thread until a child starts there and blocks it in
+  // the kernel (a child starts on its spawner's worker unless the idle one
+  // steals it first; the stolen end at once), and waits queued behind it.
+  // Before, the tries were spawned from outside, and under load every one
+  // could land on the other worker. Bounded in count and time.
   Fiber pinned = sched.spawn({.name = "pinned"}, [&] {
     const auto pin = this_fiber::pin();
     pinned_tid.store(::gettid());
-    // Queued on its thread, behind the fiber that blocks it.
-    for (const auto give_up = Clock::now() + 30s; !blocking.load() && Clock::now() < give_up;) this_fiber::yield();
+    std::vector<Fiber> tries;
+    for (const auto give_up = Clock::now() + 30s;
+         !blocking.load() && tries.size() < 10'000 && Clock::now() < give_up;) {
+      tries.push_back(spawn([&] {
+        if (::gettid() != pinned_tid.load() || blocking.exchange(true)) return;
+        const timespec blocked_for{0, std::chrono::nanoseconds(kBlockFor).count()};
+        ::syscall(SYS_nanosleep, &blocked_for, nullptr);  // no hook turns it into a park
+      }));
+      this_fiber::yield();
+    }
+    for (auto& f : tries) f.join();
   });
-  for (const auto give_up = Clock::now() + 30s; pinned_tid.load() == 0 && Clock::now() < give_up;)
-    std::this_thread::sleep_for(1ms);
-  ASSERT_NE(pinned_tid.load(), 0);
-  int idle_tid = 0;
-  for (const WorkerSnapshot& worker : sched.snapshot().workers)
-    if (!worker.spare && worker.os_thread_id != pinned_tid.load()) idle_tid = worker.os_thread_id;
-  ASSERT_NE(idle_tid, 0);
-  // Fibers until one starts on the pinned fiber's thread and blocks it in
-  // the kernel; the others end at once (bounded in count and time).
-  std::vector<Fiber> tries;
-  for (const auto give_up = Clock::now() + 30s; !blocking.load() && tries.size() < 100'000 && Clock::now() < give_up;) {
-    tries.push_back(sched.spawn([&] {
-      if (::gettid() != pinned_tid.load() || blocking.exchange(true)) return;
-      const timespec blocked_for{0, std::chrono::nanoseconds(kBlockFor).count()};
-      ::syscall(SYS_nanosleep, &blocked_for, nullptr);  // no hook turns it into a park
-    }));
-    std::this_thread::sleep_for(100us);
+  std::string before;
+  std::string after;
+  if (test::wait_until([&] { return blocking.load(); }, 30s)) {
+    int idle_tid = 0;
+    for (const WorkerSnapshot& worker : sched.snapshot().workers)
+      if (!worker.spare && worker.os_thread_id != pinned_tid.load()) idle_tid = worker.os_thread_id;
+    std::this_thread::sleep_for(50ms);  // the tries stolen meanwhile have ended
+    // How often the idle worker went to sleep: once per wake.
+    before = test::thread_status_field(idle_tid, "voluntary_ctxt_switches");
+    std::this_thread::sleep_for(kBlockFor / 2);
+    after = test::thread_status_field(idle_tid, "voluntary_ctxt_switches");
   }
-  ASSERT_TRUE(blocking.load());
-  std::this_thread::sleep_for(50ms);  // the tries that were queued have ended
-  // How often the idle worker went to sleep: once per wake.
-  const std::string before = test::thread_status_field(idle_tid, "voluntary_ctxt_switches");
-  std::this_thread::sleep_for(kBlockFor / 2);
-  const std::string after = test::thread_status_field(idle_tid, "voluntary_ctxt_switches");
-  for (auto& f : tries) f.join();
   pinned.join();
+  ASSERT_TRUE(blocking.load()) << "no try started on the pinned fiber's thread";
   ASSERT_FALSE(before.empty() || after.empty()) << "no voluntary_ctxt_switches in /proc";
   // A wake at each of sysmon's looks was 214-225 in this time.
   EXPECT_LT(std::stol(after) - std::stol(before), 20) << "the idle worker woke for a fiber it may not run";

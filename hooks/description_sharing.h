@@ -30,6 +30,8 @@
 // Not seen: a child made by clone, by vfork where weft does not interpose
 // it (other than x86-64), or by glibc's own internal spawns (wordexp);
 // such a child that uses an inherited socket concurrently can meet a flip.
+// Nor is a flip in flight on another thread waited for by a fork made in
+// a signal handler (description_sharing.cpp, child_begins).
 #pragma once
 
 #include <cstdint>
@@ -60,11 +62,17 @@ void description_passed(FdRecord* record) noexcept;
 // FD_CLOEXEC was set (`on`) or cleared on the fd.
 void cloexec_changed(FdRecord* record, bool on) noexcept;
 
-// Whether this process alone holds the description (above).
-bool description_private(const FdRecord& record) noexcept;
+// Whether this process alone holds the description (above): private_;
+// shared; or child_under_way, while a fork, posix_spawn or vfork is under
+// way (the description may be private again once it has returned).
+enum class Privacy : std::uint8_t { private_, shared, child_under_way };
+Privacy description_privacy(const FdRecord& record) noexcept;
+inline bool description_private(const FdRecord& record) noexcept {
+  return description_privacy(record) == Privacy::private_;
+}
 
 // Held around a flip: a fork, posix_spawn or vfork that begins meanwhile
-// waits for its end. private_() is description_private, read inside it.
+// waits for its end. privacy() is description_privacy, read inside it.
 class [[nodiscard]] FlipWindow {
  public:
   explicit FlipWindow(const FdRecord& record) noexcept;
@@ -72,10 +80,10 @@ class [[nodiscard]] FlipWindow {
   FlipWindow(const FlipWindow&) = delete;
   FlipWindow& operator=(const FlipWindow&) = delete;
 
-  bool description_private() const noexcept { return private_; }
+  Privacy privacy() const noexcept { return privacy_; }
 
  private:
-  bool private_;
+  Privacy privacy_;
 };
 
 // Before a posix_spawn or a vfork (the child will hold every description

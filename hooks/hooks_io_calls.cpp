@@ -682,6 +682,30 @@ ssize_t socket_writev(int fd, FdRecord& state, const iovec* iov, int count) {
   return sendmsg_all(fd, state, &msg, 0);
 }
 
+// While a fork, posix_spawn or vfork is under way no description is
+// private (hooks/description_sharing.h). A fiber's accept or connect that
+// meets one waits for its end, parked, 50 us at a time, rather than take a
+// description that is private before and after it for shared and make
+// the blocking call; false after 20 waits (a process that spawns without
+// pause): the caller then takes it for shared.
+constexpr int kChildWaits = 20;
+bool waited_for_child_under_way(int& waits) noexcept {
+  if (waits++ == kChildWaits) return false;
+  const int saved = errno_value();
+  sleep_parked(Clock::now() + std::chrono::microseconds(50));
+  set_errno(saved);
+  return true;
+}
+
+// description_private, once no fork or spawn is under way (above).
+bool private_after_children_under_way(const FdRecord& state) noexcept {
+  int waits = 0;
+  for (;;) {
+    const Privacy privacy = description_privacy(state);
+    if (privacy != Privacy::child_under_way || !waited_for_child_under_way(waits)) return privacy == Privacy::private_;
+  }
+}
+
 // Runs `call` with O_NONBLOCK set on the open file description, and the
 // user's flags back afterwards, if this process alone holds the description
 // (hooks/description_sharing.h); else, another process would see the flag
@@ -690,26 +714,32 @@ ssize_t socket_writev(int fd, FdRecord& state, const iovec* iov, int count) {
 // flag set.
 template <class Call>
 auto with_nonblock(int fd, FdRecord& state, Call&& call) {
-  {
-    const FlipWindow window(state);
-    if (window.description_private()) {
-      state.flip_lock.lock();
-      const int flags = real::fcntl()(fd, F_GETFL);
-      if (flags < 0) {
+  for (int waits = 0;;) {
+    Privacy privacy;
+    {
+      const FlipWindow window(state);
+      privacy = window.privacy();
+      if (privacy == Privacy::private_) {
+        state.flip_lock.lock();
+        const int flags = real::fcntl()(fd, F_GETFL);
+        if (flags < 0) {
+          state.flip_lock.unlock();
+          return decltype(call())(-1);
+        }
+        state.flips.fetch_add(1, std::memory_order_relaxed);
+        state.set_bit(FdRecord::flipped_bit, true);
+        real::fcntl()(fd, F_SETFL, flags | O_NONBLOCK);
+        auto result = call();
+        const int error = errno_value();
+        real::fcntl()(fd, F_SETFL, flags);
+        state.set_bit(FdRecord::flipped_bit, false);
         state.flip_lock.unlock();
-        return decltype(call())(-1);
+        set_errno(error);
+        return result;
       }
-      state.flips.fetch_add(1, std::memory_order_relaxed);
-      state.set_bit(FdRecord::flipped_bit, true);
-      real::fcntl()(fd, F_SETFL, flags | O_NONBLOCK);
-      auto result = call();
-      const int error = errno_value();
-      real::fcntl()(fd, F_SETFL, flags);
-      state.set_bit(FdRecord::flipped_bit, false);
-      state.flip_lock.unlock();
-      set_errno(error);
-      return result;
     }
+    // Outside the window, which the fork or spawn waits for.
+    if (privacy == Privacy::shared || !waited_for_child_under_way(waits)) break;
   }
   return announced(call);
 }
@@ -773,7 +803,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
   const DescriptionBirth birth = description_birth(flags & SOCK_CLOEXEC);
   FdRecord* listener = parkable(fd);
   int result;
-  if (listener != nullptr && listener->kind() == FdKind::socket && !description_private(*listener)) {
+  if (listener != nullptr && listener->kind() == FdKind::socket && !private_after_children_under_way(*listener)) {
     result = accept_shared(fd, *listener, addr, addr_len, flags);
   } else if (listener == nullptr || listener->kind() != FdKind::socket) {
     const FdRecord* known = fd_state(fd);
@@ -808,7 +838,7 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
   // Another holder would see a flip: the thread's blocking connect, errno
   // and timeout (SO_SNDTIMEO: EINPROGRESS) as the kernel's.
-  if (!description_private(*state)) return announced([&] { return real::connect()(fd, addr, addr_len); });
+  if (!private_after_children_under_way(*state)) return announced([&] { return real::connect()(fd, addr, addr_len); });
   const ErrnoHome home;
   const int saved = errno_value();
   const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, *state, FdDirection::write));

@@ -446,13 +446,6 @@ TEST(HooksSharedFd, CloseOnExecSetWhileASpawnsChildRunsKeepsItShared) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 100, fifos[0].c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 101, fifos[1].c_str(), O_RDONLY, 0);
-  // Opens `fifo` for writing once its reader waits (20 s at most).
-  auto open_writer = [](const std::string& fifo) {
-    int writer = -1;
-    EXPECT_TRUE(test::wait_until([&] { return (writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) >= 0; }, 20s))
-        << fifo << ": " << std::strerror(errno);
-    return writer;
-  };
   const int flipped = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int witness = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_TRUE(is_private(witness));
@@ -470,9 +463,16 @@ TEST(HooksSharedFd, CloseOnExecSetWhileASpawnsChildRunsKeepsItShared) {
     EXPECT_TRUE(test::wait_until([&] { return !is_private(witness); }, 20s)) << "no spawn under way";
     made = socket(AF_INET, SOCK_STREAM, 0);
   }
-  const int first = open_writer(fifos[0]);  // the child holds `made` now
+  // A writer's non-blocking open succeeds once the child waits in its
+  // open: the child holds `made` now.
+  int first = -1;
+  EXPECT_TRUE(test::wait_until([&] { return (first = ::open(fifos[0].c_str(), O_WRONLY | O_NONBLOCK)) >= 0; }, 20s))
+      << std::strerror(errno);
   EXPECT_EQ(fcntl(made, F_SETFD, FD_CLOEXEC), 0);
-  const int second = open_writer(fifos[1]);  // and execs
+  // Lets it exec: an O_RDWR open of a FIFO never waits, and is a writer
+  // (of both, in case the first wait above timed out).
+  const int second = ::open(fifos[1].c_str(), O_RDWR);
+  const int first_again = ::open(fifos[0].c_str(), O_RDWR);
   spawner.join();
   EXPECT_EQ(spawned, 0);
   int status = -1;
@@ -481,7 +481,7 @@ TEST(HooksSharedFd, CloseOnExecSetWhileASpawnsChildRunsKeepsItShared) {
   }
   EXPECT_FALSE(is_private(made)) << "FD_CLOEXEC was set after the child took the fd";
   posix_spawn_file_actions_destroy(&actions);
-  for (const int fd : {first, second, made, witness, flipped}) close(fd);
+  for (const int fd : {first, first_again, second, made, witness, flipped}) close(fd);
   for (const std::string& fifo : fifos) ::unlink(fifo.c_str());
 }
 

@@ -343,17 +343,31 @@ TEST(Resolver, AsyncLookupsWaitOnAHelper) {
   expect_child_passed("async", "ResolverChild.AsyncLookupsWaitOnAHelper");
 }
 
+// One getaddrinfo_a request for an IPv4 address of `name`, started in
+// `mode`. Stays where it is: glibc keeps its address until it is done.
+struct AsyncRequest {
+  addrinfo hints{};
+  gaicb request{};
+  int started;  // getaddrinfo_a's result
+  AsyncRequest(const char* name, int mode, int flags) {
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = flags;
+    request.ar_name = name;
+    request.ar_request = &hints;
+    gaicb* list[] = {&request};
+    started = ::getaddrinfo_a(mode, list, 1, nullptr);
+  }
+  AsyncRequest(const AsyncRequest&) = delete;
+  AsyncRequest& operator=(const AsyncRequest&) = delete;
+};
+
 // What an async lookup of h6.weft.test said: getaddrinfo_a's result (with
 // GAI_NOWAIT, then gai_suspend's), gai_error's, and the address.
 std::string async_lookup(int mode) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  gaicb request{};
-  request.ar_name = "h6.weft.test";
-  request.ar_request = &hints;
-  gaicb* list[] = {&request};
-  std::string said = "started " + std::to_string(::getaddrinfo_a(mode, list, 1, nullptr));
+  AsyncRequest lookup("h6.weft.test", mode, 0);
+  gaicb& request = lookup.request;
+  std::string said = "started " + std::to_string(lookup.started);
   if (mode == GAI_NOWAIT) {
     const gaicb* const waiting[] = {&request};
     int rc;
@@ -461,14 +475,9 @@ TEST(Resolver, AGaiSuspendThatCannotWaitIsMadeOnTheFibersThread) {
   bool done_in_time = false;
   sched
       .spawn([&] {
-        addrinfo hints{};
-        hints.ai_family = AF_INET;
-        hints.ai_flags = AI_NUMERICHOST;
-        gaicb request{};
-        request.ar_name = "127.0.0.1";
-        request.ar_request = &hints;
-        gaicb* list[] = {&request};
-        ASSERT_EQ(::getaddrinfo_a(GAI_NOWAIT, list, 1, nullptr), 0);
+        AsyncRequest lookup("127.0.0.1", GAI_NOWAIT, AI_NUMERICHOST);
+        ASSERT_EQ(lookup.started, 0);
+        gaicb& request = lookup.request;
         const gaicb* const waiting[] = {&request};
         // Polls until done. What each returns is libc's (glibc's answers
         // EAI_SYSTEM, errno 0, while the lookup runs, on a thread too).

@@ -19,12 +19,11 @@ constinit std::atomic<std::uint32_t> spawns{0};
 constinit std::atomic<std::uint32_t> children_in_flight{0};
 // Flips between FlipWindow's check and their end.
 constinit std::atomic<std::uint32_t> flips_in_flight{0};
-// This thread's shares of the two: what a fork child, whose only thread
-// is the forking one, keeps of them (a fork made by a signal handler may
-// have interrupted a spawn or a flip of its thread, which then ends in the
-// child). Initial-exec: read in fork handlers and signal handlers.
-[[gnu::tls_model("initial-exec")]] constinit thread_local std::uint32_t own_children_in_flight = 0;
-[[gnu::tls_model("initial-exec")]] constinit thread_local std::uint32_t own_flips_in_flight = 0;
+// Set in the child of a fork made by a signal handler, which may have
+// interrupted its thread between the halves of a spawn or a flip (each a
+// count and a change of the two above): there the two cannot be told, and
+// no description is private.
+constinit std::atomic<bool> counts_unknown{false};
 
 // A fork or spawn begins: every flip that started before and may have
 // seen no child in flight ends first (each lasts one non-blocking call).
@@ -35,9 +34,8 @@ constinit std::atomic<std::uint32_t> flips_in_flight{0};
 // thread's flip of the same record waits for that lock inside its window.
 // So a flip in flight on another thread can meet such a fork's child.
 void child_begins() noexcept {
-  ++own_children_in_flight;
   children_in_flight.fetch_add(1, std::memory_order_seq_cst);
-  if (in_signal_handler()) return;
+  if (in_signal_handler() || counts_unknown.load(std::memory_order_relaxed)) return;
   while (flips_in_flight.load(std::memory_order_seq_cst) != 0) yield_thread();
 }
 
@@ -47,18 +45,18 @@ void child_begins() noexcept {
 void child_made(std::atomic<std::uint32_t>& count) noexcept {
   count.fetch_add(1, std::memory_order_seq_cst);
   children_in_flight.fetch_sub(1, std::memory_order_seq_cst);
-  --own_children_in_flight;
 }
 
 void before_fork() noexcept { child_begins(); }
 void after_fork_in_parent() noexcept { child_made(forks); }
 // The child's other threads are gone, and their forks, spawns and flips
-// with them; this thread's own go on, the fork itself ends here.
+// with them. The forking thread was in none, unless a signal handler of
+// it forked (counts_unknown).
 void after_fork_in_child() noexcept {
   forks.fetch_add(1, std::memory_order_seq_cst);
-  --own_children_in_flight;
-  children_in_flight.store(own_children_in_flight, std::memory_order_seq_cst);
-  flips_in_flight.store(own_flips_in_flight, std::memory_order_seq_cst);
+  children_in_flight.store(0, std::memory_order_seq_cst);
+  flips_in_flight.store(0, std::memory_order_seq_cst);
+  if (in_signal_handler()) counts_unknown.store(true, std::memory_order_seq_cst);
 }
 
 [[gnu::constructor]] void register_fork_handler() {
@@ -95,27 +93,27 @@ void cloexec_changed(FdRecord* record, bool on) noexcept {
 
 Privacy description_privacy(const FdRecord& record) noexcept {
   const std::uint32_t flags = record.flags.load(std::memory_order_relaxed);
-  if (!(flags & FdRecord::made_here_bit)) return Privacy::shared;
-  // First, as in cloexec_changed: a fork or spawn that ends after this read
-  // has counted itself by the reads below.
+  if (!(flags & FdRecord::made_here_bit) || counts_unknown.load(std::memory_order_relaxed)) return Privacy::shared;
+  // A fork or spawn since: for good (the counts only grow, and FD_CLOEXEC
+  // set after a spawn is not taken for set before it).
+  const auto child_since = [&] {
+    return record.made_at_forks.load(std::memory_order_relaxed) != forks.load(std::memory_order_seq_cst) ||
+           (!(flags & FdRecord::cloexec_bit) &&
+            record.made_at_spawns.load(std::memory_order_relaxed) != spawns.load(std::memory_order_seq_cst));
+  };
+  if (child_since()) return Privacy::shared;
   if (children_in_flight.load(std::memory_order_seq_cst) != 0) return Privacy::child_under_way;
-  if (record.made_at_forks.load(std::memory_order_relaxed) != forks.load(std::memory_order_seq_cst))
-    return Privacy::shared;
-  const bool spawned_since =
-      record.made_at_spawns.load(std::memory_order_relaxed) != spawns.load(std::memory_order_seq_cst);
-  return (flags & FdRecord::cloexec_bit) || !spawned_since ? Privacy::private_ : Privacy::shared;
+  // Again, after the read above, as in cloexec_changed: a fork or spawn
+  // that ended between the two has counted itself.
+  return child_since() ? Privacy::shared : Privacy::private_;
 }
 
 FlipWindow::FlipWindow(const FdRecord& record) noexcept {
-  ++own_flips_in_flight;
   flips_in_flight.fetch_add(1, std::memory_order_seq_cst);
   privacy_ = description_privacy(record);
 }
 
-FlipWindow::~FlipWindow() {
-  flips_in_flight.fetch_sub(1, std::memory_order_seq_cst);
-  --own_flips_in_flight;
-}
+FlipWindow::~FlipWindow() { flips_in_flight.fetch_sub(1, std::memory_order_seq_cst); }
 
 void child_spawning() noexcept { child_begins(); }
 

@@ -708,12 +708,12 @@ bool private_after_children_under_way(const FdRecord& state) noexcept {
 
 // Runs `call` with O_NONBLOCK set on the open file description, and the
 // user's flags back afterwards, if this process alone holds the description
-// (hooks/description_sharing.h); else, another process would see the flag
-// (its blocking accept would fail with EAGAIN), and `call` is made as it
-// is, blocking, and announced. Only for calls that never block with the
-// flag set.
+// (hooks/description_sharing.h). Else (empty, nothing called) another
+// process would see the flag (its blocking accept would fail with EAGAIN):
+// the caller makes its blocking call instead. Only for calls that never
+// block with the flag set.
 template <class Call>
-auto with_nonblock(int fd, FdRecord& state, Call&& call) {
+auto with_nonblock(int fd, FdRecord& state, Call&& call) -> std::optional<decltype(call())> {
   for (int waits = 0;;) {
     Privacy privacy;
     {
@@ -739,9 +739,8 @@ auto with_nonblock(int fd, FdRecord& state, Call&& call) {
       }
     }
     // Outside the window, which the fork or spawn waits for.
-    if (privacy == Privacy::shared || !waited_for_child_under_way(waits)) break;
+    if (privacy == Privacy::shared || !waited_for_child_under_way(waits)) return std::nullopt;
   }
-  return announced(call);
 }
 
 // A plain thread whose blocking accept met a moment when a fiber had the
@@ -803,9 +802,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
   const DescriptionBirth birth = description_birth(flags & SOCK_CLOEXEC);
   FdRecord* listener = parkable(fd);
   int result;
-  if (listener != nullptr && listener->kind() == FdKind::socket && !private_after_children_under_way(*listener)) {
-    result = accept_shared(fd, *listener, addr, addr_len, flags);
-  } else if (listener == nullptr || listener->kind() != FdKind::socket) {
+  if (listener == nullptr || listener->kind() != FdKind::socket) {
     const FdRecord* known = fd_state(fd);
     for (;;) {
       const std::uint32_t flips = known != nullptr ? known->flips.load(std::memory_order_relaxed) : 0;
@@ -815,9 +812,24 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
-    result = attempt_or_park(fd, *listener, FdDirection::read, 0, [&] {
-      return with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
-    });
+    const ErrnoHome home;  // before the first park (private_after_children_under_way's too)
+    const int saved = errno_value();
+    // Shared, or found so by the flip (a fork or spawn since the check):
+    // accept_shared, which waits until the listener is readable.
+    bool shared = !private_after_children_under_way(*listener);
+    if (!shared) {
+      result = attempt_or_park(fd, *listener, FdDirection::read, 0, [&] {
+        const auto accepted = with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
+        if (accepted) return *accepted;
+        shared = true;
+        set_errno(EPERM);  // not a would-block: attempt_or_park returns at once
+        return -1;
+      });
+    }
+    if (shared) {
+      set_errno(saved);
+      result = accept_shared(fd, *listener, addr, addr_len, flags);
+    }
   }
   if (result >= 0) {
     // The accepted socket inherits the listener's timeouts and
@@ -836,16 +848,22 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
 int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   FdRecord* state = parkable(fd);
   if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
+  const ErrnoHome home;  // before the first park (private_after_children_under_way's too)
+  const int saved = errno_value();
   // Another holder would see a flip: the thread's blocking connect, errno
   // and timeout (SO_SNDTIMEO: EINPROGRESS) as the kernel's.
-  if (!private_after_children_under_way(*state)) return announced([&] { return real::connect()(fd, addr, addr_len); });
-  const ErrnoHome home;
-  const int saved = errno_value();
+  const auto blocking_connect = [&] {
+    set_errno(saved);
+    return announced([&] { return real::connect()(fd, addr, addr_len); });
+  };
+  if (!private_after_children_under_way(*state)) return blocking_connect();
   const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, *state, FdDirection::write));
   auto backoff = std::chrono::milliseconds(1);
   int error = 0;
   for (;;) {
-    const int r = with_nonblock(fd, *state, [&] { return real::connect()(fd, addr, addr_len); });
+    const auto attempt = with_nonblock(fd, *state, [&] { return real::connect()(fd, addr, addr_len); });
+    if (!attempt) return blocking_connect();  // a fork or spawn since the check above
+    const int r = *attempt;
     if (r == 0) {
       set_errno(saved);
       return 0;

@@ -801,7 +801,7 @@ int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_le
 int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
   const DescriptionBirth birth = description_birth(flags & SOCK_CLOEXEC);
   FdRecord* listener = parkable(fd);
-  int result;
+  int result = -1;
   if (listener == nullptr || listener->kind() != FdKind::socket) {
     const FdRecord* known = fd_state(fd);
     for (;;) {

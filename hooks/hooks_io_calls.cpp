@@ -697,15 +697,6 @@ bool waited_for_child_under_way(int& waits) noexcept {
   return true;
 }
 
-// description_private, once no fork or spawn is under way (above).
-bool private_after_children_under_way(const FdRecord& state) noexcept {
-  int waits = 0;
-  for (;;) {
-    const Privacy privacy = description_privacy(state);
-    if (privacy != Privacy::child_under_way || !waited_for_child_under_way(waits)) return privacy == Privacy::private_;
-  }
-}
-
 // Runs `call` with O_NONBLOCK set on the open file description, and the
 // user's flags back afterwards, if this process alone holds the description
 // (hooks/description_sharing.h). Else (empty, nothing called) another
@@ -812,20 +803,18 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
       if (result >= 0 || parking_enabled() || !plain_thread_should_retry(fd, flips)) break;
     }
   } else {
-    const ErrnoHome home;  // before the first park (private_after_children_under_way's too)
+    const ErrnoHome home;  // before the first park (with_nonblock's waits too)
     const int saved = errno_value();
-    // Shared, or found so by the flip (a fork or spawn since the check):
-    // accept_shared, which waits until the listener is readable.
-    bool shared = !private_after_children_under_way(*listener);
-    if (!shared) {
-      result = attempt_or_park(fd, *listener, FdDirection::read, 0, [&] {
-        const auto accepted = with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
-        if (accepted) return *accepted;
-        shared = true;
-        set_errno(EPERM);  // not a would-block: attempt_or_park returns at once
-        return -1;
-      });
-    }
+    // A listener the flip finds shared: accept_shared, which waits until it
+    // is readable.
+    bool shared = false;
+    result = attempt_or_park(fd, *listener, FdDirection::read, 0, [&] {
+      const auto accepted = with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
+      if (accepted) return *accepted;
+      shared = true;
+      set_errno(EPERM);  // not a would-block: attempt_or_park returns at once
+      return -1;
+    });
     if (shared) {
       set_errno(saved);
       result = accept_shared(fd, *listener, addr, addr_len, flags);
@@ -848,21 +837,19 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
 int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   FdRecord* state = parkable(fd);
   if (state == nullptr || state->kind() != FdKind::socket) return real::connect()(fd, addr, addr_len);
-  const ErrnoHome home;  // before the first park (private_after_children_under_way's too)
+  const ErrnoHome home;  // before the first park (with_nonblock's waits too)
   const int saved = errno_value();
-  // Another holder would see a flip: the thread's blocking connect, errno
-  // and timeout (SO_SNDTIMEO: EINPROGRESS) as the kernel's.
-  const auto blocking_connect = [&] {
-    set_errno(saved);
-    return announced([&] { return real::connect()(fd, addr, addr_len); });
-  };
-  if (!private_after_children_under_way(*state)) return blocking_connect();
   const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, *state, FdDirection::write));
   auto backoff = std::chrono::milliseconds(1);
   int error = 0;
   for (;;) {
     const auto attempt = with_nonblock(fd, *state, [&] { return real::connect()(fd, addr, addr_len); });
-    if (!attempt) return blocking_connect();  // a fork or spawn since the check above
+    if (!attempt) {
+      // Another holder would see a flip: the thread's blocking connect,
+      // errno and timeout (SO_SNDTIMEO: EINPROGRESS) as the kernel's.
+      set_errno(saved);
+      return announced([&] { return real::connect()(fd, addr, addr_len); });
+    }
     const int r = *attempt;
     if (r == 0) {
       set_errno(saved);

@@ -282,10 +282,13 @@ int receive_fd(int socket, bool many) {
   return got == 1 ? message.carried() : -1;
 }
 
+// Whether the hooks take fd's description for this process's alone
+// (hooks/description_sharing.h).
+bool is_private(int fd) { return detail::description_private(*detail::fd_state(fd)); }
+
 // What proves a description private (hooks/description_sharing.h), and
 // what takes the proof away.
 TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {
-  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
   const int fresh = socket(AF_INET, SOCK_STREAM, 0);
   EXPECT_TRUE(is_private(fresh)) << "made here";
 
@@ -359,7 +362,6 @@ TEST(HooksSharedFd, AVforkChildThatExecsHoldsWhatIsNotCloseOnExec) {
   // x86-64 weft does not interpose vfork.
   GTEST_SKIP() << "vfork is not weft's here";
 #endif
-  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
   const int inherited = socket(AF_INET, SOCK_STREAM, 0);
   const int closed_on_exec = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_TRUE(is_private(inherited));
@@ -381,7 +383,6 @@ TEST(HooksSharedFd, AVforkChildThatExecsHoldsWhatIsNotCloseOnExec) {
 // Before, the call counted itself at its start; the socket's record took
 // that count for its own and passed for private after the call.
 TEST(HooksSharedFd, ADescriptionMadeWhileAChildIsMadeIsTheChildsToo) {
-  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
   const int flipped = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   for (const std::string call : {"fork", "posix_spawn", "vfork"}) {
     SCOPED_TRACE(call);
@@ -435,7 +436,6 @@ TEST(HooksSharedFd, ADescriptionMadeWhileAChildIsMadeIsTheChildsToo) {
 // Before, the record took the flag as set before the spawn, and the
 // description passed for private after it.
 TEST(HooksSharedFd, CloseOnExecSetWhileASpawnsChildRunsKeepsItShared) {
-  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
   const std::string fifos[] = {"/tmp/weft-spawn-first-" + std::to_string(getpid()),
                                "/tmp/weft-spawn-second-" + std::to_string(getpid())};
   for (const std::string& fifo : fifos) {
@@ -491,7 +491,6 @@ TEST(HooksSharedFd, CloseOnExecSetWhileASpawnsChildRunsKeepsItShared) {
 // close). Before, recvmmsg left that record as it was, and the hooks would
 // have flipped O_NONBLOCK on a description another process holds.
 TEST(HooksSharedFd, AnFdReceivedIsNotPrivate) {
-  auto is_private = [](int fd) { return detail::description_private(*detail::fd_state(fd)); };
   for (const bool many : {false, true}) {
     SCOPED_TRACE(many ? "recvmmsg" : "recvmsg");
     int pair[2];

@@ -462,8 +462,8 @@ TEST(Sysmon, NoWakesForAFiberOnlyABlockedThreadMayRun) {
   });
   std::string before;
   std::string after;
+  int idle_tid = 0;
   if (test::wait_until([&] { return blocking.load(); }, 30s)) {
-    int idle_tid = 0;
     for (const WorkerSnapshot& worker : sched.snapshot().workers)
       if (!worker.spare && worker.os_thread_id != pinned_tid.load()) idle_tid = worker.os_thread_id;
     std::this_thread::sleep_for(50ms);  // the tries stolen meanwhile have ended
@@ -474,6 +474,7 @@ TEST(Sysmon, NoWakesForAFiberOnlyABlockedThreadMayRun) {
   }
   pinned.join();
   ASSERT_TRUE(blocking.load()) << "no try started on the pinned fiber's thread";
+  ASSERT_NE(idle_tid, 0) << "no worker but the pinned fiber's";
   ASSERT_FALSE(before.empty() || after.empty()) << "no voluntary_ctxt_switches in /proc";
   // A wake at each of sysmon's looks was 214-225 in this time.
   EXPECT_LT(std::stol(after) - std::stol(before), 20) << "the idle worker woke for a fiber it may not run";

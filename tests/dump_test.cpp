@@ -41,6 +41,7 @@
 #include "dump_client.h"
 #include "dump_support.h"
 #include "dump_text.h"
+#include "fork_children.h"
 #include "introspect/dump_protocol.h"
 #include "sched/run_latency.h"
 #include "socket_pair.h"
@@ -488,9 +489,8 @@ TEST(Dump, AForkedChildsExitLeavesTheParentsSocket) {
 // docs/usage.md: after fork() the parent's scheduler is unusable in the
 // child, and says so; a scheduler the child makes works, dump included.
 TEST(Dump, AForkedChildRefusesTheParentsSchedulerAndRunsItsOwn) {
-#ifdef WEFT_UNDER_TSAN
-  GTEST_SKIP() << "ThreadSanitizer does not support threads started after a multi-threaded fork (die_after_fork)";
-#endif
+  SKIP_UNDER_TSAN();
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();  // the child makes a scheduler
   auto parent = std::make_unique<Scheduler>(test::config_with(2));
   ForkedChild child(
       [&](const ForkedChild::Channel&) -> std::string {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fd_passing.h"
+#include "fork_children.h"
 #include "hooks/description_sharing.h"
 #include "hooks/fd_table.h"
 #include "hooks_test_support.h"
@@ -426,6 +427,66 @@ TEST(HooksSharedFd, ADescriptionMadeWhileAChildIsMadeIsTheChildsToo) {
   }
   close(flipped);
 }
+
+#if defined(__x86_64__)
+// A handler installed by a raw rt_sigaction, which weft's trampolines do
+// not count (Go's runtime installs its handlers so, and crash reporters
+// that make their own system calls), and that forks. The kernel's
+// sigaction wants a restorer of the caller's own: rt_sigreturn.
+extern "C" void weft_test_restore_rt();
+asm(".text\n"
+    ".type weft_test_restore_rt, @function\n"
+    "weft_test_restore_rt:\n"
+    "  mov $15, %rax\n"  // SYS_rt_sigreturn
+    "  syscall\n");
+
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  unsigned long mask;
+};
+constexpr unsigned long kRestorer = 0x04000000;  // SA_RESTORER
+
+int raw_handlers_witness = -1;  // a socket made before the handler's fork
+pid_t raw_handlers_child = -1;
+
+void forking_raw_handler(int) {
+  raw_handlers_child = fork();
+  if (raw_handlers_child == 0) {
+    // Its thread was inside a flip of its own: nothing here is private.
+    _exit(is_private(raw_handlers_witness) ? 3 : 0);
+  }
+}
+
+// A raw handler that interrupts its thread's own flip (FlipWindow) and
+// forks: the fork may not wait for that flip to end, which it never would
+// (the thread is in the handler). Before, the fork waited for it for good.
+// Run in a child process of its own, which the test kills if it hangs.
+TEST(HooksSharedFd, AForkFromAnUncountedHandlerInsideItsThreadsOwnFlipGoesOn) {
+  SKIP_UNDER_TSAN();                   // its runtime wraps every handler, and defers them
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();  // the test's child makes sockets (their records)
+  const pid_t test = fork();
+  ASSERT_GE(test, 0);
+  if (test == 0) {
+    const int flipped = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    raw_handlers_witness = socket(AF_INET, SOCK_STREAM, 0);
+    if (flipped < 0 || raw_handlers_witness < 0 || !is_private(raw_handlers_witness)) _exit(4);
+    KernelSigaction action{&forking_raw_handler, kRestorer, &weft_test_restore_rt, 0};
+    if (syscall(SYS_rt_sigaction, SIGUSR2, &action, nullptr, sizeof action.mask) != 0) _exit(5);
+    {
+      const detail::FlipWindow flip(*detail::fd_state(flipped));
+      raise(SIGUSR2);  // handled before raise returns
+    }
+    int status = -1;
+    if (raw_handlers_child <= 0 || waitpid(raw_handlers_child, &status, 0) != raw_handlers_child) _exit(6);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) _exit(7);
+    // And in this process the fork counts: the witness is the child's too.
+    _exit(is_private(raw_handlers_witness) ? 8 : 0);
+  }
+  EXPECT_TRUE(test::child_exited_cleanly(test, 10s)) << "hung, or a check failed (the exit status)";
+}
+#endif
 
 // FD_CLOEXEC set while a posix_spawn is under way, after its child took
 // the fd table: the child holds the description without it, across its

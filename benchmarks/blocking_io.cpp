@@ -11,7 +11,9 @@
 //             (run by the first) sleeps 5 ms, vs 100 threads: the others
 //             wait in __cxa_guard_acquire's futex (hooks/hooks_futex.cpp)
 //   fsync     100 fibers vs 100 threads, each writing 4 KiB and fsyncing
-//             its own file, for --seconds
+//             its own file: flushes per second over --seconds after a
+//             0.5 s warm-up (and over the whole run, and when the last
+//             writer's first flush ended)
 //   range     the same with sync_file_range (WAIT_BEFORE | WRITE |
 //             WAIT_AFTER, the whole file) for fsync
 //   pread     a 4 KiB pread of a cached file: ns per call from a fiber vs
@@ -153,40 +155,78 @@ void bench_static() {
   }
 }
 
+// The flushes of one side of the fsync case: per second over the
+// measured interval (after the warm-up), per second over the whole run
+// (from the first spawn or thread start to the last join), and when the
+// last writer's first flush ended, from the start (ms).
+struct Flushes {
+  double steady = 0;
+  double whole = 0;
+  double all_flushing_ms = 0;
+};
+
+// A fresh scheduler starts its spare threads as its workers block, one
+// after another (each fiber reaches its first fsync only once a thread
+// took it from the blocked one before), so its first round ramps up more
+// slowly than 100 threads started at once; as bench-echo's warm-up, the
+// measured interval begins after kFlushWarmUp, and the whole run's rate
+// and the ramp are printed beside it.
+constexpr auto kFlushWarmUp = std::chrono::milliseconds(500);
+
 // Each of n writers appends 4 KiB and flushes its own file (fsync, or
 // with `range` sync_file_range of the whole file, waiting for it) until
-// the time is up; returns the flushes per second of all.
-double fsync_rate(bool fibers, int n, bool range) {
-  std::atomic<long> done{0};
-  const auto end = Clock::now() + std::chrono::seconds(seconds);
+// the time is up.
+Flushes flush_rates(bool fibers, int n, bool range) {
+  std::atomic<long> measured{0};
+  std::atomic<long> all{0};
+  std::atomic<Clock::rep> last_first{0};
+  const auto start = Clock::now();
+  const auto from = start + kFlushWarmUp;
+  const auto end = from + std::chrono::seconds(seconds);
   auto writer = [&](int i) {
     const std::string path = "/tmp/weft-bench-fsync-" + std::to_string(::getpid()) + "-" + std::to_string(i);
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     char block[4096];
     std::memset(block, 'x', sizeof block);
     long mine = 0;
+    long in_interval = 0;
     while (Clock::now() < end) {
       if (::write(fd, block, sizeof block) != sizeof block) break;
       constexpr unsigned kWholeRange = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER;
       if ((range ? ::sync_file_range(fd, 0, 0, kWholeRange) : ::fsync(fd)) != 0) break;
-      ++mine;
+      const auto done = Clock::now();
+      if (mine++ == 0) {
+        const Clock::rep first = (done - start).count();
+        Clock::rep seen = last_first.load();
+        while (first > seen && !last_first.compare_exchange_weak(seen, first)) {
+        }
+      }
+      if (done >= from && done < end) ++in_interval;
     }
     ::close(fd);
     ::unlink(path.c_str());
-    done += mine;
+    all += mine;
+    measured += in_interval;
   };
   const double wall = fibers ? on_fibers(n, writer) : on_threads(n, writer);
-  return static_cast<double>(done.load()) / (wall / 1000);
+  Flushes flushes;
+  flushes.steady = static_cast<double>(measured.load()) / seconds;
+  flushes.whole = static_cast<double>(all.load()) / (wall / 1000);
+  flushes.all_flushing_ms = ms(Clock::duration(last_first.load()));
+  return flushes;
 }
 
 void bench_fsync(bool range) {
   for (int round = 0; round < 3; ++round) {
-    const double fibers = fsync_rate(true, writers, range);
-    const double threads = fsync_rate(false, writers, range);
+    const Flushes fibers = flush_rates(true, writers, range);
+    const Flushes threads = flush_rates(false, writers, range);
     const std::string what =
         std::to_string(writers) + (range ? " x (write 4 KiB + sync_file_range)" : " x (write 4 KiB + fsync)");
-    std::printf("%-44s fibers %8.0f /s  threads %8.0f /s  ratio %.2f\n", what.c_str(), fibers, threads,
-                fibers / threads);
+    std::printf(
+        "%-44s fibers %8.0f /s  threads %8.0f /s  ratio %.2f  (whole run %.2f; all flushing after %.0f / %.0f "
+        "ms)\n",
+        what.c_str(), fibers.steady, threads.steady, fibers.steady / threads.steady, fibers.whole / threads.whole,
+        fibers.all_flushing_ms, threads.all_flushing_ms);
   }
 }
 
@@ -454,7 +494,8 @@ int main(int argc, char** argv) {
   app.add_option("cases", cases, "the cases to run (all by default)")
       ->check(CLI::IsMember(
           {"dns", "blocking", "static", "fsync", "range", "pread", "shm", "write", "file", "sem", "ticker"}));
-  weft::bench::add_count(app, "--seconds", seconds, 1, 600, "how long the fsync case runs");
+  weft::bench::add_count(app, "--seconds", seconds, 1, 600,
+                         "the fsync case's measured interval, after its 0.5 s warm-up");
   weft::bench::add_count(app, "--writers", writers, 1, 10'000, "fibers (and threads) of the fsync case");
   weft::bench::parse(app, argc, argv);
   if (cases.empty())

@@ -21,49 +21,56 @@ constinit std::atomic<std::uint32_t> children_in_flight{0};
 constinit std::atomic<std::uint32_t> flips_in_flight{0};
 // Set in the child of a fork made by a signal handler, or made while its
 // thread was between the halves of a flip or of another fork or spawn
-// (each a count and a change of the two above): there the two cannot be
-// told, and no description is private.
+// (each a count and a change of the two above; OwnSteps below): there the
+// two cannot be told, and no description is private.
 constinit std::atomic<bool> counts_unknown{false};
 
-// The flips, forks and spawns under way on the calling thread, between
-// their first count above and their last. A handler that weft's
+// The calling thread's own flips, and its own forks and spawns, under way:
+// between their first count above and their last. A handler that weft's
 // trampolines do not count (one installed by a raw rt_sigaction after
 // load: Go's runtime, a crash reporter's own system calls) may fork while
 // its thread is in one: that fork must not wait for the flip its own
-// thread holds. Initial-exec: read in such a handler. Raised before the
-// shared counts and lowered after them (a signal fence keeps the order on
-// this thread), so that a handler never sees this thread's count in them
-// without its own.
-[[gnu::tls_model("initial-exec")]] constinit thread_local unsigned steps_under_way = 0;
+// thread holds, and its child cannot tell the halves of either. Initial-
+// exec: read in such a handler. Raised before the shared counts and
+// lowered after them (relaxed: the same thread reads them; the signal
+// fences keep the order against its handlers), so that a handler never
+// sees this thread's step in the shared counts without its own.
+struct OwnSteps {
+  std::atomic<unsigned> flips{0};
+  std::atomic<unsigned> children{0};
+};
+[[gnu::tls_model("initial-exec")]] constinit thread_local OwnSteps own_steps;
 
-void step_begins() noexcept {
-  ++steps_under_way;
+void step_begins(std::atomic<unsigned>& steps) noexcept {
+  steps.store(steps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
-void step_ends() noexcept {
+void step_ends(std::atomic<unsigned>& steps) noexcept {
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  --steps_under_way;
+  steps.store(steps.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
-// Whether the calling thread interrupted one of its own steps to get here:
-// a signal handler, counted or not.
-bool interrupted_own_step() noexcept { return in_signal_handler() || steps_under_way != 0; }
+// Whether waiting for the flips in flight could mean waiting for one of
+// this thread's own, which it interrupted to get here: in a signal
+// handler, counted or not.
+bool own_flip_may_be_pending() noexcept {
+  return in_signal_handler() || own_steps.flips.load(std::memory_order_relaxed) != 0;
+}
 
 // A fork or spawn begins: every flip that started before and may have
 // seen no child in flight ends first (each lasts one non-blocking call).
 // Pairs with FlipWindow: either the flip reads children_in_flight moved,
 // or this reads the flip in flight and waits for it (both seq_cst). A fork
-// made by a signal handler, or with a step of its own thread under way,
-// waits for none: it may have interrupted a flip of its own thread, which
-// holds the record's flip lock, and another thread's flip of the same
-// record waits for that lock inside its window. So a flip in flight on
-// another thread can meet such a fork's child.
+// made by a signal handler, or while its thread is inside a flip of its
+// own, waits for none: that flip holds the record's flip lock, and another
+// thread's flip of the same record waits for that lock inside its window.
+// So a flip in flight on another thread can meet such a fork's child.
 void child_begins() noexcept {
-  const bool interrupted = interrupted_own_step();
-  step_begins();
+  const bool no_wait = own_flip_may_be_pending();
+  step_begins(own_steps.children);
   children_in_flight.fetch_add(1, std::memory_order_seq_cst);
-  if (interrupted || counts_unknown.load(std::memory_order_relaxed)) return;
+  if (no_wait || counts_unknown.load(std::memory_order_relaxed)) return;
   while (flips_in_flight.load(std::memory_order_seq_cst) != 0) yield_thread();
 }
 
@@ -73,21 +80,23 @@ void child_begins() noexcept {
 void child_made(std::atomic<std::uint32_t>& count) noexcept {
   count.fetch_add(1, std::memory_order_seq_cst);
   children_in_flight.fetch_sub(1, std::memory_order_seq_cst);
-  step_ends();
+  step_ends(own_steps.children);
 }
 
 void before_fork() noexcept { child_begins(); }
 void after_fork_in_parent() noexcept { child_made(forks); }
 // The child's other threads are gone, and their forks, spawns and flips
 // with them. The forking thread was in none but this fork, unless it
-// forked from a signal handler or inside a step of its own (counts_unknown:
-// that step ends in this child too, against counts it no longer holds).
+// forked from a signal handler or inside a flip, fork or spawn of its own
+// (a vfork child's fork too): counts_unknown, since that step ends in this
+// child too, against counts it no longer holds.
 void after_fork_in_child() noexcept {
   forks.fetch_add(1, std::memory_order_seq_cst);
   children_in_flight.store(0, std::memory_order_seq_cst);
   flips_in_flight.store(0, std::memory_order_seq_cst);
-  step_ends();
-  if (interrupted_own_step()) counts_unknown.store(true, std::memory_order_seq_cst);
+  step_ends(own_steps.children);
+  if (own_flip_may_be_pending() || own_steps.children.load(std::memory_order_relaxed) != 0)
+    counts_unknown.store(true, std::memory_order_seq_cst);
 }
 
 [[gnu::constructor]] void register_fork_handler() {
@@ -140,14 +149,14 @@ Privacy description_privacy(const FdRecord& record) noexcept {
 }
 
 FlipWindow::FlipWindow(const FdRecord& record) noexcept {
-  step_begins();
+  step_begins(own_steps.flips);
   flips_in_flight.fetch_add(1, std::memory_order_seq_cst);
   privacy_ = description_privacy(record);
 }
 
 FlipWindow::~FlipWindow() {
   flips_in_flight.fetch_sub(1, std::memory_order_seq_cst);
-  step_ends();
+  step_ends(own_steps.flips);
 }
 
 void child_spawning() noexcept { child_begins(); }

@@ -31,8 +31,8 @@
 // it (other than x86-64), or by glibc's own internal spawns (wordexp);
 // such a child that uses an inherited socket concurrently can meet a flip.
 // Nor is a flip in flight on another thread waited for by a fork made in
-// a signal handler, or by one made while its own thread is inside a flip,
-// fork or spawn (a handler weft does not count: description_sharing.cpp,
+// a signal handler, or by one made while its own thread is inside a flip
+// (in a handler weft does not count: description_sharing.cpp,
 // child_begins).
 #pragma once
 

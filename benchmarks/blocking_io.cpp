@@ -12,8 +12,8 @@
 //             wait in __cxa_guard_acquire's futex (hooks/hooks_futex.cpp)
 //   fsync     100 fibers vs 100 threads, each writing 4 KiB and fsyncing
 //             its own file: flushes per second over --seconds after a
-//             0.5 s warm-up (and over the whole run, and when the last
-//             writer's first flush ended)
+//             0.5 s warm-up; beside them, the ratio of the two whole runs'
+//             rates and when each side's last writer first flushed
 //   range     the same with sync_file_range (WAIT_BEFORE | WRITE |
 //             WAIT_AFTER, the whole file) for fsync
 //   pread     a 4 KiB pread of a cached file: ns per call from a fiber vs
@@ -74,9 +74,11 @@ weft::Config two_workers(const char* name) {
 }
 
 // Runs `body(i)` for i in [0, n) on n fibers (2 workers) or n threads; the
-// wall time of the whole.
-double on_fibers(int n, const std::function<void(int)>& body) {
+// wall time of the whole, from just after `on_start` (called once the
+// scheduler is up, before the first spawn or thread).
+double on_fibers(int n, const std::function<void(int)>& body, const std::function<void()>& on_start = {}) {
   weft::Scheduler sched{two_workers("bench")};
+  if (on_start) on_start();
   const auto start = Clock::now();
   std::vector<weft::Fiber> fibers;
   for (int i = 0; i < n; ++i) fibers.push_back(sched.spawn([&, i] { body(i); }));
@@ -84,7 +86,8 @@ double on_fibers(int n, const std::function<void(int)>& body) {
   return ms(Clock::now() - start);
 }
 
-double on_threads(int n, const std::function<void(int)>& body) {
+double on_threads(int n, const std::function<void(int)>& body, const std::function<void()>& on_start = {}) {
+  if (on_start) on_start();
   const auto start = Clock::now();
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { body(i); });
@@ -156,21 +159,23 @@ void bench_static() {
 }
 
 // The flushes of one side of the fsync case: per second over the
-// measured interval (after the warm-up), per second over the whole run
-// (from the first spawn or thread start to the last join), and when the
-// last writer's first flush ended, from the start (ms).
+// measured interval (after the warm-up) and over the whole run (from the
+// first spawn or thread start to the last join), and when the last
+// writer's first flush ended, from that start (ms; or how many writers
+// never flushed).
 struct Flushes {
   double steady = 0;
   double whole = 0;
   double all_flushing_ms = 0;
+  int never_flushed = 0;
 };
 
 // A fresh scheduler starts its spare threads as its workers block, one
 // after another (each fiber reaches its first fsync only once a thread
 // took it from the blocked one before), so its first round ramps up more
 // slowly than 100 threads started at once; as bench-echo's warm-up, the
-// measured interval begins after kFlushWarmUp, and the whole run's rate
-// and the ramp are printed beside it.
+// measured interval begins after kFlushWarmUp, and the whole runs' ratio
+// and the ramps are printed beside it.
 constexpr auto kFlushWarmUp = std::chrono::milliseconds(500);
 
 // Each of n writers appends 4 KiB and flushes its own file (fsync, or
@@ -179,10 +184,16 @@ constexpr auto kFlushWarmUp = std::chrono::milliseconds(500);
 Flushes flush_rates(bool fibers, int n, bool range) {
   std::atomic<long> measured{0};
   std::atomic<long> all{0};
+  std::atomic<int> never_flushed{0};
   std::atomic<Clock::rep> last_first{0};
-  const auto start = Clock::now();
-  const auto from = start + kFlushWarmUp;
-  const auto end = from + std::chrono::seconds(seconds);
+  Clock::time_point start;  // set before the first writer starts
+  Clock::time_point from;
+  Clock::time_point end;
+  auto started = [&] {
+    start = Clock::now();
+    from = start + kFlushWarmUp;
+    end = from + std::chrono::seconds(seconds);
+  };
   auto writer = [&](int i) {
     const std::string path = "/tmp/weft-bench-fsync-" + std::to_string(::getpid()) + "-" + std::to_string(i);
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -205,15 +216,22 @@ Flushes flush_rates(bool fibers, int n, bool range) {
     }
     ::close(fd);
     ::unlink(path.c_str());
+    if (mine == 0) ++never_flushed;
     all += mine;
     measured += in_interval;
   };
-  const double wall = fibers ? on_fibers(n, writer) : on_threads(n, writer);
+  const double wall = fibers ? on_fibers(n, writer, started) : on_threads(n, writer, started);
   Flushes flushes;
   flushes.steady = static_cast<double>(measured.load()) / seconds;
   flushes.whole = static_cast<double>(all.load()) / (wall / 1000);
   flushes.all_flushing_ms = ms(Clock::duration(last_first.load()));
+  flushes.never_flushed = never_flushed.load();
   return flushes;
+}
+
+std::string ramp(const Flushes& flushes) {
+  if (flushes.never_flushed != 0) return std::to_string(flushes.never_flushed) + " never flushed";
+  return std::to_string(static_cast<long>(flushes.all_flushing_ms + 0.5)) + " ms";
 }
 
 void bench_fsync(bool range) {
@@ -223,10 +241,9 @@ void bench_fsync(bool range) {
     const std::string what =
         std::to_string(writers) + (range ? " x (write 4 KiB + sync_file_range)" : " x (write 4 KiB + fsync)");
     std::printf(
-        "%-44s fibers %8.0f /s  threads %8.0f /s  ratio %.2f  (whole run %.2f; all flushing after %.0f / %.0f "
-        "ms)\n",
+        "%-44s fibers %8.0f /s  threads %8.0f /s  ratio %.2f  (whole runs' ratio %.2f; all flushing after %s / %s)\n",
         what.c_str(), fibers.steady, threads.steady, fibers.steady / threads.steady, fibers.whole / threads.whole,
-        fibers.all_flushing_ms, threads.all_flushing_ms);
+        ramp(fibers).c_str(), ramp(threads).c_str());
   }
 }
 

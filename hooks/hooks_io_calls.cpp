@@ -758,11 +758,19 @@ bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
 // listener's SO_RCVTIMEO (counted afresh there, as a thread's would be). Of
 // this process's fibers, one at a time makes that call (the record's
 // `accepting`): one connection then holds at most one worker, however many
-// fibers it woke.
-int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_len, int flags) {
+// fibers it woke. The parks' SO_RCVTIMEO counts from `began`, the accept's
+// start: one that parked on the listener while it was private, and found
+// it shared once woken, has spent part of it (the kernel's accept keeps
+// its timeout across a wake that finds the queue empty).
+int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_len, int flags, Clock::time_point began) {
   const ErrnoHome home;
   const int saved = errno_value();
-  const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, listener, FdDirection::read));
+  std::int64_t timeout_ns = socket_timeout_ns(fd, listener, FdDirection::read);
+  if (timeout_ns > 0) {
+    const std::int64_t spent = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - began).count();
+    timeout_ns = spent < timeout_ns ? timeout_ns - spent : -1;  // -1: due now
+  }
+  const Clock::time_point deadline = deadline_after_ns(timeout_ns);
   for (;;) {
     if (const int failed = park_on(fd, listener, FdDirection::read, deadline)) {
       set_errno(failed);
@@ -805,6 +813,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
   } else {
     const ErrnoHome home;  // before the first park (with_nonblock's waits too)
     const int saved = errno_value();
+    const Clock::time_point began = Clock::now();
     // A listener the flip finds shared: accept_shared, which waits until it
     // is readable.
     bool shared = false;
@@ -817,7 +826,7 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
     });
     if (shared) {
       set_errno(saved);
-      result = accept_shared(fd, *listener, addr, addr_len, flags);
+      result = accept_shared(fd, *listener, addr, addr_len, flags, began);
     }
   }
   if (result >= 0) {

@@ -287,6 +287,76 @@ int receive_fd(int socket, bool many) {
 // (hooks/description_sharing.h).
 bool is_private(int fd) { return detail::description_private(*detail::fd_state(fd)); }
 
+// Whether the fiber `id` of `sched` was woken and waits for its worker.
+bool woken_and_waiting(Scheduler& sched, std::uint64_t id) {
+  for (const FiberSnapshot& fiber : sched.snapshot().fibers)
+    if (fiber.id == id) return fiber.state == "runnable";
+  return false;
+}
+
+// An accept that parked on a private listener, woken for a connection that
+// another thread took before it ran again, meanwhile a fork made the
+// listener shared: its SO_RCVTIMEO counts from the call's start, as the
+// kernel's does across a wake that finds the queue empty. Before, the
+// accept's wait on a shared listener (accept_shared) counted it afresh
+// from there. The acceptor's worker is kept busy by a fiber that spins
+// (it spawned it, so it runs there) while the connection is taken.
+TEST(HooksSharedFd, AnAcceptWhoseListenerBecameSharedKeepsItsTimeout) {
+  sockaddr_in address;
+  const int listener = listen_on_loopback(address);
+  ASSERT_TRUE(is_private(listener));
+  constexpr auto kTimeout = 2s;
+  timeval timeout{2, 0};
+  ASSERT_EQ(setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  Scheduler sched{test::config_with(2)};
+  std::atomic<bool> spin{true};
+  std::atomic<bool> spinning{false};
+  int accepted = -2;
+  int error = 0;
+  Clock::duration took{};
+  Fiber spinner;
+  Fiber acceptor = sched.spawn([&] {
+    spinner = spawn([&] {
+      spinning = true;
+      while (spin.load()) {
+      }
+    });
+    const auto start = Clock::now();
+    accepted = accept(listener, nullptr, nullptr);
+    error = errno;
+    took = Clock::now() - start;
+  });
+  ASSERT_TRUE(test::io_waiters_reach(sched, 1));  // parked, after a flip of a private listener
+  ASSERT_TRUE(test::wait_until([&] { return spinning.load(); }, 20s));
+  const pid_t child = fork();  // holds the listener: shared from now on
+  if (child == 0) {
+    syscall(SYS_pause);
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  EXPECT_FALSE(is_private(listener));
+  const int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_EQ(connect(client, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  const bool woken = test::wait_until([&] { return woken_and_waiting(sched, acceptor.id()); }, 20s);
+  EXPECT_TRUE(woken) << "the acceptor was not woken for the connection";
+  const int taken = accept(listener, nullptr, nullptr);  // this plain thread takes it first
+  EXPECT_GE(taken, 0) << std::strerror(errno);
+  std::this_thread::sleep_for(1s);  // then the acceptor runs, half its timeout gone
+  spin = false;
+  acceptor.join();
+  spinner.join();
+  EXPECT_EQ(accepted, -1);
+  EXPECT_EQ(error, EAGAIN) << std::strerror(error);
+  EXPECT_LT(took, kTimeout + 500ms) << "the timeout was counted again from the wake";
+  EXPECT_GE(took, kTimeout - 100ms);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  if (taken >= 0) close(taken);
+  if (accepted >= 0) close(accepted);
+  close(client);
+  close(listener);
+}
+
 // What proves a description private (hooks/description_sharing.h), and
 // what takes the proof away.
 TEST(HooksSharedFd, ADescriptionIsPrivateUntilPassedOn) {

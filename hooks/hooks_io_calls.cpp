@@ -768,7 +768,7 @@ int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_le
   std::int64_t timeout_ns = socket_timeout_ns(fd, listener, FdDirection::read);
   if (timeout_ns > 0) {
     const std::int64_t spent = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - began).count();
-    timeout_ns = spent < timeout_ns ? timeout_ns - spent : -1;  // -1: due now
+    timeout_ns = spent < timeout_ns ? timeout_ns - spent : kTimeoutAtOnce;
   }
   const Clock::time_point deadline = deadline_after_ns(timeout_ns);
   for (;;) {

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -299,23 +300,36 @@ bool woken_and_waiting(Scheduler& sched, std::uint64_t id) {
 // listener shared: its SO_RCVTIMEO counts from the call's start, as the
 // kernel's does across a wake that finds the queue empty. Before, the
 // accept's wait on a shared listener (accept_shared) counted it afresh
-// from there. The acceptor's worker is kept busy by a fiber that spins
-// (it spawned it, so it runs there) while the connection is taken.
+// from there. The acceptor's worker is kept busy by a fiber that spins:
+// the acceptor spawned it, and a fiber's newest spawn is held for its own
+// worker (sched/spawn_deque.h), so it runs there once the acceptor parks;
+// the woken acceptor, pinned to that worker by its hook's park, waits.
 TEST(HooksSharedFd, AnAcceptWhoseListenerBecameSharedKeepsItsTimeout) {
-  sockaddr_in address;
-  const int listener = listen_on_loopback(address);
-  ASSERT_TRUE(is_private(listener));
-  constexpr auto kTimeout = 2s;
-  timeval timeout{2, 0};
-  ASSERT_EQ(setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
-  Scheduler sched{test::config_with(2)};
+  constexpr auto kTimeout = 3s;
   std::atomic<bool> spin{true};
   std::atomic<bool> spinning{false};
   int accepted = -2;
   int error = 0;
   Clock::duration took{};
+  sockaddr_in address;
+  const int listener = listen_on_loopback(address);
+  ASSERT_TRUE(is_private(listener));
+  timeval timeout{3, 0};
+  ASSERT_EQ(setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  Scheduler sched{test::config_with(2)};
   Fiber spinner;
-  Fiber acceptor = sched.spawn([&] {
+  Fiber acceptor;
+  struct JoinOnExit {  // an ASSERT's return too: no joinable fiber destroyed, no spinner left
+    std::atomic<bool>& spin;
+    Fiber& acceptor;
+    Fiber& spinner;
+    ~JoinOnExit() {
+      spin = false;
+      if (acceptor.joinable()) acceptor.join();  // which spawned the spinner
+      if (spinner.joinable()) spinner.join();
+    }
+  } const join_on_exit{spin, acceptor, spinner};
+  acceptor = sched.spawn([&] {
     spinner = spawn([&] {
       spinning = true;
       while (spin.load()) {
@@ -328,9 +342,11 @@ TEST(HooksSharedFd, AnAcceptWhoseListenerBecameSharedKeepsItsTimeout) {
   });
   ASSERT_TRUE(test::io_waiters_reach(sched, 1));  // parked, after a flip of a private listener
   ASSERT_TRUE(test::wait_until([&] { return spinning.load(); }, 20s));
+  const pid_t parent = getpid();
   const pid_t child = fork();  // holds the listener: shared from now on
   if (child == 0) {
-    syscall(SYS_pause);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // gone with the test, however it ends
+    if (getppid() == parent) syscall(SYS_pause);
     _exit(0);
   }
   ASSERT_GT(child, 0);
@@ -341,13 +357,13 @@ TEST(HooksSharedFd, AnAcceptWhoseListenerBecameSharedKeepsItsTimeout) {
   EXPECT_TRUE(woken) << "the acceptor was not woken for the connection";
   const int taken = accept(listener, nullptr, nullptr);  // this plain thread takes it first
   EXPECT_GE(taken, 0) << std::strerror(errno);
-  std::this_thread::sleep_for(1s);  // then the acceptor runs, half its timeout gone
+  std::this_thread::sleep_for(1s);  // then the acceptor runs, a third of its timeout gone
   spin = false;
   acceptor.join();
   spinner.join();
   EXPECT_EQ(accepted, -1);
   EXPECT_EQ(error, EAGAIN) << std::strerror(error);
-  EXPECT_LT(took, kTimeout + 500ms) << "the timeout was counted again from the wake";
+  EXPECT_LT(took, kTimeout + 600ms) << "the timeout was counted again from the wake";
   EXPECT_GE(took, kTimeout - 100ms);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);

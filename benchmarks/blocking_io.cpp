@@ -184,8 +184,7 @@ constexpr auto kFlushWarmUp = std::chrono::milliseconds(500);
 Flushes flush_rates(bool fibers, int n, bool range) {
   std::atomic<long> measured{0};
   std::atomic<long> all{0};
-  std::atomic<int> never_flushed{0};
-  std::atomic<Clock::rep> last_first{0};
+  std::vector<Clock::duration> first_flush(std::size_t(n), Clock::duration::max());  // each writer's own
   Clock::time_point start;  // set before the first writer starts
   Clock::time_point from;
   Clock::time_point end;
@@ -206,17 +205,11 @@ Flushes flush_rates(bool fibers, int n, bool range) {
       constexpr unsigned kWholeRange = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER;
       if ((range ? ::sync_file_range(fd, 0, 0, kWholeRange) : ::fsync(fd)) != 0) break;
       const auto done = Clock::now();
-      if (mine++ == 0) {
-        const Clock::rep first = (done - start).count();
-        Clock::rep seen = last_first.load();
-        while (first > seen && !last_first.compare_exchange_weak(seen, first)) {
-        }
-      }
+      if (mine++ == 0) first_flush[std::size_t(i)] = done - start;
       if (done >= from && done < end) ++in_interval;
     }
     ::close(fd);
     ::unlink(path.c_str());
-    if (mine == 0) ++never_flushed;
     all += mine;
     measured += in_interval;
   };
@@ -224,8 +217,12 @@ Flushes flush_rates(bool fibers, int n, bool range) {
   Flushes flushes;
   flushes.steady = static_cast<double>(measured.load()) / seconds;
   flushes.whole = static_cast<double>(all.load()) / (wall / 1000);
-  flushes.all_flushing_ms = ms(Clock::duration(last_first.load()));
-  flushes.never_flushed = never_flushed.load();
+  for (const Clock::duration first : first_flush) {
+    if (first == Clock::duration::max())
+      ++flushes.never_flushed;
+    else
+      flushes.all_flushing_ms = std::max(flushes.all_flushing_ms, ms(first));
+  }
   return flushes;
 }
 

@@ -93,6 +93,30 @@ inline std::size_t bytes_of(std::size_t n) noexcept { return n; }
 template <class Count>
 requires std::invocable<Count&> std::size_t bytes_of(Count& count) { return count(); }
 
+// A call's deadline from its socket's timeout (SO_RCVTIMEO, SO_SNDTIMEO),
+// taken when the call first parks and kept for all its parks, as the
+// kernel counts one timeout per call; a call that never parks never reads
+// it (socket_timeout_ns: a lock, and a getsockopt the first time).
+class ParkDeadline {
+ public:
+  ParkDeadline(int fd, FdRecord& state, FdDirection direction) noexcept
+      : fd_(fd), state_(state), direction_(direction) {}
+  Clock::time_point get() noexcept {
+    if (!known_) {
+      at_ = deadline_after_ns(socket_timeout_ns(fd_, state_, direction_));
+      known_ = true;
+    }
+    return at_;
+  }
+
+ private:
+  const int fd_;
+  FdRecord& state_;
+  const FdDirection direction_;
+  bool known_ = false;
+  Clock::time_point at_{};
+};
+
 // One socket call: `attempt()` makes it with MSG_DONTWAIT; on EAGAIN the
 // fiber parks until `fd` is ready in `direction` or the timeout passes.
 // errno is the caller's own on success and set afresh on failure. The mark
@@ -106,13 +130,14 @@ requires std::invocable<Count&> std::size_t bytes_of(Count& count) { return coun
 // attempts, as the epoll loop waits for the next edge after a short read
 // instead of reading into EAGAIN. A park that times out is followed by the
 // skipped attempt, so the timeout never hides bytes already there.
+// `deadline`: the call's, which a caller that parks again after it (accept
+// on a listener found shared) goes on with.
 template <class Wanted, class Attempt>
-auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt) {
+auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt,
+                     ParkDeadline& deadline) {
   using Result = decltype(attempt());
   const ErrnoHome home;
   const int saved = errno_value();
-  bool have_deadline = false;
-  Clock::time_point deadline{};
   FdWaitMark mark;
   bool park_first = direction == FdDirection::read && take_drain_note(fd, mark);
   bool timed_out = false;
@@ -127,11 +152,7 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted want
       }
       if (!would_block(errno_value()) || timed_out) return result;
     }
-    if (!have_deadline) {
-      deadline = deadline_after_ns(socket_timeout_ns(fd, state, direction));
-      have_deadline = true;
-    }
-    const int failed = park_on(fd, state, direction, deadline, &mark);
+    const int failed = park_on(fd, state, direction, deadline.get(), &mark);
     if (failed == EAGAIN && park_first) {
       timed_out = true;
     } else if (failed != 0) {
@@ -140,6 +161,12 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted want
     }
     park_first = false;
   }
+}
+
+template <class Wanted, class Attempt>
+auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt) {
+  ParkDeadline deadline(fd, state, direction);
+  return attempt_or_park(fd, state, direction, wanted, std::forward<Attempt>(attempt), deadline);
 }
 
 // A read the hooks pass straight through (a socket the user made
@@ -294,8 +321,7 @@ template <class Total, class Step>
 ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total, Step&& step) {
   const ErrnoHome home;
   const int saved = errno_value();
-  bool have_deadline = false;
-  Clock::time_point deadline{};
+  ParkDeadline deadline(fd, state, direction);
   std::size_t done = 0;
   std::optional<std::size_t> counted;
   for (;;) {
@@ -312,11 +338,7 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
       if (done > 0) break;
       return -1;
     }
-    if (!have_deadline) {
-      deadline = deadline_after_ns(socket_timeout_ns(fd, state, direction));
-      have_deadline = true;
-    }
-    if (const int failed = park_on(fd, state, direction, deadline)) {
+    if (const int failed = park_on(fd, state, direction, deadline.get())) {
       // A receive's last step at its timeout (above); a failure that came
       // after some bytes is left to the next call, as after a wake.
       if (failed == EAGAIN && direction == FdDirection::read && !(done > 0 && failed_meanwhile(fd, state, direction))) {
@@ -482,8 +504,7 @@ int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
   count = std::min(count, unsigned(UIO_MAXIOV));  // the kernel sends no more in one call
   const ErrnoHome home;
   const int saved = errno_value();
-  bool have_deadline = false;
-  Clock::time_point deadline{};
+  ParkDeadline deadline(fd, state, FdDirection::write);
   unsigned done = 0;
   while (done < count) {
     const int sent = real::sendmmsg()(fd, msgs + done, count - done, flags | MSG_DONTWAIT);
@@ -506,11 +527,7 @@ int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
       if (done > 0) break;
       return sent;
     }
-    if (!have_deadline) {
-      deadline = deadline_after_ns(socket_timeout_ns(fd, state, FdDirection::write));
-      have_deadline = true;
-    }
-    if (const int failed = park_on(fd, state, FdDirection::write, deadline)) {
+    if (const int failed = park_on(fd, state, FdDirection::write, deadline.get())) {
       if (done > 0) break;
       set_errno(failed);
       return -1;
@@ -758,21 +775,15 @@ bool plain_thread_should_retry(int fd, std::uint32_t flips_before) {
 // listener's SO_RCVTIMEO (counted afresh there, as a thread's would be). Of
 // this process's fibers, one at a time makes that call (the record's
 // `accepting`): one connection then holds at most one worker, however many
-// fibers it woke. The parks' SO_RCVTIMEO counts from `began`, the accept's
-// start: one that parked on the listener while it was private, and found
-// it shared once woken, has spent part of it (the kernel's accept keeps
-// its timeout across a wake that finds the queue empty).
-int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_len, int flags, Clock::time_point began) {
+// fibers it woke. Its parks keep the accept's deadline (`deadline`): one
+// that parked on the listener while it was private, and found it shared
+// once woken, has spent part of its SO_RCVTIMEO (the kernel's accept keeps
+// one timeout across a wake that finds the queue empty).
+int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_len, int flags, ParkDeadline& deadline) {
   const ErrnoHome home;
   const int saved = errno_value();
-  std::int64_t timeout_ns = socket_timeout_ns(fd, listener, FdDirection::read);
-  if (timeout_ns > 0) {
-    const std::int64_t spent = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - began).count();
-    timeout_ns = spent < timeout_ns ? timeout_ns - spent : kTimeoutAtOnce;
-  }
-  const Clock::time_point deadline = deadline_after_ns(timeout_ns);
   for (;;) {
-    if (const int failed = park_on(fd, listener, FdDirection::read, deadline)) {
+    if (const int failed = park_on(fd, listener, FdDirection::read, deadline.get())) {
       set_errno(failed);
       return -1;
     }
@@ -813,20 +824,24 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
   } else {
     const ErrnoHome home;  // before the first park (with_nonblock's waits too)
     const int saved = errno_value();
-    const Clock::time_point began = Clock::now();
     // A listener the flip finds shared: accept_shared, which waits until it
-    // is readable.
+    // is readable, to the same deadline.
+    ParkDeadline deadline(fd, *listener, FdDirection::read);
     bool shared = false;
-    result = attempt_or_park(fd, *listener, FdDirection::read, 0, [&] {
-      const auto accepted = with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
-      if (accepted) return *accepted;
-      shared = true;
-      set_errno(EPERM);  // not a would-block: attempt_or_park returns at once
-      return -1;
-    });
+    result = attempt_or_park(
+        fd, *listener, FdDirection::read, 0,
+        [&] {
+          const auto accepted =
+              with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
+          if (accepted) return *accepted;
+          shared = true;
+          set_errno(EPERM);  // not a would-block: attempt_or_park returns at once
+          return -1;
+        },
+        deadline);
     if (shared) {
       set_errno(saved);
-      result = accept_shared(fd, *listener, addr, addr_len, flags, began);
+      result = accept_shared(fd, *listener, addr, addr_len, flags, deadline);
     }
   }
   if (result >= 0) {

@@ -297,7 +297,7 @@ bool woken_and_waiting(Scheduler& sched, std::uint64_t id) {
 
 // An accept that parked on a private listener, woken for a connection that
 // another thread took before it ran again, meanwhile a fork made the
-// listener shared: its SO_RCVTIMEO counts from the call's start, as the
+// listener shared: its SO_RCVTIMEO counts once for the whole call, as the
 // kernel's does across a wake that finds the queue empty. Before, the
 // accept's wait on a shared listener (accept_shared) counted it afresh
 // from there. The acceptor's worker is kept busy by a fiber that spins:

@@ -258,7 +258,9 @@ void socket_option_set(int fd, int level, int option, const void* value) noexcep
   } else if (is_timeout_option(option)) {
     // Any other value the kernel took replaces an "at once" (the fd's
     // dups, made before, keep their copy of the mark: socket_timeout_ns).
-    if (FdRecord* record = fd_state(fd))
+    // Not a vfork child's: its fd is its own, the records its parent's
+    // (the count below still makes the parent read its options afresh).
+    if (FdRecord* record = in_vfork_child() ? nullptr : fd_state(fd))
       record->set_bit(
           is_receive_timeout(option) ? FdRecord::recv_timeout_at_once_bit : FdRecord::send_timeout_at_once_bit,
           negative_timeout(option, value));

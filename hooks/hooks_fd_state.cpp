@@ -75,9 +75,13 @@ void before_close_range(unsigned int first, unsigned int last) noexcept {
 // flip in flight, which restores the flags it read, cannot overwrite them;
 // but not in a signal handler, which must take no lock the code it
 // interrupted may hold (a flip that code then ends puts back the flags it
-// read, as any F_SETFL of its own would).
+// read, as any F_SETFL of its own would). A vfork child's fd is its own,
+// perhaps a number it dup2'd over, and the records its parent's: as any
+// other process's, its setting is not recorded.
 template <class Set>
-int set_user_nonblock(FdRecord* state, bool nonblock, Set&& set) {
+int set_user_nonblock(int fd, bool nonblock, Set&& set) {
+  if (in_vfork_child()) return set();
+  FdRecord* state = fd_state(fd);
   if (state == nullptr) return set();
   const bool locking = !in_signal_handler();
   if (locking) state->flip_lock.lock();
@@ -92,7 +96,7 @@ template <class Real>
 int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
   switch (cmd) {
     case F_SETFL:
-      return set_user_nonblock(fd_state(fd), int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK,
+      return set_user_nonblock(fd, int(reinterpret_cast<std::intptr_t>(arg)) & O_NONBLOCK,
                                [&] { return real_fcntl(fd, cmd, arg); });
     case F_GETFL: {
       const int result = real_fcntl(fd, cmd, arg);
@@ -220,8 +224,7 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
   }
   // An argument the kernel cannot read is its EFAULT (hooks/user_memory.h).
   if (request != FIONBIO || !readable_by_kernel(static_cast<const int*>(arg))) return real::ioctl()(fd, request, arg);
-  return set_user_nonblock(fd_state(fd), *static_cast<const int*>(arg) != 0,
-                           [&] { return real::ioctl()(fd, request, arg); });
+  return set_user_nonblock(fd, *static_cast<const int*>(arg) != 0, [&] { return real::ioctl()(fd, request, arg); });
 }
 
 // A spawned child holds every description that is not close-on-exec, and

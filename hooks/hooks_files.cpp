@@ -117,8 +117,10 @@ ssize_t read_file(FdRecord& file, int fd, void* buf, size_t n, off_t offset) {
   // More than one read moves: the plain call, whose kernel checks the
   // whole range it was given (EFAULT where it runs past the process's
   // memory), where preadv2 trims the count to max_read_bytes() first.
+  // Nothing: the plain call too, whose kernel still reads the file (a
+  // directory's EISDIR), where preadv2 returns 0 for an empty transfer.
   const iovec iov{buf, n};
-  if (n > max_read_bytes()) return blocking_read(fd, &iov, 1, offset);
+  if (n == 0 || n > max_read_bytes()) return blocking_read(fd, &iov, 1, offset);
   return read_file(file, fd, &iov, 1, offset);
 }
 

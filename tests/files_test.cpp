@@ -129,6 +129,9 @@ std::string read_forms(const std::string& path, int fd, bool evicting) {
   out << "readv " << n << " " << checksum(a, sizeof a) << " " << checksum(b, sizeof b) << " at "
       << ::lseek(fd, 0, SEEK_CUR) << "\n";
   errno = 0;
+  n = ::pread(fd, buf.data(), 0, 12345);
+  out << "pread nothing " << n << " errno " << errno << "\n";
+  errno = 0;
   n = ::pread(fd, buf.data(), 10, -1);
   out << "pread negative " << n << " errno " << errno << "\n";
   ::close(fd);
@@ -149,6 +152,11 @@ std::string read_forms(const std::string& path, int fd, bool evicting) {
   errno = 0;
   n = ::read(dir, buf.data(), 10);
   out << "read dir " << n << " errno " << errno << "\n";
+  // Nothing asked: the kernel's read of a directory still fails, where
+  // preadv2's empty transfer returns 0 before it looks at the file.
+  errno = 0;
+  n = ::pread(dir, buf.data(), 0, 0);
+  out << "pread dir nothing " << n << " errno " << errno << "\n";
   ::close(dir);
   return out.str();
 }

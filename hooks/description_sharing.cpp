@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "../sched/child_parent.h"
 #include "signal_handlers.h"
 
 namespace weft::detail {
@@ -78,6 +79,7 @@ void child_begins() noexcept {
 // child's. Counted only now, so that one another thread made while the
 // call was under way counts as made before it.
 void child_made(std::atomic<std::uint32_t>& count) noexcept {
+  note_child_made();  // this thread is the child's parent: it stays (sched/child_parent.h)
   count.fetch_add(1, std::memory_order_seq_cst);
   children_in_flight.fetch_sub(1, std::memory_order_seq_cst);
   step_ends(own_steps.children);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../runtime/log.h"
+#include "../sched/child_parent.h"
 #include "../sched/current.h"
 #include "../sched/scheduler_core.h"
 
@@ -145,7 +146,10 @@ bool BlockingPool::wait_for_call() {
     if (stopping_) return false;
     Waiter self;
     idle_.push_back(self);
-    const WakeReason woke = park(self, &lock_, {"weft::BlockingPool", this, "idle"}, Clock::now() + keep_alive_);
+    // A helper that made a child process stays: its end would send the
+    // child its PR_SET_PDEATHSIG (sched/child_parent.h).
+    const Clock::time_point deadline = made_a_child() ? no_deadline : Clock::now() + keep_alive_;
+    const WakeReason woke = park(self, &lock_, {"weft::BlockingPool", this, "idle"}, deadline);
     lock_.lock();
     if (woke == WakeReason::timed_out) {
       idle_.remove(self);

@@ -3,6 +3,7 @@
 #include <new>
 
 #include "../runtime/log.h"
+#include "child_parent.h"
 #include "futex.h"
 #include "scheduler_core.h"
 #include "worker.h"
@@ -138,7 +139,9 @@ void Spares::serve(Worker& spare) {
 }
 
 bool Spares::wait_for_activation(Worker& spare, std::uint32_t& seen) noexcept {
-  const Clock::time_point deadline = Clock::now() + keep_alive_;
+  // A thread that made a child process stays: its end would send the
+  // child its PR_SET_PDEATHSIG (sched/child_parent.h).
+  const Clock::time_point deadline = made_a_child() ? Clock::time_point::max() : Clock::now() + keep_alive_;
   for (;;) {
     const std::uint32_t now = spare.spare_activations_.load(std::memory_order_acquire);
     if (now != seen) {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "death_signal_child.h"
 #include "io/blocking_pool.h"
 #include "pool_support.h"
 #include "test_support.h"
@@ -306,6 +307,23 @@ TEST(BlockingGrowth, IdleHelpersRetireAndThePoolStillServes) {
   EXPECT_EQ(value, 7);
   EXPECT_GE(sched.snapshot().blocking.threads, 1u);
   EXPECT_EQ(sched.snapshot().blocking.calls, 9u);
+}
+
+// A helper that made a child process asking for SIGTERM when its parent
+// thread ends (PR_SET_PDEATHSIG) stays past its keep-alive, and the child
+// lives. Before, the helper retired after 20 ms and the kernel killed the
+// child while the process lived on.
+TEST(BlockingGrowth, AHelperThatMadeAChildProcessKeepsItsThread) {
+  Config config = test::config_with(1);
+  config.blocking_keep_alive = 20ms;
+  Scheduler sched{config};
+  test::DeathSignalChild child;
+  sched.spawn([&] { blocking([&] { child.start(); }); }).join();
+  ASSERT_GT(child.pid(), 0);
+  std::this_thread::sleep_for(200ms);  // ten keep-alives
+  EXPECT_EQ(sched.snapshot().blocking.threads, 1u) << "the helper's thread ended";
+  const int status = child.finish();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::DeathSignalChild::describe(status);
 }
 
 // A call queued just as an idle helper's keep-alive ends is never

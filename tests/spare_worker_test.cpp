@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "death_signal_child.h"
 #include "sched/kernel_call.h"
 #include "test_support.h"
 
@@ -433,6 +434,43 @@ TEST(SpareWorkersKeepAlive, IdleSpareThreadsEndAndComeBack) {
     EXPECT_TRUE(wait_until([&] { return sched.snapshot().spares.threads == 0; }))
         << "round " << round << ": the spare's thread outlived its keep-alive";
   }
+}
+
+// A fiber on a spare makes a child process that asks for SIGTERM when
+// its parent thread ends (PR_SET_PDEATHSIG): the spare's thread, its
+// parent, stays past its keep-alive, and the child lives. Before, the
+// thread ended 20 ms after the spare retired, and the kernel killed the
+// child while the process lived on.
+TEST(SpareWorkersKeepAlive, ASpareThatMadeAChildProcessKeepsItsThread) {
+  Config config = test::config_with(1);
+  config.spare_keep_alive = 20ms;
+  Scheduler sched{config};
+  Pipe pipe;
+  std::atomic<long> blocker_tid{0};
+  Fiber blocker = sched.spawn([&] {
+    blocker_tid = ::syscall(SYS_gettid);
+    char c;
+    EXPECT_EQ(::syscall(SYS_read, pipe.fds[0], &c, 1), 1);
+  });
+  ASSERT_TRUE(wait_until([&] { return blocker_tid.load() != 0; }));
+  test::DeathSignalChild child;
+  long maker_tid = 0;
+  // The one worker's thread is blocked: a spare runs it.
+  sched
+      .spawn([&] {
+        maker_tid = ::syscall(SYS_gettid);
+        child.start();
+      })
+      .join();
+  pipe.release();
+  blocker.join();
+  ASSERT_GT(child.pid(), 0);
+  EXPECT_NE(maker_tid, blocker_tid.load()) << "the child was not made on a spare";
+  EXPECT_TRUE(wait_until([&] { return spares_running(sched) == 0; })) << "the spare did not retire";
+  std::this_thread::sleep_for(200ms);  // ten keep-alives
+  EXPECT_EQ(sched.snapshot().spares.threads, 1u) << "the spare's thread ended";
+  const int status = child.finish();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::DeathSignalChild::describe(status);
 }
 
 TEST(SpareWorkersOff, WithNoSparesNothingIsStarted) {

@@ -90,7 +90,10 @@ int offloaded_query(Query&& query) {
 // while the fiber parks, as a futex wait is (hooks_futex.cpp), when a
 // helper is free at once; else, and when nothing is pinned here (nothing
 // can pin itself here while this thread waits), it is announced, which
-// costs a fraction of a helper's round trip (docs/benchmarks.md). `site` is
+// costs a fraction of a helper's round trip (docs/benchmarks.md), as a
+// wait for another party: with no helper free, sysmon releases the pins
+// once it has lasted (announced as `maybe`, they stayed for good, and a
+// post made after a usleep never came). `site` is
 // weft-dump's wait. Results and errno are the call's; on a helper a signal
 // handled on the worker meanwhile does not interrupt it, as for the hooks'
 // other parks.
@@ -99,7 +102,7 @@ auto waited_for_another(const WaitSite& site, Call&& call) {
   if (parking_enabled() && current_worker()->pinned_count() != 0)
     if (BlockingPool* pool = BlockingPool::find(*current_fiber()->scheduler))
       if (const auto result = offloaded_if_helper_free(*pool, call, site)) return *result;
-  return announced_hook(call);
+  return announced_hook(call, Sleeps::until_woken);
 }
 
 // In a fiber, a semaphore with a count is taken at once, as glibc's

@@ -69,8 +69,9 @@ void release_mutex(void* arg) noexcept {
 // pthread_mutex_lock() (hooks_mutex.cpp).
 int relock_glibc(pthread_mutex_t* mutex) {
   const Deadline never = Deadline::never();
-  return lock_after_holder_beside(mutex, &never,
-                                  [mutex] { return announced([mutex] { return real::pthread_mutex_lock()(mutex); }); });
+  return lock_after_holder_beside(mutex, &never, [mutex] {
+    return announced([mutex] { return real::pthread_mutex_lock()(mutex); }, Sleeps::until_woken);
+  });
 }
 
 // The wait of a condition variable the hooks take over.
@@ -161,7 +162,7 @@ pthread_mutex_t* bridge_of(const pthread_cond_t* cond) noexcept {
 template <class Wait>
 int bridged_wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const void* return_address, Wait glibc_wait) {
   // glibc's waits block the thread: announced (hooks/announced.h).
-  if (!mutex_taken_over(mutex)) return announced([&] { return glibc_wait(mutex); });
+  if (!mutex_taken_over(mutex)) return announced([&] { return glibc_wait(mutex); }, Sleeps::until_woken);
   const WaitingCall call(how_call_waits(return_address));
   const Caller me = current_caller();
   pthread_mutex_t* bridge = bridge_of(cond);
@@ -179,7 +180,7 @@ int bridged_wait(pthread_cond_t* cond, pthread_mutex_t* mutex, const void* retur
       real::pthread_mutex_unlock()(bridge);
       return error;
     }
-    result = announced([&] { return glibc_wait(bridge); });
+    result = announced([&] { return glibc_wait(bridge); }, Sleeps::until_woken);
     real::pthread_mutex_unlock()(bridge);
   }
   const int relocked = mutex_lock(mutex, me, call.parks(), Deadline::never());

@@ -411,8 +411,9 @@ int lock(pthread_mutex_t* mutex, int type, Caller me, const void* return_address
   const int kind = mutex_kind(mutex);
   if ((kind & kMutexTakenOverMask) != 0) {
     const Deadline never = Deadline::never();
-    return lock_after_holder_beside(mutex, &never,
-                                    [&] { return announced([&] { return real::pthread_mutex_lock()(mutex); }); });
+    return lock_after_holder_beside(mutex, &never, [&] {
+      return announced([&] { return real::pthread_mutex_lock()(mutex); }, Sleeps::until_woken);
+    });
   }
   return lock_untimed(mutex, kind, return_address);
 }
@@ -447,7 +448,7 @@ int timed_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime,
   if ((kind & kMutexTakenOverMask) != 0) {
     const Deadline deadline = Deadline::at_time(clock, abstime);
     return lock_after_holder_beside(mutex, &deadline, [&] {
-      return announced([&] { return real::pthread_mutex_clocklock()(mutex, clock, abstime); });
+      return announced([&] { return real::pthread_mutex_clocklock()(mutex, clock, abstime); }, Sleeps::until_woken);
     });
   }
   lock_checkpoint(return_address);

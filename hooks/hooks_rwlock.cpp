@@ -296,7 +296,7 @@ namespace {
 // write-locked for good). `deadline`: null for a try.
 template <class Lock>
 int shared_lock(const void* lock, bool write, const Deadline* deadline, Lock&& glibc_lock) {
-  const auto call = [&] { return deadline == nullptr ? glibc_lock() : announced(glibc_lock); };
+  const auto call = [&] { return deadline == nullptr ? glibc_lock() : announced(glibc_lock, Sleeps::until_woken); };
   if (write) return lock_after_holder_beside(lock, deadline, call);
   if (const int error = wait_for_holder_beside(glibc_lock_keeper(), lock, deadline); error != 0) return error;
   return call();

@@ -269,8 +269,9 @@ TEST(Announced, SemaphoreWaits) {
 // ends once sysmon releases the sleeper's pin, after the call has lasted
 // kReleaseHookPinsAfter, as for a futex wait.
 void expect_the_wait_for_a_sleeper_beside_it_ends(const std::function<long(const timespec&)>& wait,
-                                                  const std::function<void()>& give, const char* parks_on = nullptr) {
-  Scheduler sched{test::config_with(1)};
+                                                  const std::function<void()>& give, const char* parks_on = nullptr,
+                                                  const Config& config = test::config_with(1)) {
+  Scheduler sched{config};
   std::atomic<bool> sleeping{false};
   bool parked = false;
   Fiber giver = sched.spawn([&] {
@@ -313,6 +314,97 @@ TEST(Announced, AWaitForAFiberParkedInAHookOfItsWorkerEnds) {
       [&](const timespec& at) { return ::mq_timedreceive(queue, buffer, sizeof(buffer), nullptr, &at); },
       [&] { ::mq_send(queue, "x", 1, 0); });
   ::mq_close(queue);
+}
+
+// The same with no helper for the wait (max_blocking_threads 1: waits may
+// hold none of them): glibc's wait is announced and blocks the worker's
+// thread, and the sleeper pinned there resumes elsewhere once sysmon
+// releases its pin, after kReleaseHookPinsAfter. Before, such waits were
+// announced as `maybe`, whose pins sysmon never releases: each wait below
+// ran to its 5 s deadline (a pthread_barrier_wait or an untimed wait hung
+// for good).
+TEST(Announced, AGlibcWaitWithNoHelperForAFiberParkedInAHookOfItsWorkerEnds) {
+  Config config = test::config_with(1);
+  config.max_blocking_threads = 1;
+  // pthread's results are errors, not -1 and errno.
+  const auto as_call = [](int error) {
+    errno = error;
+    return error == 0 ? 0L : -1L;
+  };
+  sem_t semaphore;
+  ASSERT_EQ(::sem_init(&semaphore, 0, 0), 0);
+  {
+    SCOPED_TRACE("sem_timedwait");
+    expect_the_wait_for_a_sleeper_beside_it_ends([&](const timespec& at) { return ::sem_timedwait(&semaphore, &at); },
+                                                 [&] { ::sem_post(&semaphore); }, nullptr, config);
+  }
+  ::sem_destroy(&semaphore);
+
+  pthread_condattr_t cond_attributes;
+  pthread_condattr_init(&cond_attributes);
+  ASSERT_EQ(pthread_condattr_setpshared(&cond_attributes, PTHREAD_PROCESS_SHARED), 0);
+  pthread_cond_t cond;
+  ASSERT_EQ(pthread_cond_init(&cond, &cond_attributes), 0);
+  pthread_mutexattr_t mutex_attributes;
+  pthread_mutexattr_init(&mutex_attributes);
+  ASSERT_EQ(pthread_mutexattr_setpshared(&mutex_attributes, PTHREAD_PROCESS_SHARED), 0);
+  pthread_mutex_t mutex;
+  ASSERT_EQ(pthread_mutex_init(&mutex, &mutex_attributes), 0);
+  bool ready = false;  // under `mutex`
+  {
+    SCOPED_TRACE("a process-shared pthread_cond_timedwait");
+    expect_the_wait_for_a_sleeper_beside_it_ends(
+        [&](const timespec& at) {
+          int error = pthread_mutex_lock(&mutex);
+          while (error == 0 && !ready) error = pthread_cond_timedwait(&cond, &mutex, &at);
+          pthread_mutex_unlock(&mutex);
+          return as_call(error);
+        },
+        [&] {
+          pthread_mutex_lock(&mutex);
+          ready = true;
+          pthread_cond_signal(&cond);
+          pthread_mutex_unlock(&mutex);
+        },
+        nullptr, config);
+  }
+  pthread_cond_destroy(&cond);
+  pthread_condattr_destroy(&cond_attributes);
+
+  // A robust mutex that a plain thread holds until the sleeper says.
+  pthread_mutexattr_t robust_attributes;
+  pthread_mutexattr_init(&robust_attributes);
+  ASSERT_EQ(pthread_mutexattr_setrobust(&robust_attributes, PTHREAD_MUTEX_ROBUST), 0);
+  pthread_mutex_t robust;
+  ASSERT_EQ(pthread_mutex_init(&robust, &robust_attributes), 0);
+  std::atomic<bool> held{false};
+  sem_t release;
+  ASSERT_EQ(::sem_init(&release, 0, 0), 0);
+  std::thread holder([&] {
+    pthread_mutex_lock(&robust);
+    held = true;
+    const timespec at = seconds_from_now(CLOCK_REALTIME, 20);
+    ::sem_timedwait(&release, &at);
+    pthread_mutex_unlock(&robust);
+  });
+  while (!held.load()) std::this_thread::sleep_for(1ms);
+  {
+    SCOPED_TRACE("a robust pthread_mutex_timedlock");
+    expect_the_wait_for_a_sleeper_beside_it_ends(
+        [&](const timespec& at) {
+          const int error = pthread_mutex_timedlock(&robust, &at);
+          if (error == 0) pthread_mutex_unlock(&robust);
+          return as_call(error);
+        },
+        [&] { ::sem_post(&release); }, nullptr, config);
+  }
+  ::sem_post(&release);  // if the giver never ran
+  holder.join();
+  ::sem_destroy(&release);
+  pthread_mutex_destroy(&robust);
+  pthread_mutexattr_destroy(&robust_attributes);
+  pthread_mutex_destroy(&mutex);
+  pthread_mutexattr_destroy(&mutex_attributes);
 }
 
 // A fiber parked in a hook (a read) is pinned to its worker, whose thread

@@ -903,6 +903,16 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   socklen_t len = sizeof(so_error);
   if (real::getsockopt()(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) return -1;
   if (so_error != 0) {
+    // A blocking connect that fails leaves its socket unconnected (the
+    // kernel's inet_stream_connect: disconnect, SS_UNCONNECTED), so that a
+    // connect again tries again; one that failed while "in progress"
+    // stays connecting (a connect again: ECONNABORTED, a receive: EOF).
+    // A connect to AF_UNSPEC is that same disconnect.
+    if (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) {
+      sockaddr unspecified{};
+      unspecified.sa_family = AF_UNSPEC;
+      real::connect()(fd, &unspecified, sizeof(unspecified));
+    }
     set_errno(so_error);
     return -1;
   }

@@ -287,6 +287,44 @@ TEST(HooksSocket, ConnectToAClosedPortFailsWithTheKernelsError) {
   });
 }
 
+// A failed connect leaves the socket as a thread's blocking connect does:
+// unconnected, so that a connect again tries again and a receive is
+// ENOTCONN. Before, the fiber's socket stayed "connecting" (its failure
+// read from SO_ERROR): its next connect failed with ECONNABORTED, a
+// receive returned 0 and poll added POLLIN.
+TEST(HooksSocket, AFailedConnectLeavesTheSocketAsAThreadsDoes) {
+  Listener live;  // first: the closed port cannot be its
+  sockaddr_in gone_addr{};
+  {
+    Listener gone;
+    gone_addr = gone.addr;
+  }
+  const auto after_a_failed_connect = [&] {
+    std::string seen;
+    const auto call = [&](const char* what, long result) {
+      seen += std::string(what) + " " + std::to_string(result) + " " + (result < 0 ? std::strerror(errno) : "") + "\n";
+    };
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    call("connect", connect(fd, reinterpret_cast<sockaddr*>(&gone_addr), sizeof(gone_addr)));
+    char c;
+    call("recv", recv(fd, &c, 1, MSG_DONTWAIT));
+    pollfd p{fd, POLLIN | POLLOUT, 0};
+    call("poll", poll(&p, 1, 0));
+    seen += "revents " + std::to_string(p.revents) + "\n";
+    call("connect again", connect(fd, reinterpret_cast<sockaddr*>(&gone_addr), sizeof(gone_addr)));
+    call("connect to a listener", connect(fd, reinterpret_cast<const sockaddr*>(&live.addr), sizeof(live.addr)));
+    close(fd);
+    return seen;
+  };
+  std::string on_thread;
+  std::thread([&] { on_thread = after_a_failed_connect(); }).join();
+  Scheduler sched = one_worker();
+  std::string on_fiber;
+  in_fiber(sched, [&] { on_fiber = after_a_failed_connect(); });
+  EXPECT_EQ(on_fiber, on_thread);
+  EXPECT_NE(on_thread.find("connect to a listener 0"), std::string::npos) << on_thread;
+}
+
 TEST(HooksSocket, ALargeWriteToASlowReaderCompletesAsOneCall) {
   Scheduler sched = one_worker();
   SocketPair pair;

@@ -83,16 +83,19 @@ bool negative_timeout(int option, const void* value) noexcept {
   return tv.tv_sec < 0;
 }
 
-// Whether `fd`, an anonymous inode, is a signalfd: its name in /proc (one
-// readlink, at its classification; false where /proc is not mounted).
-bool names_a_signalfd(int fd) noexcept {
+// The record's bit for `fd`, an anonymous inode, by its name in /proc (one
+// readlink, at its classification; none where /proc is not mounted): a
+// signalfd's, an eventfd's or timerfd's, or 0.
+std::uint32_t anonymous_inode_bit(int fd) noexcept {
   char path[32] = "/proc/self/fd/";
   const std::size_t prefix = std::strlen(path);
   *std::to_chars(path + prefix, path + sizeof path - 1, fd).ptr = '\0';
-  char name[32];
-  const ssize_t n = ::readlink(path, name, sizeof name);
-  constexpr std::string_view kSignalfd = "anon_inode:[signalfd]";
-  return n == ssize_t(kSignalfd.size()) && std::string_view(name, std::size_t(n)) == kSignalfd;
+  char buffer[32];
+  const ssize_t n = ::readlink(path, buffer, sizeof buffer);
+  const std::string_view name(buffer, n > 0 ? std::size_t(n) : 0);
+  if (name == "anon_inode:[signalfd]") return FdRecord::signalfd_bit;
+  if (name == "anon_inode:[eventfd]" || name == "anon_inode:[timerfd]") return FdRecord::counter_bit;
+  return 0;
 }
 
 }  // namespace
@@ -117,7 +120,9 @@ FdRecord* classified_fd_state(int fd) noexcept {
       }
     } else {
       kind = FdKind::pollable;  // FIFOs, terminals, anonymous inodes (eventfd, epoll, timerfd)
-      state->set_bit(FdRecord::signalfd_bit, (st.st_mode & S_IFMT) == 0 && names_a_signalfd(fd));
+      const std::uint32_t bit = (st.st_mode & S_IFMT) == 0 ? anonymous_inode_bit(fd) : 0;
+      state->set_bit(FdRecord::signalfd_bit, bit == FdRecord::signalfd_bit);
+      state->set_bit(FdRecord::counter_bit, bit == FdRecord::counter_bit);
     }
     // The user's O_NONBLOCK matters only where a fiber would park on the fd
     // (O_NONBLOCK does nothing to a regular file): no system call for a

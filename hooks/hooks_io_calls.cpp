@@ -602,6 +602,7 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   // A signalfd's readiness is the reading thread's (FdRecord::signalfd_bit):
   // the plain call on this one, announced.
   if (state.signalfd()) return announced([&] { return real::readv()(fd, iov, count); });
+  if (state.counter() && iov_total(iov, count) < sizeof(std::uint64_t)) return real::readv()(fd, iov, count);  // EINVAL
   const int saved = errno_value();
   if (!state.refuses_nowait()) {
     const ssize_t result = attempt_or_park(fd, state, FdDirection::read, 0,
@@ -615,6 +616,8 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
 }
 
 ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
+  if (state.counter() && iov_total(iov, count) < sizeof(std::uint64_t))
+    return real::writev()(fd, iov, count);  // EINVAL
   const int saved = errno_value();
   if (!state.refuses_nowait()) {
     std::vector<iovec> rest;

@@ -105,6 +105,11 @@ struct alignas(64) FdRecord {
   // netpoller's thread never sees a signal sent to the reader's thread
   // alone. Read with the plain call, announced (hooks_io_calls.cpp).
   static constexpr std::uint32_t signalfd_bit = 4096;
+  // An eventfd or timerfd: its read or write of fewer bytes than its 8-byte
+  // counter fails with EINVAL at once, before any wait, so it is the plain
+  // call (waited for first, it parked until the counter moved: for good
+  // if it never did).
+  static constexpr std::uint32_t counter_bit = 8192;
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
@@ -145,6 +150,7 @@ struct alignas(64) FdRecord {
   bool stream() const noexcept { return flags.load(std::memory_order_relaxed) & stream_bit; }
   bool short_read_drains() const noexcept { return flags.load(std::memory_order_relaxed) & short_read_drains_bit; }
   bool signalfd() const noexcept { return flags.load(std::memory_order_relaxed) & signalfd_bit; }
+  bool counter() const noexcept { return flags.load(std::memory_order_relaxed) & counter_bit; }
   bool refuses_nowait() const noexcept { return flags.load(std::memory_order_relaxed) & no_nowait_bit; }
   bool changed_in_handler() const noexcept { return flags.load(std::memory_order_relaxed) & changed_in_handler_bit; }
   void set_bit(std::uint32_t bit, bool on) noexcept {

@@ -1242,6 +1242,19 @@ TEST(HooksPipe, AReadTheKernelRefusesFailsAtOnce) {
       errno = 0;
       EXPECT_EQ(read(event, small, sizeof small), -1);
       EXPECT_EQ(errno, EINVAL);
+      // Once a write found that the eventfd refuses RWF_NOWAIT (its reads
+      // and writes are then waited for, then made), and its counter is
+      // back at 0: the read still fails at once, and so does a write of
+      // fewer than 8 bytes. Before, the read waited for the counter.
+      std::uint64_t count = 1;
+      EXPECT_EQ(write(event, &count, sizeof count), ssize_t(sizeof count));
+      EXPECT_EQ(read(event, &count, sizeof count), ssize_t(sizeof count));
+      errno = 0;
+      EXPECT_EQ(read(event, small, sizeof small), -1);
+      EXPECT_EQ(errno, EINVAL);
+      errno = 0;
+      EXPECT_EQ(write(event, small, sizeof small), -1);
+      EXPECT_EQ(errno, EINVAL);
       EXPECT_FALSE(watchdog.fired()) << "a read the kernel refuses waited for the fd";
     });
   }

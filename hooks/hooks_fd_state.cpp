@@ -281,9 +281,17 @@ void closefrom(int first) noexcept {
 }
 
 int shutdown(int fd, int how) noexcept {
-  // Nothing to record: a fiber parked on the fd wakes on the kernel's own
-  // EOF/HUP edge, and then reads 0 or gets EPIPE, as a thread would.
-  return real::shutdown()(fd, how);
+  // A fiber parked on the fd wakes on the kernel's own EOF/HUP edge where
+  // there is one (a TCP socket's), and then reads 0 or gets EPIPE, as a
+  // thread would. A unix socket's SHUT_WR raises none: its parked send
+  // stayed parked, where a thread's blocking send ends. So this process's
+  // waiters on the fd are woken to call again (not from a signal handler,
+  // which must take no record's lock; nor a vfork child's: its fd is its
+  // own). A peer's shutdown(SHUT_RD) of a unix socket raises no edge
+  // here either, and is not seen (docs/io.md).
+  const int result = real::shutdown()(fd, how);
+  if (result == 0 && !in_signal_handler() && !in_vfork_child()) fd_wake_waiters(fd);
+  return result;
 }
 
 #pragma GCC visibility pop

@@ -811,6 +811,20 @@ int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_le
   }
 }
 
+// Whether `fd`, a listener whose non-blocking accept said EAGAIN, was
+// shut down for reading (shutdown(2)): a unix listener's blocking accept
+// then returns at once (EINVAL, or a connection still queued), where the
+// non-blocking one says EAGAIN and no edge comes. A TCP listener's
+// shutdown closes it, and its accept fails with EINVAL either way.
+bool unix_listener_shut_down(int fd, const FdRecord& listener) {
+  if (listener.short_read_drains()) return false;  // TCP
+  const int saved = errno_value();
+  pollfd state{fd, POLLRDHUP, 0};
+  const bool shut = real::poll()(&state, 1, 0) == 1 && (state.revents & POLLRDHUP) != 0;
+  set_errno(saved);
+  return shut;
+}
+
 int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
   const DescriptionBirth birth = description_birth(flags & SOCK_CLOEXEC);
   FdRecord* listener = parkable(fd);
@@ -836,6 +850,8 @@ int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {
         [&] {
           const auto accepted =
               with_nonblock(fd, *listener, [&] { return real::accept4()(fd, addr, addr_len, flags); });
+          if (accepted && *accepted < 0 && would_block(errno_value()) && unix_listener_shut_down(fd, *listener))
+            return announced([&] { return real::accept4()(fd, addr, addr_len, flags); });
           if (accepted) return *accepted;
           shared = true;
           set_errno(EPERM);  // not a would-block: attempt_or_park returns at once

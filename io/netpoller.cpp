@@ -30,6 +30,8 @@ namespace {
 constexpr std::uint64_t kWakeTag = ~std::uint64_t{0};      // the eventfd's epoll data
 constexpr std::uint64_t kClosedMark = 1;                   // Waiter::amount of a waiter fd_closing() woke
 constexpr std::uint64_t kSetNodeMark = ~std::uint64_t{1};  // Waiter::amount of a wait_fd_set node, until woken
+// Waiter::amount of a waiter fd_wake_waiters() woke: after any poll's sequence, so ready.
+constexpr std::uint64_t kWokenForACall = ~std::uint64_t{2};
 constexpr int kEventBatch = 128;
 
 constexpr std::uint32_t kReadEvents = EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
@@ -560,6 +562,26 @@ void fd_closing(int fd) noexcept {
   // Before the real close, so the kernel's registration (keyed by the file
   // and the number) cannot outlive the number's reuse through a dup.
   if (registration.owner != 0 || registration.others) Poller::remove(fd, registration.owner, registration.others);
+}
+
+void fd_wake_waiters(int fd) noexcept {
+  FdRecord* record = fd_records().find(fd);
+  if (record == nullptr) return;
+  record->lock.lock();
+  for (int d = 0; d < 2; ++d) {
+    // As an edge: a waiter between its counter read and its park sees it.
+    record->events[d].store(record->events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    while (Waiter* waiter = record->waiters[d].pop_front()) {
+      if (waiter->amount == kSetNodeMark) {
+        FdSetWaitGroup::wake(*waiter);
+        continue;
+      }
+      waiter->amount = kWokenForACall;
+      waiter->events = 0;
+      unpark(*waiter);
+    }
+  }
+  record->lock.unlock();
 }
 
 void fd_renewed(int fd) noexcept {

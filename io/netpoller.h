@@ -191,6 +191,14 @@ FdWaitResult wait_fd_set(FdSetWait* entries, std::size_t count, Clock::time_poin
 // weft never waited on.
 void fd_closing(int fd) noexcept;
 
+// Wakes every fiber waiting on `fd`, in every scheduler, as ready in both
+// directions: each makes its call again and gets the kernel's answer. For
+// a change no epoll edge reports: a shutdown(SHUT_WR) of this process's
+// unix socket, whose parked send the kernel's blocking send would end
+// (EPIPE, or the part sent), raises no readiness. Not in a signal handler
+// (the record's lock).
+void fd_wake_waiters(int fd) noexcept;
+
 // A new fd took the number `fd`, or its old one is gone where weft could
 // not see it close: as fd_closing (waiters woken with `closed`, a new
 // generation), but without deleting it from the pollers, which would

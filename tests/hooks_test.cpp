@@ -325,6 +325,59 @@ TEST(HooksSocket, AFailedConnectLeavesTheSocketAsAThreadsDoes) {
   EXPECT_NE(on_thread.find("connect to a listener 0"), std::string::npos) << on_thread;
 }
 
+// A shutdown of this process's own unix socket ends the calls parked on
+// it as it ends a thread's blocking call, though epoll reports no edge for
+// it: a stream send whose buffer is full returns the part it sent, a
+// seqpacket's or datagram pair's send fails with EPIPE, a listener's
+// accept with EINVAL. Before, the fiber's call stayed parked for good
+// (here until a watchdog closes the fd it waits on, after 5 s).
+TEST(HooksSocket, AShutdownEndsTheCallsParkedOnItsUnixSocketAsOnAThread) {
+  static char big[1 << 20];
+  for (const int type : {int(SOCK_STREAM), int(SOCK_SEQPACKET), int(SOCK_DGRAM), -1}) {
+    const test::ThreadAndFiber got = test::on_thread_and_fiber([type] {
+      int pair[2] = {-1, -1};
+      int listener = -1;
+      if (type == -1) {
+        listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;  // an abstract name: nothing left behind
+        const std::string name = "weft-shutdown-" + std::to_string(getpid());
+        std::memcpy(address.sun_path + 1, name.data(), name.size());
+        EXPECT_EQ(
+            bind(listener, reinterpret_cast<sockaddr*>(&address), socklen_t(sizeof(sa_family_t) + 1 + name.size())), 0);
+        EXPECT_EQ(listen(listener, 4), 0);
+      } else {
+        EXPECT_EQ(socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, pair), 0);
+        if (type != SOCK_STREAM)  // fill the peer's queue
+          while (send(pair[0], big, 1000, MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+          }
+      }
+      const int own = type == -1 ? listener : pair[0];
+      std::thread stopper([&] {
+        std::this_thread::sleep_for(100ms);
+        shutdown(own, type == -1 ? SHUT_RDWR : SHUT_WR);
+      });
+      std::string seen;
+      {
+        // Ends the wait of a call the shutdown did not end: its number
+        // becomes another fd's (the hooks wake it with EBADF).
+        Watchdog watchdog([&] { dup2(STDERR_FILENO, own); });
+        errno = 0;
+        const long result = type == -1 ? accept(listener, nullptr, nullptr)
+                                       : send(pair[0], big, type == SOCK_STREAM ? sizeof(big) : 1000, MSG_NOSIGNAL);
+        seen = result > 0 && type != -1 ? "a part" : test::outcome(result);
+        if (watchdog.fired()) seen += ", after the watchdog";
+      }
+      stopper.join();
+      for (const int fd : {pair[0], pair[1], listener})
+        if (fd >= 0) close(fd);
+      return seen;
+    });
+    EXPECT_EQ(got.fiber, got.thread) << "socket type " << type;
+    EXPECT_EQ(got.thread, type == SOCK_STREAM ? "a part" : type == -1 ? "-1 EINVAL" : "-1 EPIPE") << type;
+  }
+}
+
 TEST(HooksSocket, ALargeWriteToASlowReaderCompletesAsOneCall) {
   Scheduler sched = one_worker();
   SocketPair pair;

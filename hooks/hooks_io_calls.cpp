@@ -467,12 +467,32 @@ ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockadd
   });
 }
 
+// After a datagram send to an address of its own (sendto, sendmsg with a
+// name) failed: whether the receiver's full queue refused it while this
+// socket polls writable, as an unconnected unix socket does (its
+// readiness is its own buffer's, never its receivers'). No edge would end
+// a park, which would only spin: the caller makes the blocking call
+// instead, announced, which waits on the receiver as a thread's does
+// (and keeps SO_SNDTIMEO). errno kept.
+bool refused_by_a_full_receiver(int fd, const FdRecord& state, const void* name) {
+  if (name == nullptr || state.stream() || !would_block(errno_value())) return false;
+  const int saved = errno_value();
+  pollfd self{fd, POLLOUT, 0};
+  const bool writable = real::poll()(&self, 1, 0) == 1 && (self.revents & POLLOUT) != 0;
+  set_errno(saved);
+  return writable;
+}
+
 ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, const sockaddr* addr,
                  socklen_t addr_len) {
   return transfer_all(fd, state, FdDirection::write, n, [&](std::size_t done) {
     const int more = done > 0 ? kAfterPart : 0;
-    return real::sendto()(fd, static_cast<const char*>(buf) + done, n - done, flags | MSG_DONTWAIT | more, addr,
-                          addr_len);
+    const char* rest = static_cast<const char*>(buf) + done;
+    const ssize_t sent = real::sendto()(fd, rest, n - done, flags | MSG_DONTWAIT | more, addr, addr_len);
+    if (sent < 0 && refused_by_a_full_receiver(fd, state, addr))
+      return announced([&] { return real::sendto()(fd, rest, n - done, flags | more, addr, addr_len); },
+                       Sleeps::until_woken);
+    return sent;
   });
 }
 
@@ -484,7 +504,12 @@ ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
   return transfer_all(
       fd, state, FdDirection::write, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
       [&](std::size_t done) {
-        if (done == 0) return real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
+        if (done == 0) {
+          const ssize_t sent = real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
+          if (sent < 0 && refused_by_a_full_receiver(fd, state, msg->msg_name))
+            return announced([&] { return real::sendmsg()(fd, msg, flags); }, Sleeps::until_woken);
+          return sent;
+        }
         iovecs_after(msg->msg_iov, msg->msg_iovlen, done, rest);
         msghdr current = *msg;
         current.msg_iov = rest.data();

@@ -378,6 +378,49 @@ TEST(HooksSocket, AShutdownEndsTheCallsParkedOnItsUnixSocketAsOnAThread) {
   }
 }
 
+// A datagram sent to a unix receiver whose queue is full waits, as a
+// thread's blocking sendto does, until the receiver reads, without
+// spinning: the sender's socket polls writable all along (an unconnected
+// unix socket's readiness is its own buffer's). Before, the fiber's send
+// looped on poll and EAGAIN on its worker's CPU for the whole wait.
+TEST(HooksSocket, ADatagramToAFullUnixReceiverWaitsWithoutSpinning) {
+  const int receiver = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;  // an abstract name: nothing left behind
+  const std::string name = "weft-full-receiver-" + std::to_string(getpid());
+  std::memcpy(address.sun_path + 1, name.data(), name.size());
+  const auto length = socklen_t(sizeof(sa_family_t) + 1 + name.size());
+  ASSERT_EQ(bind(receiver, reinterpret_cast<sockaddr*>(&address), length), 0);
+  const int sender = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  char datagram[100] = {};
+  while (sendto(sender, datagram, sizeof(datagram), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&address), length) > 0) {
+  }
+  std::thread reader([&] {
+    std::this_thread::sleep_for(300ms);
+    char taken[200];
+    EXPECT_GT(recv(receiver, taken, sizeof(taken), 0), 0);
+  });
+  Scheduler sched = one_worker();
+  ssize_t sent = -2;
+  std::int64_t cpu_ns = 0;
+  in_fiber(sched, [&] {
+    // The fiber's hook keeps it on this thread until the call returns.
+    const auto thread_cpu_ns = [] {
+      timespec now{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+      return std::int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+    };
+    const std::int64_t before = thread_cpu_ns();
+    sent = sendto(sender, datagram, sizeof(datagram), 0, reinterpret_cast<sockaddr*>(&address), length);
+    cpu_ns = thread_cpu_ns() - before;
+  });
+  reader.join();
+  EXPECT_EQ(sent, ssize_t(sizeof(datagram))) << std::strerror(errno);
+  EXPECT_LT(cpu_ns, 100'000'000) << "the send spun on its worker's CPU while it waited 300 ms";
+  close(sender);
+  close(receiver);
+}
+
 TEST(HooksSocket, ALargeWriteToASlowReaderCompletesAsOneCall) {
   Scheduler sched = one_worker();
   SocketPair pair;

@@ -390,20 +390,62 @@ std::size_t iov_total_if_readable(const msghdr* msg) {
   return iov_total(msg->msg_iov, int(msg->msg_iovlen));
 }
 
-// A receive with MSG_WAITALL and MSG_PEEK: a peek cannot go on where an
-// earlier one stopped (each reads from the front of the queue), and each
-// protocol decides what it waits for (TCP for all of it, a unix stream
-// socket for no more than there is). Parked until readable, then the call
-// as it is, announced.
+// Whether a stream socket's peer has ended it or it has failed: a TCP
+// peek that waits for more returns what it has then. errno kept.
+bool stream_ended(int fd) {
+  const int saved = errno_value();
+  pollfd state{fd, POLLRDHUP, 0};
+  const bool ended = real::poll()(&state, 1, 0) == 1 && (state.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  set_errno(saved);
+  return ended;
+}
+
+// A peek that waits for `wanted` bytes (MSG_WAITALL, or SO_RCVLOWAT's
+// target): a peek cannot go on where an earlier one stopped (each reads
+// from the front of the queue), and each protocol decides what it waits
+// for. `call(at_once)` makes the receive as asked, or with MSG_DONTWAIT
+// and without MSG_WAITALL. TCP's waits for all of it, EOF, an error or
+// its timeout: peeked at once, and parked for each new edge (each
+// arrival raises one) until that many bytes are queued; at EOF, an error
+// or the timeout, what is there. Before, the blocking peek held the
+// worker's thread, and a sender pinned to that worker (back from its
+// usleep) never ran: a hang. A unix stream socket's returns what there is
+// once there is some: parked until readable, then the call as asked,
+// announced.
 template <class Call>
-ssize_t peek_all(int fd, FdRecord& state, Call&& call) {
+ssize_t peek_all(int fd, FdRecord& state, std::size_t wanted, Call&& call) {
   const ErrnoHome home;
-  const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, state, FdDirection::read));
-  if (const int failed = park_on(fd, state, FdDirection::read, deadline)) {
-    set_errno(failed);
-    return -1;
+  const int saved = errno_value();
+  ParkDeadline deadline(fd, state, FdDirection::read);
+  if (!state.short_read_drains()) {
+    if (const int failed = park_on(fd, state, FdDirection::read, deadline.get())) {
+      set_errno(failed);
+      return -1;
+    }
+    return announced([&] { return call(false); });
   }
-  return announced(call);
+  for (;;) {
+    FdWaitMark mark = fd_wait_mark(&state, FdDirection::read);
+    const ssize_t peeked = call(true);
+    if (peeked < 0 && !would_block(errno_value())) return -1;
+    if (peeked == 0 || (peeked > 0 && (std::size_t(peeked) >= wanted || stream_ended(fd)))) {
+      set_errno(saved);
+      return peeked;
+    }
+    if (const int failed = park_on(fd, state, FdDirection::read, deadline.get(), &mark)) {
+      if (failed != EAGAIN) {
+        set_errno(failed);
+        return -1;
+      }
+      const ssize_t last = call(true);  // the timeout: what came, as the kernel's
+      if (last >= 0) {
+        set_errno(saved);
+        return last;
+      }
+      if (would_block(errno_value())) set_errno(EAGAIN);
+      return -1;
+    }
+  }
 }
 
 // Where a receive with MSG_WAITALL that has bytes stops, as the kernel's
@@ -437,7 +479,9 @@ bool carried_fds(const msghdr& msg) {
 ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockaddr* addr, socklen_t* addr_len) {
   const std::size_t target = n != 0 ? rcvlowat_target(fd, state, n, flags) : 0;
   if ((waits_for_all(state, flags) || target > 1) && (flags & MSG_PEEK) && n != 0)
-    return peek_all(fd, state, [&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); });
+    return peek_all(fd, state, waits_for_all(state, flags) ? n : target, [&](bool at_once) {
+      return real::recvfrom()(fd, buf, n, at_once ? (flags & ~MSG_WAITALL) | MSG_DONTWAIT : flags, addr, addr_len);
+    });
   if ((!waits_for_all(state, flags) && target <= 1) || n == 0) {
     return attempt_or_park(fd, state, FdDirection::read, stream_wanted(state, n, flags),
                            [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
@@ -1033,13 +1077,23 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
+  auto length = [&] { return iov_total_if_readable(msg); };
+  // A peek's steps each fill the message afresh, with the room the caller
+  // gave; a message the kernel cannot read is its EFAULT, at once.
+  if ((flags & MSG_PEEK) && !readable_by_kernel(msg)) return real::recvmsg()(fd, msg, flags);
+  const socklen_t name_room = (flags & MSG_PEEK) ? msg->msg_namelen : 0;
+  const std::size_t control_room = (flags & MSG_PEEK) ? msg->msg_controllen : 0;
+  auto peek = [&](bool at_once) {
+    msg->msg_namelen = name_room;
+    msg->msg_controllen = control_room;
+    return real::recvmsg()(fd, msg, at_once ? (flags & ~MSG_WAITALL) | MSG_DONTWAIT : flags);
+  };
   if (waits_for_all(*state, flags)) {
-    if (flags & MSG_PEEK) return peek_all(fd, *state, [&] { return real::recvmsg()(fd, msg, flags); });
+    if (flags & MSG_PEEK) return peek_all(fd, *state, length(), peek);
     return recvmsg_all(fd, *state, msg, flags);
   }
-  auto length = [&] { return iov_total_if_readable(msg); };
   if (const std::size_t target = rcvlowat_target(fd, *state, length, flags); target > 1) {
-    if (flags & MSG_PEEK) return peek_all(fd, *state, [&] { return real::recvmsg()(fd, msg, flags); });
+    if (flags & MSG_PEEK) return peek_all(fd, *state, target, peek);
     return recvmsg_all(fd, *state, msg, flags, target);
   }
   return attempt_or_park(fd, *state, FdDirection::read, 0,

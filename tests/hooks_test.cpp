@@ -505,6 +505,53 @@ TEST(HooksSocket, WaitAllAsOnAThread) {
   EXPECT_EQ(got.fiber, got.thread);
 }
 
+// A TCP peek with MSG_WAITALL parks until all it asked for has come, as a
+// thread's waits: with its sender a fiber of the same (only) worker, back
+// from a usleep. Before, the peek blocked the worker's thread, announced,
+// and the sender, pinned to that thread by its usleep's park, never ran
+// (here until a watchdog sent the bytes after 5 s). And at EOF, and at
+// its SO_RCVTIMEO, it returns what came, as a thread's.
+TEST(HooksSocket, ATcpPeekForAllParksUntilAllHasCome) {
+  {
+    test::LoopbackTcpPair tcp;
+    Scheduler sched = one_worker();
+    Watchdog watchdog([&] { EXPECT_EQ(write(tcp.client, "12345", 5), 5); });
+    Fiber sender = sched.spawn([&] {
+      usleep(20'000);
+      EXPECT_EQ(write(tcp.client, "ab", 2), 2);
+      usleep(20'000);
+      EXPECT_EQ(write(tcp.client, "cde", 3), 3);
+    });
+    char buf[6] = {};
+    ssize_t got = -2;
+    in_fiber(sched, [&] { got = recv(tcp.server, buf, 5, MSG_PEEK | MSG_WAITALL); });
+    sender.join();
+    EXPECT_FALSE(watchdog.fired()) << "the peek held the worker its sender needed";
+    EXPECT_EQ(got, 5);
+    EXPECT_STREQ(buf, "abcde");
+  }
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    std::string out;
+    for (const bool timeout : {false, true}) {
+      test::LoopbackTcpPair tcp;
+      if (timeout) set_timeout(tcp.server, SO_RCVTIMEO, 100ms);
+      EXPECT_EQ(write(tcp.client, "ab", 2), 2);
+      std::thread later([&] {
+        std::this_thread::sleep_for(30ms);
+        if (!timeout) shutdown(tcp.client, SHUT_WR);
+      });
+      char buf[6] = {};
+      errno = 0;
+      const ssize_t peeked = recv(tcp.server, buf, 5, MSG_PEEK | MSG_WAITALL);
+      later.join();
+      out += std::string(timeout ? ", at the timeout " : "at EOF ") + test::outcome(peeked) + " " + buf;
+    }
+    return out;
+  });
+  EXPECT_EQ(got.thread, "at EOF 2 ab, at the timeout 2 ab");
+  EXPECT_EQ(got.fiber, got.thread);
+}
+
 // A blocking sendmmsg sends every message, as on a thread: a datagram
 // socket's messages beyond its send buffer after a park, and on a stream
 // socket the rest of a message the kernel took in part. Before, a fiber's

@@ -82,6 +82,7 @@ void make_context(ExecutionContext& ctx, void* bottom, std::size_t size, Context
   ctx.asan_fake_stack = nullptr;
   ctx.tsan_fiber = sanitizer_fiber;
   ctx.entry = entry;
+  ctx.exceptions = {};
 #ifdef WEFT_OWN_FCONTEXT
   ctx.saved = make_fcontext(static_cast<char*>(bottom) + size, size, entry);
 #else
@@ -138,6 +139,11 @@ void forget_stack_memory([[maybe_unused]] void* base, [[maybe_unused]] std::size
 }
 
 void switch_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
+  // The thread's exception state is the running context's: kept with
+  // `from`, `to`'s put in its place (exception_state.h).
+  ExceptionState& exceptions = thread_exception_state();
+  from.exceptions = exceptions;
+  exceptions = to.exceptions;
   SwitchMessage message{&from, &to, action};
   announce_switch(from, to, false);
   transfer_t back = jump_fcontext(to.saved, &message);
@@ -145,7 +151,9 @@ void switch_context(ExecutionContext& from, ExecutionContext& to, SwitchAction a
 }
 
 transfer_t exit_context(ExecutionContext& from, ExecutionContext& to, SwitchAction action) {
-  // The message outlives the finished context's frames.
+  // The message outlives the finished context's frames. A finished context
+  // handles no exception: `to`'s state is the thread's now.
+  thread_exception_state() = to.exceptions;
   from.exit_message = SwitchMessage{&from, &to, action};
 #ifdef WEFT_LAST_SWITCH_BY_RETURN
   return transfer_t{to.saved, &from.exit_message};

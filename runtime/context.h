@@ -11,6 +11,7 @@
 
 #include <cstddef>
 
+#include "exception_state.h"
 #include "fcontext.h"
 
 namespace weft::detail {
@@ -47,6 +48,8 @@ struct ExecutionContext {
   void* asan_fake_stack = nullptr;
   void* tsan_fiber = nullptr;    // ThreadSanitizer's handle for this context
   SwitchMessage exit_message{};  // of its last switch (exit_context)
+  // Its C++ exception state while another context runs (exception_state.h).
+  ExceptionState exceptions{};
 };
 
 // Prepares `ctx` to start at `entry` on the stack [bottom, bottom + size).

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <set>
@@ -203,6 +204,58 @@ TEST_P(WorkersTest, ExceptionsReachJoin) {
     EXPECT_STREQ(e.what(), "boom in fiber");
   }
   EXPECT_FALSE(f.joinable());
+}
+
+// Each fiber has its own exceptions being handled and its own count of
+// those in flight, as each thread has: a fiber that parks inside a catch
+// block, or in a destructor that unwinding runs, finds its own again when
+// it resumes, whatever ran on its thread meanwhile. Before, they were the
+// thread's (the C++ runtime's __cxa_eh_globals): `throw;` rethrew another
+// fiber's exception, std::uncaught_exceptions() counted another's, and the
+// end of a catch block freed another fiber's live exception object.
+TEST_P(WorkersTest, EachFiberHandlesItsOwnExceptionsAcrossParks) {
+  struct CountsInFlight {
+    int* seen;
+    ~CountsInFlight() {
+      this_fiber::sleep_for(1ms);  // parks while its exception unwinds the frame
+      *seen = std::uncaught_exceptions();
+    }
+  };
+  constexpr int kFibers = 40;
+  std::atomic<int> wrong{0};
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < kFibers; ++i) {
+    fibers.push_back(sched().spawn([i, &wrong] {
+      const std::string mine = "fiber " + std::to_string(i);
+      try {
+        try {
+          throw std::runtime_error(mine);
+        } catch (const std::runtime_error&) {
+          this_fiber::sleep_for(std::chrono::microseconds(200 * (i % 5)));
+          if (std::uncaught_exceptions() != 0) ++wrong;
+          try {
+            std::rethrow_exception(std::current_exception());
+          } catch (const std::runtime_error& current) {
+            if (mine != current.what()) ++wrong;
+          }
+          this_fiber::yield();
+          throw;
+        }
+      } catch (const std::runtime_error& rethrown) {
+        if (mine != rethrown.what()) ++wrong;
+      }
+      int in_flight = -1;
+      try {
+        CountsInFlight guard{&in_flight};
+        throw std::logic_error(mine);
+      } catch (const std::logic_error&) {
+      }
+      if (in_flight != 1) ++wrong;
+      if (std::current_exception() != nullptr || std::uncaught_exceptions() != 0) ++wrong;
+    }));
+  }
+  for (Fiber& fiber : fibers) fiber.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST_P(WorkersTest, DetachedExceptionGoesToTheHandler) {

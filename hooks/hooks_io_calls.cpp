@@ -326,6 +326,9 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
   std::optional<std::size_t> counted;
   for (;;) {
     if (done > 0 && failed_meanwhile(fd, state, direction)) break;
+    // Before the step, as attempt_or_park's: the park after its EAGAIN
+    // skips the poll, and a wake for a call since (a shutdown) ends it.
+    const FdWaitMark mark = fd_wait_mark(&state, direction);
     const ssize_t r = step(done);
     if (r >= 0) {
       done += std::size_t(r);
@@ -338,7 +341,7 @@ ssize_t transfer_all(int fd, FdRecord& state, FdDirection direction, Total total
       if (done > 0) break;
       return -1;
     }
-    if (const int failed = park_on(fd, state, direction, deadline.get())) {
+    if (const int failed = park_on(fd, state, direction, deadline.get(), &mark)) {
       // A receive's last step at its timeout (above); a failure that came
       // after some bytes is left to the next call, as after a wake.
       if (failed == EAGAIN && direction == FdDirection::read && !(done > 0 && failed_meanwhile(fd, state, direction))) {
@@ -418,9 +421,16 @@ ssize_t peek_all(int fd, FdRecord& state, std::size_t wanted, Call&& call) {
   const int saved = errno_value();
   ParkDeadline deadline(fd, state, FdDirection::read);
   if (!state.short_read_drains()) {
-    if (const int failed = park_on(fd, state, FdDirection::read, deadline.get())) {
-      set_errno(failed);
-      return -1;
+    // Until there is something to peek (a wake for a call, as a shutdown
+    // of this socket makes, proves nothing): the call then returns what
+    // there is without waiting.
+    for (;;) {
+      if (const int failed = park_on(fd, state, FdDirection::read, deadline.get())) {
+        set_errno(failed);
+        return -1;
+      }
+      pollfd level{fd, POLLIN, 0};
+      if (real::poll()(&level, 1, 0) == 1) break;  // data, EOF or an error
     }
     return announced([&] { return call(false); });
   }
@@ -550,7 +560,8 @@ ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
       [&](std::size_t done) {
         if (done == 0) {
           const ssize_t sent = real::sendmsg()(fd, msg, flags | MSG_DONTWAIT);
-          if (sent < 0 && refused_by_a_full_receiver(fd, state, msg->msg_name))
+          // EAGAIN: the kernel read the message, which may be read here.
+          if (sent < 0 && would_block(errno_value()) && refused_by_a_full_receiver(fd, state, msg->msg_name))
             return announced([&] { return real::sendmsg()(fd, msg, flags); }, Sleeps::until_woken);
           return sent;
         }
@@ -576,6 +587,7 @@ int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
   ParkDeadline deadline(fd, state, FdDirection::write);
   unsigned done = 0;
   while (done < count) {
+    const FdWaitMark mark = fd_wait_mark(&state, FdDirection::write);
     const int sent = real::sendmmsg()(fd, msgs + done, count - done, flags | MSG_DONTWAIT);
     if (sent > 0) {
       done += unsigned(sent);
@@ -596,7 +608,7 @@ int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
       if (done > 0) break;
       return sent;
     }
-    if (const int failed = park_on(fd, state, FdDirection::write, deadline.get())) {
+    if (const int failed = park_on(fd, state, FdDirection::write, deadline.get(), &mark)) {
       if (done > 0) break;
       set_errno(failed);
       return -1;
@@ -667,11 +679,20 @@ bool not_pollable_after_all(int fd, int saved) {
   return true;
 }
 
+// Whether a transfer of `iov` is one an eventfd or timerfd refuses at
+// once with EINVAL: fewer bytes than its 8-byte counter (FdRecord::
+// counter_bit). The caller's iovec array is read only if the kernel could
+// read it (else the call is its EFAULT); `own_array`: the hook's own.
+bool under_a_counter(const FdRecord& state, const iovec* iov, int count, bool own_array) {
+  if (!state.counter() || count > UIO_MAXIOV) return false;
+  if (!own_array && !readable_by_kernel(iov, std::size_t(count) * sizeof(iovec))) return false;
+  return iov_total(iov, count) < sizeof(std::uint64_t);
+}
+
 ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   // A signalfd's readiness is the reading thread's (FdRecord::signalfd_bit):
   // the plain call on this one, announced.
   if (state.signalfd()) return announced([&] { return real::readv()(fd, iov, count); });
-  if (state.counter() && iov_total(iov, count) < sizeof(std::uint64_t)) return real::readv()(fd, iov, count);  // EINVAL
   const int saved = errno_value();
   if (!state.refuses_nowait()) {
     const ssize_t result = attempt_or_park(fd, state, FdDirection::read, 0,
@@ -685,8 +706,6 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
 }
 
 ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
-  if (state.counter() && iov_total(iov, count) < sizeof(std::uint64_t))
-    return real::writev()(fd, iov, count);  // EINVAL
   const int saved = errno_value();
   if (!state.refuses_nowait()) {
     std::vector<iovec> rest;
@@ -952,6 +971,9 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   const ErrnoHome home;  // before the first park (with_nonblock's waits too)
   const int saved = errno_value();
   const Clock::time_point deadline = deadline_after_ns(socket_timeout_ns(fd, *state, FdDirection::write));
+  // Read while the kernel's attempt has just read it: `addr` is the
+  // caller's, which may change while this fiber parks.
+  sa_family_t family = AF_UNSPEC;
   auto backoff = std::chrono::milliseconds(1);
   int error = 0;
   for (;;) {
@@ -971,7 +993,10 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
     // EALREADY: an earlier connect is still in progress (one that
     // SO_SNDTIMEO ended with EINPROGRESS), which a blocking connect waits
     // for too.
-    if (error == EINPROGRESS || error == EALREADY) break;
+    if (error == EINPROGRESS || error == EALREADY) {
+      family = addr->sa_family;  // the kernel has just read it
+      break;
+    }
     if (!would_block(error)) return -1;
     // AF_UNIX with a full backlog: no edge will come; retry, backing off.
     if (Clock::now() >= deadline) {
@@ -991,12 +1016,21 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
   socklen_t len = sizeof(so_error);
   if (real::getsockopt()(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) return -1;
   if (so_error != 0) {
+    // SO_ERROR also reports a soft error (an ICMP message that came while
+    // the handshake went on) on a socket that then connected: the kernel's
+    // blocking connect succeeds there, as it looks at the state alone.
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof(peer);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0) {
+      set_errno(saved);
+      return 0;
+    }
     // A blocking connect that fails leaves its socket unconnected (the
     // kernel's inet_stream_connect: disconnect, SS_UNCONNECTED), so that a
     // connect again tries again; one that failed while "in progress"
     // stays connecting (a connect again: ECONNABORTED, a receive: EOF).
     // A connect to AF_UNSPEC is that same disconnect.
-    if (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) {
+    if (family == AF_INET || family == AF_INET6) {
       sockaddr unspecified{};
       unspecified.sa_family = AF_UNSPEC;
       real::connect()(fd, &unspecified, sizeof(unspecified));
@@ -1078,22 +1112,25 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
   FdRecord* state = parkable(fd, flags, true);
   if (state == nullptr || state->kind() != FdKind::socket) return real::recvmsg()(fd, msg, flags);
   auto length = [&] { return iov_total_if_readable(msg); };
-  // A peek's steps each fill the message afresh, with the room the caller
-  // gave; a message the kernel cannot read is its EFAULT, at once.
-  if ((flags & MSG_PEEK) && !readable_by_kernel(msg)) return real::recvmsg()(fd, msg, flags);
-  const socklen_t name_room = (flags & MSG_PEEK) ? msg->msg_namelen : 0;
-  const std::size_t control_room = (flags & MSG_PEEK) ? msg->msg_controllen : 0;
-  auto peek = [&](bool at_once) {
-    msg->msg_namelen = name_room;
-    msg->msg_controllen = control_room;
-    return real::recvmsg()(fd, msg, at_once ? (flags & ~MSG_WAITALL) | MSG_DONTWAIT : flags);
+  // A peek that waits for `wanted` bytes, which counting found the message
+  // readable for (0: unreadable, or nothing asked, the kernel's at once).
+  // Its steps each fill the message afresh, with the room the caller gave.
+  const auto peek_for = [&](std::size_t wanted) -> ssize_t {
+    if (wanted == 0) return real::recvmsg()(fd, msg, flags);
+    const socklen_t name_room = msg->msg_namelen;
+    const std::size_t control_room = msg->msg_controllen;
+    return peek_all(fd, *state, wanted, [&](bool at_once) {
+      msg->msg_namelen = name_room;
+      msg->msg_controllen = control_room;
+      return real::recvmsg()(fd, msg, at_once ? (flags & ~MSG_WAITALL) | MSG_DONTWAIT : flags);
+    });
   };
   if (waits_for_all(*state, flags)) {
-    if (flags & MSG_PEEK) return peek_all(fd, *state, length(), peek);
+    if (flags & MSG_PEEK) return peek_for(length());
     return recvmsg_all(fd, *state, msg, flags);
   }
   if (const std::size_t target = rcvlowat_target(fd, *state, length, flags); target > 1) {
-    if (flags & MSG_PEEK) return peek_all(fd, *state, target, peek);
+    if (flags & MSG_PEEK) return peek_for(target);
     return recvmsg_all(fd, *state, msg, flags, target);
   }
   return attempt_or_park(fd, *state, FdDirection::read, 0,
@@ -1185,6 +1222,7 @@ ssize_t read(int fd, void* buf, size_t n) {
   // timerfd or signalfd; an inotify fd's waits for an event first.
   if (n == 0) return announced([&] { return real::read()(fd, buf, n); });
   iovec one{buf, n};
+  if (under_a_counter(*state, &one, 1, true)) return real::read()(fd, buf, n);  // EINVAL at once
   return pollable_read(fd, *state, &one, 1);
 }
 
@@ -1202,7 +1240,8 @@ ssize_t readv(int fd, const iovec* iov, int count) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::readv()(fd, iov, count);
   }
-  if (count < 0) return real::readv()(fd, iov, count);  // EINVAL, as libc says it
+  // EINVAL, as libc says it; and an eventfd's or timerfd's, at once.
+  if (count < 0 || under_a_counter(*state, iov, count, false)) return real::readv()(fd, iov, count);
   return pollable_read(fd, *state, iov, count);
 }
 
@@ -1219,6 +1258,7 @@ ssize_t write(int fd, const void* buf, size_t n) {
   }
   if (n == 0) return announced([&] { return real::write()(fd, buf, n); });  // as read's, above
   iovec one{const_cast<void*>(buf), n};
+  if (under_a_counter(*state, &one, 1, true)) return real::write()(fd, buf, n);  // EINVAL at once
   return pollable_write(fd, *state, &one, 1);
 }
 
@@ -1233,7 +1273,7 @@ ssize_t writev(int fd, const iovec* iov, int count) {
     if (result >= 0 || !not_a_socket_after_all(fd)) return result;
     return real::writev()(fd, iov, count);
   }
-  if (count < 0) return real::writev()(fd, iov, count);  // EINVAL, as libc says it
+  if (count < 0 || under_a_counter(*state, iov, count, false)) return real::writev()(fd, iov, count);
   return pollable_write(fd, *state, iov, count);
 }
 

@@ -50,6 +50,10 @@ struct alignas(64) FdRecord {
   // the lock before parking (io/netpoller.h, "Waiting").
   std::atomic<std::uint32_t> events[2] = {0, 0};
   WaitList waiters[2];
+  // Bumped (under `lock`) by fd_wake_waiters: a wait whose mark saw an
+  // older count returns ready without polling (the change that woke the
+  // others, a unix socket's shutdown, raised no readiness to poll).
+  std::atomic<std::uint32_t> calls_woken{0};
   // Set (before the counters move) by a poller that reports a hang-up,
   // the peer's shutdown or an error, which stay readable once seen and
   // raise no further edge, or urgent data (a TCP read stops short at its

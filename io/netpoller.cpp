@@ -413,12 +413,13 @@ std::unique_ptr<IdlePoller> make_idle_poller(SchedulerCore& core) { return std::
 
 FdWaitMark fd_wait_mark(const FdRecord* record, FdDirection direction) noexcept {
   if (record == nullptr) return {};
+  const std::uint32_t calls_woken = record->calls_woken.load(std::memory_order_acquire);
   FiberControl* self = current_fiber();
-  if (self == nullptr) return {};
+  if (self == nullptr) return {0, 0, calls_woken, false};
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   // In wait_fd's order: the sequence first (step 5 compares with it).
   const std::uint64_t sequence = poller.poll_sequence();
-  return {sequence, record->events[index_of(direction)].load(std::memory_order_acquire), true};
+  return {sequence, record->events[index_of(direction)].load(std::memory_order_acquire), calls_woken, true};
 }
 
 FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
@@ -481,6 +482,10 @@ FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::tim
   FdWaitMark noted;
   if (mark == nullptr && direction == FdDirection::read && take_drain_note(fd, noted)) mark = &noted;
   bool from_mark = mark != nullptr && mark->valid;
+  // A wake for a call (fd_wake_waiters) since the caller's mark, or since
+  // now, ends the wait: what woke the others raised no readiness to poll.
+  const std::uint32_t calls_woken =
+      mark != nullptr ? mark->calls_woken : record.calls_woken.load(std::memory_order_acquire);
   for (;;) {
     std::uint64_t began;
     std::uint32_t seen;
@@ -495,6 +500,10 @@ FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::tim
     }
     if (deadline != no_deadline && Clock::now() >= deadline) return FdWaitResult::timed_out;
     record.lock.lock();
+    if (record.calls_woken.load(std::memory_order_relaxed) != calls_woken) {
+      record.lock.unlock();
+      return FdWaitResult::ready;
+    }
     poller.add_locked(record, fd);  // unlocks before it throws
     if (record.events[d].load(std::memory_order_relaxed) != seen) {
       record.lock.unlock();
@@ -568,9 +577,9 @@ void fd_wake_waiters(int fd) noexcept {
   FdRecord* record = fd_records().find(fd);
   if (record == nullptr) return;
   record->lock.lock();
+  // A waiter between its mark and its park sees it, and returns ready.
+  record->calls_woken.store(record->calls_woken.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   for (int d = 0; d < 2; ++d) {
-    // As an edge: a waiter between its counter read and its park sees it.
-    record->events[d].store(record->events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
     while (Waiter* waiter = record->waiters[d].pop_front()) {
       if (waiter->amount == kSetNodeMark) {
         FdSetWaitGroup::wake(*waiter);

@@ -125,6 +125,7 @@ enum class FdDirection { read, write };
 struct FdWaitMark {
   std::uint64_t sequence = 0;
   std::uint32_t events = 0;
+  std::uint32_t calls_woken = 0;  // FdRecord::calls_woken, kept whether valid or not
   bool valid = false;
 };
 FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept;

@@ -293,12 +293,16 @@ TEST(HooksSocket, ConnectToAClosedPortFailsWithTheKernelsError) {
 // read from SO_ERROR): its next connect failed with ECONNABORTED, a
 // receive returned 0 and poll added POLLIN.
 TEST(HooksSocket, AFailedConnectLeavesTheSocketAsAThreadsDoes) {
-  Listener live;  // first: the closed port cannot be its
+  Listener live;
+  // A port bound but not listening: refused, and no other socket can
+  // take it meanwhile.
+  const int bound = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in gone_addr{};
-  {
-    Listener gone;
-    gone_addr = gone.addr;
-  }
+  gone_addr.sin_family = AF_INET;
+  gone_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t gone_len = sizeof(gone_addr);
+  ASSERT_EQ(bind(bound, reinterpret_cast<sockaddr*>(&gone_addr), gone_len), 0);
+  ASSERT_EQ(getsockname(bound, reinterpret_cast<sockaddr*>(&gone_addr), &gone_len), 0);
   const auto after_a_failed_connect = [&] {
     std::string seen;
     const auto call = [&](const char* what, long result) {
@@ -321,6 +325,7 @@ TEST(HooksSocket, AFailedConnectLeavesTheSocketAsAThreadsDoes) {
   Scheduler sched = one_worker();
   std::string on_fiber;
   in_fiber(sched, [&] { on_fiber = after_a_failed_connect(); });
+  close(bound);
   EXPECT_EQ(on_fiber, on_thread);
   EXPECT_NE(on_thread.find("connect to a listener 0"), std::string::npos) << on_thread;
 }
@@ -354,6 +359,13 @@ TEST(HooksSocket, AShutdownEndsTheCallsParkedOnItsUnixSocketAsOnAThread) {
       }
       const int own = type == -1 ? listener : pair[0];
       std::thread stopper([&] {
+        // A stream's send has filled the buffer and waits: what it sent is
+        // queued (bounded: if it never starts, the comparison says so).
+        int queued = 0;
+        for (int i = 0; type == SOCK_STREAM && queued == 0 && i < 5'000; ++i) {
+          std::this_thread::sleep_for(1ms);
+          ioctl(own, SIOCOUTQ, &queued);
+        }
         std::this_thread::sleep_for(100ms);
         shutdown(own, type == -1 ? SHUT_RDWR : SHUT_WR);
       });
@@ -376,6 +388,66 @@ TEST(HooksSocket, AShutdownEndsTheCallsParkedOnItsUnixSocketAsOnAThread) {
     EXPECT_EQ(got.fiber, got.thread) << "socket type " << type;
     EXPECT_EQ(got.thread, type == SOCK_STREAM ? "a part" : type == -1 ? "-1 EINVAL" : "-1 EPIPE") << type;
   }
+}
+
+// The shutdown's wake reaches a send that is between its EAGAIN and its
+// park: it makes the call again (EPIPE) instead of parking for readiness
+// that never comes. Before, about 1 send in 20 so caught waited for its
+// SO_SNDTIMEO (the wake counted as an edge, which the send then polled
+// for, found none, and parked).
+TEST(HooksSocket, AShutdownWhileASendGoesToParkIsNotLost) {
+  Scheduler sched = one_worker();
+  static char filler[4096];
+  int timed_out = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    SocketPair pair;
+    while (send(pair.a(), filler, sizeof(filler), MSG_DONTWAIT) > 0) {
+    }
+    set_timeout(pair.a(), SO_SNDTIMEO, 50ms);
+    std::atomic<bool> sending{false};
+    std::thread stopper([&] {
+      while (!sending.load()) {
+      }
+      const auto at = Clock::now() + std::chrono::microseconds(trial % 30);
+      while (Clock::now() < at) {
+      }
+      shutdown(pair.a(), SHUT_WR);
+    });
+    ssize_t sent = 0;
+    int error = 0;
+    in_fiber(sched, [&] {
+      sending = true;
+      sent = send(pair.a(), filler, 100, MSG_NOSIGNAL);
+      error = errno;
+    });
+    stopper.join();
+    if (sent < 0 && error == EAGAIN) ++timed_out;
+  }
+  EXPECT_EQ(timed_out, 0) << "sends that waited for their timeout though the socket was shut down";
+}
+
+// A unix stream socket's peek for all returns what there is once there is
+// some; a shutdown of the socket for writing is no reason to make it.
+// Before, the shutdown's wake sent the fiber into the blocking peek of an
+// empty socket, which held the only worker that the writer, back from its
+// usleep, needed: a hang (here until a watchdog wrote, after 5 s).
+TEST(HooksSocket, AUnixPeekForAllWaitsForDataNotForAShutdownsWake) {
+  Scheduler sched = one_worker();
+  SocketPair pair;
+  Watchdog watchdog([&] { EXPECT_EQ(write(pair.b(), "wxyz", 4), 4); });
+  Fiber writer = sched.spawn([&] {
+    usleep(20'000);
+    EXPECT_EQ(shutdown(pair.a(), SHUT_WR), 0);
+    usleep(20'000);
+    EXPECT_EQ(write(pair.b(), "abcd", 4), 4);
+  });
+  char buf[5] = {};
+  ssize_t got = -2;
+  in_fiber(sched, [&] { got = recv(pair.a(), buf, 4, MSG_PEEK | MSG_WAITALL); });
+  writer.join();
+  EXPECT_FALSE(watchdog.fired()) << "the peek held the worker its writer needed";
+  EXPECT_EQ(got, 4);
+  EXPECT_STREQ(buf, "abcd");
 }
 
 // A datagram sent to a unix receiver whose queue is full waits, as a

@@ -6,6 +6,7 @@
 // in a fiber). Each case also runs on memory that is readable but off the
 // stack, which the hooks ask the kernel about.
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -66,6 +67,12 @@ TEST(HooksUserMemory, VectorCallsOfAnUnreadableArrayFailWithEfault) {
     out += "\nreadv socket " + outcome(::readv(sockets.fds[0], bad, 1));
     char byte;
     EXPECT_EQ(::read(sockets.fds[0], &byte, 1), 1);
+    // An eventfd: the hooks look at the array's size for its 8-byte rule
+    // only where the kernel could read it.
+    const int event = ::eventfd(1, EFD_CLOEXEC);
+    out += "\nreadv eventfd " + outcome(::readv(event, bad, 1));
+    out += "\nwritev eventfd " + outcome(::writev(event, bad, 1));
+    ::close(event);
     // Readable, off the stack.
     auto* good = reinterpret_cast<iovec*>(pages.readable());
     static char text[] = "ab";
@@ -79,8 +86,8 @@ TEST(HooksUserMemory, VectorCallsOfAnUnreadableArrayFailWithEfault) {
   };
   const test::ThreadAndFiber got = test::on_thread_and_fiber(body);
   EXPECT_EQ(got.thread,
-            "writev socket -1 EFAULT\nwritev pipe -1 EFAULT\nreadv socket -1 EFAULT\n"
-            "writev socket off the stack 2 read 2 ab");
+            "writev socket -1 EFAULT\nwritev pipe -1 EFAULT\nreadv socket -1 EFAULT\nreadv eventfd -1 EFAULT\n"
+            "writev eventfd -1 EFAULT\nwritev socket off the stack 2 read 2 ab");
   EXPECT_EQ(got.fiber, got.thread);
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);

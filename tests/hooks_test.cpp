@@ -390,6 +390,41 @@ TEST(HooksSocket, AShutdownEndsTheCallsParkedOnItsUnixSocketAsOnAThread) {
   }
 }
 
+// A send parked on a full unix stream socket whose reader then closes with
+// bytes unread fails as a thread's blocking send does: ECONNRESET, and no
+// SIGPIPE. Before, the fiber's send made again after its park found the
+// socket shut down first: EPIPE, and a SIGPIPE whose default action
+// killed the process.
+TEST(HooksSocket, ASendWhoseReaderClosedWithBytesUnreadIsResetAsOnAThread) {
+  static std::atomic<int> sigpipes{0};
+  struct sigaction counting {};
+  counting.sa_handler = [](int) { sigpipes.fetch_add(1); };
+  struct sigaction old {};
+  ASSERT_EQ(sigaction(SIGPIPE, &counting, &old), 0);
+  const test::ThreadAndFiber got = test::on_thread_and_fiber([] {
+    static char filler[4096];
+    SocketPair pair;
+    while (send(pair.b(), filler, sizeof(filler), MSG_DONTWAIT) > 0) {
+    }
+    std::atomic<int> writer{0};
+    std::thread closer([&] {
+      while (writer.load() == 0) std::this_thread::sleep_for(1ms);
+      test::await_asleep(writer.load());  // its write waits (or its worker, the fiber parked)
+      close(pair.fds[0]);
+      pair.fds[0] = -1;
+    });
+    sigpipes = 0;
+    writer = int(syscall(SYS_gettid));
+    errno = 0;
+    const std::string outcome = test::outcome(write(pair.b(), filler, sizeof(filler)));
+    closer.join();
+    return "write " + outcome + ", SIGPIPE " + std::to_string(sigpipes.load());
+  });
+  sigaction(SIGPIPE, &old, nullptr);
+  EXPECT_EQ(got.thread, "write -1 ECONNRESET, SIGPIPE 0");
+  EXPECT_EQ(got.fiber, got.thread);
+}
+
 // The shutdown's wake reaches a send that is between its EAGAIN and its
 // park: it makes the call again (EPIPE) instead of parking for readiness
 // that never comes. Before, about 1 send in 20 so caught waited for its

@@ -5,6 +5,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 
@@ -34,14 +35,38 @@ void write_number(std::uint64_t value) noexcept {
   write_stderr(out, static_cast<std::size_t>(n));
 }
 
+// Before a handler that was installed before ours runs: what the kernel
+// would have done had it delivered the signal to that handler itself. Its
+// mask: the interrupted code's, with the handler's sa_mask and, unless
+// SA_NODEFER, the signal (ours blocks the signal and nothing else; a
+// handler that longjmps out with SA_NODEFER left SIGSEGV blocked, and the
+// next fault killed the process). SA_RESETHAND: the default disposition
+// from this delivery on (ours stayed, and a one-shot handler that
+// returned ran again at every retry of the faulting instruction).
+void deliver_as_the_kernel_would(int signal, const struct sigaction& previous, void* context) noexcept {
+  sigset_t mask = static_cast<ucontext_t*>(context)->uc_sigmask;
+  for (int other = 1; other < NSIG; ++other)
+    if (sigismember(&previous.sa_mask, other) == 1) sigaddset(&mask, other);
+  if ((previous.sa_flags & SA_NODEFER) == 0) sigaddset(&mask, signal);
+  sys::set_signal_mask(mask);
+  if ((previous.sa_flags & SA_RESETHAND) != 0) {
+    struct sigaction fallback {};
+    fallback.sa_handler = SIG_DFL;
+    sigemptyset(&fallback.sa_mask);
+    sys::sigaction(signal, &fallback, nullptr);
+  }
+}
+
 // Hands a fault that is not ours to whoever handled it before us.
 void forward(int signal, siginfo_t* info, void* context) noexcept {
   const struct sigaction& previous = signal == SIGBUS ? previous_bus : previous_segv;
   if ((previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr) {
+    deliver_as_the_kernel_would(signal, previous, context);
     previous.sa_sigaction(signal, info, context);
     return;
   }
   if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN && previous.sa_handler != nullptr) {
+    deliver_as_the_kernel_would(signal, previous, context);
     previous.sa_handler(signal);
     return;
   }
@@ -115,13 +140,23 @@ void install_overflow_handler() {
 }
 
 AltSignalStack::AltSignalStack() {
-  size_ = 64 * 1024;
+  // Every SA_ONSTACK handler of the process runs here on a worker, where on
+  // a plain thread without one it runs on the thread's own stack: room for
+  // what such handlers use (a crash reporter's unwinding), only its touched
+  // pages resident, and a guard page below, so that one that needs more
+  // dies of SIGSEGV instead of writing over whatever is mapped there (64
+  // KiB without a guard did).
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const long asked = ::sysconf(_SC_SIGSTKSZ);
+  const std::size_t usable = std::max<std::size_t>(kAltStackBytes, asked > 0 ? 4 * std::size_t(asked) : 0);
+  const std::size_t guard = page > 0 ? std::size_t(page) : 4096;
+  size_ = usable + guard;
   void* memory = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return;  // no report on overflow, but no crash here either
   stack_t stack{};
-  stack.ss_sp = memory;
-  stack.ss_size = size_;
-  if (::sigaltstack(&stack, nullptr) != 0) {
+  stack.ss_sp = static_cast<char*>(memory) + guard;
+  stack.ss_size = usable;
+  if (::mprotect(memory, guard, PROT_NONE) != 0 || ::sigaltstack(&stack, nullptr) != 0) {
     ::munmap(memory, size_);
     return;
   }

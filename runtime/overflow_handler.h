@@ -19,6 +19,10 @@ namespace weft::detail {
 // Installs the process-wide SIGSEGV/SIGBUS handler once.
 void install_overflow_handler();
 
+// The usable size of a worker's alternate signal stack (at least four
+// times the system's SIGSTKSZ), with a guard page below it.
+inline constexpr std::size_t kAltStackBytes = 256 * 1024;
+
 // An alternate signal stack for the calling thread, for its lifetime.
 class AltSignalStack {
  public:

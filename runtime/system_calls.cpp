@@ -17,6 +17,10 @@ int sigaction(int signal, const struct sigaction* action, struct sigaction* old)
   return ::__sigaction(signal, action, old);
 }
 
+int set_signal_mask(const sigset_t& mask) noexcept {
+  return static_cast<int>(call(SYS_rt_sigprocmask, SIG_SETMASK, &mask, nullptr, NSIG / 8));
+}
+
 int open_read_only(const char* path) noexcept {
   return static_cast<int>(call(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
 }

@@ -81,6 +81,9 @@ int epoll_pwait2(int epoll_fd, epoll_event* events, int max_events, const timesp
 // system call of its own: rt_sigaction needs the return trampoline
 // (sa_restorer) that only libc has.
 int sigaction(int signal, const struct sigaction* action, struct sigaction* old) noexcept;
+// Sets the calling thread's signal mask (rt_sigprocmask): async-signal-safe,
+// and not the hooks' pthread_sigmask.
+int set_signal_mask(const sigset_t& mask) noexcept;
 
 // Sleeps the calling thread until `deadline` on CLOCK_MONOTONIC (whole, across
 // signals).

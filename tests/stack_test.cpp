@@ -1,10 +1,13 @@
 // Stacks: guard pages, pooling, overflow reporting and mapping failures.
 #include "runtime/stack.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <weft/weft.h>
 
+#include <csetjmp>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -240,6 +243,98 @@ TEST(StackDeathTest, OtherFaultsKeepTheirDefaultAction) {
          }).join();
       },
       ::testing::KilledBySignal(SIGSEGV), "");
+}
+
+// A SIGSEGV handler installed before weft's (which handles the faults that
+// are not a fiber's overflow by calling it) runs as the kernel would run
+// it: with its flags. Before, it ran with weft's: an SA_NODEFER handler
+// that longjmps out of a probe left SIGSEGV blocked, and the second probe
+// killed the process; an SA_RESETHAND handler that returned ran again at
+// every retry of the fault, for good.
+std::jmp_buf* probe_return = nullptr;
+void return_from_the_probe(int) { std::longjmp(*probe_return, 1); }
+
+[[gnu::noinline]] bool readable(const volatile int* address) {
+  std::jmp_buf here;
+  probe_return = &here;
+  if (setjmp(here) == 0) {
+    (void)*address;
+    return true;
+  }
+  return false;
+}
+
+TEST(StackDeathTest, AFaultHandlerInstalledBeforeWeftsKeepsItsFlags) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        struct sigaction probe {};
+        probe.sa_handler = &return_from_the_probe;
+        probe.sa_flags = SA_NODEFER;
+        sigemptyset(&probe.sa_mask);
+        sigaction(SIGSEGV, &probe, nullptr);
+        Scheduler s{test::config_with(1)};
+        const void* none = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        int unreadable = 0;
+        s.spawn([&] {
+           for (int i = 0; i < 3; ++i)
+             if (!readable(static_cast<const volatile int*>(none))) ++unreadable;
+         }).join();
+        std::fprintf(stderr, "unreadable %d\n", unreadable);
+        std::exit(unreadable == 3 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "unreadable 3");
+  EXPECT_EXIT(
+      {
+        struct sigaction once {};
+        once.sa_handler = [](int) {
+          static const char text[] = "handled once\n";
+          (void)!::write(STDERR_FILENO, text, sizeof(text) - 1);
+        };
+        once.sa_flags = SA_RESETHAND;
+        sigemptyset(&once.sa_mask);
+        sigaction(SIGSEGV, &once, nullptr);
+        ::alarm(20);  // a handler run at every retry never ends
+        Scheduler s{test::config_with(1)};
+        s.spawn([] {
+           volatile int* null = nullptr;
+           *null = 1;
+         }).join();
+      },
+      ::testing::KilledBySignal(SIGSEGV), "handled once");
+}
+
+// An SA_ONSTACK handler raised in a fiber runs on its worker's alternate
+// stack (a plain thread without one runs it on its own stack): that has
+// room for a handler that uses 200 KiB, and one that uses far more dies of
+// SIGSEGV at its guard instead of writing below it. Before, 64 KiB and no
+// guard: the 200 KiB handler wrote over the mappings below and crashed.
+template <std::size_t kBytes>
+void use_stack_on_signal(int) {
+  volatile char frame[kBytes];
+  for (std::size_t i = 0; i < kBytes; i += 512) frame[i] = char(i);
+  (void)frame[kBytes - 1];
+}
+
+template <std::size_t kBytes>
+void raise_in_a_fiber_with_a_handler_of() {
+  struct sigaction on_stack {};
+  on_stack.sa_handler = &use_stack_on_signal<kBytes>;
+  on_stack.sa_flags = SA_ONSTACK;
+  sigemptyset(&on_stack.sa_mask);
+  sigaction(SIGUSR1, &on_stack, nullptr);
+  Scheduler s{test::config_with(1)};
+  s.spawn([] { ::raise(SIGUSR1); }).join();
+  std::fprintf(stderr, "handled\n");
+  std::exit(0);
+}
+
+TEST(StackDeathTest, AnOnStackSignalHandlerHasRoomAndAGuard) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers keep alternate stacks of their own";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(raise_in_a_fiber_with_a_handler_of<200 * 1024>(), ::testing::ExitedWithCode(0), "handled");
+  EXPECT_EXIT(raise_in_a_fiber_with_a_handler_of<4 * 1024 * 1024>(), ::testing::KilledBySignal(SIGSEGV), "");
 }
 
 // Runs in the death test's child: limits the address space, then asks

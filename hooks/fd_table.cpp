@@ -263,9 +263,13 @@ void socket_option_set(int fd, int level, int option, const void* value) noexcep
   } else if (is_timeout_option(option)) {
     // Any other value the kernel took replaces an "at once" (the fd's
     // dups, made before, keep their copy of the mark: socket_timeout_ns).
-    // Not a vfork child's: its fd is its own, the records its parent's
-    // (the count below still makes the parent read its options afresh).
-    if (FdRecord* record = in_vfork_child() ? nullptr : fd_state(fd))
+    // A vfork child's only on a socket it shares with its parent: its fd
+    // is its own, the records its parent's (the count below still makes
+    // the parent read its options afresh).
+    FdRecord* const record = !in_vfork_child()                   ? fd_state(fd)
+                             : vfork_child_shares_parents_fd(fd) ? fd_records().find(fd)
+                                                                 : nullptr;
+    if (record != nullptr)
       record->set_bit(
           is_receive_timeout(option) ? FdRecord::recv_timeout_at_once_bit : FdRecord::send_timeout_at_once_bit,
           negative_timeout(option, value));

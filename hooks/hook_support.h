@@ -47,6 +47,11 @@ inline bool lock_hooks_enabled() noexcept {
 // child's calls must leave alone. (A fork() child's thread is no fiber:
 // sched/worker.cpp.)
 bool in_vfork_child() noexcept;
+// In a vfork child: whether its `fd` is still the open file description
+// its parent's `fd` is (inherited, not a number it closed or dup2'd over),
+// so that a change to the description (O_NONBLOCK, a socket option) is
+// the parent's too.
+bool vfork_child_shares_parents_fd(int fd) noexcept;
 
 // True when a blocking call should park the calling fiber: a fiber made
 // it, not in a signal handler (hooks/signal_handlers.h), where every hook

@@ -76,12 +76,14 @@ void before_close_range(unsigned int first, unsigned int last) noexcept {
 // but not in a signal handler, which must take no lock the code it
 // interrupted may hold (a flip that code then ends puts back the flags it
 // read, as any F_SETFL of its own would). A vfork child's fd is its own,
-// perhaps a number it dup2'd over, and the records its parent's: as any
-// other process's, its setting is not recorded.
+// perhaps a number it dup2'd over, and the records its parent's: its
+// setting is recorded only on a description it shares with the parent
+// (and never in a record it would have to make).
 template <class Set>
 int set_user_nonblock(int fd, bool nonblock, Set&& set) {
-  if (in_vfork_child()) return set();
-  FdRecord* state = fd_state(fd);
+  FdRecord* state = !in_vfork_child()                   ? fd_state(fd)
+                    : vfork_child_shares_parents_fd(fd) ? fd_records().find(fd)
+                                                        : nullptr;
   if (state == nullptr) return set();
   const bool locking = !in_signal_handler();
   if (locking) state->flip_lock.lock();

@@ -27,6 +27,7 @@
 // not on the stack the child's calls overwrite.
 #include <cerrno>
 
+#include "../runtime/system_calls.h"
 #include "description_sharing.h"
 #include "hook_support.h"
 
@@ -51,6 +52,13 @@ extern "C" {
 namespace weft::detail {
 
 bool in_vfork_child() noexcept { return weft_vfork_children != 0; }
+
+bool vfork_child_shares_parents_fd(int fd) noexcept {
+  // kcmp(2): 0 when both processes' fds name one open file description.
+  // Not known (no kcmp, or ptrace rules refuse it): as another process's.
+  constexpr int kKcmpFile = 0;  // <linux/kcmp.h>'s KCMP_FILE
+  return sys::call(SYS_kcmp, sys::call(SYS_getpid), sys::call(SYS_getppid), kKcmpFile, fd, fd) == 0;
+}
 
 }  // namespace weft::detail
 

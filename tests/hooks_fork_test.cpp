@@ -592,18 +592,21 @@ TEST(HooksFork, AVforkChildsOpenLeavesTheParentsWaitsAlone) {
   close(data[1]);
 }
 
-// What a vfork child sets on a number it has dup2'd another socket over:
-// the fd is the child's (its own fd table), and the records the parent's
-// (the memory is shared). Before, the child's O_NONBLOCK (F_SETFL or
-// FIONBIO) or negative SO_RCVTIMEO went into the parent's record of that
-// number, and the parent's fiber's blocking recv on its own socket there
-// failed with EAGAIN at once instead of waiting.
+// What a vfork child sets on one of its fds: the fd is the child's (its
+// own fd table), and the records the parent's (the memory is shared).
+// Before, the child's O_NONBLOCK (F_SETFL or FIONBIO) or negative
+// SO_RCVTIMEO on a number it had dup2'd another socket over went into the
+// parent's record of that number, and the parent's fiber's blocking recv
+// on its own socket there failed with EAGAIN at once instead of waiting.
+// On a number it inherited, the description (and the socket) is the
+// parent's too: the parent's recv then fails with EAGAIN at once, as a
+// thread's does.
 enum class ChildSetting { setfl_nonblock, fionbio, negative_rcvtimeo };
 
 [[gnu::noinline]] pid_t vfork_setting(int replacement, int target, ChildSetting setting) {
   const pid_t child = vfork();
   if (child == 0) {
-    if (dup2(replacement, target) != target) _exit(1);
+    if (replacement >= 0 && dup2(replacement, target) != target) _exit(1);
     int result = -1;
     switch (setting) {
       case ChildSetting::setfl_nonblock:
@@ -625,42 +628,50 @@ enum class ChildSetting { setfl_nonblock, fionbio, negative_rcvtimeo };
   return child;
 }
 
-TEST(HooksFork, AVforkChildsSettingsOnANumberItReplacedLeaveTheParentsRecord) {
-  for (const ChildSetting setting :
-       {ChildSetting::setfl_nonblock, ChildSetting::fionbio, ChildSetting::negative_rcvtimeo}) {
-    SCOPED_TRACE(static_cast<int>(setting));
-    int own[2];
-    int other[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, own), 0);
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, other), 0);
-    Scheduler sched(test::config_with(2));
-    int vfork_status = -1;
-    sched
-        .spawn([&] {
-          const pid_t child = vfork_setting(other[0], own[0], setting);
-          ASSERT_GT(child, 0);
-          EXPECT_EQ(waitpid(child, &vfork_status, 0), child);
-        })
-        .join();
-    EXPECT_TRUE(WIFEXITED(vfork_status) && WEXITSTATUS(vfork_status) == 0);
-    std::atomic<ssize_t> got{-2};
-    int read_error = 0;
-    Fiber reader = sched.spawn([&] {
-      char c;
-      const ssize_t n = recv(own[0], &c, 1, 0);
-      read_error = errno;
-      got.store(n);
-    });
-    bool parked = false;
-    for (int i = 0; i < 20'000 && !parked && got.load() == -2; ++i) {
-      parked = sched.snapshot().poller.io_waiters >= 1;
-      if (!parked) std::this_thread::sleep_for(1ms);
+TEST(HooksFork, AVforkChildsSettingsReachTheParentsRecordOnlyOnADescriptionTheyShare) {
+  for (const bool replaced : {true, false}) {
+    for (const ChildSetting setting :
+         {ChildSetting::setfl_nonblock, ChildSetting::fionbio, ChildSetting::negative_rcvtimeo}) {
+      SCOPED_TRACE(std::string(replaced ? "replaced" : "inherited") + " " + std::to_string(int(setting)));
+      int own[2];
+      int other[2];
+      ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, own), 0);
+      ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, other), 0);
+      Scheduler sched(test::config_with(2));
+      int vfork_status = -1;
+      sched
+          .spawn([&] {
+            const pid_t child = vfork_setting(replaced ? other[0] : -1, own[0], setting);
+            ASSERT_GT(child, 0);
+            EXPECT_EQ(waitpid(child, &vfork_status, 0), child);
+          })
+          .join();
+      EXPECT_TRUE(WIFEXITED(vfork_status) && WEXITSTATUS(vfork_status) == 0);
+      std::atomic<ssize_t> got{-2};
+      int read_error = 0;
+      Fiber reader = sched.spawn([&] {
+        char c;
+        const ssize_t n = recv(own[0], &c, 1, 0);
+        read_error = errno;
+        got.store(n);
+      });
+      bool parked = false;
+      for (int i = 0; i < 20'000 && !parked && got.load() == -2; ++i) {
+        parked = sched.snapshot().poller.io_waiters >= 1;
+        if (!parked) std::this_thread::sleep_for(1ms);
+      }
+      ASSERT_EQ(write(own[1], "x", 1), 1);
+      reader.join();
+      if (replaced) {
+        EXPECT_TRUE(parked) << "the parent's recv on its blocking socket did not wait";
+        EXPECT_EQ(got, 1) << "the parent's recv ended with " << std::strerror(read_error);
+      } else {
+        EXPECT_FALSE(parked) << "the parent's recv waited on a description the child made non-blocking";
+        EXPECT_EQ(got, -1);
+        EXPECT_EQ(read_error, EAGAIN);
+      }
+      for (const int fd : {own[0], own[1], other[0], other[1]}) close(fd);
     }
-    ASSERT_EQ(write(own[1], "x", 1), 1);
-    reader.join();
-    EXPECT_TRUE(parked) << "the parent's recv on its blocking socket did not wait";
-    EXPECT_EQ(got, 1) << "the parent's recv ended with " << std::strerror(read_error);
-    for (const int fd : {own[0], own[1], other[0], other[1]}) close(fd);
   }
 }
 

@@ -415,11 +415,14 @@ FdWaitMark fd_wait_mark(const FdRecord* record, FdDirection direction) noexcept 
   if (record == nullptr) return {};
   const std::uint32_t calls_woken = record->calls_woken.load(std::memory_order_acquire);
   FiberControl* self = current_fiber();
-  if (self == nullptr) return {0, 0, calls_woken, false};
+  if (self == nullptr) return {.calls_woken = calls_woken};
   auto& poller = static_cast<Poller&>(self->scheduler->poller());
   // In wait_fd's order: the sequence first (step 5 compares with it).
   const std::uint64_t sequence = poller.poll_sequence();
-  return {sequence, record->events[index_of(direction)].load(std::memory_order_acquire), calls_woken, true};
+  return {.sequence = sequence,
+          .events = record->events[index_of(direction)].load(std::memory_order_acquire),
+          .calls_woken = calls_woken,
+          .valid = true};
 }
 
 FdWaitMark fd_wait_mark(int fd, FdDirection direction) noexcept {
@@ -444,7 +447,7 @@ bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
   if (self == nullptr) return false;
   const DrainNote note = drain_note_of(*self);
   if (note.sequence == 0 || note.fd != fd) return false;
-  mark = {note.sequence, note.events, true};
+  mark = {.sequence = note.sequence, .events = note.events, .valid = true};
   set_drain_note(*self, {});
   return true;
 }
@@ -479,13 +482,15 @@ FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::tim
   // registration, then compare and park. An edge is only a hint (it may be
   // one the caller consumed already), so every wake is checked with poll
   // again, and a stale one parks again: true means the fd was ready.
+  // A wake for a call (fd_wake_waiters) since the caller's mark, or since
+  // now, ends the wait: what woke the others raised no readiness to poll.
+  // (Now for a drain note's mark: the wakes are for sends, accepts and
+  // peeks, which leave no note.)
+  const std::uint32_t calls_woken =
+      mark != nullptr ? mark->calls_woken : record.calls_woken.load(std::memory_order_acquire);
   FdWaitMark noted;
   if (mark == nullptr && direction == FdDirection::read && take_drain_note(fd, noted)) mark = &noted;
   bool from_mark = mark != nullptr && mark->valid;
-  // A wake for a call (fd_wake_waiters) since the caller's mark, or since
-  // now, ends the wait: what woke the others raised no readiness to poll.
-  const std::uint32_t calls_woken =
-      mark != nullptr ? mark->calls_woken : record.calls_woken.load(std::memory_order_acquire);
   for (;;) {
     std::uint64_t began;
     std::uint32_t seen;

@@ -290,21 +290,18 @@ constexpr int kAfterPart = MSG_NOSIGNAL;
 // The steps of a send on a unix stream socket that are made again after a
 // park, with nothing sent yet. The kernel's blocking send, woken in its
 // wait for room, reports a pending error first (the reader closed with
-// bytes unread: ECONNRESET) and its own shutdown next (EPIPE), neither
-// with a SIGPIPE; where a send made afresh finds the socket shut down
-// first, EPIPE and a SIGPIPE that killed the process. So such a step goes
-// with MSG_NOSIGNAL (on_step's flags), and its EPIPE (after()) becomes the
-// pending error if there is one, else EPIPE; with the SIGPIPE the caller
-// did not refuse only where the peer is gone (POLLHUP: the room came from
-// its reads, and the kernel's send, woken, found it closed), raised on
-// this thread as the kernel's is. (A send woken by its own
-// shutdown(SHUT_RDWR) gets one too, where the kernel's does not.) TCP's
-// send reports the pending error first itself.
+// bytes unread: ECONNRESET) and the socket's shutdown next (EPIPE),
+// neither with a SIGPIPE; where a send made afresh finds the socket shut
+// down first, EPIPE and a SIGPIPE that killed the process. So such a step
+// goes with MSG_NOSIGNAL (on_step's flags), and its EPIPE (after())
+// becomes the pending error if there is one. TCP's send reports the
+// pending error first itself.
 class SendAgainAfterPark {
  public:
-  SendAgainAfterPark(const FdRecord& state, int flags) noexcept
-      : unix_stream_(state.stream() && !state.short_read_drains()), user_flags_(flags) {}
-  // Before the step that sends on after `done` bytes: the flags to add.
+  explicit SendAgainAfterPark(const FdRecord& state) noexcept
+      : unix_stream_(state.stream() && !state.short_read_drains()) {}
+  // Before every step, the one that sends on after `done` bytes: the
+  // flags to add.
   int on_step(std::size_t done) noexcept {
     again_ = unix_stream_ && done == 0 && steps_++ > 0;
     return again_ ? MSG_NOSIGNAL : 0;
@@ -314,19 +311,15 @@ class SendAgainAfterPark {
     if (sent >= 0 || !again_ || errno_value() != EPIPE) return sent;
     int pending = 0;
     socklen_t length = sizeof(pending);
-    pollfd peer{fd, 0, 0};
-    if (real::getsockopt()(fd, SOL_SOCKET, SO_ERROR, &pending, &length) == 0 && pending != 0) {
+    if (real::getsockopt()(fd, SOL_SOCKET, SO_ERROR, &pending, &length) == 0 && pending != 0)
       set_errno(pending);
-    } else if (!(user_flags_ & MSG_NOSIGNAL) && real::poll()(&peer, 1, 0) == 1 && (peer.revents & POLLHUP)) {
-      ::raise(SIGPIPE);  // the calling thread's, as the kernel's send_sig(current)
+    else
       set_errno(EPIPE);
-    }
     return sent;
   }
 
  private:
   const bool unix_stream_;
-  const int user_flags_;
   unsigned steps_ = 0;
   bool again_ = false;
 };
@@ -583,9 +576,9 @@ bool refused_by_a_full_receiver(int fd, const FdRecord& state, const void* name)
 
 ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, const sockaddr* addr,
                  socklen_t addr_len) {
-  SendAgainAfterPark again(state, flags);
+  SendAgainAfterPark again(state);
   return transfer_all(fd, state, FdDirection::write, n, [&](std::size_t done) {
-    const int more = done > 0 ? kAfterPart : again.on_step(done);
+    const int more = (done > 0 ? kAfterPart : 0) | again.on_step(done);
     const char* rest = static_cast<const char*>(buf) + done;
     const ssize_t sent = real::sendto()(fd, rest, n - done, flags | MSG_DONTWAIT | more, addr, addr_len);
     if (sent < 0 && refused_by_a_full_receiver(fd, state, addr))
@@ -600,10 +593,11 @@ ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, 
 // ancillary data went with the first bytes, and the rest is plain.
 ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
   std::vector<iovec> rest;
-  SendAgainAfterPark again(state, flags);
+  SendAgainAfterPark again(state);
   return transfer_all(
       fd, state, FdDirection::write, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
       [&](std::size_t done) {
+        if (done > 0) again.on_step(done);
         if (done == 0) {
           const ssize_t sent = real::sendmsg()(fd, msg, flags | MSG_DONTWAIT | again.on_step(done));
           // EAGAIN: the kernel read the message, which may be read here.
@@ -815,13 +809,12 @@ ssize_t socket_writev(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
   if (!state.refuses_nowait()) {
     std::vector<iovec> rest;
-    SendAgainAfterPark again(state, 0);
+    SendAgainAfterPark again(state);
     const ssize_t result = transfer_all(
         fd, state, FdDirection::write, [&] { return iov_total(iov, count); },
         [&](std::size_t done) -> ssize_t {
           // Made again after a park: as sendmsg, which takes MSG_NOSIGNAL.
-          if (done == 0 && (again.on_step(done), !again.again()))
-            return real::pwritev2()(fd, iov, count, -1, RWF_NOWAIT);
+          if (again.on_step(done) == 0 && done == 0) return real::pwritev2()(fd, iov, count, -1, RWF_NOWAIT);
           if (done == 0) {
             msghdr whole{};
             whole.msg_iov = const_cast<iovec*>(iov);

@@ -25,9 +25,11 @@
 // stack it shares with the parent, so the return address is kept in a
 // register across the call (the kernel restores the parent's registers),
 // not on the stack the child's calls overwrite.
+#include <sys/syscall.h>
+#include <weft/detail/raw_syscall.h>
+
 #include <cerrno>
 
-#include "../runtime/system_calls.h"
 #include "description_sharing.h"
 #include "hook_support.h"
 
@@ -57,7 +59,8 @@ bool vfork_child_shares_parents_fd(int fd) noexcept {
   // kcmp(2): 0 when both processes' fds name one open file description.
   // Not known (no kcmp, or ptrace rules refuse it): as another process's.
   constexpr int kKcmpFile = 0;  // <linux/kcmp.h>'s KCMP_FILE
-  return sys::call(SYS_kcmp, sys::call(SYS_getpid), sys::call(SYS_getppid), kKcmpFile, fd, fd) == 0;
+  // Raw: errno stays the caller's, whose call succeeded.
+  return raw_syscall(SYS_kcmp, raw_syscall(SYS_getpid), raw_syscall(SYS_getppid), kKcmpFile, fd, fd) == 0;
 }
 
 }  // namespace weft::detail

@@ -447,7 +447,12 @@ bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
   if (self == nullptr) return false;
   const DrainNote note = drain_note_of(*self);
   if (note.sequence == 0 || note.fd != fd) return false;
-  mark = {.sequence = note.sequence, .events = note.events, .valid = true};
+  // The record's wake count now: a note's reader was woken for no call.
+  const FdRecord* record = fd_records().find(fd);
+  mark = {.sequence = note.sequence,
+          .events = note.events,
+          .calls_woken = record != nullptr ? record->calls_woken.load(std::memory_order_acquire) : 0,
+          .valid = true};
   set_drain_note(*self, {});
   return true;
 }
@@ -484,8 +489,8 @@ FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::tim
   // again, and a stale one parks again: true means the fd was ready.
   // A wake for a call (fd_wake_waiters) since the caller's mark, or since
   // now, ends the wait: what woke the others raised no readiness to poll.
-  // (Now for a drain note's mark: the wakes are for sends, accepts and
-  // peeks, which leave no note.)
+  // (For a drain note, since the note is taken: the wakes are for sends,
+  // accepts and peeks, which leave no note.)
   const std::uint32_t calls_woken =
       mark != nullptr ? mark->calls_woken : record.calls_woken.load(std::memory_order_acquire);
   FdWaitMark noted;

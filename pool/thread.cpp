@@ -7,6 +7,7 @@
 #include <system_error>
 #include <thread>
 
+#include "../runtime/log.h"
 #include "thread_registry.h"
 
 namespace weft {
@@ -17,6 +18,13 @@ void name_this_thread(std::string_view name) noexcept {
   // The kernel keeps 15 bytes and a terminator.
   const std::string shown(name.substr(0, 15));
   pthread_setname_np(pthread_self(), shown.c_str());
+}
+
+void thread_left_joinable(std::string_view name, const char* what) noexcept {
+  const std::string shown(name);
+  log_message(LogLevel::fatal, "weft: a joinable weft::Thread (\"%s\") was %s; join or detach it first", shown.c_str(),
+              what);
+  std::terminate();
 }
 
 void run_listed_thread(std::string_view name, void (*body)(void*), void* context) noexcept {

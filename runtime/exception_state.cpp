@@ -4,7 +4,8 @@
 
 namespace weft::detail {
 
-#if defined(__ARM_EABI_UNWINDER__)
+// ARM's EHABI (32-bit ARM without DWARF unwinding) adds a third field.
+#if defined(__arm__) && !defined(__ARM_DWARF_EH__)
 #error "weft: ARM EHABI's __cxa_eh_globals has a third field (propagatingExceptions); add it to ExceptionState"
 #endif
 

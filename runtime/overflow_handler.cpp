@@ -42,32 +42,36 @@ void write_number(std::uint64_t value) noexcept {
 // handler that longjmps out with SA_NODEFER left SIGSEGV blocked, and the
 // next fault killed the process). SA_RESETHAND: the default disposition
 // from this delivery on (ours stayed, and a one-shot handler that
-// returned ran again at every retry of the faulting instruction).
-void deliver_as_the_kernel_would(int signal, const struct sigaction& previous, void* context) noexcept {
+// returned ran again at every retry of the faulting instruction). The
+// default is the saved handler's, not the process's: weft's own stays, so
+// that a later fiber's overflow is still named.
+void deliver_as_the_kernel_would(int signal, struct sigaction& previous, void* context) noexcept {
   sigset_t mask = static_cast<ucontext_t*>(context)->uc_sigmask;
   for (int other = 1; other < NSIG; ++other)
     if (sigismember(&previous.sa_mask, other) == 1) sigaddset(&mask, other);
   if ((previous.sa_flags & SA_NODEFER) == 0) sigaddset(&mask, signal);
   sys::set_signal_mask(mask);
   if ((previous.sa_flags & SA_RESETHAND) != 0) {
-    struct sigaction fallback {};
-    fallback.sa_handler = SIG_DFL;
-    sigemptyset(&fallback.sa_mask);
-    sys::sigaction(signal, &fallback, nullptr);
+    // The handler first (its union with sa_sigaction: both read null),
+    // then the flags: a fault on another thread reads one or the other.
+    previous.sa_handler = SIG_DFL;
+    previous.sa_flags = 0;
   }
 }
 
 // Hands a fault that is not ours to whoever handled it before us.
 void forward(int signal, siginfo_t* info, void* context) noexcept {
-  const struct sigaction& previous = signal == SIGBUS ? previous_bus : previous_segv;
+  struct sigaction& previous = signal == SIGBUS ? previous_bus : previous_segv;
   if ((previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr) {
+    const auto handler = previous.sa_sigaction;
     deliver_as_the_kernel_would(signal, previous, context);
-    previous.sa_sigaction(signal, info, context);
+    handler(signal, info, context);
     return;
   }
   if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN && previous.sa_handler != nullptr) {
+    const auto handler = previous.sa_handler;
     deliver_as_the_kernel_would(signal, previous, context);
-    previous.sa_handler(signal);
+    handler(signal);
     return;
   }
   // Default action: restore it and return; the faulting instruction runs

@@ -313,8 +313,10 @@ TEST(StackDeathTest, AFaultHandlerInstalledBeforeWeftsKeepsItsFlags) {
 template <std::size_t kBytes>
 void use_stack_on_signal(int) {
   volatile char frame[kBytes];
-  for (std::size_t i = 0; i < kBytes; i += 512) frame[i] = char(i);
-  (void)frame[kBytes - 1];
+  // From the top down, a page at a time, as a growing stack is touched:
+  // the guard page is met before anything below it.
+  for (std::size_t i = kBytes; i >= 512; i -= 512) frame[i - 1] = char(i);
+  (void)frame[0];
 }
 
 template <std::size_t kBytes>

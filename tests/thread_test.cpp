@@ -125,7 +125,8 @@ TEST_P(ThreadTest, JoiningItselfThrows) {
 TEST_P(ThreadTest, DroppingAJoinableThreadTerminates) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const ThreadOptions o = opts("dropped");
-  EXPECT_DEATH({ Thread t(o, [] { this_fiber::sleep_for(1s); }); }, "");
+  EXPECT_DEATH({ Thread t(o, [] { this_fiber::sleep_for(1s); }); },
+               "a joinable weft::Thread \\(\"dropped\"\\) was destroyed; join or detach it first");
 }
 
 TEST_P(ThreadTest, AnEscapingExceptionTerminates) {

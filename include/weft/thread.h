@@ -46,6 +46,9 @@ WEFT_API void name_this_thread(std::string_view name) noexcept;
 // Runs `body` on the calling (new) thread, named `name` and listed for
 // weft-dump while it runs (pool/thread_registry.h).
 WEFT_API void run_listed_thread(std::string_view name, void (*body)(void*), void* context) noexcept;
+// A joinable Thread destroyed or assigned over: says which, then
+// terminates (std::thread's rule, with the name a reader needs).
+[[noreturn]] WEFT_API void thread_left_joinable(std::string_view name, const char* what) noexcept;
 }  // namespace detail
 
 class WEFT_API Thread {
@@ -80,7 +83,7 @@ class WEFT_API Thread {
         name_(std::move(other.name_)),
         on_fiber_(std::exchange(other.on_fiber_, false)) {}
   Thread& operator=(Thread&& other) noexcept {
-    if (joinable()) std::terminate();
+    if (joinable()) detail::thread_left_joinable(name_, "assigned over");
     fiber_ = std::move(other.fiber_);
     thread_ = std::move(other.thread_);
     name_ = std::move(other.name_);
@@ -89,10 +92,10 @@ class WEFT_API Thread {
   }
   Thread(const Thread&) = delete;
   Thread& operator=(const Thread&) = delete;
-  // Terminates if joinable (std::thread's rule). Members would do it on their
-  // own, but a fiber handle's message names it, so check here for both.
+  // Terminates if joinable (std::thread's rule), naming the Thread, in both
+  // modes.
   ~Thread() {
-    if (joinable()) std::terminate();
+    if (joinable()) detail::thread_left_joinable(name_, "destroyed");
   }
 
   bool joinable() const noexcept { return fiber_.joinable() || thread_.joinable(); }

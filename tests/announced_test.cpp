@@ -257,6 +257,41 @@ TEST(Announced, SemaphoreWaits) {
   ::sem_destroy(&semaphore);
 }
 
+// A process-shared condition variable with its mutex (process-shared, or
+// private: the hooks take that over) and the flag it guards.
+struct ProcessSharedCondition {
+  pthread_cond_t cond;
+  pthread_mutex_t mutex;
+  bool ready = false;  // under `mutex`
+  explicit ProcessSharedCondition(bool shared_mutex) {
+    pthread_condattr_t cond_attributes;
+    pthread_condattr_init(&cond_attributes);
+    EXPECT_EQ(pthread_condattr_setpshared(&cond_attributes, PTHREAD_PROCESS_SHARED), 0);
+    EXPECT_EQ(pthread_cond_init(&cond, &cond_attributes), 0);
+    pthread_condattr_destroy(&cond_attributes);
+    pthread_mutexattr_t mutex_attributes;
+    pthread_mutexattr_init(&mutex_attributes);
+    EXPECT_EQ(pthread_mutexattr_setpshared(&mutex_attributes,
+                                           shared_mutex ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE),
+              0);
+    EXPECT_EQ(pthread_mutex_init(&mutex, &mutex_attributes), 0);
+    pthread_mutexattr_destroy(&mutex_attributes);
+  }
+  ProcessSharedCondition(const ProcessSharedCondition&) = delete;
+  ProcessSharedCondition& operator=(const ProcessSharedCondition&) = delete;
+  ~ProcessSharedCondition() {
+    pthread_mutex_destroy(&mutex);
+    pthread_cond_destroy(&cond);
+  }
+  // The other side of a wait loop on `ready`.
+  void set_and_signal() {
+    pthread_mutex_lock(&mutex);
+    ready = true;
+    pthread_cond_signal(&cond);
+    pthread_mutex_unlock(&mutex);
+  }
+};
+
 // A fiber waits for what another fiber of its worker will do once its own
 // park ends: the other fiber sleeps in a hook (usleep), whose park resumes
 // only on the thread the call was made on. Before, the wait blocked that
@@ -340,36 +375,18 @@ TEST(Announced, AGlibcWaitWithNoHelperForAFiberParkedInAHookOfItsWorkerEnds) {
   }
   ::sem_destroy(&semaphore);
 
-  pthread_condattr_t cond_attributes;
-  pthread_condattr_init(&cond_attributes);
-  ASSERT_EQ(pthread_condattr_setpshared(&cond_attributes, PTHREAD_PROCESS_SHARED), 0);
-  pthread_cond_t cond;
-  ASSERT_EQ(pthread_cond_init(&cond, &cond_attributes), 0);
-  pthread_mutexattr_t mutex_attributes;
-  pthread_mutexattr_init(&mutex_attributes);
-  ASSERT_EQ(pthread_mutexattr_setpshared(&mutex_attributes, PTHREAD_PROCESS_SHARED), 0);
-  pthread_mutex_t mutex;
-  ASSERT_EQ(pthread_mutex_init(&mutex, &mutex_attributes), 0);
-  bool ready = false;  // under `mutex`
   {
     SCOPED_TRACE("a process-shared pthread_cond_timedwait");
+    ProcessSharedCondition shared(true);
     expect_the_wait_for_a_sleeper_beside_it_ends(
         [&](const timespec& at) {
-          int error = pthread_mutex_lock(&mutex);
-          while (error == 0 && !ready) error = pthread_cond_timedwait(&cond, &mutex, &at);
-          pthread_mutex_unlock(&mutex);
+          int error = pthread_mutex_lock(&shared.mutex);
+          while (error == 0 && !shared.ready) error = pthread_cond_timedwait(&shared.cond, &shared.mutex, &at);
+          pthread_mutex_unlock(&shared.mutex);
           return as_call(error);
         },
-        [&] {
-          pthread_mutex_lock(&mutex);
-          ready = true;
-          pthread_cond_signal(&cond);
-          pthread_mutex_unlock(&mutex);
-        },
-        nullptr, config);
+        [&] { shared.set_and_signal(); }, nullptr, config);
   }
-  pthread_cond_destroy(&cond);
-  pthread_condattr_destroy(&cond_attributes);
 
   // A robust mutex that a plain thread holds until the sleeper says.
   pthread_mutexattr_t robust_attributes;
@@ -403,8 +420,6 @@ TEST(Announced, AGlibcWaitWithNoHelperForAFiberParkedInAHookOfItsWorkerEnds) {
   ::sem_destroy(&release);
   pthread_mutex_destroy(&robust);
   pthread_mutexattr_destroy(&robust_attributes);
-  pthread_mutex_destroy(&mutex);
-  pthread_mutexattr_destroy(&mutex_attributes);
 }
 
 // A fiber parked in a hook (a read) is pinned to its worker, whose thread
@@ -995,44 +1010,22 @@ TEST(Announced, AProcessSharedRwlocksWait) {
 // take over: the wait goes through their bridge to glibc's).
 TEST(Announced, AProcessSharedConditionVariablesWait) {
   for (const bool shared_mutex : {true, false}) {
-    pthread_condattr_t cond_attributes;
-    pthread_condattr_init(&cond_attributes);
-    ASSERT_EQ(pthread_condattr_setpshared(&cond_attributes, PTHREAD_PROCESS_SHARED), 0);
-    pthread_cond_t cond;
-    ASSERT_EQ(pthread_cond_init(&cond, &cond_attributes), 0);
-    pthread_mutexattr_t mutex_attributes;
-    pthread_mutexattr_init(&mutex_attributes);
-    ASSERT_EQ(pthread_mutexattr_setpshared(&mutex_attributes,
-                                           shared_mutex ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE),
-              0);
-    pthread_mutex_t mutex;
-    ASSERT_EQ(pthread_mutex_init(&mutex, &mutex_attributes), 0);
-    bool ready = false;  // under `mutex`
+    ProcessSharedCondition shared(shared_mutex);
     // Set just before the wait: a process-shared mutex's own lock is
     // announced too, and its mark must not count for the wait's.
     std::atomic<bool> waiting{false};
     const Outcome got = blocked_fiber(
         [&] {
-          int waited = pthread_mutex_lock(&mutex);
+          int waited = pthread_mutex_lock(&shared.mutex);
           waiting = true;
-          while (waited == 0 && !ready) waited = pthread_cond_wait(&cond, &mutex);
-          pthread_mutex_unlock(&mutex);
+          while (waited == 0 && !shared.ready) waited = pthread_cond_wait(&shared.cond, &shared.mutex);
+          pthread_mutex_unlock(&shared.mutex);
           return long(waited);
         },
-        [&] {
-          pthread_mutex_lock(&mutex);
-          ready = true;
-          pthread_cond_signal(&cond);
-          pthread_mutex_unlock(&mutex);
-        },
-        &waiting);
+        [&] { shared.set_and_signal(); }, &waiting);
     EXPECT_TRUE(got.marked) << "a process-shared condition variable's wait held its worker unannounced"
                             << (shared_mutex ? " (process-shared mutex)" : " (private mutex)");
     EXPECT_EQ(got.result, 0);
-    pthread_mutex_destroy(&mutex);
-    pthread_mutexattr_destroy(&mutex_attributes);
-    pthread_cond_destroy(&cond);
-    pthread_condattr_destroy(&cond_attributes);
   }
 }
 

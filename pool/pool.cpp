@@ -13,6 +13,7 @@
 #include <typeinfo>
 
 #include "../runtime/log.h"
+#include "../runtime/stack.h"
 #include "pool_core.h"
 #include "thread_registry.h"
 
@@ -41,6 +42,12 @@ PoolOptions checked(PoolOptions options) {
         "pools by it, and weft-dump shows it)");
   if (options.threads == 0)
     throw std::invalid_argument("weft::Pool '" + options.name + "': PoolOptions::threads is 0; at least 1 is needed");
+  // In both modes: a pool listed in WEFT_FIBERS or not takes the same
+  // options (before, a thread pool took any size, and a fiber pool failed
+  // at its first post() naming SpawnOptions).
+  if (options.stack_size != 0)
+    check_stack_size(options.stack_size,
+                     ("weft::Pool '" + options.name + "': PoolOptions::stack_size (0: the scheduler's)").c_str());
   return options;
 }
 

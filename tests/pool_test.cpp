@@ -565,6 +565,18 @@ TEST(Pool, RejectsAnEmptyNameAndZeroThreadsWithAClearMessage) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("'none': PoolOptions::threads is 0"), std::string::npos) << e.what();
   }
+  // A runner's stack size outside weft's range, in either mode, at once.
+  for (const RunMode mode : {RunMode::threads, RunMode::fibers}) {
+    try {
+      Pool pool{{.name = "tiny", .threads = 1, .mode = mode, .stack_size = 100}};
+      FAIL() << "a 100-byte stack was taken";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("'tiny': PoolOptions::stack_size (0: the scheduler's) must be at least 16 KiB"),
+          std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(Pool, FiberPoolsOnSeveralSchedulersRunOnTheirOwn) {

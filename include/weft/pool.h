@@ -77,6 +77,8 @@ struct PoolOptions {
   // It must outlive the pool.
   Scheduler* scheduler = nullptr;
   // Fibers only: each runner's stack; 0 means the scheduler's default.
+  // Checked in both modes (16 KiB to 1 TiB), so that listing the pool in
+  // WEFT_FIBERS never makes its options wrong.
   std::size_t stack_size = 0;
   // For exceptions escaping post()ed tasks; empty: one line on stderr.
   PoolExceptionHandler on_exception = {};

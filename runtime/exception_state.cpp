@@ -9,19 +9,11 @@ namespace weft::detail {
 #error "weft: ARM EHABI's __cxa_eh_globals has a third field (propagatingExceptions); add it to ExceptionState"
 #endif
 
-namespace {
+[[gnu::tls_model("initial-exec")]] constinit thread_local ExceptionState* thread_exception_state_cached = nullptr;
 
-// The thread's __cxa_eh_globals, asked once per thread: the runtime's own
-// thread-local, whose address does not change while the thread lives.
-// Initial-exec: no allocation at a thread's first switch.
-[[gnu::tls_model("initial-exec")]] constinit thread_local ExceptionState* thread_state = nullptr;
-
-}  // namespace
-
-ExceptionState& thread_exception_state() noexcept {
-  if (thread_state == nullptr) [[unlikely]]
-    thread_state = reinterpret_cast<ExceptionState*>(abi::__cxa_get_globals());
-  return *thread_state;
+ExceptionState& ask_thread_exception_state() noexcept {
+  thread_exception_state_cached = reinterpret_cast<ExceptionState*>(abi::__cxa_get_globals());
+  return *thread_exception_state_cached;
 }
 
 }  // namespace weft::detail

@@ -24,7 +24,18 @@ struct ExceptionState {
   unsigned int uncaught = 0;  // uncaughtExceptions
 };
 
-// The calling thread's state, the C++ runtime's own.
-ExceptionState& thread_exception_state() noexcept;
+// The calling thread's __cxa_eh_globals, once asked (the C++ runtime's own
+// thread-local, whose address does not change while the thread lives).
+// Initial-exec: no allocation at a thread's first switch.
+[[gnu::tls_model("initial-exec")]] extern constinit thread_local ExceptionState* thread_exception_state_cached;
+ExceptionState& ask_thread_exception_state() noexcept;
+
+// The calling thread's state, the C++ runtime's own: a load at every
+// switch, a call at a thread's first.
+inline ExceptionState& thread_exception_state() noexcept {
+  if (ExceptionState* state = thread_exception_state_cached) [[likely]]
+    return *state;
+  return ask_thread_exception_state();
+}
 
 }  // namespace weft::detail

@@ -442,13 +442,22 @@ int try_lock(pthread_mutex_t* mutex, const void* return_address) {
 }
 
 // pthread_mutex_timedlock and _clocklock, once the clock is known good.
+// glibc's timed lock: CLOCK_REALTIME's as pthread_mutex_timedlock, the
+// same call inside glibc, which ThreadSanitizer intercepts where it does
+// not intercept pthread_mutex_clocklock (it then took the unlock of a
+// mutex so locked for one of a mutex never locked).
+int glibc_timed_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime) {
+  if (clock == CLOCK_REALTIME) return real::pthread_mutex_timedlock()(mutex, abstime);
+  return real::pthread_mutex_clocklock()(mutex, clock, abstime);
+}
+
 int timed_lock(pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime, const void* return_address) {
-  if (!lock_hooks_enabled()) return real::pthread_mutex_clocklock()(mutex, clock, abstime);
+  if (!lock_hooks_enabled()) return glibc_timed_lock(mutex, clock, abstime);
   const int kind = mutex_kind(mutex);
   if ((kind & kMutexTakenOverMask) != 0) {
     const Deadline deadline = Deadline::at_time(clock, abstime);
     return lock_after_holder_beside(mutex, &deadline, [&] {
-      return announced([&] { return real::pthread_mutex_clocklock()(mutex, clock, abstime); }, Sleeps::until_woken);
+      return announced([&] { return glibc_timed_lock(mutex, clock, abstime); }, Sleeps::until_woken);
     });
   }
   lock_checkpoint(return_address);

@@ -100,6 +100,11 @@ std::uint32_t anonymous_inode_bit(int fd) noexcept {
 
 }  // namespace
 
+FdRecord* settable_fd_state(int fd) noexcept {
+  if (!in_vfork_child()) return fd_state(fd);
+  return vfork_child_shares_parents_fd(fd) ? fd_records().find(fd) : nullptr;
+}
+
 FdRecord* classified_fd_state(int fd) noexcept {
   FdRecord* state = fd_state(fd);
   if (state == nullptr || state->kind() != FdKind::unknown) return state;
@@ -263,13 +268,9 @@ void socket_option_set(int fd, int level, int option, const void* value) noexcep
   } else if (is_timeout_option(option)) {
     // Any other value the kernel took replaces an "at once" (the fd's
     // dups, made before, keep their copy of the mark: socket_timeout_ns).
-    // A vfork child's only on a socket it shares with its parent: its fd
-    // is its own, the records its parent's (the count below still makes
-    // the parent read its options afresh).
-    FdRecord* const record = !in_vfork_child()                   ? fd_state(fd)
-                             : vfork_child_shares_parents_fd(fd) ? fd_records().find(fd)
-                                                                 : nullptr;
-    if (record != nullptr)
+    // A vfork child's only on a socket it shares with its parent (the
+    // count below still makes the parent read its options afresh).
+    if (FdRecord* const record = settable_fd_state(fd))
       record->set_bit(
           is_receive_timeout(option) ? FdRecord::recv_timeout_at_once_bit : FdRecord::send_timeout_at_once_bit,
           negative_timeout(option, value));

@@ -33,6 +33,12 @@ inline bool epoll_refuses(mode_t mode) noexcept { return S_ISREG(mode) || S_ISDI
 // fd_state(), classified if it was unknown (a fiber is about to use it).
 FdRecord* classified_fd_state(int fd) noexcept;
 
+// The record a change to `fd`'s description or socket (O_NONBLOCK, a
+// timeout) goes into: fd_state(fd), or in a vfork child (whose fd is its
+// own, the records its parent's) the parent's record of a description the
+// two share, never one it would have to make; else null.
+FdRecord* settable_fd_state(int fd) noexcept;
+
 // A new fd the hooks saw created, with a new open file description made by
 // this process, `birth` read before the call that made it
 // (hooks/description_sharing.h). `socket_bits`: a socket's socket_bits().

@@ -81,9 +81,7 @@ void before_close_range(unsigned int first, unsigned int last) noexcept {
 // (and never in a record it would have to make).
 template <class Set>
 int set_user_nonblock(int fd, bool nonblock, Set&& set) {
-  FdRecord* state = !in_vfork_child()                   ? fd_state(fd)
-                    : vfork_child_shares_parents_fd(fd) ? fd_records().find(fd)
-                                                        : nullptr;
+  FdRecord* state = settable_fd_state(fd);
   if (state == nullptr) return set();
   const bool locking = !in_signal_handler();
   if (locking) state->flip_lock.lock();

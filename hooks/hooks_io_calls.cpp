@@ -139,7 +139,7 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted want
   const ErrnoHome home;
   const int saved = errno_value();
   FdWaitMark mark;
-  bool park_first = direction == FdDirection::read && take_drain_note(fd, mark);
+  bool park_first = direction == FdDirection::read && take_drain_note(fd, state, mark);
   bool timed_out = false;
   for (;;) {
     if (!park_first) {
@@ -306,7 +306,6 @@ class SendAgainAfterPark {
     again_ = unix_stream_ && done == 0 && steps_++ > 0;
     return again_ ? MSG_NOSIGNAL : 0;
   }
-  bool again() const noexcept { return again_; }
   ssize_t after(int fd, ssize_t sent) noexcept {
     if (sent >= 0 || !again_ || errno_value() != EPIPE) return sent;
     int pending = 0;
@@ -430,15 +429,20 @@ std::size_t iov_total_if_readable(const msghdr* msg) {
   return iov_total(msg->msg_iov, int(msg->msg_iovlen));
 }
 
-// Whether a stream socket's peer has ended it or it has failed: a TCP
-// peek that waits for more returns what it has then. errno kept.
-bool stream_ended(int fd) {
+// What `fd` reports now of `events` (and POLLHUP, POLLERR), asked without
+// waiting; errno kept, for a hook that asks between its call and its
+// result. 0 if poll fails.
+short revents_now(int fd, short events) {
   const int saved = errno_value();
-  pollfd state{fd, POLLRDHUP, 0};
-  const bool ended = real::poll()(&state, 1, 0) == 1 && (state.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  pollfd now{fd, events, 0};
+  const int ready = real::poll()(&now, 1, 0);
   set_errno(saved);
-  return ended;
+  return ready == 1 ? now.revents : 0;
 }
+
+// Whether a stream socket's peer has ended it or it has failed: a TCP
+// peek that waits for more returns what it has then.
+bool stream_ended(int fd) { return (revents_now(fd, POLLRDHUP) & (POLLRDHUP | POLLHUP | POLLERR)) != 0; }
 
 // A peek that waits for `wanted` bytes (MSG_WAITALL, or SO_RCVLOWAT's
 // target): a peek cannot go on where an earlier one stopped (each reads
@@ -466,8 +470,7 @@ ssize_t peek_all(int fd, FdRecord& state, std::size_t wanted, Call&& call) {
         set_errno(failed);
         return -1;
       }
-      pollfd level{fd, POLLIN, 0};
-      if (real::poll()(&level, 1, 0) == 1) break;  // data, EOF or an error
+      if (revents_now(fd, POLLIN) != 0) break;  // data, EOF or an error
     }
     return announced([&] { return call(false); });
   }
@@ -567,11 +570,7 @@ ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockadd
 // (and keeps SO_SNDTIMEO). errno kept.
 bool refused_by_a_full_receiver(int fd, const FdRecord& state, const void* name) {
   if (name == nullptr || state.stream() || !would_block(errno_value())) return false;
-  const int saved = errno_value();
-  pollfd self{fd, POLLOUT, 0};
-  const bool writable = real::poll()(&self, 1, 0) == 1 && (self.revents & POLLOUT) != 0;
-  set_errno(saved);
-  return writable;
+  return (revents_now(fd, POLLOUT) & POLLOUT) != 0;
 }
 
 ssize_t send_all(int fd, FdRecord& state, const void* buf, size_t n, int flags, const sockaddr* addr,
@@ -597,9 +596,9 @@ ssize_t sendmsg_all(int fd, FdRecord& state, const msghdr* msg, int flags) {
   return transfer_all(
       fd, state, FdDirection::write, [&] { return iov_total(msg->msg_iov, int(msg->msg_iovlen)); },
       [&](std::size_t done) {
-        if (done > 0) again.on_step(done);
+        const int after_park = again.on_step(done);
         if (done == 0) {
-          const ssize_t sent = real::sendmsg()(fd, msg, flags | MSG_DONTWAIT | again.on_step(done));
+          const ssize_t sent = real::sendmsg()(fd, msg, flags | MSG_DONTWAIT | after_park);
           // EAGAIN: the kernel read the message, which may be read here.
           if (sent < 0 && would_block(errno_value()) && refused_by_a_full_receiver(fd, state, msg->msg_name))
             return announced([&] { return real::sendmsg()(fd, msg, flags); }, Sleeps::until_woken);
@@ -954,11 +953,7 @@ int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_le
 // shutdown closes it, and its accept fails with EINVAL either way.
 bool unix_listener_shut_down(int fd, const FdRecord& listener) {
   if (listener.short_read_drains()) return false;  // TCP
-  const int saved = errno_value();
-  pollfd state{fd, POLLRDHUP, 0};
-  const bool shut = real::poll()(&state, 1, 0) == 1 && (state.revents & POLLRDHUP) != 0;
-  set_errno(saved);
-  return shut;
+  return (revents_now(fd, POLLRDHUP) & POLLRDHUP) != 0;
 }
 
 int accept_hooked(int fd, sockaddr* addr, socklen_t* addr_len, int flags) {

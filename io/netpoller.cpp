@@ -442,16 +442,15 @@ void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept
   if (before.valid) fd_note_drained(fd, *fd_records().find(fd), before, short_read);
 }
 
-bool take_drain_note(int fd, FdWaitMark& mark) noexcept {
+bool take_drain_note(int fd, const FdRecord& record, FdWaitMark& mark) noexcept {
   FiberControl* self = current_fiber();
   if (self == nullptr) return false;
   const DrainNote note = drain_note_of(*self);
   if (note.sequence == 0 || note.fd != fd) return false;
   // The record's wake count now: a note's reader was woken for no call.
-  const FdRecord* record = fd_records().find(fd);
   mark = {.sequence = note.sequence,
           .events = note.events,
-          .calls_woken = record != nullptr ? record->calls_woken.load(std::memory_order_acquire) : 0,
+          .calls_woken = record.calls_woken.load(std::memory_order_acquire),
           .valid = true};
   set_drain_note(*self, {});
   return true;
@@ -494,7 +493,7 @@ FdWaitResult wait_fd(int fd, FdRecord& record, FdDirection direction, Clock::tim
   const std::uint32_t calls_woken =
       mark != nullptr ? mark->calls_woken : record.calls_woken.load(std::memory_order_acquire);
   FdWaitMark noted;
-  if (mark == nullptr && direction == FdDirection::read && take_drain_note(fd, noted)) mark = &noted;
+  if (mark == nullptr && direction == FdDirection::read && take_drain_note(fd, record, noted)) mark = &noted;
   bool from_mark = mark != nullptr && mark->valid;
   for (;;) {
     std::uint64_t began;
@@ -547,6 +546,23 @@ struct Registration {
   bool others = false;
 };
 
+// Wakes every waiter of `record` in both directions (under its lock), each
+// with `amount` for its wait to read: kClosedMark, or kWokenForACall. A
+// poll's or select's node is woken to look again.
+void wake_every_waiter(FdRecord& record, std::uint64_t amount) noexcept {
+  for (int d = 0; d < 2; ++d) {
+    while (Waiter* waiter = record.waiters[d].pop_front()) {
+      if (waiter->amount == kSetNodeMark) {
+        FdSetWaitGroup::wake(*waiter);
+        continue;
+      }
+      waiter->amount = amount;
+      waiter->events = 0;
+      unpark(*waiter);
+    }
+  }
+}
+
 Registration retire(FdRecord& record) noexcept {
   record.lock.lock();
   // A new fd with this number must not get this one's events.
@@ -555,19 +571,11 @@ Registration retire(FdRecord& record) noexcept {
   const Registration registration{record.poller_id, record.in_other_pollers};
   record.poller_id = 0;
   record.in_other_pollers = false;
-  for (int d = 0; d < 2; ++d) {
-    // A waiter between its counter read and its park sees the change and
-    // returns ready; its retry then meets the closed fd.
+  // A waiter between its counter read and its park sees the change and
+  // returns ready; its retry then meets the closed fd.
+  for (int d = 0; d < 2; ++d)
     record.events[d].store(record.events[d].load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    while (Waiter* waiter = record.waiters[d].pop_front()) {
-      if (waiter->amount == kSetNodeMark) {
-        FdSetWaitGroup::wake(*waiter);
-        continue;
-      }
-      waiter->amount = kClosedMark;
-      unpark(*waiter);
-    }
-  }
+  wake_every_waiter(record, kClosedMark);
   record.lock.unlock();
   return registration;
 }
@@ -589,17 +597,7 @@ void fd_wake_waiters(int fd) noexcept {
   record->lock.lock();
   // A waiter between its mark and its park sees it, and returns ready.
   record->calls_woken.store(record->calls_woken.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  for (int d = 0; d < 2; ++d) {
-    while (Waiter* waiter = record->waiters[d].pop_front()) {
-      if (waiter->amount == kSetNodeMark) {
-        FdSetWaitGroup::wake(*waiter);
-        continue;
-      }
-      waiter->amount = kWokenForACall;
-      waiter->events = 0;
-      unpark(*waiter);
-    }
-  }
+  wake_every_waiter(*record, kWokenForACall);
   record->lock.unlock();
 }
 

@@ -144,8 +144,8 @@ void fd_note_drained(int fd, const FdWaitMark& before, bool short_read) noexcept
 void fd_note_drained(int fd, const FdRecord& record, const FdWaitMark& before, bool short_read) noexcept;
 
 // The calling fiber's drain note for `fd`, taken (true), as a mark for
-// wait_fd; false if there is none for `fd`.
-bool take_drain_note(int fd, FdWaitMark& mark) noexcept;
+// wait_fd; false if there is none for `fd`. `record`: fd's (its wake count).
+bool take_drain_note(int fd, const FdRecord& record, FdWaitMark& mark) noexcept;
 
 // Waits until `fd` is ready for `direction`, until `deadline`
 // (no_deadline: never), or until the fd is closed through fd_closing().

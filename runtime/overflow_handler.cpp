@@ -46,9 +46,8 @@ void write_number(std::uint64_t value) noexcept {
 // default is the saved handler's, not the process's: weft's own stays, so
 // that a later fiber's overflow is still named.
 void deliver_as_the_kernel_would(int signal, struct sigaction& previous, void* context) noexcept {
-  sigset_t mask = static_cast<ucontext_t*>(context)->uc_sigmask;
-  for (int other = 1; other < NSIG; ++other)
-    if (sigismember(&previous.sa_mask, other) == 1) sigaddset(&mask, other);
+  sigset_t mask;
+  sigorset(&mask, &static_cast<ucontext_t*>(context)->uc_sigmask, &previous.sa_mask);
   if ((previous.sa_flags & SA_NODEFER) == 0) sigaddset(&mask, signal);
   sys::set_signal_mask(mask);
   if ((previous.sa_flags & SA_RESETHAND) != 0) {

@@ -155,6 +155,11 @@ struct FiberControl {
   std::atomic<std::uint32_t> end_flags{0};
   std::exception_ptr exception;  // written before `finished`, read after
   SpinLock join_lock;
+  // The weft::Mutexes it holds (sync/mutex.cpp), written by the fiber
+  // alone. 0 when it ends (fiber_main checks): a mutex it left locked
+  // could never be unlocked, and a later fiber given this block would
+  // pass for its owner.
+  std::uint32_t weft_mutexes_held = 0;
   WaitList joiners;
 
   // --- registry of live fibers (for the dump), guarded by its shard -----

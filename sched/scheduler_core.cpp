@@ -71,6 +71,23 @@ void destroy_fiber_locals(FiberControl* fiber) noexcept {
   fiber->locals.shrink_to_fit();
 }
 
+// A weft::Mutex is unlocked by the fiber that locked it (sync/mutex.cpp
+// aborts on any other caller's unlock), so one that a fiber still holds at
+// its end would stay locked for good, its waiters parked forever, and a
+// fiber later given the same control block would pass for its owner. As
+// with an unlock by a non-owner, the process stops here, naming the fiber.
+void abort_if_ends_holding_mutexes(const FiberControl& self) noexcept {
+  if (self.weft_mutexes_held == 0) [[likely]]
+    return;
+  char name[48];
+  self.copy_name(name, sizeof name);
+  log_message(LogLevel::fatal,
+              "weft: fiber \"%s\" #%llu ended holding %u weft::Mutex lock(s), which no other caller may unlock "
+              "(docs/locks.md)",
+              name, static_cast<unsigned long long>(self.id), self.weft_mutexes_held);
+  std::abort();
+}
+
 // In the child of a fork() the fiber made, whose thread is no worker
 // (worker.cpp), the fiber's end is the end of the child's only thread: the
 // process exits with 0, as after its last thread's end, or an exception
@@ -90,6 +107,7 @@ transfer_t fiber_main(transfer_t transfer) {
     self->exception = std::current_exception();
   }
   destroy_fiber_locals(self);
+  abort_if_ends_holding_mutexes(*self);
   if (current_worker() == nullptr) [[unlikely]]
     end_forked_childs_fiber(self);
   return self->scheduler->finish_fiber(self);

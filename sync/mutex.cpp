@@ -38,6 +38,16 @@ std::uintptr_t caller_identity() noexcept {
   return reinterpret_cast<std::uintptr_t>(&thread_token) | kThreadBit;
 }
 
+// Keeps FiberControl::weft_mutexes_held: a fiber's count of the mutexes
+// it holds, which must be 0 when it ends (sched's fiber_main). Threads keep
+// none.
+void note_taken(std::uintptr_t me) noexcept {
+  if ((me & kThreadBit) == 0) ++reinterpret_cast<detail::FiberControl*>(me)->weft_mutexes_held;
+}
+void note_released(std::uintptr_t me) noexcept {
+  if ((me & kThreadBit) == 0) --reinterpret_cast<detail::FiberControl*>(me)->weft_mutexes_held;
+}
+
 [[noreturn]] void report_bad_unlock(const Mutex* mutex, bool locked) noexcept {
   char caller[96];
   detail::describe_caller(caller, sizeof caller);
@@ -94,7 +104,10 @@ bool Mutex::try_claim(std::uintptr_t me) noexcept {
 // run again. unlock() is one after the lock is free.
 bool Mutex::try_lock() {
   detail::checkpoint();
-  return try_claim(caller_identity());
+  const std::uintptr_t me = caller_identity();
+  if (!try_claim(me)) return false;
+  note_taken(me);
+  return true;
 }
 
 bool Mutex::spin_then_try_lock(std::uintptr_t me) noexcept {
@@ -112,13 +125,17 @@ void Mutex::lock() {
   detail::checkpoint();
   const std::uintptr_t me = caller_identity();
   std::uintptr_t expected = 0;
-  if (state_.compare_exchange_strong(expected, me, std::memory_order_acquire, std::memory_order_relaxed)) return;
-  acquire(me, detail::no_deadline);
+  if (!state_.compare_exchange_strong(expected, me, std::memory_order_acquire, std::memory_order_relaxed))
+    acquire(me, detail::no_deadline);
+  note_taken(me);
 }
 
 bool Mutex::acquire(detail::Clock::time_point deadline) {
   detail::checkpoint();
-  return acquire(caller_identity(), deadline);
+  const std::uintptr_t me = caller_identity();
+  if (!acquire(me, deadline)) return false;
+  note_taken(me);
+  return true;
 }
 
 bool Mutex::acquire(std::uintptr_t me, detail::Clock::time_point deadline) {
@@ -166,8 +183,9 @@ void Mutex::unlock() {
 void Mutex::unlock_holding_spin_lock() {
   const std::uintptr_t me = caller_identity();
   std::uintptr_t expected = me;
-  if (state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed)) return;
-  unlock_slow(me);
+  if (!state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed))
+    unlock_slow(me);  // aborts unless `me` holds it
+  note_released(me);
 }
 
 void Mutex::unlock_slow(std::uintptr_t me) {

@@ -308,6 +308,75 @@ TEST(MutexDeathTest, UnlockByANonOwnerIsDetected) {
       "but it was not locked");
 }
 
+// A fiber that ends holding a mutex aborts, naming itself and the count
+// (before, the mutex stayed locked for good, and a later fiber given the
+// same control block unlocked it as its owner). The locks it took and gave
+// back, by every way of taking one, are not counted.
+TEST(MutexDeathTest, AFiberThatEndsHoldingAMutexIsDetected) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Config config;
+        config.workers = 1;
+        Scheduler sched{config};
+        Mutex mu;
+        sched.spawn({.name = "leaver"}, [&] { mu.lock(); }).join();
+      },
+      "fiber \"leaver\" #[0-9]+ ended holding 1 weft::Mutex lock");
+  EXPECT_DEATH(
+      {
+        Config config;
+        config.workers = 1;
+        Scheduler sched{config};
+        Mutex first;
+        Mutex second;
+        Mutex third;
+        sched
+            .spawn({.name = "keeper"},
+                   [&] {
+                     if (!first.try_lock() || !second.try_lock_for(std::chrono::seconds(1))) std::_Exit(2);
+                     { std::lock_guard guard(third); }
+                   })
+            .join();
+      },
+      "fiber \"keeper\" #[0-9]+ ended holding 2 weft::Mutex lock");
+}
+
+TEST(Mutex, LocksTakenAndGivenBackEveryWayLeaveAFiberHoldingNone) {
+  Config config;
+  config.workers = 2;
+  Scheduler sched{config};
+  Mutex mu;
+  ConditionVariable cv;
+  bool ready = false;
+  std::vector<Fiber> fibers;
+  for (int i = 0; i < 8; ++i) {
+    fibers.push_back(sched.spawn([&, i] {
+      for (int round = 0; round < 200; ++round) {
+        switch ((i + round) % 3) {
+          case 0: {
+            std::lock_guard guard(mu);
+            this_fiber::yield();
+            break;
+          }
+          case 1:
+            if (mu.try_lock()) mu.unlock();
+            break;
+          default:
+            if (mu.try_lock_for(std::chrono::milliseconds(5))) mu.unlock();
+        }
+      }
+      std::unique_lock lock(mu);
+      if (i == 0) {
+        ready = true;
+        cv.notify_all();
+      }
+      cv.wait(lock, [&] { return ready; });
+    }));
+  }
+  for (Fiber& fiber : fibers) fiber.join();  // a miscount aborts at a fiber's end
+}
+
 // Destroyed while a fiber waits on it: it aborts, naming itself, the caller
 // and the waiter (before, the waiter stayed parked on freed memory).
 TEST(MutexDeathTest, MutexDestroyedWhileWaitedOnAborts) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "../sched/blocking_call.h"
+#include "fd_table.h"
 #include "hook_support.h"
 
 namespace weft::detail {
@@ -36,6 +37,20 @@ auto announced_hook(Call&& call, Sleeps sleeps = Sleeps::maybe) {
   const CheckpointOnReturn at_return;
   const BlockingCall in_the_kernel(sleeps);
   return call();
+}
+
+// How a call on the fds `a` and `b` (-1: none) sleeps: Sleeps::until_woken
+// where one is a socket, pipe, FIFO or terminal (pollable_kind), whose
+// other party may be a fiber pinned to this worker, whose pin sysmon then
+// releases; else Sleeps::maybe: a file's call ends by itself. Classifies
+// an fd not yet known, in a fiber only.
+inline Sleeps sleeps_on_fds(int a, int b = -1) noexcept {
+  if (!parking_enabled()) return Sleeps::maybe;
+  for (const int fd : {a, b}) {
+    const FdRecord* const record = fd >= 0 ? classified_fd_state(fd) : nullptr;
+    if (record != nullptr && pollable_kind(record->kind())) return Sleeps::until_woken;
+  }
+  return Sleeps::maybe;
 }
 
 }  // namespace weft::detail

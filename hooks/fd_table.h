@@ -33,6 +33,11 @@ inline bool epoll_refuses(mode_t mode) noexcept { return S_ISREG(mode) || S_ISDI
 // fd_state(), classified if it was unknown (a fiber is about to use it).
 FdRecord* classified_fd_state(int fd) noexcept;
 
+// Whether a fiber parks on fds of this kind: sockets, and pipes, FIFOs,
+// terminals and anonymous inodes (eventfd, timerfd, signalfd). Their calls
+// may wait for another party to act, where a file's end by themselves.
+inline bool pollable_kind(FdKind kind) noexcept { return kind == FdKind::socket || kind == FdKind::pollable; }
+
 // The record a change to `fd`'s description or socket (O_NONBLOCK, a
 // timeout) goes into: fd_state(fd), or in a vfork child (whose fd is its
 // own, the records its parent's) the parent's record of a description the

@@ -14,6 +14,7 @@
 #include <weft/detail/park.h>
 #include <weft/this_fiber.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -259,6 +260,13 @@ inline Clock::time_point deadline_after_timespec(const timespec* timeout) {
   if (timeout == nullptr) return no_deadline;
   return deadline_after(
       WideNanos(static_cast<long double>(timeout->tv_sec) * 1e9L + static_cast<long double>(timeout->tv_nsec)));
+}
+
+// The time from now until `deadline`, never below zero, as a timespec.
+inline timespec time_left(Clock::time_point deadline) {
+  const auto left = std::max(deadline - Clock::now(), Clock::duration::zero());
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  return timespec{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
 }
 
 // Waits until `fd` is ready for `direction`, or the deadline. Returns 0

@@ -22,8 +22,10 @@
 //                  helper while the fiber parks, beside a pinned fiber:
 //                  waited_for_another, below)
 // The calls that wait for another party to act (the file locks, wait, the
-// signals, the IPC, the threads) say so, Sleeps::until_woken: the party
-// may be a fiber pinned to this worker, which sysmon then releases.
+// signals, the IPC, the threads, a terminal's drain, and sendfile and
+// splice where a pipe, socket or terminal is an end) say so,
+// Sleeps::until_woken: the party may be a fiber pinned to this worker,
+// which sysmon then releases.
 //   DNS queries    res_query, res_search, res_querydomain, res_send, and
 //                  the __res_* names binaries built against glibc before
 //                  2.34 call (glibc's resolver makes its poll, send and
@@ -193,14 +195,16 @@ int fallocate64(int fd, int mode, off64_t offset, off64_t length) {
 ssize_t copy_file_range(int in, off64_t* in_offset, int out, off64_t* out_offset, size_t n, unsigned int flags) {
   return announced_hook([&] { return real::copy_file_range()(in, in_offset, out, out_offset, n, flags); });
 }
+// sendfile into a pipe, socket or terminal waits for its reader to make
+// room, and splice, one of whose ends is a pipe, for its other party.
 ssize_t sendfile(int out, int in, off_t* offset, size_t n) {
-  return announced_hook([&] { return real::sendfile()(out, in, offset, n); });
+  return announced_hook([&] { return real::sendfile()(out, in, offset, n); }, sleeps_on_fds(out, in));
 }
 ssize_t sendfile64(int out, int in, off64_t* offset, size_t n) {
-  return announced_hook([&] { return real::sendfile64()(out, in, offset, n); });
+  return announced_hook([&] { return real::sendfile64()(out, in, offset, n); }, sleeps_on_fds(out, in));
 }
 ssize_t splice(int in, off64_t* in_offset, int out, off64_t* out_offset, size_t n, unsigned int flags) {
-  return announced_hook([&] { return real::splice()(in, in_offset, out, out_offset, n, flags); });
+  return announced_hook([&] { return real::splice()(in, in_offset, out, out_offset, n, flags); }, Sleeps::until_woken);
 }
 // msync with MS_SYNC waits for the writeback of the range, as fsync does
 // (hooks_files.cpp); MS_ASYNC and MS_INVALIDATE alone do not wait.
@@ -237,8 +241,9 @@ int sigtimedwait(const sigset_t* set, siginfo_t* info, const timespec* timeout) 
   return announced_hook([&] { return real::sigtimedwait()(set, info, timeout); }, Sleeps::until_woken);
 }
 
+// Until the terminal's reader has taken what was written.
 int tcdrain(int fd) {
-  return announced_hook([&] { return real::tcdrain()(fd); });
+  return announced_hook([&] { return real::tcdrain()(fd); }, Sleeps::until_woken);
 }
 
 ssize_t msgrcv(int queue, void* message, size_t size, long type, int flags) {

@@ -212,13 +212,14 @@ namespace {
 // transfer without flags: at the file position (readv, writev: offset -1)
 // and at an offset (preadv, pwritev), which they then are. With RWF_NOWAIT
 // they never wait: libc's call. With any other flag (RWF_HIPRI, RWF_DSYNC,
-// RWF_SYNC, RWF_APPEND: regular files), the call, announced.
+// RWF_SYNC, RWF_APPEND: regular files), the call, announced; on a pipe,
+// socket or terminal as a wait for its other party (sleeps_on_fds).
 template <class Real, class AtPosition, class AtOffset>
 ssize_t flagged_transfer(Real real, AtPosition at_position, AtOffset at_offset, int fd, const iovec* iov, int count,
                          off_t offset, int flags) {
   if (!parking_enabled() || (flags & RWF_NOWAIT) != 0) return real(fd, iov, count, offset, flags);
   if (flags == 0) return offset == -1 ? at_position(fd, iov, count) : at_offset(fd, iov, count, offset);
-  return announced_hook([&] { return real(fd, iov, count, offset, flags); });
+  return announced_hook([&] { return real(fd, iov, count, offset, flags); }, sleeps_on_fds(fd));
 }
 
 ssize_t pread_hooked(int fd, void* buf, size_t n, off_t offset) {

@@ -63,9 +63,6 @@ int park_on(int fd, FdRecord& state, FdDirection direction, Clock::time_point de
   return failed;
 }
 
-// Whether an fd of this kind can be waited for on the netpoller.
-bool pollable_kind(FdKind kind) noexcept { return kind == FdKind::socket || kind == FdKind::pollable; }
-
 // `state` (classified_fd_state) if a fiber should park on its fd, or null
 // when the call must go straight to libc.
 FdRecord* parkable_record(FdRecord* state) noexcept {
@@ -188,25 +185,21 @@ auto read_through(int fd, std::size_t wanted, Call&& call) {
 }
 
 // A call the hooks pass straight through: one that may sleep (a regular
-// file's write, a blocking non-socket's accept) is announced; one on a
-// socket or pipe the user made non-blocking cannot, and is not: announcing
-// it kept sysmon looking every 100 us for as long as fibers wrote to their
-// own non-blocking sockets, and made a worker that the machine preempted
-// inside the call look blocked in it, starting spares for nothing
-// (docs/benchmarks.md, "Echo: a write that cannot block"). O_NONBLOCK does
-// not keep a regular file's write from waiting for the disk: announced.
+// file's write, a blocking non-socket's accept) is announced, as a wait
+// for another party (Sleeps::until_woken) where the fd is a socket or
+// pipe; one on a socket or pipe the user made non-blocking cannot, and is
+// not: announcing it kept sysmon looking every 100 us for as long as fibers
+// wrote to their own non-blocking sockets, and made a worker that the
+// machine preempted inside the call look blocked in it, starting spares
+// for nothing (docs/benchmarks.md, "Echo: a write that cannot block").
+// O_NONBLOCK does not keep a regular file's write from waiting for the
+// disk: announced.
 // `state` is the fd's record (null: none), as the caller looked it up.
 template <class Call>
 auto passed_through(const FdRecord* state, Call&& call) {
-  if (state != nullptr && state->user_nonblock() && pollable_kind(state->kind())) return call();
-  return announced(call);
-}
-
-// The time from now until `deadline`, never below zero, as a timespec.
-timespec time_left(Clock::time_point deadline) {
-  const auto left = std::max(deadline - Clock::now(), Clock::duration::zero());
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-  return timespec{time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)};
+  if (state == nullptr || !pollable_kind(state->kind())) return announced(call);
+  if (state->user_nonblock()) return call();
+  return announced(call, Sleeps::until_woken);
 }
 
 // recvmmsg as a blocking one receives (the kernel's do_recvmmsg): it waits
@@ -249,9 +242,12 @@ int recvmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
 }
 
 // A pollable non-socket fd (pipe, FIFO, terminal): wait, then the real,
-// blocking call. Another reader may take what made it ready, and then the
-// call blocks this worker as it would block a thread (docs/io.md): so it
-// is announced.
+// blocking call. Another reader may take what made it ready, or a write
+// may not fit, and then the call blocks this worker as it would block a
+// thread (docs/io.md), until its other party acts: so it is announced as
+// such a wait (Sleeps::until_woken), as that party may be a fiber pinned
+// to this worker, which sysmon then releases (announced as `maybe`, a
+// 64 KiB write to a terminal whose reader was such a fiber hung for good).
 template <class Call>
 auto wait_then_call(int fd, FdRecord& state, FdDirection direction, Call&& call) {
   const ErrnoHome home;
@@ -262,7 +258,7 @@ auto wait_then_call(int fd, FdRecord& state, FdDirection direction, Call&& call)
     set_errno(failed);
     return decltype(call())(-1);
   }
-  return announced(call);
+  return announced(call, Sleeps::until_woken);
 }
 
 // The table said socket, the kernel says otherwise: the number was reused
@@ -472,7 +468,7 @@ ssize_t peek_all(int fd, FdRecord& state, std::size_t wanted, Call&& call) {
       }
       if (revents_now(fd, POLLIN) != 0) break;  // data, EOF or an error
     }
-    return announced([&] { return call(false); });
+    return announced([&] { return call(false); }, Sleeps::until_woken);
   }
   for (;;) {
     FdWaitMark mark = fd_wait_mark(&state, FdDirection::read);
@@ -731,7 +727,7 @@ bool under_a_counter(const FdRecord& state, const iovec* iov, int count, bool ow
 ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   // A signalfd's readiness is the reading thread's (FdRecord::signalfd_bit):
   // the plain call on this one, announced.
-  if (state.signalfd()) return announced([&] { return real::readv()(fd, iov, count); });
+  if (state.signalfd()) return announced([&] { return real::readv()(fd, iov, count); }, Sleeps::until_woken);
   const int saved = errno_value();
   if (!state.refuses_nowait()) {
     const ssize_t result = attempt_or_park(fd, state, FdDirection::read, 0,
@@ -933,7 +929,8 @@ int accept_shared(int fd, FdRecord& listener, sockaddr* addr, socklen_t* addr_le
     int result = -1;
     pollfd ready{fd, POLLIN, 0};
     if (real::poll()(&ready, 1, 0) == 1) {
-      result = announced([&] { return real::accept4()(fd, addr, addr_len, flags); });
+      // Another process may take it first: a wait for the next client.
+      result = announced([&] { return real::accept4()(fd, addr, addr_len, flags); }, Sleeps::until_woken);
     } else {
       set_errno(EAGAIN);  // taken meanwhile: wait again
     }
@@ -1025,7 +1022,7 @@ int connect_hooked(int fd, const sockaddr* addr, socklen_t addr_len) {
       // Another holder would see a flip: the thread's blocking connect,
       // errno and timeout (SO_SNDTIMEO: EINPROGRESS) as the kernel's.
       set_errno(saved);
-      return announced([&] { return real::connect()(fd, addr, addr_len); });
+      return announced([&] { return real::connect()(fd, addr, addr_len); }, Sleeps::until_woken);
     }
     const int r = *attempt;
     if (r == 0) {

@@ -20,11 +20,13 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <threads.h>
 #include <time.h>
 #include <unistd.h>
@@ -679,6 +681,45 @@ TEST(Announced, OpenOfAFifo) {
   ::unlink(path.c_str());
 }
 
+// Whether `call` ends when the party it waits for is a fiber of the same
+// worker that sleeps in a hook (usleep) first, so is pinned there, and
+// then runs `give`: a call that held the worker without announcing a wait
+// for another party would wait for good for a peer that cannot run. A call
+// still waiting after 10 s is let out by `rescue`, run on a plain thread
+// (and `give` then not run), and the test fails instead of hanging.
+void expect_a_call_ends_beside_a_pinned_peer(const std::function<bool()>& call, const std::function<void()>& give,
+                                             const std::function<void()>& rescue) {
+  std::atomic<bool> done{false};
+  std::atomic<bool> rescued{false};
+  bool succeeded = false;
+  std::thread rescuer([&] {
+    const auto deadline = Clock::now() + 10s;
+    while (!done.load() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    if (done.load()) return;
+    rescued = true;
+    rescue();
+  });
+  {
+    Scheduler sched{test::config_with(1)};
+    std::atomic<bool> sleeping{false};
+    Fiber peer = sched.spawn([&] {
+      sleeping = true;
+      ::usleep(50'000);
+      if (!rescued.load()) give();
+    });
+    Fiber waiter = sched.spawn([&] {
+      while (!sleeping.load()) this_fiber::yield();
+      succeeded = call();
+      done = true;
+    });
+    peer.join();
+    waiter.join();
+  }
+  rescuer.join();
+  EXPECT_FALSE(rescued.load()) << "the call waited for the sleeper, which waited for it";
+  EXPECT_TRUE(succeeded);
+}
+
 // A FIFO's open waits for the other end, which a fiber of the same worker
 // opens once its hook's sleep (whose park resumes only on this thread)
 // ends. Before, the open blocked that thread, announced as a call that
@@ -686,48 +727,16 @@ TEST(Announced, OpenOfAFifo) {
 // until this test's own writer, a plain thread, opened the other end after
 // 10 s). Now sysmon moves the sleeper once the open has lasted
 // kReleaseHookPinsAfter, as behind a semaphore's wait.
-// Whether `open_for_reading` (which opens the FIFO at its path for reading
-// and closes it) ends when the FIFO's writer is a fiber of the same worker
-// that sleeps in a hook (usleep) first, so is pinned there: an open that
-// held the worker without announcing its wait would wait for good for a
-// writer that cannot run. A reader still waiting after 10 s is let out by
-// a writer opened from a plain thread, and the test fails instead of
-// hanging.
+// `open_for_reading` opens the FIFO at its path for reading and closes it.
 void expect_a_fifos_open_ends_beside_a_pinned_writer(const std::function<bool(const char*)>& open_for_reading) {
   const std::string path = temp_file();
   ::unlink(path.c_str());
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
-  std::atomic<bool> reader_done{false};
-  std::atomic<bool> rescued{false};
-  bool opened = false;
   int writer = -1;
-  std::thread rescue([&] {
-    const auto deadline = Clock::now() + 10s;
-    while (!reader_done.load() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
-    if (reader_done.load()) return;
-    rescued = true;
-    ::close(::open(path.c_str(), O_WRONLY | O_NONBLOCK));
-  });
-  {
-    Scheduler sched{test::config_with(1)};
-    std::atomic<bool> sleeping{false};
-    Fiber opener = sched.spawn([&] {
-      sleeping = true;
-      ::usleep(50'000);
-      // Non-blocking: a reader waiting in its open is there.
-      writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
-    });
-    Fiber waiter = sched.spawn([&] {
-      while (!sleeping.load()) this_fiber::yield();
-      opened = open_for_reading(path.c_str());
-      reader_done = true;
-    });
-    opener.join();
-    waiter.join();
-  }
-  rescue.join();
-  EXPECT_FALSE(rescued.load()) << "the reader's open waited for the sleeper, which waited for it";
-  EXPECT_TRUE(opened);
+  expect_a_call_ends_beside_a_pinned_peer([&] { return open_for_reading(path.c_str()); },
+                                          // Non-blocking: a reader waiting in its open is there.
+                                          [&] { writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK); },
+                                          [&] { ::close(::open(path.c_str(), O_WRONLY | O_NONBLOCK)); });
   EXPECT_GE(writer, 0);
   ::close(writer);
   ::unlink(path.c_str());
@@ -764,6 +773,80 @@ TEST(Announced, AFifosStreamOpenForAFiberParkedInAHookOfItsWorkerEnds) {
   });
   // libstdc++'s file streams open through fopen.
   expect_a_fifos_open_ends_beside_a_pinned_writer([](const char* path) { return std::ifstream(path).is_open(); });
+}
+
+// Calls on a pipe or terminal that wait in the kernel for their other
+// party, here a fiber pinned to the same worker by its hook's sleep:
+// splice from an empty pipe, sendfile into a full one, preadv2 with a flag
+// (RWF_HIPRI) from an empty one, and a write to a terminal larger than its
+// buffer, made after a wait for room (a terminal refuses RWF_NOWAIT). Each
+// was announced as a call that ends by itself, whose pins sysmon keeps,
+// and each hung for good (until the rescue here); now each is a wait for
+// another party, and the sleeper moves once it has lasted
+// kReleaseHookPinsAfter.
+TEST(Announced, ACallOnAPipeOrTerminalForAFiberParkedInAHookOfItsWorkerEnds) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const std::string path = temp_file();
+  const int file = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(file, 0);
+  ::unlink(path.c_str());
+  const auto fill = [&] { return ::write(pipe_fds[1], "hello", 5) == 5; };
+  {
+    SCOPED_TRACE("splice");
+    expect_a_call_ends_beside_a_pinned_peer([&] { return ::splice(pipe_fds[0], nullptr, file, nullptr, 5, 0) == 5; },
+                                            [&] { fill(); }, [&] { fill(); });
+  }
+  {
+    SCOPED_TRACE("preadv2 with RWF_HIPRI");
+    char buffer[5];
+    iovec part{buffer, sizeof buffer};
+    expect_a_call_ends_beside_a_pinned_peer([&] { return ::preadv2(pipe_fds[0], &part, 1, -1, RWF_HIPRI) == 5; },
+                                            [&] { fill(); }, [&] { fill(); });
+  }
+  {
+    SCOPED_TRACE("sendfile");
+    std::vector<char> block(65536, 'x');
+    ASSERT_EQ(::pwrite(file, block.data(), 4096, 0), 4096);
+    ASSERT_EQ(::fcntl(pipe_fds[1], F_SETFL, O_NONBLOCK), 0);
+    while (::write(pipe_fds[1], block.data(), block.size()) > 0) {
+    }
+    ASSERT_EQ(::fcntl(pipe_fds[1], F_SETFL, 0), 0);
+    const auto drain = [&] { return ::read(pipe_fds[0], block.data(), block.size()) > 0; };
+    off_t offset = 0;
+    expect_a_call_ends_beside_a_pinned_peer([&] { return ::sendfile(pipe_fds[1], file, &offset, 4096) == 4096; },
+                                            [&] { drain(); }, [&] { drain(); });
+  }
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  ::close(file);
+
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0)
+    GTEST_SKIP() << "no terminal: " << std::strerror(errno);
+  const int terminal = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+  ASSERT_GE(terminal, 0);
+  termios modes{};
+  ASSERT_EQ(::tcgetattr(terminal, &modes), 0);
+  ::cfmakeraw(&modes);
+  ASSERT_EQ(::tcsetattr(terminal, TCSANOW, &modes), 0);
+  constexpr std::size_t kWritten = 65536;
+  const auto read_all = [&] {
+    std::vector<char> got(kWritten);
+    for (std::size_t n = 0; n < kWritten;) {
+      const ssize_t part = ::read(terminal, got.data() + n, kWritten - n);
+      if (part <= 0) return;
+      n += std::size_t(part);
+    }
+  };
+  {
+    SCOPED_TRACE("a terminal's write");
+    const std::vector<char> written(kWritten, 'y');
+    expect_a_call_ends_beside_a_pinned_peer(
+        [&] { return ::write(master, written.data(), written.size()) == ssize_t(kWritten); }, read_all, read_all);
+  }
+  ::close(terminal);
+  ::close(master);
 }
 
 // freopen closes the stream's fd inside libc, where no close hook sees it

@@ -36,7 +36,9 @@
 //                  not have. They wait for a nameserver (until_woken):
 //                  fibers pinned here by their hooks move after a second.
 //                  Their res_n* forms, whose state is an argument, are made
-//                  on a helper while the fiber parks (offloaded_query).
+//                  on a helper while the fiber parks (offloaded_query),
+//                  unless that state is the calling thread's own _res
+//                  (query_on_state).
 //   async DNS      gai_suspend, and getaddrinfo_a with GAI_WAIT: they wait
 //                  for lookups glibc makes on threads of its own, on a
 //                  futex inside libc; made on a helper while the fiber
@@ -80,6 +82,19 @@ int offloaded_query(Query&& query) {
   if (!parking_enabled()) return query();
   const CheckpointOnReturn at_return;
   return offloaded(query);
+}
+
+// A res_n* query on `state`. The calling thread's own _res (`&_res`, as
+// Firefox and PowerDNS pass it) is, in a fiber, its worker's, which every
+// fiber of the worker shares; glibc's resolver state serves one query at a
+// time (its sockets, its query ids), and queries offloaded side by side on
+// it took each other's replies and closed each other's sockets. So a query
+// on it stays on this thread, announced, as res_query does; one on a state
+// of the caller's own goes to a helper.
+template <class Query>
+int query_on_state(res_state state, Query&& query) {
+  if (state == __res_state()) return announced_hook(query, Sleeps::until_woken);
+  return offloaded_query(query);
 }
 
 // A wait that another party ends (a post, the last arrival at a barrier, a
@@ -323,18 +338,19 @@ int res_send(const unsigned char* message, int message_length, unsigned char* an
   return announced_hook([&] { return real::res_send()(message, message_length, answer, length); }, Sleeps::until_woken);
 }
 int res_nquery(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return offloaded_query([&] { return real::res_nquery()(state, name, klass, type, answer, length); });
+  return query_on_state(state, [&] { return real::res_nquery()(state, name, klass, type, answer, length); });
 }
 int res_nsearch(res_state state, const char* name, int klass, int type, unsigned char* answer, int length) noexcept {
-  return offloaded_query([&] { return real::res_nsearch()(state, name, klass, type, answer, length); });
+  return query_on_state(state, [&] { return real::res_nsearch()(state, name, klass, type, answer, length); });
 }
 int res_nquerydomain(res_state state, const char* name, const char* domain, int klass, int type, unsigned char* answer,
                      int length) noexcept {
-  return offloaded_query([&] { return real::res_nquerydomain()(state, name, domain, klass, type, answer, length); });
+  return query_on_state(state,
+                        [&] { return real::res_nquerydomain()(state, name, domain, klass, type, answer, length); });
 }
 int res_nsend(res_state state, const unsigned char* message, int message_length, unsigned char* answer,
               int length) noexcept {
-  return offloaded_query([&] { return real::res_nsend()(state, message, message_length, answer, length); });
+  return query_on_state(state, [&] { return real::res_nsend()(state, message, message_length, answer, length); });
 }
 
 int gai_suspend(const gaicb* const list[], int count, const timespec* timeout) {

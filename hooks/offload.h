@@ -3,17 +3,21 @@
 // libc or the kernel where no hook can make them park (the resolver's,
 // hooks/hooks_resolver.cpp; futex waits, hooks/hooks_futex.cpp).
 //
-// errno and h_errno are per thread: the helper starts from the caller's,
-// so that one the call leaves alone (getaddrinfo's argument errors, a
-// gethostbyname_r that sets only its own h_errno) comes back as the
-// caller's, not as what the helper's earlier call left. What the call left
-// goes to the thread the fiber resumes on and, if sysmon released its pin
+// The thread's locale (uselocale) is the caller's on the helper: glibc's
+// IDN conversions (getaddrinfo's AI_IDN, getnameinfo's NI_IDN) read its
+// character set, and in the helper's global "C" locale a UTF-8 name failed
+// with EAI_IDN_ENCODE. errno and h_errno are per thread: the helper starts
+// from the caller's, so that one the call leaves alone (getaddrinfo's
+// argument errors, a gethostbyname_r that sets only its own h_errno) comes
+// back as the caller's, not as what the helper's earlier call left. What
+// the call left goes to the thread the fiber resumes on and, if sysmon released its pin
 // (ParkScope, point 1), to the thread the call was made on too, whose
 // addresses the caller may hold, while that thread still sleeps in the
 // call it was released behind (ErrnoHome::may_write_home): ErrnoHome for
 // errno, home_h_errno for h_errno.
 #pragma once
 
+#include <locale.h>
 #include <netdb.h>
 #include <weft/blocking.h>
 
@@ -38,18 +42,21 @@ std::optional<std::invoke_result_t<Fn&>> offload_through(Fn& fn, Run&& run) {
     Result result;
     int error;
     int host_error;
+    locale_t locale;
     static void run(void* self) noexcept {
       auto* call = static_cast<Call*>(self);
+      const locale_t helpers = ::uselocale(call->locale);
       errno = call->error;
       h_errno = call->host_error;
       call->result = (*call->fn)();
       call->error = errno;
       call->host_error = h_errno;
+      ::uselocale(helpers);
     }
   };
   const ErrnoHome home;
   int* const home_h_errno = h_errno_here();
-  Call call{&fn, Result{}, errno_value(), *home_h_errno};
+  Call call{&fn, Result{}, errno_value(), *home_h_errno, ::uselocale(locale_t(0))};
   {
     const ParkScope park;
     if (!run(&Call::run, static_cast<void*>(&call))) return std::nullopt;

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <arpa/nameser.h>
 #include <linux/futex.h>
+#include <locale.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <resolv.h>
@@ -330,6 +331,91 @@ TEST(ResolverChild, AQueryWithItsOwnStateLetsTheWorkersOtherFibersRun) {
   EXPECT_EQ(on_fiber, on_thread);
   EXPECT_GT(std::stoi(on_thread), 0) << on_thread;
   EXPECT_GE(ticks_during, 5) << "the ticker's sleeps waited for the query's 200 ms";
+  test::DnsSandbox::stop();
+}
+
+TEST(Resolver, QueriesOnTheThreadsOwnStateFromManyFibersEachGetTheirAnswer) {
+  expect_child_passed("own-state", "ResolverChild.QueriesOnTheThreadsOwnStateFromManyFibersEachGetTheirAnswer");
+}
+
+// res_nquery(&_res, ...), as Firefox and PowerDNS call it: in a fiber,
+// _res is its worker thread's, which all the worker's fibers share, and
+// glibc's resolver state serves one query at a time. Before, each query
+// went to a helper while its fiber parked, so the worker's next fiber
+// queried on the same state meanwhile: they took each other's replies and
+// closed each other's sockets, and 1 or 2 of 20 got their answer (on
+// threads, each with its own _res, all 20 do). Now a query on the calling
+// thread's own state stays on that thread, as res_query does.
+TEST(ResolverChild, QueriesOnTheThreadsOwnStateFromManyFibersEachGetTheirAnswer) {
+  if (!test::child_mode("own-state"))
+    GTEST_SKIP() << "runs in the child of Resolver.QueriesOnTheThreadsOwnStateFromManyFibersEachGetTheirAnswer";
+  const std::string why = test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 200);
+  if (!why.empty()) GTEST_SKIP() << "no private nameserver: " << why;
+  constexpr int kQueries = 20;
+  std::vector<std::string> got(kQueries);
+  {
+    Scheduler sched{test::config_with(1)};
+    std::vector<Fiber> fibers;
+    for (int i = 0; i < kQueries; ++i) {
+      fibers.push_back(sched.spawn([&, i] {
+        if ((_res.options & RES_INIT) == 0 && ::res_init() != 0) {
+          got[i] = "res_init failed";
+          return;
+        }
+        unsigned char answer[512];
+        const int length = ::res_nquery(&_res, host_name(i).c_str(), C_IN, T_A, answer, sizeof answer);
+        if (length < 4) {
+          got[i] = "res_nquery: " + std::to_string(length) + " h_errno " + std::to_string(h_errno);
+          return;
+        }
+        // The responder's one A record ends the answer.
+        char text[INET_ADDRSTRLEN] = {};
+        ::inet_ntop(AF_INET, answer + length - 4, text, sizeof text);
+        got[i] = text;
+      }));
+    }
+    for (Fiber& fiber : fibers) fiber.join();
+  }
+  for (int i = 0; i < kQueries; ++i) EXPECT_EQ(got[i], expected_address(i)) << "query " << i;
+  test::DnsSandbox::stop();
+}
+
+TEST(Resolver, AnIdnLookupUsesTheCallersLocale) {
+  expect_child_passed("idn", "ResolverChild.AnIdnLookupUsesTheCallersLocale");
+}
+
+// getaddrinfo with AI_IDN converts the name from the calling thread's
+// locale (uselocale) to ASCII before it asks. The lookup runs on a helper,
+// which took only errno and h_errno from the caller: in its global "C"
+// locale the UTF-8 name failed to convert (EAI_IDN_ENCODE) where a plain
+// thread's went to the nameserver (which knows no such name: EAI_NONAME).
+TEST(ResolverChild, AnIdnLookupUsesTheCallersLocale) {
+  if (!test::child_mode("idn")) GTEST_SKIP() << "runs in the child of Resolver.AnIdnLookupUsesTheCallersLocale";
+  const std::string why = test::DnsSandbox::enter(WEFT_DNS_RESPONDER, 20);
+  if (!why.empty()) GTEST_SKIP() << "no private nameserver: " << why;
+  const locale_t utf8 = ::newlocale(LC_ALL_MASK, "C.UTF-8", locale_t(0));
+  if (utf8 == locale_t(0)) GTEST_SKIP() << "no C.UTF-8 locale";
+  const auto look_up = [utf8] {
+    const locale_t before = ::uselocale(utf8);
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_flags = AI_IDN;
+    addrinfo* result = nullptr;
+    const int rc = ::getaddrinfo("b\u00fccher.weft.test", nullptr, &hints, &result);  // UTF-8
+    if (result != nullptr) ::freeaddrinfo(result);
+    ::uselocale(before);
+    return rc;
+  };
+  int on_thread = 0;
+  std::thread([&] { on_thread = look_up(); }).join();
+  EXPECT_EQ(on_thread, EAI_NONAME);
+  int on_fiber = 0;
+  {
+    Scheduler sched{test::config_with(1)};
+    sched.spawn([&] { on_fiber = look_up(); }).join();
+  }
+  EXPECT_EQ(on_fiber, on_thread);
+  ::freelocale(utf8);
   test::DnsSandbox::stop();
 }
 

@@ -37,6 +37,7 @@
 #include <optional>
 #include <vector>
 
+#include "announced.h"
 #include "fd_table.h"
 #include "hook_support.h"
 #include "real_calls.h"
@@ -80,6 +81,14 @@ Watched watched_in(const pollfd* fds, nfds_t count) noexcept {
     watched.only = &fds[i];
   }
   return watched;
+}
+
+// Whether `fd` is open, errno untouched.
+bool open_now(int fd) noexcept {
+  const int saved = errno_value();
+  const bool open = real::fcntl()(fd, F_GETFD, nullptr) >= 0;
+  set_errno(saved);
+  return open;
 }
 
 // What a wait on `fds` marks before each probe and waits with: for one fd
@@ -127,11 +136,19 @@ class PollWait {
       return EAGAIN;
     }
     if (watched_.one_direction()) {
-      const int failed = wait_for_fd(watched_.only->fd, watched_.direction(), deadline, &mark_, &harvested);
+      const int fd = watched_.only->fd;
+      const int failed = wait_for_fd(fd, watched_.direction(), deadline, &mark_, &harvested);
+      // Closed while parked, and the number taken by a new fd since: a
+      // wake, after which the probe asks what the number is now, and the
+      // wait goes on with it if that is not ready. poll(2) never fails with
+      // EBADF (a closed fd is POLLNVAL, which the probe reports while the
+      // number stays free), and a thread's poll or select goes on waiting.
+      if (failed == EBADF && open_now(fd)) return 0;
       if (failed != EPERM) return failed;
-      // An fd epoll refuses (a regular file, a directory, /dev/null) is
-      // ever as poll(2) reports it: the probe found it not ready for what
-      // was asked, and it never will be. A thread waits the timeout out.
+      // An fd epoll refuses (/dev/null; regular files and directories do
+      // not come here: watches_a_file) is ever as poll(2) reports it: the
+      // probe found it not ready for what was asked, and it never will
+      // be. A thread waits the timeout out.
       sleep_parked(deadline);
       return EAGAIN;
     }
@@ -260,6 +277,37 @@ int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, boo
   }
 }
 
+// Whether `fds` (readable) watch a regular file, directory or block device
+// (FdKind::unpollable). Most are ever ready, and the probe returns; but the
+// files of procfs, sysfs and cgroupfs that have a poll of their own report
+// an event once, to the first poll that asks: the mount table's
+// (/proc/self/mounts), a pressure trigger's (/proc/pressure/*), a cgroup's
+// events, a sysfs attribute's notification (POLLPRI). Parked on the
+// netpoller, such an fd's event went to the scheduler's epoll, and the
+// probe after the wake found none (a mount's POLLPRI waited out the
+// timeout). So a wait on one is the call itself (below).
+bool watches_a_file(const pollfd* fds, nfds_t count) noexcept {
+  for (nfds_t i = 0; i < count; ++i) {
+    if (fds[i].fd < 0) continue;
+    const FdRecord* const record = classified_fd_state(fds[i].fd);
+    if (record != nullptr && record->kind() == FdKind::unpollable) return true;
+  }
+  return false;
+}
+
+// The call itself, with the time left to `deadline` (`call(timeout)`,
+// null: none), on this thread, announced as a wait for another party: the
+// party is the kernel's event, which may take as long as it likes.
+template <class Call>
+int waited_as_on_a_thread(Clock::time_point deadline, Call&& call) {
+  return announced(
+      [&] {
+        timespec left = time_left(deadline);
+        return call(deadline == no_deadline ? nullptr : &left);
+      },
+      Sleeps::until_woken);
+}
+
 // poll_parked's answer for no wait it cannot answer from epoll's events.
 int cannot_fill(std::uint32_t) { return 0; }
 
@@ -306,11 +354,16 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
   // here would die of SIGSEGV. A wait then costs a level check more (its
   // marks come after that probe). One on the stack is read at once, its
   // marks taken before the first probe.
+  const auto as_on_a_thread = [&](const timespec* timeout) {
+    return real::ppoll()(fds, count, timeout, with_mask ? mask : nullptr);
+  };
   if (count != 0 && !on_live_stack(fds, count * sizeof(pollfd))) {
     const int ready = probe();
     if (ready != 0) return ready;
+    if (watches_a_file(fds, count)) return waited_as_on_a_thread(deadline, as_on_a_thread);
     return poll_parked(fds, count, deadline, /*probed=*/true, mask, probe, fill);
   }
+  if (watches_a_file(fds, count)) return waited_as_on_a_thread(deadline, as_on_a_thread);
   // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
   // pending signal it unblocks ends it at once: sigsuspend with a timeout).
   return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, mask, probe, fill);
@@ -398,6 +451,14 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   // nothing.
   if (probe() != 0) return last_probe;
   std::vector<pollfd> fds = as_pollfds(bits, r0.get(), w0.get(), e0.get());
+  if (watches_a_file(fds.data(), fds.size())) {
+    return waited_as_on_a_thread(deadline, [&](const timespec* timeout) {
+      r0.restore(r);
+      w0.restore(w);
+      e0.restore(e);
+      return real::pselect()(nfds, r, w, e, timeout, with_mask ? mask : nullptr);
+    });
+  }
   const int saved = errno_value();
   for (;;) {
     const int result =

@@ -31,6 +31,8 @@
 #include <cstring>
 #include <string>
 
+#include "private_namespaces.h"
+
 namespace weft::test {
 
 class DnsSandbox {
@@ -40,7 +42,7 @@ class DnsSandbox {
   // success, else why it could not (namespaces refused: the caller skips).
   // The responder is stopped by stop(), and dies with the process anyway.
   static std::string enter(const std::string& responder, int delay_ms) {
-    if (std::string why = enter_namespaces(); !why.empty()) return why;
+    if (std::string why = enter_private_namespaces(CLONE_NEWNS | CLONE_NEWNET); !why.empty()) return why;
     if (std::string why = bring_loopback_up(); !why.empty()) return why;
     if (std::string why = private_resolv_conf(); !why.empty()) return why;
     return start_responder(responder, delay_ms);
@@ -61,22 +63,6 @@ class DnsSandbox {
   }
 
   static std::string error(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
-
-  static std::string enter_namespaces() {
-    if (::unshare(CLONE_NEWNS | CLONE_NEWNET) != 0) {
-      // Not root: a user namespace of our own makes us root in it.
-      const uid_t uid = ::getuid();
-      const gid_t gid = ::getgid();
-      if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0)
-        return error("namespaces unavailable (unshare CLONE_NEWNS|CLONE_NEWNET, also with CLONE_NEWUSER)");
-      write_file("/proc/self/setgroups", "deny");
-      write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
-      write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
-    }
-    // Mounts made from here on stay in this namespace.
-    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return error("mount --make-rprivate /");
-    return "";
-  }
 
   static std::string bring_loopback_up() {
     const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -131,13 +117,6 @@ class DnsSandbox {
       return "the DNS responder (" + responder + ") did not start: '" + line + "'";
     }
     return "";
-  }
-
-  static void write_file(const char* path, const std::string& text) {
-    const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    [[maybe_unused]] const ssize_t n = ::write(fd, text.data(), text.size());
-    ::close(fd);
   }
 };
 

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -27,6 +28,8 @@
 #include <vector>
 
 #include "hooks_test_support.h"
+#include "pool_support.h"
+#include "private_namespaces.h"
 
 namespace weft {
 namespace {
@@ -680,6 +683,87 @@ TEST(HooksMultiplexers, AWaitOnOneFdEpollRefusesWaitsItsTimeout) {
       return out;
     });
   }
+}
+
+// Another thread puts a new fd on the number a poll waits on (dup2 closes
+// the old and reuses the number at once): poll(2) never fails with EBADF,
+// and a thread's poll waits its timeout out on the file it holds. Before,
+// a fiber's poll and select woke with -1 EBADF when the number closed.
+TEST(HooksMultiplexers, AWaitWhoseFdNumberIsTakenByAnotherFdWaitsItsTimeout) {
+  expect_same_on_thread_and_fiber([] {
+    Pipe waited_on;
+    Pipe other;
+    std::string out;
+    for (const bool use_select : {false, true}) {
+      const int number = ::dup(waited_on.reader);
+      std::thread replacer([&] {
+        std::this_thread::sleep_for(50ms);
+        ::dup2(other.reader, number);
+      });
+      const auto start = Clock::now();
+      int result;
+      if (use_select) {
+        fd_set r;
+        FD_ZERO(&r);
+        FD_SET(number, &r);
+        timeval tv{0, 300'000};
+        result = select(number + 1, &r, nullptr, nullptr, &tv);
+      } else {
+        pollfd one{number, POLLIN, 0};
+        result = poll(&one, 1, 300);
+      }
+      const bool waited = Clock::now() - start >= 250ms;
+      out += std::string(use_select ? "select " : "poll ") + outcome(result) +
+             (waited ? " after the timeout\n" : " early\n");
+      replacer.join();
+      ::close(number);
+    }
+    return out;
+  });
+}
+
+TEST(HooksMultiplexers, APollForAFilesOwnEventGetsIt) {
+  int status = -1;
+  const std::string out =
+      test::run_child("file-event", "", "HooksMultiplexersChild.APollForAFilesOwnEventGetsIt", status);
+  if (out.find("[  SKIPPED ]") != std::string::npos) GTEST_SKIP() << out;
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+}
+
+// The mount table (/proc/self/mounts) reports POLLPRI|POLLERR once per
+// change, to the first poll that asks, as pressure triggers and cgroup
+// event files do. Parked on the netpoller, a fiber's poll lost it to the
+// scheduler's epoll and waited its timeout out (here 5 s); a thread's
+// returns at the mount. Now a poll on a file is the call itself. Run in a
+// mount namespace of its own (tests/private_namespaces.h).
+TEST(HooksMultiplexersChild, APollForAFilesOwnEventGetsIt) {
+  if (!test::child_mode("file-event"))
+    GTEST_SKIP() << "runs in the child of HooksMultiplexers.APollForAFilesOwnEventGetsIt";
+  if (const std::string why = test::enter_private_namespaces(CLONE_NEWNS); !why.empty()) GTEST_SKIP() << why;
+  char dir[] = "/tmp/weft-mount-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const auto wait_for_a_mount = [&] {
+    const int fd = ::open("/proc/self/mounts", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::string("open: ") + std::strerror(errno);
+    pollfd table{fd, POLLPRI, 0};
+    ::poll(&table, 1, 0);  // takes a change left from before
+    std::thread mounter([&] {
+      std::this_thread::sleep_for(100ms);
+      ::mount("none", dir, "tmpfs", 0, nullptr);
+    });
+    const auto start = Clock::now();
+    const int result = poll(&table, 1, 5'000);
+    const bool in_time = Clock::now() - start < 4s;
+    mounter.join();
+    ::umount(dir);
+    ::close(fd);
+    return outcome(result) + " revents " + std::to_string(table.revents) + (in_time ? " at the mount" : " late");
+  };
+  const test::ThreadAndFiber got = test::on_thread_and_fiber(wait_for_a_mount);
+  EXPECT_EQ(got.thread, "1 revents " + std::to_string(POLLPRI | POLLERR) + " at the mount");
+  EXPECT_EQ(got.fiber, got.thread);
+  ::rmdir(dir);
 }
 
 // An epoll_pwait2 timeout the kernel cannot read (in a page mapped with no

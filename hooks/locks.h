@@ -174,11 +174,17 @@ struct Ownership {
 };
 
 // weft-dump's answer (sched/wait_owner.h) for an owner tag read from an
-// object (0: nobody) and the owning fiber's control block, if a fiber.
+// object (0: nobody) and the owning fiber's control block, if a fiber. A
+// fiber that ended holding the lock left its block to be given to another
+// fiber, which is not the owner: the block's fiber must carry the tag's id
+// bits, else the owner is not known (it was reported as the new fiber: a
+// fiber waiting on such a lock was "deadlocked" with itself).
 inline WaitOwner wait_owner_of(int tag, const void* fiber) noexcept {
   if (tag == 0) return {};
   if (!names_fiber(tag)) return {0, tag};
-  return {fiber_id_at(static_cast<const FiberControl*>(fiber)), 0};
+  const std::uint64_t id = fiber_id_at(static_cast<const FiberControl*>(fiber));
+  if ((kFiberOwnerBit | static_cast<int>(id & (kFiberOwnerBit - 1))) != tag) return {};
+  return {id, 0};
 }
 
 // --- libweft's own calls ------------------------------------------------------

@@ -84,13 +84,22 @@ std::vector<DeadlockCandidate> find_deadlocks(const ProcessSnapshot& process) {
 }
 
 bool waits_as_seen(const DeadlockCandidate& candidate, const FiberWaits& now) {
+  const auto still_in_its_park = [&](const auto& member_wait) {
+    const auto read = now.find(member_wait.first);
+    return read != now.end() && read->second.parks == member_wait.second.parks;
+  };
+  // Some member still in the same park: in a real deadlock one at least
+  // waits without end; where every member parked again (fibers that time
+  // out, let go of what they hold and try again), the cycle came apart and
+  // formed anew between the two reads, and they make progress.
+  if (!std::any_of(candidate.seen.begin(), candidate.seen.end(), still_in_its_park)) return false;
   return std::all_of(candidate.seen.begin(), candidate.seen.end(), [&](const auto& member_wait) {
     const auto& [member, then] = member_wait;
     const auto read = now.find(member);
     if (read == now.end() || read->second.object != then.object || read->second.holder != then.holder) return false;
     // Waiting for what it holds itself: a real one stays in its park; a
     // lock handed to it again and again looks so for a moment each time.
-    return then.holder != member || read->second.parks == then.parks;
+    return then.holder != member || still_in_its_park(member_wait);
   });
 }
 

@@ -16,10 +16,12 @@
 // read again a moment later (read_waits, introspect/snapshot.h; and once
 // more, later, for a cycle with a member waiting for itself), and the
 // cycle is reported only if each member is still parked on the same
-// object, held by the same fiber, and a fiber that waits for what it holds
-// itself still in the same park (its park count). A real deadlock stays,
-// and passes (also one whose member parks again and again, a timed
-// try_lock in a loop); a hand-over has woken its fiber by then.
+// object, held by the same fiber, one member at least (and a fiber that
+// waits for what it holds itself) still in the same park (its park
+// count). A real deadlock stays, and passes (also one whose member parks
+// again and again, a timed try_lock in a loop, beside one that waits
+// without end); a hand-over has woken its fiber by then, and fibers that
+// time out, let go and try again have all parked anew.
 #pragma once
 
 #include <weft/snapshot.h>

@@ -3,6 +3,7 @@
 // it and checks the text and the JSON. Then the refusals, the socket's life
 // and a dump taken while the only worker is stuck.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
@@ -353,6 +354,49 @@ TEST(Dump, RefusesAWeftProcessWithDumpsTurnedOff) {
   EXPECT_EQ(child.finish(), 0);
 }
 
+// A thread's id (top -H shows them) names its process, which is the one
+// to dump; before, it was "not a weft process".
+TEST(Dump, AThreadsIdNamesItsProcess) {
+  Child child({WEFT_DUMP_CHILD});
+  ASSERT_EQ(child.read_line(), "ready");
+  pid_t thread = 0;
+  DIR* tasks = ::opendir(("/proc/" + std::to_string(child.pid()) + "/task").c_str());
+  ASSERT_NE(tasks, nullptr);
+  while (const dirent* entry = ::readdir(tasks)) {
+    const long id = std::atol(entry->d_name);
+    if (id > 0 && id != child.pid()) thread = pid_t(id);
+  }
+  ::closedir(tasks);
+  ASSERT_NE(thread, 0) << "the weft process has no thread but its main one";
+  const CliResult result = run_cli({std::to_string(thread)});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.out, "");
+  EXPECT_NE(result.err.find(std::to_string(thread) + " is a thread"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("weft-dump " + std::to_string(child.pid())), std::string::npos) << result.err;
+  EXPECT_EQ(child.finish(), 0);
+}
+
+// A process that has exited and not been reaped says so; before, it was
+// "not a weft process".
+TEST(Dump, AZombieHasExited) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  const std::string status = "/proc/" + std::to_string(pid) + "/status";
+  bool zombie = false;
+  for (int i = 0; i < 5000 && !zombie; ++i) {
+    std::ifstream in(status);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("State:", 0) == 0) zombie = line.find('Z') != std::string::npos;
+    if (!zombie) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(zombie);
+  const CliResult result = run_cli({std::to_string(pid)});
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.out, "");
+  EXPECT_NE(result.err.find("has exited"), std::string::npos) << result.err;
+}
+
 constexpr uid_t kNobody = 65534;
 
 // A weft process of `uid`: a fork of this test that runs a scheduler, so
@@ -396,6 +440,9 @@ TEST(Dump, BadArgumentsPrintUsageAndExit2) {
                                                {"--list", "12"},
                                                {"12", "--json", "--top"},
                                                {"12", "--iterations", "2"},
+                                               {"12", "--trace", "nan"},
+                                               {"12", "--timeout", "nan"},
+                                               {"12", "--timeout", "-nan"},
                                                {"0"}}) {
     const CliResult result = run_cli(args);
     EXPECT_EQ(result.exit_code, 2) << args.size();

@@ -39,6 +39,18 @@ std::string describe(pid_t pid) {
   return "process " + std::to_string(pid) + (name.empty() ? "" : " (" + name + ")");
 }
 
+// The value of a field of /proc/<pid>/status ("Tgid", "State"), or "".
+std::string status_field(pid_t pid, std::string_view field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
+      const std::size_t value = line.find_first_not_of(" \t", field.size() + 1);
+      return value == std::string::npos ? "" : line.substr(value);
+    }
+  }
+  return "";
+}
+
 // The first error that explains why `pid` cannot be dumped by this user,
 // before looking for a socket.
 void check_process(pid_t pid) {
@@ -48,6 +60,16 @@ void check_process(pid_t pid) {
       throw DumpUnavailable(describe(pid) +
                             " belongs to another user; run weft-dump as that user (e.g. sudo -u <user> weft-dump)");
   }
+  // A thread's id (top -H, ps -L show them) answers kill(2) and has a
+  // /proc entry, but the dump socket is its process's.
+  const std::string process = status_field(pid, "Tgid");
+  if (!process.empty() && process != std::to_string(pid)) {
+    const pid_t tgid = static_cast<pid_t>(std::stol(process));
+    throw DumpUnavailable(std::to_string(pid) + " is a thread (" + process_name(pid) + ") of " + describe(tgid) +
+                          "; dump that: weft-dump " + process);
+  }
+  if (status_field(pid, "State").rfind('Z', 0) == 0)
+    throw DumpUnavailable(describe(pid) + " has exited: a zombie its parent has not reaped yet");
   // Root may signal anyone, but a process's server answers only its own
   // user.
   struct stat st;

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -66,6 +67,14 @@ struct Arguments {
   double timeout_seconds = 5;
 };
 
+// A number of seconds, before CLI::Range looks: "nan" passes a range
+// check, as every comparison with NaN is false.
+const CLI::Validator kANumber(
+    [](std::string& text) {
+      return std::isnan(std::strtod(text.c_str(), nullptr)) ? "Value " + text + " is not a number" : std::string();
+    },
+    "");
+
 // The command line, as CLI11 reads it: `--timeout 3` and `--timeout=3`
 // alike, generated help. A bad one throws CLI::ParseError.
 void describe_arguments(CLI::App& app, Arguments& a) {
@@ -86,11 +95,13 @@ void describe_arguments(CLI::App& app, Arguments& a) {
   CLI::Option* trace =
       app.add_option("--trace", a.trace_seconds,
                      "record a timeline for SECONDS and print it as Chrome Trace Event JSON (ui.perfetto.dev)")
+          ->check(kANumber)
           ->check(CLI::Range(0.001, 60.0));
   app.add_flag("--all-frames", a.all_frames,
                "every frame of each stack by its full name (weft's own included), not only the public call and "
                "yours");
   app.add_option("--timeout", a.timeout_seconds, "give up after S seconds (default 5)")
+      ->check(kANumber)
       ->check(CLI::Range(0.001, 3600.0));
   json->excludes(top)->excludes(metrics)->excludes(trace);
   top->excludes(metrics)->excludes(trace);

@@ -33,6 +33,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -369,15 +370,39 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
   return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, mask, probe, fill);
 }
 
+// The size of the kernel's fd table (its max_fds: /proc/self/status's
+// FDSize), or -1 if it cannot be read. The table grows as fds are opened
+// and never shrinks: an fd opened under a higher RLIMIT_NOFILE stays in it
+// after the limit is lowered.
+int fd_table_size() noexcept {
+  const int saved = errno_value();
+  const int fd = real::open()("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  char text[4096];
+  ssize_t n = -1;
+  if (fd >= 0) {
+    n = real::read()(fd, text, sizeof text - 1);
+    real::close()(fd);
+  }
+  set_errno(saved);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  const char* field = std::strstr(text, "\nFDSize:");
+  return field != nullptr ? std::atoi(field + std::strlen("\nFDSize:")) : -1;
+}
+
 // select's fd sets hold nfds bits in as many longs as that takes: a
 // program may allocate them larger than fd_set (FD_SETSIZE, 1,024 bits),
 // and Linux reads all nfds bits (select(2), "BUGS"). Never beyond the
-// highest fd the process may open, which is all the kernel reads.
+// kernel's fd table, which is all it reads: the soft RLIMIT_NOFILE bounds
+// it unless it was lowered after fds were opened above it, when the
+// table's size is asked (a bit for such an fd was dropped, and the fd
+// never reported).
 int select_bits(int nfds) noexcept {
   if (nfds <= FD_SETSIZE) return nfds;
   rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < rlim_t(nfds)) return int(limit.rlim_cur);
-  return nfds;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= rlim_t(nfds)) return nfds;
+  const int table = fd_table_size();
+  return table > 0 ? std::min(nfds, std::max(table, int(limit.rlim_cur))) : int(limit.rlim_cur);
 }
 
 bool in_set(const fd_set* set, int fd) noexcept {

@@ -463,6 +463,44 @@ TEST(HooksMultiplexers, SelectIgnoresBitsPastTheFdTable) {
   });
 }
 
+// An fd opened above RLIMIT_NOFILE's soft limit before it was lowered
+// stays in the kernel's fd table, and select watches it there. Before, a
+// fiber's select read its sets only up to the soft limit: the bit was
+// dropped, and the fd never reported (the select timed out).
+TEST(HooksMultiplexers, SelectWatchesAnFdAboveALoweredLimit) {
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  if (before.rlim_max < 4096) GTEST_SKIP() << "RLIMIT_NOFILE's hard limit is below 4096";
+  rlimit raised = before;
+  raised.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &raised), 0);
+  Pipe pipe;
+  constexpr int kHigh = 3000;
+  const int high = ::dup2(pipe.reader, kHigh);
+  rlimit lowered = before;
+  lowered.rlim_cur = 1024;
+  const bool set_up = high == kHigh && ::setrlimit(RLIMIT_NOFILE, &lowered) == 0;
+  if (set_up) {
+    expect_same_on_thread_and_fiber([&] {
+      std::thread writer([&] {
+        std::this_thread::sleep_for(50ms);
+        EXPECT_EQ(::write(pipe.writer, "x", 1), 1);
+      });
+      std::vector<__fd_mask> bits((kHigh + 1 + NFDBITS - 1) / NFDBITS);
+      bits[kHigh / NFDBITS] |= __fd_mask(1) << (kHigh % NFDBITS);
+      timeval tv{5, 0};
+      const int result = select(kHigh + 1, reinterpret_cast<fd_set*>(bits.data()), nullptr, nullptr, &tv);
+      writer.join();
+      char byte;
+      EXPECT_EQ(::read(kHigh, &byte, 1), 1);
+      return outcome(result) + " set " + std::to_string((bits[kHigh / NFDBITS] >> (kHigh % NFDBITS)) & 1);
+    });
+  }
+  if (high >= 0) ::close(high);
+  ::setrlimit(RLIMIT_NOFILE, &before);
+  ASSERT_TRUE(set_up) << std::strerror(errno);
+}
+
 // ppoll's, pselect's and epoll's refusals: an invalid timespec (EINVAL),
 // maxevents <= 0 (EINVAL), an fd not an epoll (EINVAL), a closed fd
 // (EBADF); epoll_pwait2 with a null timeout waits for the fd.

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "../runtime/log.h"
 #include "../runtime/overflow_handler.h"
@@ -61,11 +62,28 @@ const Config& validated(const Config& config) {
   return config;
 }
 
+// Passes over the fiber's locals at its end, as pthread's
+// PTHREAD_DESTRUCTOR_ITERATIONS: a value a destructor makes in the last
+// one is left undestroyed, as pthread leaves it.
+constexpr int kLocalDestructionPasses = 4;
+
 void destroy_fiber_locals(FiberControl* fiber) noexcept {
-  // Destroy in reverse slot order; a destructor may touch other locals.
-  for (auto it = fiber->locals.rbegin(); it != fiber->locals.rend(); ++it) {
-    if (it->value != nullptr) it->destroy(it->value);
-    it->value = nullptr;
+  // In reverse slot order. A destructor may touch other locals: read one,
+  // made anew if this fiber had none or it was destroyed already (a slot
+  // past the array's end grows it), or set one. So no iterator or
+  // reference into the array is held across a destructor (they were, and
+  // a growth left the loop in freed memory: SIGSEGV), each value is taken
+  // out of its slot before it is destroyed, and a value made meanwhile is
+  // destroyed by the next pass (it was dropped undestroyed).
+  for (int pass = 0; pass < kLocalDestructionPasses; ++pass) {
+    bool destroyed = false;
+    for (std::size_t slot = fiber->locals.size(); slot-- > 0;) {
+      const FiberLocalValue taken = std::exchange(fiber->locals[slot], FiberLocalValue{});
+      if (taken.value == nullptr) continue;
+      taken.destroy(taken.value);
+      destroyed = true;
+    }
+    if (!destroyed) break;
   }
   fiber->locals.clear();
   fiber->locals.shrink_to_fit();

@@ -449,6 +449,58 @@ TEST_P(WorkersTest, FiberLocalIsPerFiber) {
   EXPECT_THROW(local.get(), std::logic_error);  // not a fiber here
 }
 
+// A local's destructor that reads other locals at the fiber's end: one in
+// a later slot, which this fiber did not use (made then, past the end of
+// the fiber's slot array, which grows) or did (destroyed first, in reverse
+// slot order, and made again), and one in an earlier slot (made then, and
+// destroyed later in the same pass). Each value made is destroyed. Before,
+// the growth left the destruction loop in freed memory (SIGSEGV), and the
+// value made again was dropped undestroyed.
+struct CountedLocal {
+  static inline std::atomic<int> alive{0};
+  CountedLocal() { alive.fetch_add(1); }
+  ~CountedLocal() { alive.fetch_sub(1); }
+};
+struct TouchesOtherLocals;
+FiberLocal<CountedLocal>& earlier_local() {
+  static FiberLocal<CountedLocal> local;
+  return local;
+}
+FiberLocal<TouchesOtherLocals>& toucher_local() {
+  static FiberLocal<TouchesOtherLocals> local;
+  return local;
+}
+FiberLocal<CountedLocal>& later_local() {
+  static FiberLocal<CountedLocal> local;
+  return local;
+}
+struct TouchesOtherLocals {
+  ~TouchesOtherLocals() {
+    (void)later_local().get();
+    (void)earlier_local().get();
+  }
+};
+
+TEST_P(WorkersTest, ALocalsDestructorMayTouchOtherLocals) {
+  // Their slots in this order, with 40 more between the toucher's and the
+  // later one's: the array grows past them.
+  (void)earlier_local();
+  (void)toucher_local();
+  static const std::vector<FiberLocal<int>> between(40);
+  (void)later_local();
+  for (const bool later_used : {false, true}) {
+    std::vector<Fiber> fibers;
+    for (int i = 0; i < 20; ++i) {
+      fibers.push_back(sched().spawn([later_used] {
+        (void)toucher_local().get();
+        if (later_used) (void)later_local().get();
+      }));
+    }
+    for (Fiber& fiber : fibers) fiber.join();
+    EXPECT_EQ(CountedLocal::alive.load(), 0) << "the later local " << (later_used ? "used" : "not used");
+  }
+}
+
 TEST_P(WorkersTest, SnapshotListsLiveFibers) {
   std::atomic<bool> release{false};
   Fiber f = sched().spawn({.name = "snapshot-me"}, [&] {

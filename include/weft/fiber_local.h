@@ -9,7 +9,12 @@
 // Each FiberLocal takes a slot index when constructed; access is an index
 // into the fiber's slot array, not a map lookup. The value is created
 // (default-constructed) on first access in a fiber and destroyed when that
-// fiber finishes. Access from a plain thread throws std::logic_error.
+// fiber finishes, in reverse slot order (the order the FiberLocals were
+// constructed). A destructor may use other FiberLocals: a value it makes
+// (one not made yet, or destroyed already) is destroyed by another pass,
+// up to 4 passes, as pthread's key destructors (PTHREAD_DESTRUCTOR_
+// ITERATIONS); one made in the last pass is not destroyed. Access from a
+// plain thread throws std::logic_error.
 #pragma once
 
 #include <cstddef>

@@ -287,6 +287,35 @@ TEST_P(BlockingQueueTest, CloseWakesWaitersAndDrainsFirst) {
   EXPECT_THROW(full.offer(1), QueueClosed);
 }
 
+// close() wakes every waiter, and the queue may be destroyed once it has
+// returned: a woken taker or putter throws QueueClosed without touching
+// it again. Before, each re-locked the freed queue to find it closed (a
+// use after free, which AddressSanitizer reports here).
+TEST(BlockingQueue, MayBeDestroyedOnceCloseHasReturned) {
+  Scheduler sched{test::config_with(2)};
+  for (const bool putter : {false, true}) {
+    SCOPED_TRACE(putter ? "a waiting putter" : "a waiting taker");
+    auto* queue = new BlockingQueue<int>(1);
+    if (putter) queue->put(1);
+    std::atomic<bool> closed{false};
+    Fiber waiter = sched.spawn([&, queue, putter] {
+      try {
+        if (putter)
+          queue->put(2);
+        else
+          (void)queue->take();
+      } catch (const QueueClosed&) {
+        closed = true;
+      }
+    });
+    ASSERT_TRUE(test::wait_until_parked_on(sched, "weft::BlockingQueue"));
+    queue->close();
+    delete queue;
+    waiter.join();
+    EXPECT_TRUE(closed.load());
+  }
+}
+
 // poll_for's timeout against a put in a tight loop: each item is taken
 // exactly once, whether the taker timed out first or not.
 TEST_P(BlockingQueueTest, TimeoutRacesPutWithoutLostOrDuplicatedItems) {

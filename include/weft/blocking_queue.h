@@ -22,7 +22,8 @@
 //
 // Closing: after close(), every put-side call throws weft::QueueClosed; the
 // take side first drains what is left, then throws weft::QueueClosed. That
-// exception is the only way closing is reported.
+// exception is the only way closing is reported. The callers close() wakes
+// never touch the queue again: it may be destroyed once close() returns.
 //
 // Hand-off: an item put while a taker waits goes straight to that taker
 // (and a waiting putter's item straight into the queue when a take makes
@@ -34,6 +35,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <limits>
 #include <mutex>
@@ -112,12 +114,19 @@ class BlockingQueue {
     return moved;
   }
 
-  // Wakes every waiter; see "Closing" above. Idempotent.
+  // Wakes every waiter; see "Closing" above. Idempotent. The callers it
+  // wakes throw QueueClosed without touching the queue again, so that it
+  // may be destroyed once close() has returned (they re-locked it, and its
+  // destructor, which found no waiter left, freed it under them).
   void close() {
     std::lock_guard guard(lock_);
     closed_ = true;
-    detail::wake_all(takers_);
-    detail::wake_all(putters_);
+    for (detail::WaitList* list : {&takers_, &putters_}) {
+      while (detail::Waiter* waiter = list->pop_front()) {
+        waiter->amount = kWokenByClose;
+        detail::unpark(*waiter);
+      }
+    }
   }
 
   bool closed() const {
@@ -134,7 +143,8 @@ class BlockingQueue {
   // Waiter::payload: a waiting taker's std::optional<T> slot, or a waiting
   // putter's PutSlot. Waiter::amount, for a putter: 1 once its item was
   // moved in, 2 when moving it in threw (PutSlot::error, rethrown by the
-  // putter itself).
+  // putter itself); for either, kWokenByClose when close() woke it.
+  static constexpr std::uint64_t kWokenByClose = 3;
   struct PutSlot {
     T* item;
     std::exception_ptr error;
@@ -149,52 +159,51 @@ class BlockingQueue {
   bool insert(T& item, detail::Clock::time_point deadline, const char* operation) {
     detail::checkpoint();
     std::unique_lock guard(lock_);
-    for (;;) {
-      if (closed_) throw QueueClosed();
-      const bool handed = detail::wake_first(
-          takers_, [&](detail::Waiter& w) { slot_of(w).emplace(std::move(item)); },
-          [&](detail::Waiter& w) {
-            item = std::move(*slot_of(w));
-            slot_of(w).reset();
-          });
-      if (handed) return true;
-      if (items_.size() < capacity_) {
-        items_.push_back(std::move(item));
-        return true;
-      }
-      if (deadline == detail::Clock::time_point::min()) return false;
-      PutSlot put{&item, nullptr};
-      detail::Waiter waiter;
-      waiter.payload = &put;
-      guard.release();  // wait_in releases lock_ once we are parked
-      if (!detail::wait_in(putters_, lock_, waiter, {"weft::BlockingQueue", this, operation}, deadline)) return false;
-      if (waiter.amount == 1) return true;  // a taker moved our item in
-      if (waiter.amount == 2) std::rethrow_exception(put.error);
-      guard = std::unique_lock(lock_);  // woken by close(): report it
+    if (closed_) throw QueueClosed();
+    const bool handed = detail::wake_first(
+        takers_, [&](detail::Waiter& w) { slot_of(w).emplace(std::move(item)); },
+        [&](detail::Waiter& w) {
+          item = std::move(*slot_of(w));
+          slot_of(w).reset();
+        });
+    if (handed) return true;
+    if (items_.size() < capacity_) {
+      items_.push_back(std::move(item));
+      return true;
     }
+    if (deadline == detail::Clock::time_point::min()) return false;
+    PutSlot put{&item, nullptr};
+    detail::Waiter waiter;
+    waiter.payload = &put;
+    guard.release();  // wait_in releases lock_ once we are parked
+    if (!detail::wait_in(putters_, lock_, waiter, {"weft::BlockingQueue", this, operation}, deadline)) return false;
+    if (waiter.amount == 1) return true;  // a taker moved our item in
+    if (waiter.amount == 2) std::rethrow_exception(put.error);
+    throw QueueClosed();  // kWokenByClose
   }
 
   std::optional<T> remove(detail::Clock::time_point deadline, const char* operation) {
     detail::checkpoint();
     std::unique_lock guard(lock_);
-    for (;;) {
-      if (!items_.empty()) {
-        std::optional<T> item(std::move(items_.front()));
-        items_.pop_front();
-        admit_putter();
-        return item;
-      }
-      if (closed_) throw QueueClosed();
-      if (deadline == detail::Clock::time_point::min()) return std::nullopt;
-      std::optional<T> slot;
-      detail::Waiter waiter;
-      waiter.payload = &slot;
-      guard.release();  // wait_in releases lock_ once we are parked
-      if (!detail::wait_in(takers_, lock_, waiter, {"weft::BlockingQueue", this, operation}, deadline))
-        return std::nullopt;
-      if (slot) return slot;            // handed over by a putter
-      guard = std::unique_lock(lock_);  // woken by close(): drain, then report it
+    if (!items_.empty()) {
+      std::optional<T> item(std::move(items_.front()));
+      items_.pop_front();
+      admit_putter();
+      return item;
     }
+    if (closed_) throw QueueClosed();
+    if (deadline == detail::Clock::time_point::min()) return std::nullopt;
+    std::optional<T> slot;
+    detail::Waiter waiter;
+    waiter.payload = &slot;
+    guard.release();  // wait_in releases lock_ once we are parked
+    if (!detail::wait_in(takers_, lock_, waiter, {"weft::BlockingQueue", this, operation}, deadline))
+      return std::nullopt;
+    if (slot) return slot;  // handed over by a putter
+    // kWokenByClose. Nothing to drain: a taker waits only while the ring is
+    // empty (a put meanwhile hands its item over instead), and nothing
+    // comes in after close().
+    throw QueueClosed();
   }
 
   // After a take made room: move the first waiting putter's item in. A

@@ -2,6 +2,9 @@
 #include <weft/weft.h>
 
 #include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "sync_support.h"
@@ -20,6 +23,27 @@ TEST(WaitGroup, BelowZeroIsAClearError) {
   EXPECT_THROW(wg.done(), std::logic_error);
   EXPECT_EQ(wg.count(), 0);
   wg.wait();  // zero: returns at once
+}
+
+// A count past INT64_MAX is an error of its own, and the counter stays;
+// the sum was computed with signed overflow (undefined) and reported as
+// going below zero, and -INT64_MIN overflowed again in the message.
+TEST(WaitGroup, AnOverflowIsAClearError) {
+  const auto message = [](WaitGroup& wg, std::int64_t delta) {
+    try {
+      wg.add(delta);
+    } catch (const std::logic_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  WaitGroup wg;
+  wg.add(1);
+  EXPECT_EQ(message(wg, INT64_MAX), "weft::WaitGroup: counter would overflow (1 + 9223372036854775807)");
+  EXPECT_EQ(message(wg, INT64_MIN), "weft::WaitGroup: counter would go below zero (1 - 9223372036854775808)");
+  EXPECT_EQ(message(wg, -2), "weft::WaitGroup: counter would go below zero (1 - 2)");
+  EXPECT_EQ(wg.count(), 1);
+  wg.done();
 }
 
 TEST(Latch, MisuseIsAClearError) {

@@ -41,6 +41,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 
 #include "detail/misuse.h"
@@ -53,6 +54,13 @@ namespace weft {
 
 template <class T>
 class BlockingQueue {
+  // The ring's growth moves the items to new storage, or copies those whose
+  // move may throw, so that a throw leaves every item where it was. An item
+  // that can do neither safely would lose the items moved before a throw.
+  static_assert(std::is_nothrow_move_constructible_v<T> || std::is_copy_constructible_v<T>,
+                "weft::BlockingQueue<T>: T's move constructor may throw and T cannot be copied, so a growth of "
+                "the queue could lose items; declare T's move constructor noexcept");
+
  public:
   static constexpr std::size_t unbounded = std::numeric_limits<std::size_t>::max();
 

@@ -35,7 +35,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <optional>
+#include <system_error>
 #include <vector>
 
 #include "announced.h"
@@ -155,6 +157,8 @@ class PollWait {
     }
     try {
       return wait_fd_set(set_.data(), set_.size(), deadline) == FdWaitResult::ready ? 0 : EAGAIN;
+    } catch (const std::system_error& error) {
+      return error.code().value() != 0 ? error.code().value() : EIO;  // the netpoller refused an fd
     } catch (...) {
       return ENOMEM;  // a record or the nodes could not be allocated
     }
@@ -309,6 +313,25 @@ int waited_as_on_a_thread(Clock::time_point deadline, Call&& call) {
       Sleeps::until_woken);
 }
 
+// Whether a failed wait's errno is the netpoller's refusal of an fd rather
+// than the call's: an fd in epolls nested too deep with the scheduler's on
+// top (ELOOP), a user out of epoll watches (ENOSPC, max_user_watches), no
+// memory for the registration (ENOMEM). A thread's call has none of these
+// (poll's own ENOMEM aside, which the call itself then reports): it is
+// made, as on a thread.
+bool refused_by_the_netpoller(int error) noexcept { return error == ELOOP || error == ENOSPC || error == ENOMEM; }
+
+// poll_parked, or where the netpoller refused an fd, the call itself
+// (`as_on_a_thread`, waited_as_on_a_thread), errno as it was on entry.
+template <class Park, class Call>
+int parked_or_as_on_a_thread(Clock::time_point deadline, Park&& park, Call&& as_on_a_thread) {
+  const int saved = errno_value();
+  const int result = park();
+  if (result != -1 || !refused_by_the_netpoller(errno_value())) return result;
+  set_errno(saved);
+  return waited_as_on_a_thread(deadline, as_on_a_thread);
+}
+
 // poll_parked's answer for no wait it cannot answer from epoll's events.
 int cannot_fill(std::uint32_t) { return 0; }
 
@@ -362,12 +385,17 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
     const int ready = probe();
     if (ready != 0) return ready;
     if (watches_a_file(fds, count)) return waited_as_on_a_thread(deadline, as_on_a_thread);
-    return poll_parked(fds, count, deadline, /*probed=*/true, mask, probe, fill);
+    return parked_or_as_on_a_thread(
+        deadline, [&] { return poll_parked(fds, count, deadline, /*probed=*/true, mask, probe, fill); },
+        as_on_a_thread);
   }
   if (watches_a_file(fds, count)) return waited_as_on_a_thread(deadline, as_on_a_thread);
   // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
   // pending signal it unblocks ends it at once: sigsuspend with a timeout).
-  return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, mask, probe, fill);
+  return parked_or_as_on_a_thread(
+      deadline,
+      [&] { return poll_parked(fds, count, deadline, /*probed=*/count == 0 && mask == nullptr, mask, probe, fill); },
+      as_on_a_thread);
 }
 
 // The size of the kernel's fd table (its max_fds: /proc/self/status's
@@ -476,18 +504,22 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   // nothing.
   if (probe() != 0) return last_probe;
   std::vector<pollfd> fds = as_pollfds(bits, r0.get(), w0.get(), e0.get());
-  if (watches_a_file(fds.data(), fds.size())) {
-    return waited_as_on_a_thread(deadline, [&](const timespec* timeout) {
-      r0.restore(r);
-      w0.restore(w);
-      e0.restore(e);
-      return real::pselect()(nfds, r, w, e, timeout, with_mask ? mask : nullptr);
-    });
-  }
+  const auto as_on_a_thread = [&](const timespec* timeout) {
+    r0.restore(r);
+    w0.restore(w);
+    e0.restore(e);
+    return real::pselect()(nfds, r, w, e, timeout, with_mask ? mask : nullptr);
+  };
+  if (watches_a_file(fds.data(), fds.size())) return waited_as_on_a_thread(deadline, as_on_a_thread);
   const int saved = errno_value();
   for (;;) {
-    const int result =
-        poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, with_mask ? mask : nullptr, probe, cannot_fill);
+    const int result = parked_or_as_on_a_thread(
+        deadline,
+        [&] {
+          return poll_parked(fds.data(), fds.size(), deadline, /*probed=*/true, with_mask ? mask : nullptr, probe,
+                             cannot_fill);
+        },
+        as_on_a_thread);
     // EBADF from the park where select's own probe, made after it, found
     // every fd good: an fd past the end of the kernel's fd table, whose bit
     // select ignores (core_sys_select stops at the table's size). Waited
@@ -508,8 +540,8 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
 // `mask` ends with EINTR on a pending signal the mask unblocks, after its
 // handler ran: a probe that finds no events asks ppoll, with the mask, for
 // that.
-template <class Probe>
-int epoll_hooked(int epfd, Clock::time_point deadline, const sigset_t* mask, Probe&& probe) {
+template <class Probe, class Call>
+int epoll_hooked(int epfd, Clock::time_point deadline, const sigset_t* mask, Probe&& probe, Call&& as_on_a_thread) {
   // The first probe returns events, or an error (EBADF, EINVAL) as the
   // kernel gives it.
   const pollfd self{epfd, POLLIN, 0};
@@ -519,7 +551,17 @@ int epoll_hooked(int epfd, Clock::time_point deadline, const sigset_t* mask, Pro
     static const timespec zero{0, 0};
     return real::ppoll()(nullptr, 0, &zero, mask);  // -1 EINTR on such a signal, else 0
   };
-  return poll_parked(&self, 1, deadline, /*probed=*/false, mask, probe_and_signals, cannot_fill);
+  return parked_or_as_on_a_thread(
+      deadline, [&] { return poll_parked(&self, 1, deadline, /*probed=*/false, mask, probe_and_signals, cannot_fill); },
+      as_on_a_thread);
+}
+
+// A timeout as epoll_wait's milliseconds (null: -1, none), rounded up, as
+// the kernel rounds a sleep.
+int ms_of(const timespec* timeout) noexcept {
+  if (timeout == nullptr) return -1;
+  const std::int64_t ms = std::int64_t(timeout->tv_sec) * 1'000 + (timeout->tv_nsec + 999'999) / 1'000'000;
+  return int(std::min<std::int64_t>(ms, std::numeric_limits<int>::max()));
 }
 
 // select's timeval as glibc reads it (sysdeps/unix/sysv/linux/select.c):
@@ -625,16 +667,18 @@ int epoll_wait(int epfd, epoll_event* events, int max, int timeout_ms) {
   if (!parking_enabled()) return real::epoll_wait()(epfd, events, max, timeout_ms);
   const CheckpointOnReturn at_return;
   if (timeout_ms == 0) return real::epoll_wait()(epfd, events, max, timeout_ms);
-  return epoll_hooked(epfd, deadline_after_ms(timeout_ms), nullptr,
-                      [&] { return real::epoll_wait()(epfd, events, max, 0); });
+  return epoll_hooked(
+      epfd, deadline_after_ms(timeout_ms), nullptr, [&] { return real::epoll_wait()(epfd, events, max, 0); },
+      [&](const timespec* left) { return real::epoll_wait()(epfd, events, max, ms_of(left)); });
 }
 
 int epoll_pwait(int epfd, epoll_event* events, int max, int timeout_ms, const sigset_t* mask) {
   if (!parking_enabled()) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
   const CheckpointOnReturn at_return;
   if (timeout_ms == 0) return real::epoll_pwait()(epfd, events, max, timeout_ms, mask);
-  return epoll_hooked(epfd, deadline_after_ms(timeout_ms), mask,
-                      [&] { return real::epoll_pwait()(epfd, events, max, 0, mask); });
+  return epoll_hooked(
+      epfd, deadline_after_ms(timeout_ms), mask, [&] { return real::epoll_pwait()(epfd, events, max, 0, mask); },
+      [&](const timespec* left) { return real::epoll_pwait()(epfd, events, max, ms_of(left), mask); });
 }
 
 // glibc 2.35's; a null timeout waits forever, as epoll_wait's -1. An
@@ -646,10 +690,13 @@ int epoll_pwait2(int epfd, epoll_event* events, int max, const timespec* timeout
   // kernel unread: one it cannot read is the kernel's EFAULT.
   if ((timeout != nullptr && !readable_by_kernel(timeout)) || zero_or_invalid(timeout))
     return real::epoll_pwait2()(epfd, events, max, timeout, mask);
-  return epoll_hooked(epfd, deadline_after_timespec(timeout), mask, [&] {
-    static const timespec zero{0, 0};
-    return real::epoll_pwait2()(epfd, events, max, &zero, mask);
-  });
+  return epoll_hooked(
+      epfd, deadline_after_timespec(timeout), mask,
+      [&] {
+        static const timespec zero{0, 0};
+        return real::epoll_pwait2()(epfd, events, max, &zero, mask);
+      },
+      [&](const timespec* left) { return real::epoll_pwait2()(epfd, events, max, left, mask); });
 }
 
 #pragma GCC visibility pop

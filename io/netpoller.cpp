@@ -661,11 +661,17 @@ FdWaitResult wait_fd_set(FdSetWait* entries, std::size_t count, Clock::time_poin
       record.lock.lock();
       try {
         poller.add_locked(record, entry.fd);  // unlocks before it throws
-      } catch (const std::system_error&) {
+      } catch (const std::system_error& error) {
         // An fd epoll refuses (EPERM: a regular file, always ready for
         // poll) or that is not open (POLLNVAL): the probe reports it.
+        // Any other refusal (ELOOP: epolls nested too deep with ours on
+        // top; ENOSPC: max_user_watches) leaves an fd that may become
+        // ready unwatched: the caller hears of it, not a silent wait.
         entry.record = nullptr;
-        continue;
+        const int code = error.code().value();
+        if (code == EPERM || code == EBADF) continue;
+        unlink_all();
+        throw;
       }
       if (record.events[d].load(std::memory_order_relaxed) != entry.seen[d]) {
         moved = true;  // an edge since the mark: the caller probes again

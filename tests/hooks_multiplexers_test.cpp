@@ -501,6 +501,56 @@ TEST(HooksMultiplexers, SelectWatchesAnFdAboveALoweredLimit) {
   ASSERT_TRUE(set_up) << std::strerror(errno);
 }
 
+// A chain of 5 epolls over a pipe, the deepest nesting the kernel takes:
+// the scheduler's own epoll on top of it would be one level more (ELOOP).
+// A wait on the top epoll (poll on it alone or with another fd, or
+// epoll_wait on it) is then the call itself, and ends at the write, as on
+// a thread. Before, poll and epoll_wait failed at once with ELOOP (which
+// poll never reports), and a poll of several fds dropped the epoll
+// silently and waited out its timeout.
+TEST(HooksMultiplexers, AWaitOnEpollsNestedAsDeepAsTheKernelTakesEndsAtTheWrite) {
+  expect_same_on_thread_and_fiber([] {
+    Pipe watched;
+    Pipe other;
+    std::vector<int> chain;
+    int inner = watched.reader;
+    for (int level = 0; level < 5; ++level) {
+      const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+      epoll_event event{};
+      event.events = EPOLLIN;
+      if (epoll < 0 || ::epoll_ctl(epoll, EPOLL_CTL_ADD, inner, &event) != 0) return std::string("no chain");
+      chain.push_back(epoll);
+      inner = epoll;
+    }
+    std::string out;
+    for (int way = 0; way < 3; ++way) {
+      std::thread writer([&] {
+        std::this_thread::sleep_for(50ms);
+        EXPECT_EQ(::write(watched.writer, "x", 1), 1);
+      });
+      const auto start = Clock::now();
+      int result;
+      if (way == 2) {
+        epoll_event events[1];
+        result = epoll_wait(inner, events, 1, 5'000);
+      } else {
+        pollfd fds[2] = {{inner, POLLIN, 0}, {other.reader, POLLIN, 0}};
+        result = poll(fds, way == 0 ? 1 : 2, 5'000);
+      }
+      const bool in_time = Clock::now() - start < 4s;
+      writer.join();
+      char byte;
+      EXPECT_EQ(::read(watched.reader, &byte, 1), 1);
+      out += std::string(way == 2   ? "epoll_wait "
+                         : way == 0 ? "poll "
+                                    : "poll of two ") +
+             outcome(result) + (in_time ? " at the write\n" : " late\n");
+    }
+    for (const int epoll : chain) ::close(epoll);
+    return out;
+  });
+}
+
 // ppoll's, pselect's and epoll's refusals: an invalid timespec (EINVAL),
 // maxevents <= 0 (EINVAL), an fd not an epoll (EINVAL), a closed fd
 // (EBADF); epoll_pwait2 with a null timeout waits for the fd.

@@ -93,6 +93,8 @@ class BlockingQueue {
     return put_for(std::move(item), timeout);
   }
 
+  // The item leaves the queue before it is returned: a move of T that
+  // throws on the way out loses it, as any pop by value does.
   T take() { return *remove(detail::no_deadline, "take"); }
   template <class Rep, class Period>
   std::optional<T> take_for(const std::chrono::duration<Rep, Period>& timeout) {

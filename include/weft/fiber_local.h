@@ -7,14 +7,18 @@
 //   request->trace_id = id;                     // this fiber's own copy
 //
 // Each FiberLocal takes a slot index when constructed; access is an index
-// into the fiber's slot array, not a map lookup. The value is created
-// (default-constructed) on first access in a fiber and destroyed when that
-// fiber finishes, in reverse slot order (the order the FiberLocals were
-// constructed). A destructor may use other FiberLocals: a value it makes
-// (one not made yet, or destroyed already) is destroyed by another pass,
-// up to 4 passes, as pthread's key destructors (PTHREAD_DESTRUCTOR_
-// ITERATIONS); one made in the last pass is not destroyed. Access from a
-// plain thread throws std::logic_error.
+// into the fiber's slot array, not a map lookup. A slot is never given
+// back: make FiberLocals static (at namespace scope, or function-local
+// statics), not one per request or per object, or every fiber's array
+// grows with each one made (and a value stays until its fiber ends).
+//
+// The value is created (default-constructed) on first access in a fiber
+// and destroyed when that fiber finishes, in reverse slot order (the
+// order the FiberLocals were constructed). A destructor may use other
+// FiberLocals: a value it makes (one not made yet, or destroyed already)
+// is destroyed by another pass, up to 4 passes, as pthread's key
+// destructors (PTHREAD_DESTRUCTOR_ITERATIONS); one made in the last pass
+// is not destroyed. Access from a plain thread throws std::logic_error.
 #pragma once
 
 #include <cstddef>

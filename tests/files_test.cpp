@@ -283,45 +283,60 @@ bool page_cached(const std::string& path, off_t offset) {
 // kTrustCache, starts the count again: it went to the ring. The page it
 // reads is one the reads before it did not bring in (readahead), and it is
 // checked to be out of the cache first (POSIX_FADV_DONTNEED is a request:
-// a page the kernel holds a reference to for a moment stays).
+// a page the kernel holds a reference to for a moment stays). The kernel's
+// RWF_NOWAIT read of a page not in the cache starts a readahead, and on a
+// fast disk that may be done before the read looks again, which then
+// serves the page: such a file proves nothing, and the test takes another
+// (one in the Boost.Context build of a CI run did so).
 TEST(Files, AReadTheCacheCouldNotServeStartsTheCountAgain) {
   if (const char* why = no_ring_reads()) GTEST_SKIP() << why;
-  const std::string path = make_file();
   constexpr off_t kFar = kFileSize / 2;
+  constexpr int kFiles = 5;
+  std::vector<std::string> paths;  // kept to the end: no inode is reused meanwhile
   Scheduler sched{test::config_with(1)};
-  sched
-      .spawn([&] {
-        const int fd = ::open(path.c_str(), O_RDONLY);
-        char page[4096];
-        for (unsigned i = 0; i + 1 < detail::FdRecord::kTrustCache; ++i)
-          ASSERT_EQ(::pread(fd, page, sizeof page, static_cast<off_t>(i) * 4096), 4096);
-        EXPECT_EQ(cached_reads(fd), detail::FdRecord::kTrustCache - 1);
-        const std::uint64_t before = ring_requests();
-        bool evicted = false;
-        for (int attempt = 0; attempt < 50 && !evicted; ++attempt) {
-          evict(path);
-          evicted = !page_cached(path, kFar);
-          if (!evicted) this_fiber::sleep_for(std::chrono::milliseconds(10));
-        }
-        ASSERT_TRUE(evicted) << "the page stayed in the cache: the test proves nothing";
-        ASSERT_EQ(::pread(fd, page, sizeof page, kFar), 4096);
-        EXPECT_EQ(cached_reads(fd), 0u);
-        EXPECT_GT(ring_requests(), before) << "the uncached read did not go to the ring";
-        ::close(fd);
-        // The file's count over its fds (hooks/cache_trust.h) started
-        // again too: one more read served whole (the page the ring just
-        // brought in), through another fd, does not make it kTrustCache,
-        // and a new fd starts untrusted.
-        const int again = ::open(path.c_str(), O_RDONLY);
-        ASSERT_EQ(::pread(again, page, sizeof page, kFar), 4096);
-        ::close(again);
-        const int next = ::open(path.c_str(), O_RDONLY);
-        ASSERT_EQ(::pread(next, page, sizeof page, kFar), 4096);
-        EXPECT_EQ(cached_reads(next), 1u) << "the file kept the reads before the uncached one";
-        ::close(next);
-      })
-      .join();
-  ::unlink(path.c_str());
+  bool proved = false;
+  for (int attempt = 0; attempt < kFiles && !proved; ++attempt) {
+    const std::string path = paths.emplace_back(make_file());
+    sched
+        .spawn([&] {
+          const int fd = ::open(path.c_str(), O_RDONLY);
+          char page[4096];
+          for (unsigned i = 0; i + 1 < detail::FdRecord::kTrustCache; ++i)
+            ASSERT_EQ(::pread(fd, page, sizeof page, static_cast<off_t>(i) * 4096), 4096);
+          EXPECT_EQ(cached_reads(fd), detail::FdRecord::kTrustCache - 1);
+          const std::uint64_t before = ring_requests();
+          bool evicted = false;
+          for (int tries = 0; tries < 50 && !evicted; ++tries) {
+            evict(path);
+            evicted = !page_cached(path, kFar);
+            if (!evicted) this_fiber::sleep_for(std::chrono::milliseconds(10));
+          }
+          ASSERT_TRUE(evicted) << "the page stayed in the cache: the test proves nothing";
+          ASSERT_EQ(::pread(fd, page, sizeof page, kFar), 4096);
+          if (cached_reads(fd) == detail::FdRecord::kTrustCache && ring_requests() == before) {
+            ::close(fd);  // served by the readahead its own RWF_NOWAIT read started
+            return;
+          }
+          proved = true;
+          EXPECT_EQ(cached_reads(fd), 0u);
+          EXPECT_GT(ring_requests(), before) << "the uncached read did not go to the ring";
+          ::close(fd);
+          // The file's count over its fds (hooks/cache_trust.h) started
+          // again too: one more read served whole (the page the ring just
+          // brought in), through another fd, does not make it kTrustCache,
+          // and a new fd starts untrusted.
+          const int again = ::open(path.c_str(), O_RDONLY);
+          ASSERT_EQ(::pread(again, page, sizeof page, kFar), 4096);
+          ::close(again);
+          const int next = ::open(path.c_str(), O_RDONLY);
+          ASSERT_EQ(::pread(next, page, sizeof page, kFar), 4096);
+          EXPECT_EQ(cached_reads(next), 1u) << "the file kept the reads before the uncached one";
+          ::close(next);
+        })
+        .join();
+  }
+  for (const std::string& path : paths) ::unlink(path.c_str());
+  EXPECT_TRUE(proved) << "in " << kFiles << " files, the kernel's own readahead served every uncached read";
 }
 
 // The count of reads the cache served whole is kept for the file too,

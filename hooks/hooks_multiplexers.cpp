@@ -526,8 +526,7 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
     // for without it. (An fd closed meanwhile inside the table fails the
     // probe: EBADF, as before.)
     if (result != -1 || errno_value() != EBADF || last_probe != 0) return result;
-    const auto closed_from = std::remove_if(fds.begin(), fds.end(),
-                                            [](const pollfd& p) { return real::fcntl()(p.fd, F_GETFD, nullptr) < 0; });
+    const auto closed_from = std::remove_if(fds.begin(), fds.end(), [](const pollfd& p) { return !open_now(p.fd); });
     if (closed_from == fds.end()) return result;
     fds.erase(closed_from, fds.end());
     set_errno(saved);

@@ -550,7 +550,7 @@ namespace {
     // current_caller(), with its one system call (a thread's first lock)
     // out of this function, so that the fast path saves no register.
     if (FiberControl* fiber = current_fiber()) {
-      record_acquired(mutex, kNormal, {fiber, kFiberOwnerBit | static_cast<int>(fiber->id & (kFiberOwnerBit - 1))});
+      record_acquired(mutex, kNormal, {fiber, fiber_owner_tag(fiber->id)});
       return 0;
     }
     if (const int tid = cached_tid; tid != 0) [[likely]] {

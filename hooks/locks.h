@@ -124,6 +124,11 @@ namespace weft::detail::locks {
 // bit, which no tid has, and the fiber id's low 30 bits.
 constexpr int kFiberOwnerBit = 1 << 30;
 
+// The owner tag of the fiber with this id.
+inline int fiber_owner_tag(std::uint64_t id) noexcept {
+  return kFiberOwnerBit | static_cast<int>(id & (kFiberOwnerBit - 1));
+}
+
 struct Caller {
   FiberControl* fiber = nullptr;  // null: a plain thread
   int tag = 0;                    // its tid, or its fiber's owner tag
@@ -140,8 +145,7 @@ int fetch_tid() noexcept;
 // park, and the fiber may have moved): it keeps the answer, which does not
 // change.
 inline Caller current_caller() noexcept {
-  if (FiberControl* fiber = current_fiber())
-    return {fiber, kFiberOwnerBit | static_cast<int>(fiber->id & (kFiberOwnerBit - 1))};
+  if (FiberControl* fiber = current_fiber()) return {fiber, fiber_owner_tag(fiber->id)};
   const int tid = cached_tid;
   return {nullptr, tid != 0 ? tid : fetch_tid()};
 }
@@ -183,7 +187,7 @@ inline WaitOwner wait_owner_of(int tag, const void* fiber) noexcept {
   if (tag == 0) return {};
   if (!names_fiber(tag)) return {0, tag};
   const std::uint64_t id = fiber_id_at(static_cast<const FiberControl*>(fiber));
-  if ((kFiberOwnerBit | static_cast<int>(id & (kFiberOwnerBit - 1))) != tag) return {};
+  if (fiber_owner_tag(id) != tag) return {};
   return {id, 0};
 }
 

@@ -38,6 +38,7 @@
 #include <limits>
 #include <optional>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "announced.h"
@@ -438,6 +439,13 @@ bool in_set(const fd_set* set, int fd) noexcept {
   return (words[fd / NFDBITS] & (__fd_mask(1) << (fd % NFDBITS))) != 0;
 }
 
+// FD_SET and FD_CLR without their FD_SETSIZE check: the sets may be larger.
+void put_in_set(fd_set* set, int fd, bool in) noexcept {
+  auto* words = reinterpret_cast<__fd_mask*>(set);
+  const __fd_mask bit = __fd_mask(1) << (fd % NFDBITS);
+  words[fd / NFDBITS] = in ? words[fd / NFDBITS] | bit : words[fd / NFDBITS] & ~bit;
+}
+
 // The bytes of one of select's fd sets of `bits` bits.
 std::size_t fd_set_bytes(int bits) noexcept { return std::size_t((bits + NFDBITS - 1) / NFDBITS) * sizeof(__fd_mask); }
 
@@ -491,15 +499,17 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
   }
   const FdSetCopy r0(r, bits), w0(w, bits), e0(e, bits);
   int last_probe = 0;
-  auto probe = [&] {
+  auto restore_and_probe = [&](auto&& before) {
     r0.restore(r);
     w0.restore(w);
     e0.restore(e);
+    before();
     timespec zero{0, 0};
     timeval zero_tv{0, 0};
     last_probe = with_mask ? real::pselect()(nfds, r, w, e, &zero, mask) : real::select()(nfds, r, w, e, &zero_tv);
     return last_probe;
   };
+  auto probe = [&] { return restore_and_probe([] {}); };
   // Probed before the fd sets become pollfds: a ready select allocates
   // nothing.
   if (probe() != 0) return last_probe;
@@ -511,6 +521,27 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
     return real::pselect()(nfds, r, w, e, timeout, with_mask ? mask : nullptr);
   };
   if (watches_a_file(fds.data(), fds.size())) return waited_as_on_a_thread(deadline, as_on_a_thread);
+  // Fds closed while the fiber waited (their numbers not taken since),
+  // which fail the probe with EBADF: a thread's select finds no file behind
+  // such an fd when it next wakes and reports it ready in each set that
+  // asked for it (the kernel's EPOLLNVAL counts in all three); the rest as
+  // they are. Returned at once: the close woke the fiber (fd_closing).
+  auto select_with_closed = [&](auto closed, auto end) {
+    int ready = restore_and_probe([&] {
+      for (auto p = closed; p != end; ++p)
+        for (fd_set* set : {r, w, e})
+          if (set != nullptr) put_in_set(set, p->fd, false);
+    });
+    if (ready < 0) return ready;
+    for (auto p = closed; p != end; ++p) {
+      for (const auto& [set, asked] : {std::pair{r, r0.get()}, std::pair{w, w0.get()}, std::pair{e, e0.get()}}) {
+        if (set == nullptr || !in_set(asked, p->fd)) continue;
+        put_in_set(set, p->fd, true);
+        ++ready;
+      }
+    }
+    return ready;
+  };
   const int saved = errno_value();
   for (;;) {
     const int result = parked_or_as_on_a_thread(
@@ -523,13 +554,13 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
     // EBADF from the park where select's own probe, made after it, found
     // every fd good: an fd past the end of the kernel's fd table, whose bit
     // select ignores (core_sys_select stops at the table's size). Waited
-    // for without it. (An fd closed meanwhile inside the table fails the
-    // probe: EBADF, as before.)
-    if (result != -1 || errno_value() != EBADF || last_probe != 0) return result;
-    const auto closed_from = std::remove_if(fds.begin(), fds.end(), [](const pollfd& p) { return !open_now(p.fd); });
+    // for without it. EBADF from the probe: fds closed meanwhile.
+    if (result != -1 || errno_value() != EBADF) return result;
+    const auto closed_from = std::partition(fds.begin(), fds.end(), [](const pollfd& p) { return open_now(p.fd); });
     if (closed_from == fds.end()) return result;
-    fds.erase(closed_from, fds.end());
     set_errno(saved);
+    if (last_probe != 0) return select_with_closed(closed_from, fds.end());
+    fds.erase(closed_from, fds.end());
   }
 }
 

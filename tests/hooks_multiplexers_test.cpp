@@ -810,6 +810,38 @@ TEST(HooksMultiplexers, AWaitWhoseFdNumberIsTakenByAnotherFdWaitsItsTimeout) {
   });
 }
 
+// Linux's select finds no file behind an fd closed while it waits and
+// reports it ready in each set that asked for it, beside the others'
+// readiness (a fiber's select returns that when the close wakes it, a
+// thread's at its next wake: here the timeout).
+TEST(HooksMultiplexers, SelectReportsAnFdClosedWhileItWaitsReadyInEachSet) {
+  expect_same_on_thread_and_fiber([] {
+    Pipe waited_on;
+    Pipe quiet;
+    const int number = ::dup(waited_on.reader);
+    std::thread closer([&] {
+      std::this_thread::sleep_for(50ms);
+      ::close(number);
+    });
+    fd_set r, w, e;
+    FD_ZERO(&r);
+    FD_ZERO(&w);
+    FD_ZERO(&e);
+    for (fd_set* set : {&r, &w, &e}) FD_SET(number, set);
+    FD_SET(quiet.reader, &r);
+    FD_SET(quiet.reader, &e);
+    timeval tv{0, 300'000};
+    const int nfds = std::max(number, quiet.reader) + 1;
+    const int result = select(nfds, &r, &w, &e, &tv);
+    closer.join();
+    std::string out = outcome(result);
+    for (const auto& [name, set] : {std::pair{"r", &r}, std::pair{"w", &w}, std::pair{"e", &e}})
+      out += std::string(" ") + name + ":" + std::to_string(FD_ISSET(number, set)) +
+             std::to_string(FD_ISSET(quiet.reader, set));
+    return out;
+  });
+}
+
 TEST(HooksMultiplexers, APollForAFilesOwnEventGetsIt) {
   int status = -1;
   const std::string out =

@@ -58,6 +58,11 @@ void deliver_as_the_kernel_would(int signal, struct sigaction& previous, void* c
   }
 }
 
+// Whether the signal was sent by a process (kill(2), tgkill(2),
+// sigqueue(3)) rather than raised by the kernel for a fault: si_code is
+// then SI_USER or below (and si_addr holds no address).
+bool sent(const siginfo_t& info) noexcept { return info.si_code <= 0; }
+
 // Hands a fault that is not ours to whoever handled it before us.
 void forward(int signal, siginfo_t* info, void* context) noexcept {
   struct sigaction& previous = signal == SIGBUS ? previous_bus : previous_segv;
@@ -74,11 +79,15 @@ void forward(int signal, siginfo_t* info, void* context) noexcept {
     return;
   }
   // Default action: restore it and return; the faulting instruction runs
-  // again and the kernel delivers the signal with its default effect.
+  // again and the kernel delivers the signal with its default effect. A
+  // signal sent (kill(2), raise(3), sigqueue(3)) has no instruction to
+  // run again: sent once more, to this thread, where it stays pending
+  // until the handler returns (the signal is blocked in it).
   struct sigaction fallback {};
   fallback.sa_handler = SIG_DFL;
   sigemptyset(&fallback.sa_mask);
   sys::sigaction(signal, &fallback, nullptr);
+  if (sent(*info)) sys::call(SYS_tgkill, sys::call(SYS_getpid), sys::call(SYS_gettid), signal);
 }
 
 // The interrupted stack pointer; null where it is not known.
@@ -97,7 +106,7 @@ const void* stack_pointer(void* context) noexcept {
 void on_fault(int signal, siginfo_t* info, void* context) {
   FiberControl* fiber = current_fiber();
   const void* sp = stack_pointer(context);
-  if (fiber != nullptr && fiber->stack.overflowed(info->si_addr, sp)) {
+  if (fiber != nullptr && !sent(*info) && fiber->stack.overflowed(info->si_addr, sp)) {
     // How far below the usable range the frame reached: the lower of the
     // fault and the stack pointer.
     const auto bottom = reinterpret_cast<std::uintptr_t>(fiber->stack.bottom());

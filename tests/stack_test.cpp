@@ -245,6 +245,32 @@ TEST(StackDeathTest, OtherFaultsKeepTheirDefaultAction) {
       ::testing::KilledBySignal(SIGSEGV), "");
 }
 
+// A SIGSEGV or SIGBUS sent (kill, raise) rather than raised by a fault has
+// no faulting instruction to run again: weft's handler sends it once more
+// with the default action back. Before, the first one sent was lost.
+TEST(StackDeathTest, ASentFaultSignalKeepsItsDefaultAction) {
+  if (kSanitized) GTEST_SKIP() << "the sanitizers handle SIGSEGV themselves";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (const int signal : {SIGSEGV, SIGBUS}) {
+    EXPECT_EXIT(
+        {
+          Scheduler s{test::config_with(1)};
+          ::kill(::getpid(), signal);
+          std::exit(0);
+        },
+        ::testing::KilledBySignal(signal), "")
+        << strsignal(signal) << " sent to the process";
+    EXPECT_EXIT(
+        {
+          Scheduler s{test::config_with(1)};
+          s.spawn([signal] { ::raise(signal); }).join();
+          std::exit(0);
+        },
+        ::testing::KilledBySignal(signal), "")
+        << strsignal(signal) << " raised in a fiber";
+  }
+}
+
 // A SIGSEGV handler installed before weft's (which handles the faults that
 // are not a fiber's overflow by calling it) runs as the kernel would run
 // it: with its flags. Before, it ran with weft's: an SA_NODEFER handler

@@ -95,10 +95,11 @@ bool traced(pid_t pid) noexcept {
 // one for `pid`. A caller's pidfd is watched and asked through a
 // duplicate, the `pidfd` given to `ask`: the kernel's wait holds the
 // pidfd's file, so that another thread's close of the caller's fd does
-// not end it, and neither may it end the fiber's. Returns -1, having
-// asked nothing, when no pidfd could be had or `pid` has a tracer (the
-// caller then makes the blocking call: for a caller's pidfd closed
-// already, its EBADF); else 0, or the errno of a wait that failed.
+// not end it, and neither may it end the fiber's. Returns -1 when the
+// caller is to make the blocking call: having asked nothing, when no pidfd
+// could be had (for a caller's pidfd closed already, its EBADF) or `pid`
+// has a tracer; or when the child's exit is held for a tracer (below).
+// Else 0, or the errno of a wait that failed.
 template <class Ask>
 int wait_on_pidfd(pid_t pid, int watched, Ask&& ask) {
   const ParkScope park;
@@ -108,10 +109,20 @@ int wait_on_pidfd(pid_t pid, int watched, Ask&& ask) {
   if (watched >= 0) fd_forgotten(pidfd);  // a stale record of the number, closed where no hook saw it
   int failed = 0;
   // A stop of a tracee that was not yet traced when asked makes no pidfd
-  // readable: ask again after each timeout, at least once a second.
+  // readable: ask again after each timeout, at least once a second. A
+  // pidfd made readable with no answer to the ask after it is the exit of
+  // a child traced since the wait began: its zombie is the tracer's to
+  // report first, and the pidfd stays readable. The blocking call waits
+  // for that (asking on would spin).
   std::chrono::milliseconds recheck(1);
+  bool readable = false;
   while (failed == 0 && !ask(pidfd)) {
+    if (readable) {
+      failed = -1;
+      break;
+    }
     failed = wait_for_fd(pidfd, FdDirection::read, deadline_after(recheck));
+    readable = failed == 0;
     if (failed == EAGAIN) failed = 0;  // the timeout
     recheck = std::min(recheck * 2, std::chrono::milliseconds(1000));
   }

@@ -11,6 +11,7 @@
 #include <stdio_ext.h>
 #include <sys/mman.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -176,6 +177,60 @@ TEST(Waitpid, ReportsATraceesStop) {
   EXPECT_EQ(fiber, thread);
   EXPECT_EQ(thread, "pid status " + std::to_string(W_STOPCODE(SIGTRAP)) + " errno 0; pid status " +
                         std::to_string(SIGKILL) + " errno 0");
+}
+
+// A child traced by another process after the fiber's wait began: its
+// exit makes its pidfd readable, but the parent's WNOHANG ask finds
+// nothing until the tracer has reaped the exit itself. Before, the hook
+// asked again and again for all that time, its worker's CPU at 100 %; it
+// now makes the blocking call.
+double cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+void sleep_in_child(long ms) {  // async-signal-safe, in a child of a threaded process
+  timespec delay{ms / 1000, (ms % 1000) * 1'000'000};
+  ::syscall(SYS_nanosleep, &delay, nullptr);
+}
+
+TEST(Waitpid, AnExitHeldForATracerIsWaitedForWithoutSpinning) {
+  Scheduler sched{test::config_with(1)};
+  std::string outcome;
+  double cpu = 0;
+  sched
+      .spawn([&] {
+        const pid_t child = ::fork();
+        if (child == 0) {
+          sleep_in_child(300);
+          ::_exit(3);
+        }
+        const pid_t tracer = ::fork();
+        if (tracer == 0) {
+          sleep_in_child(50);  // the parent's wait has begun, untraced
+          if (::syscall(SYS_ptrace, PTRACE_SEIZE, child, 0, 0) != 0) ::_exit(kNoPtrace);
+          sleep_in_child(1000);
+          int status = 0;
+          ::_exit(::syscall(SYS_wait4, child, &status, __WALL, nullptr) == child ? 0 : 1);
+        }
+        const double before = cpu_seconds();
+        int status = 0;
+        const pid_t r = ::waitpid(child, &status, 0);
+        cpu = cpu_seconds() - before;
+        int tracer_status = 0;
+        ::waitpid(tracer, &tracer_status, 0);
+        EXPECT_EQ(r, child);
+        outcome = describe(r, status, 0) + "; tracer " + describe(0, tracer_status, 0);
+      })
+      .join();
+  if (outcome.ends_with("tracer 0 status " + std::to_string(W_EXITCODE(kNoPtrace, 0)) + " errno 0"))
+    GTEST_SKIP() << "ptrace(PTRACE_SEIZE) is refused here";
+  EXPECT_EQ(outcome, "pid status " + std::to_string(W_EXITCODE(3, 0)) + " errno 0; tracer 0 status 0 errno 0");
+  // The exit was held for about 0.7 s; asked without end, that is as much
+  // CPU as the machine gave the worker.
+  EXPECT_LT(cpu, 0.2) << "seconds of CPU while the exit was held for the tracer";
 }
 
 TEST(Waitid, GivesWhatAPlainThreadGets) {

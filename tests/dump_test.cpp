@@ -42,6 +42,7 @@
 #include "dump_client.h"
 #include "dump_support.h"
 #include "dump_text.h"
+#include "dump_top.h"
 #include "fork_children.h"
 #include "introspect/dump_protocol.h"
 #include "sched/run_latency.h"
@@ -163,6 +164,30 @@ std::vector<std::string> words(std::string_view line) {
 bool is_rate(const std::string& word) {
   return !word.empty() && word.find_first_not_of("0123456789.") == std::string::npos &&
          word.find('.') != std::string::npos;
+}
+
+// --top's NAME column is 20 columns wide: a longer name is cut between
+// UTF-8 characters, as wide as fits (a wide character takes two columns),
+// never inside a character.
+TEST(DumpTop, LongNamesAreCutBetweenCharactersToTheColumn) {
+  std::string accents, wide;
+  for (int i = 0; i < 25; ++i) accents += "\u00e9";  // one column each
+  for (int i = 0; i < 15; ++i) wide += "\u65e5";     // two columns each
+  ProcessSnapshot dump;
+  dump.schedulers.emplace_back();
+  for (const std::string& name : {accents, wide}) {
+    FiberSnapshot fiber;
+    fiber.id = dump.schedulers[0].fibers.size() + 1;
+    fiber.name = name;
+    fiber.state = "runnable";
+    dump.schedulers[0].fibers.push_back(fiber);
+  }
+  const std::string frame = tools::render_top_frame(dump, dump, 1.0, 40);
+  std::string twenty_accents, ten_wide;
+  for (int i = 0; i < 20; ++i) twenty_accents += "\u00e9";
+  for (int i = 0; i < 10; ++i) ten_wide += "\u65e5";
+  EXPECT_NE(frame.find("#1 " + twenty_accents + " runnable"), std::string::npos) << frame;
+  EXPECT_NE(frame.find("#2 " + ten_wide + " runnable"), std::string::npos) << frame;
 }
 
 TEST_F(DumpOfChild, TopShowsRatesPerWorkerAndFiber) {

@@ -94,7 +94,25 @@ bool wait_for_quit(Clock::time_point until, bool interactive) {
   }
 }
 
-std::string clip(std::string_view text, std::size_t width) { return std::string(text.substr(0, width)); }
+// The columns fmt pads `text` as taking (a wide character takes two, and
+// a byte at most one): asked of fmt, so that clip() and the padding of the
+// rows agree.
+std::size_t display_width(std::string_view text) {
+  return text.size() - (fmt::formatted_size("{:<{}}", text, text.size()) - text.size());
+}
+
+// The longest prefix of `text` at most `width` columns wide, cut between
+// UTF-8 characters, never inside one.
+std::string clip(std::string_view text, std::size_t width) {
+  if (text.size() <= width) return std::string(text);
+  std::size_t end = 0;
+  for (std::size_t next = 1; next <= text.size(); ++next) {
+    if (next < text.size() && (static_cast<unsigned char>(text[next]) & 0xc0) == 0x80) continue;
+    if (display_width(text.substr(0, next)) > width) break;
+    end = next;
+  }
+  return std::string(text.substr(0, end));
+}
 
 double rate(std::uint64_t now, std::uint64_t before, double seconds) {
   return now >= before && seconds > 0 ? static_cast<double>(now - before) / seconds : 0;

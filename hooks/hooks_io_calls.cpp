@@ -82,6 +82,18 @@ FdRecord* parkable(int fd, int flags = 0, bool in_fiber = false) noexcept {
   return parkable_record(classified_fd_state(fd));
 }
 
+// A send the hooks do not park: the plain call. One of TCP's urgent data
+// (MSG_OOB; parkable() leaves that flag out for a receive's sake, which
+// never waits) on a blocking socket waits for room as any send does, and
+// the kernel marks the last byte of what one call sent: one call, as on a
+// thread, announced (the peer's read makes the room).
+template <class Call>
+auto unparked_send(int fd, int flags, Call&& call) {
+  const bool urgent_may_wait =
+      (flags & MSG_OOB) != 0 && (flags & MSG_DONTWAIT) == 0 && parkable_record(classified_fd_state(fd)) != nullptr;
+  return urgent_may_wait ? announced(call, Sleeps::until_woken) : call();
+}
+
 // A byte count given as a number, or as a function that counts it (an
 // iovec array's total): called only after the call the array is for has
 // succeeded, so that an array the kernel refuses (EFAULT) is never read
@@ -1352,7 +1364,8 @@ ssize_t send(int fd, const void* buf, size_t n, int flags) {
   if (!parking_enabled()) return real::send()(fd, buf, n, flags);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket) return real::send()(fd, buf, n, flags);
+  if (state == nullptr || state->kind() != FdKind::socket)
+    return unparked_send(fd, flags, [&] { return real::send()(fd, buf, n, flags); });
   return send_all(fd, *state, buf, n, flags, nullptr, 0);
 }
 
@@ -1360,7 +1373,8 @@ ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* add
   if (!parking_enabled()) return real::sendto()(fd, buf, n, flags, addr, addr_len);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket) return real::sendto()(fd, buf, n, flags, addr, addr_len);
+  if (state == nullptr || state->kind() != FdKind::socket)
+    return unparked_send(fd, flags, [&] { return real::sendto()(fd, buf, n, flags, addr, addr_len); });
   return send_all(fd, *state, buf, n, flags, addr, addr_len);
 }
 
@@ -1372,7 +1386,8 @@ ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   if (!parking_enabled()) return real::sendmsg()(fd, msg, flags);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket || msg == nullptr) return real::sendmsg()(fd, msg, flags);
+  if (state == nullptr || state->kind() != FdKind::socket || msg == nullptr)
+    return unparked_send(fd, flags, [&] { return real::sendmsg()(fd, msg, flags); });
   return sendmsg_all(fd, *state, msg, flags);
 }
 
@@ -1389,7 +1404,8 @@ int sendmmsg(int fd, mmsghdr* msgs, unsigned int count, int flags) {
   if (!parking_enabled()) return real::sendmmsg()(fd, msgs, count, flags);
   const CheckpointOnReturn at_return;
   FdRecord* state = parkable(fd, flags, true);
-  if (state == nullptr || state->kind() != FdKind::socket) return real::sendmmsg()(fd, msgs, count, flags);
+  if (state == nullptr || state->kind() != FdKind::socket)
+    return unparked_send(fd, flags, [&] { return real::sendmmsg()(fd, msgs, count, flags); });
   return sendmmsg_all(fd, *state, msgs, count, flags);
 }
 

@@ -1006,6 +1006,32 @@ TEST(Announced, ALingeringCloseOfASocket) {
   EXPECT_EQ(got.result, 0);
 }
 
+// A send of TCP's urgent data (MSG_OOB) waits for room as any send does:
+// here until the test drains the peer. It is the plain call (the kernel
+// marks the last byte of what one call sent), announced. Before, the
+// flag, which makes a receive return at once, passed the send through
+// unannounced.
+TEST(Announced, AnUrgentSendOnAFullSocket) {
+  test::LoopbackTcpPair pair;
+  char block[64 << 10] = {};
+  for (int i = 0; i < 1024 && ::send(pair.client, block, sizeof block, MSG_DONTWAIT) > 0; ++i) {
+  }
+  const Outcome got = blocked_fiber([&] { return long(::send(pair.client, "u", 1, MSG_OOB)); },
+                                    [&] {
+                                      // Until nothing more comes for 100 ms: the client stays open.
+                                      for (int quiet = 0; quiet < 100;) {
+                                        if (::recv(pair.server, block, sizeof block, MSG_DONTWAIT) > 0) {
+                                          quiet = 0;
+                                        } else {
+                                          std::this_thread::sleep_for(1ms);
+                                          ++quiet;
+                                        }
+                                      }
+                                    });
+  EXPECT_TRUE(got.marked);
+  EXPECT_EQ(got.result, 1);
+}
+
 // msync with MS_SYNC waits for the range's writeback, as fsync does, and
 // says so (Sleeps::always: sysmon judges it blocked at its first look, and
 // it wakes sysmon when fibers wait behind it); MS_ASYNC does not wait. The

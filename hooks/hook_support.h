@@ -157,8 +157,8 @@ int* h_errno_here() noexcept;
 // the write is left out: the caller's cached address then reads what its
 // thread's last call left. Not exact: the write can meet a call that ends
 // between the check and the store, a few instructions apart, and a raw
-// futex wait is told only by the thread's switch count and its system
-// call, so a second futex wait of the same fiber, with no switch between,
+// system call is told only by the thread's switch count and the call's
+// number, so a second such call of the same fiber, with no switch between,
 // passes for the first. A fiber released twice in one hooked call (by the
 // thread it was made on, then by the one it moved to) leaves the write
 // out: the record kept is the second release's (FiberControl::

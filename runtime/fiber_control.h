@@ -83,12 +83,13 @@ struct FiberControl {
   std::uint32_t pin_releases = 0;
   // What the last release was behind, written with it: the worker that
   // released it, that worker's blocking call (Worker::blocking_call(), a
-  // count; 0 for a raw futex wait, which no hook announced) and its switch
-  // tick then. The hook's ErrnoHome writes to that thread's errno only
-  // while it is still in that call
-  // (Worker::still_in_the_call_released_behind).
+  // count; 0 for a raw system call, which no hook announced), the raw
+  // call's number (-1 for an announced one) and the worker's switch tick
+  // then. The hook's ErrnoHome writes to that thread's errno only while it
+  // is still in that call (Worker::still_in_the_call_released_behind).
   Worker* released_from = nullptr;
   std::uint32_t released_behind_call = 0;
+  std::int32_t released_in_syscall = -1;
   std::uint64_t released_at_tick = 0;
   std::atomic<FiberState> state{FiberState::runnable};
   FiberCounters counters;

@@ -1,7 +1,6 @@
 #include "sysmon.h"
 
 #include <pthread.h>
-#include <sys/syscall.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -441,8 +440,10 @@ void Sysmon::release_hook_pins_if_waiting(Worker& worker, Clock::time_point sinc
   // Fibers woken for this worker that only a hook's park pins here (their
   // caller's errno lives on this thread) would wait for it as long as it
   // stays blocked: forever, if it waits for one of them: in futex(2) for a
-  // std::mutex one of them holds, or in an announced call (sem_wait, a
-  // barrier, a join, pause) for what one of them would do once it runs on.
+  // std::mutex one of them holds, in a raw read(2) of a pipe one of them
+  // would write (stdio's own calls, which no hook sees), or in an announced
+  // call (sem_wait, a barrier, a join, pause) for what one of them would
+  // do once it runs on.
   // Only then, and only after a long wait, do they move (a spare or an
   // idle worker runs them): the hook then writes the caller's errno on
   // this thread (hooks/hook_support.h, ErrnoHome), safe only while it
@@ -451,10 +452,12 @@ void Sysmon::release_hook_pins_if_waiting(Worker& worker, Clock::time_point sinc
   // system call a /proc read.
   if (!worker.pinned_may_wait() || now - since < kReleaseHookPinsAfter) return;
   // An announced call (`call`, its count) is checked after its thread's
-  // state is read: still the call watched since `since`, asleep.
-  const bool waiting = call != 0 ? in_kernel_sleep(worker.os_thread().state()) && worker.blocking_call() == call
-                                 : kernel_call(worker.os_thread().id()) == SYS_futex;
-  if (waiting && worker.release_hook_pinned(scratch_, call) != 0) {
+  // state is read: still the call watched since `since`, asleep. A raw
+  // one: asleep in a system call, whichever.
+  const long syscall = call != 0 ? -1 : kernel_call(worker.os_thread().id());
+  const bool waiting =
+      call != 0 ? in_kernel_sleep(worker.os_thread().state()) && worker.blocking_call() == call : syscall >= 0;
+  if (waiting && worker.release_hook_pinned(scratch_, call, syscall) != 0) {
     core_.idle().notify_work();
     tally.acted = true;
   }

@@ -1,7 +1,6 @@
 #include "worker.h"
 
 #include <pthread.h>
-#include <sys/syscall.h>
 
 #include <iterator>
 #include <string>
@@ -194,12 +193,17 @@ bool Worker::has_stealable_spawns() const noexcept { return spawned_.stealable(s
 
 template <class Take>
 void Worker::drain_inbox(Take&& take) noexcept {
-  FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);
-  while (stack != nullptr) {
-    FiberControl* fiber = stack;
-    stack = fiber->link;
-    inbox_count_.fetch_sub(1, std::memory_order_relaxed);
-    if (!take(fiber)) push_inbox(fiber);
+  // Both lists taken before either is walked: what `take` leaves goes back
+  // onto the stack, and is not offered twice.
+  FiberControl* lists[] = {inbox_fifo_.exchange(nullptr, std::memory_order_acquire),
+                           inbox_.exchange(nullptr, std::memory_order_acquire)};
+  for (FiberControl* list : lists) {
+    while (list != nullptr) {
+      FiberControl* fiber = list;
+      list = fiber->link;
+      inbox_count_.fetch_sub(1, std::memory_order_relaxed);
+      if (!take(fiber)) push_inbox(fiber);
+    }
   }
 }
 
@@ -249,10 +253,10 @@ std::size_t Worker::hand_off_queued(RunQueue<RunQueueEntry>& scratch, bool block
 
 bool Worker::still_in_the_call_released_behind(const FiberControl& fiber) const noexcept {
   if (fiber.released_behind_call != 0) return blocking_call() == fiber.released_behind_call;
-  return switch_tick() == fiber.released_at_tick && kernel_call(os_thread_.id()) == SYS_futex;
+  return switch_tick() == fiber.released_at_tick && kernel_call(os_thread_.id()) == fiber.released_in_syscall;
 }
 
-std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch, std::uint32_t call) noexcept {
+std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch, std::uint32_t call, long syscall) noexcept {
   const std::uint64_t tick = switch_tick();
   std::size_t released = 0;
   // Pinned by hooks alone: the caller's cached &errno is this thread's,
@@ -267,6 +271,7 @@ std::size_t Worker::release_hook_pinned(RunQueue<RunQueueEntry>& scratch, std::u
     ++fiber->pin_releases;
     fiber->released_from = this;
     fiber->released_behind_call = call;
+    fiber->released_in_syscall = static_cast<std::int32_t>(syscall);
     fiber->released_at_tick = tick;
     pins_released_.fetch_add(1, std::memory_order_relaxed);
     core_.push_global(fiber);
@@ -628,7 +633,7 @@ void Worker::push_inbox(FiberControl* fiber) noexcept {
 }
 
 bool Worker::has_local_waiting() const noexcept {
-  return run_queue_.size() != 0 || spawned_.size() != 0 || inbox_fifo_ != nullptr ||
+  return run_queue_.size() != 0 || spawned_.size() != 0 || inbox_fifo_.load(std::memory_order_relaxed) != nullptr ||
          inbox_.load(std::memory_order_relaxed) != nullptr;
 }
 
@@ -764,22 +769,28 @@ FiberControl* Worker::pick_queued() {
     push_local(next, false);
   }
   next_streak_ = 0;
-  if (inbox_fifo_ == nullptr && inbox_.load(std::memory_order_relaxed) != nullptr) {
+  // A load first: the exchange is a locked instruction, and the list is
+  // mostly empty.
+  FiberControl* arrived = inbox_fifo_.load(std::memory_order_relaxed) != nullptr
+                              ? inbox_fifo_.exchange(nullptr, std::memory_order_acquire)
+                              : nullptr;
+  if (arrived == nullptr && inbox_.load(std::memory_order_relaxed) != nullptr) {
     // Drain the inbox stack, reversing it into arrival order.
     FiberControl* stack = inbox_.exchange(nullptr, std::memory_order_acquire);
     while (stack != nullptr) {
       FiberControl* below = stack->link;
-      stack->link = inbox_fifo_;
-      inbox_fifo_ = stack;
+      stack->link = arrived;
+      arrived = stack;
       stack = below;
     }
   }
-  if (FiberControl* fiber = inbox_fifo_) {
-    inbox_fifo_ = fiber->link;
-    fiber->link = nullptr;
+  if (arrived != nullptr) {
+    // The rest back, with release: sysmon's exchange reads their links.
+    if (arrived->link != nullptr) inbox_fifo_.store(arrived->link, std::memory_order_release);
+    arrived->link = nullptr;
     inbox_count_.fetch_sub(1, std::memory_order_relaxed);
-    if (not_pinned(fiber)) placed_in_inbox_.fetch_sub(1, std::memory_order_relaxed);
-    return fiber;
+    if (not_pinned(arrived)) placed_in_inbox_.fetch_sub(1, std::memory_order_relaxed);
+    return arrived;
   }
   if (FiberControl* fiber = run_queue_.owner().pop().fiber()) {
     if (pinned_steal_fails_.load(std::memory_order_relaxed) != 0 && !not_pinned(fiber))

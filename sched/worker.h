@@ -170,19 +170,21 @@ class Worker {
   // where hand_off_queued would put them (the user-pinned to the inbox),
   // through `scratch`. Returns how many moved.
   // `call`: the blocking call they are released behind (blocking_call(); 0
-  // for a raw futex wait), recorded in each (FiberControl::released_behind_call).
-  std::size_t release_hook_pinned(RunQueue<RunQueueEntry>& scratch, std::uint32_t call) noexcept;
+  // for a raw system call, `syscall` its number, else -1), recorded in each
+  // (FiberControl::released_behind_call, released_in_syscall).
+  std::size_t release_hook_pinned(RunQueue<RunQueueEntry>& scratch, std::uint32_t call, long syscall) noexcept;
   // Whether this worker's thread is still asleep in the call that `fiber`
   // was released behind: a released hook may then write its errno there,
   // where its caller holds the address (hooks/hook_support.h, ErrnoHome),
   // and no fiber runs to see it. Once the call has ended the thread runs a
-  // fiber again, whose errno that is. Any thread; a /proc read for a futex
-  // wait.
+  // fiber again, whose errno that is. Any thread; a /proc read for a raw
+  // system call.
   bool still_in_the_call_released_behind(const FiberControl& fiber) const noexcept;
   // Whether fibers pinned here may wait in the inbox or the run queue (cheap:
-  // two loads).
+  // three loads).
   bool pinned_may_wait() const noexcept {
-    return inbox_.load(std::memory_order_relaxed) != nullptr || run_queue_.size() != 0;
+    return inbox_.load(std::memory_order_relaxed) != nullptr ||
+           inbox_fifo_.load(std::memory_order_relaxed) != nullptr || run_queue_.size() != 0;
   }
 
   // --- announced blocking calls (sched/blocking_call.h) -----------------
@@ -372,12 +374,17 @@ class Worker {
   // Fibers that never ran and got no stack, waiting for the loop to end
   // them (start_or_pick_again), linked through FiberControl::link.
   FiberControl* unstarted_ = nullptr;
-  unsigned next_streak_ = 0;                          // consecutive runs from next_
-  std::atomic<FiberControl*> inbox_{nullptr};         // pinned and placed fibers (LIFO stack)
-  std::atomic<std::int32_t> inbox_count_{0};          // in inbox_ and inbox_fifo_, for the dump
-  std::atomic<std::int32_t> placed_in_inbox_{0};      // of those, unpinned: placed here by a peer
-  bool preempting_ = false;                           // preempt_current's switch, for a trace
-  FiberControl* inbox_fifo_ = nullptr;                // drained inbox, oldest first
+  unsigned next_streak_ = 0;                      // consecutive runs from next_
+  std::atomic<FiberControl*> inbox_{nullptr};     // pinned and placed fibers (LIFO stack)
+  std::atomic<std::int32_t> inbox_count_{0};      // in inbox_ and inbox_fifo_, for the dump
+  std::atomic<std::int32_t> placed_in_inbox_{0};  // of those, unpinned: placed here by a peer
+  bool preempting_ = false;                       // preempt_current's switch, for a trace
+  // The inbox drained by pick_queued, oldest first. Only this worker pops
+  // from it, and sysmon takes all of it (drain_inbox) to release or hand
+  // off what waits behind a blocked thread: a private list hid those
+  // fibers from it. Each side takes the list whole with an exchange before
+  // it reads a link, so neither reads a node the other holds.
+  std::atomic<FiberControl*> inbox_fifo_{nullptr};
   std::atomic<std::uint32_t> pinned_steal_fails_{0};  // to charge to the pinned head
 
   std::uint32_t until_global_check_;                // pick_next calls left before a look at the global queue

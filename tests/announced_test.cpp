@@ -353,6 +353,50 @@ TEST(Announced, AWaitForAFiberParkedInAHookOfItsWorkerEnds) {
   ::mq_close(queue);
 }
 
+// Two fibers parked in hooks on one worker, woken together: the worker
+// takes both from its inbox, runs the first, which blocks in an announced
+// call that waits for another party, and the second waits behind it,
+// pinned. Sysmon releases it after kReleaseHookPinsAfter, as it would
+// release it from the inbox. Before, the worker kept the rest of what it
+// took from the inbox in a private list that sysmon did not see: the
+// second ran only when the first's call ended.
+TEST(Announced, AFiberWokenTogetherWithTheBlockedOneIsReleasedToo) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  std::atomic<int> parked{0};
+  std::atomic<bool> first_taken{false};
+  std::atomic<bool> first_in_call{false};
+  bool second_ran_during_the_call = false;
+  {
+    Scheduler sched{test::config_with(1)};
+    auto reader = [&] {
+      char byte;
+      ++parked;
+      ASSERT_EQ(::read(pipe_fds[0], &byte, 1), 1);  // hooked: parks, pinned
+      if (!first_taken.exchange(true)) {
+        first_in_call = true;
+        sigset_t none;
+        sigemptyset(&none);
+        const timespec two_s{2, 0};
+        ::sigtimedwait(&none, nullptr, &two_s);  // announced, waits for another party
+        first_in_call = false;
+      } else {
+        second_ran_during_the_call = first_in_call.load();
+      }
+    };
+    Fiber a = sched.spawn(reader);
+    Fiber b = sched.spawn(reader);
+    while (parked.load() < 2) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(50ms);            // both in read's park
+    ASSERT_EQ(::write(pipe_fds[1], "xy", 2), 2);  // one readiness wakes both
+    a.join();
+    b.join();
+  }
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  EXPECT_TRUE(second_ran_during_the_call) << "the second fiber waited for the first's call to end";
+}
+
 // The same with no helper for the wait (max_blocking_threads 1: waits may
 // hold none of them): glibc's wait is announced and blocks the worker's
 // thread, and the sleeper pinned there resumes elsewhere once sysmon

@@ -356,6 +356,39 @@ INSTANTIATE_TEST_SUITE_P(Waiters, ManyFutexWaiters, ::testing::Values(20u, 200u,
 // At Config::max_threads no spare starts: one message on stderr names the
 // limit and how to raise it, the snapshot says so, and the fibers wait for
 // a blocked thread to return.
+// A fiber blocks its worker in a raw read(2) of a pipe (stdio's own
+// calls, which no hook sees, make such reads) that another fiber of the
+// worker will write once its hooked sleep ends: a park that resumes only
+// on that thread. Sysmon releases the sleeper's pin after the read has
+// lasted kReleaseHookPinsAfter, as it does behind a raw futex wait. Before,
+// only a futex wait released pins, and the two waited for each other until
+// the watchdog's write (here after 5 s; for good without it).
+TEST(SpareWorkersRelease, AFiberParkedInAHookGoesFromAWorkerBlockedInARawRead) {
+  Scheduler sched{test::config_with(1)};
+  Pipe pipe;
+  std::atomic<bool> sleeping{false};
+  Fiber writer = sched.spawn([&] {
+    sleeping = true;
+    ::usleep(50'000);  // hooked: parks, pinned to this worker
+    EXPECT_EQ(::write(pipe.fds[1], "w", 1), 1);
+  });
+  char got = 0;
+  Fiber reader = sched.spawn([&] {
+    while (!sleeping.load()) this_fiber::yield();
+    EXPECT_EQ(::syscall(SYS_read, pipe.fds[0], &got, 1), 1);  // raw: blocks the worker
+  });
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 50 && !done.load(); ++i) std::this_thread::sleep_for(100ms);
+    if (!done.load()) pipe.release();
+  });
+  reader.join();
+  done = true;
+  writer.join();
+  watchdog.join();
+  EXPECT_EQ(got, 'w') << "the sleeper stayed pinned behind the raw read";
+}
+
 TEST(SpareWorkersLimit, ReachingMaxThreadsIsReportedOnceAndShown) {
   Config config = test::config_with(1);
   config.max_threads = 2;  // one spare

@@ -152,7 +152,7 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
   }
   // A file that refused RWF_NOWAIT before (tmpfs, /proc, /sys): the plain
   // call at once, without the preadv2 that would be refused again.
-  if (file.refuses_nowait()) return blocking_read(fd, iov, count, offset);
+  if (file.refuses_nowait_reads()) return blocking_read(fd, iov, count, offset);
   const ErrnoHome home;
   const int saved = errno_value();
   ssize_t cached = real::preadv2()(fd, iov, count, offset, RWF_NOWAIT);
@@ -183,7 +183,7 @@ ssize_t read_file(FdRecord& file, int fd, const iovec* iov, int count, off_t off
     if (error != EOPNOTSUPP && error != EINVAL && error != ENOSYS) return -1;
     // Remembered for the fd's next reads; not an EINVAL, which may be the
     // read's own.
-    if (error != EINVAL) file.set_bit(FdRecord::no_nowait_bit, true);
+    if (error != EINVAL) file.set_bit(FdRecord::no_nowait_read_bit, true);
     set_errno(saved);
     return blocking_read(fd, iov, count, offset);
   }

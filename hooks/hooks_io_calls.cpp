@@ -673,7 +673,8 @@ int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
 // that fit, where a blocking write held the worker until the reader
 // (perhaps a fiber of the same worker) had taken it all. An fd that
 // refuses the flag (a terminal, an older kernel: EOPNOTSUPP) is waited
-// for, then called, from then on (wait_then_call; FdRecord::refuses_nowait).
+// for, then called, from then on (wait_then_call; FdRecord::no_nowait_read_bit
+// and no_nowait_write_bit, one for each direction).
 
 // After an attempt with RWF_NOWAIT: whether the fd refused it, and if so,
 // marks it and puts back the caller's errno for the fallback. The kernel
@@ -683,10 +684,10 @@ int sendmmsg_all(int fd, FdRecord& state, mmsghdr* msgs, unsigned count, int fla
 // predates preadv2; a socket's EPERM is its own, a firewall's); an EINVAL is the call's own (a timerfd's
 // or eventfd's buffer under 8 bytes), which the fallback's wait for
 // readiness turned into a park that nothing ended.
-bool refused_nowait(FdRecord& state, int saved, int refusal_too = 0) {
+bool refused_nowait(FdRecord& state, FdDirection direction, int saved, int refusal_too = 0) {
   const int error = errno_value();
   if (error != EOPNOTSUPP && error != ENOSYS && (refusal_too == 0 || error != refusal_too)) return false;
-  state.set_bit(FdRecord::no_nowait_bit, true);
+  state.set_bit(direction == FdDirection::read ? FdRecord::no_nowait_read_bit : FdRecord::no_nowait_write_bit, true);
   set_errno(saved);
   return true;
 }
@@ -741,12 +742,12 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
   // the plain call on this one, announced.
   if (state.signalfd()) return announced([&] { return real::readv()(fd, iov, count); }, Sleeps::until_woken);
   const int saved = errno_value();
-  if (!state.refuses_nowait()) {
+  if (!state.refuses_nowait_reads()) {
     const ssize_t result = attempt_or_park(fd, state, FdDirection::read, 0,
                                            [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
     if (result >= 0) return result;
     if (not_pollable_after_all(fd, saved)) return ::readv(fd, iov, count);
-    if (!refused_nowait(state, saved, EPERM)) return result;
+    if (!refused_nowait(state, FdDirection::read, saved, EPERM)) return result;
   }
   if (reads_without_waiting(fd)) return announced([&] { return real::readv()(fd, iov, count); });
   return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
@@ -754,7 +755,7 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
 
 ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
-  if (!state.refuses_nowait()) {
+  if (!state.refuses_nowait_writes()) {
     std::vector<iovec> rest;
     auto total = [&] { return iov_total(iov, count); };
     const ssize_t result = transfer_all(fd, state, FdDirection::write, total, [&](std::size_t done) {
@@ -764,7 +765,7 @@ ssize_t pollable_write(int fd, FdRecord& state, const iovec* iov, int count) {
     });
     if (result >= 0) return result;
     if (not_pollable_after_all(fd, saved)) return ::writev(fd, iov, count);
-    if (!refused_nowait(state, saved, EPERM)) return result;
+    if (!refused_nowait(state, FdDirection::write, saved, EPERM)) return result;
   }
   return wait_then_call(fd, state, FdDirection::write, [&] { return real::writev()(fd, iov, count); });
 }
@@ -791,11 +792,11 @@ ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
   auto length = [&] { return iov_total_if_readable(&msg); };
   if (const std::size_t target = rcvlowat_target(fd, state, length, 0); target > 1)
     return recvmsg_all(fd, state, &msg, 0, target);
-  if (!state.refuses_nowait()) {
+  if (!state.refuses_nowait_reads()) {
     const ssize_t result = attempt_or_park(
         fd, state, FdDirection::read, [&] { return stream_wanted(state, iov_total(iov, count), 0); },
         [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
-    if (result >= 0 || !refused_nowait(state, saved)) return result;
+    if (result >= 0 || !refused_nowait(state, FdDirection::read, saved)) return result;
   }
   // EINVAL for a count below 0 or above UIO_MAXIOV (a receive's would be
   // EMSGSIZE), 0 for no iovecs, as libc says it.
@@ -814,7 +815,7 @@ ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
 
 ssize_t socket_writev(int fd, FdRecord& state, const iovec* iov, int count) {
   const int saved = errno_value();
-  if (!state.refuses_nowait()) {
+  if (!state.refuses_nowait_writes()) {
     std::vector<iovec> rest;
     SendAgainAfterPark again(state);
     const ssize_t result = transfer_all(
@@ -834,7 +835,7 @@ ssize_t socket_writev(int fd, FdRecord& state, const iovec* iov, int count) {
           more.msg_iovlen = rest.size();
           return real::sendmsg()(fd, &more, MSG_DONTWAIT | kAfterPart);
         });
-    if (result >= 0 || !refused_nowait(state, saved)) return result;
+    if (result >= 0 || !refused_nowait(state, FdDirection::write, saved)) return result;
   }
   // EINVAL for a count below 0 or above UIO_MAXIOV (a send's would be
   // EMSGSIZE), as libc says it.

@@ -79,9 +79,14 @@ struct alignas(64) FdRecord {
   static constexpr std::uint32_t user_nonblock_bit = 4;  // the user's O_NONBLOCK
   static constexpr std::uint32_t flipped_bit = 8;        // weft set O_NONBLOCK for a moment
   static constexpr std::uint32_t stream_bit = 16;        // a SOCK_STREAM socket
-  // Refuses RWF_NOWAIT: a pollable fd is waited for, then called; a file
-  // is read with the plain call, announced.
-  static constexpr std::uint32_t no_nowait_bit = 32;
+  // Refuses RWF_NOWAIT for reads, or for writes: a pollable fd is waited
+  // for, then called; a file is read with the plain call, announced. Apart
+  // for each direction: an eventfd takes the flag for reads (it has a
+  // read_iter) and refuses it for writes (no write_iter), and with one bit
+  // for both its reads went to the wait-then-call too, where a second
+  // reader beaten to the count blocked its worker in read(2).
+  static constexpr std::uint32_t no_nowait_read_bit = 32;
+  static constexpr std::uint32_t no_nowait_write_bit = 16384;
   // The fd was closed, or a new fd took its number, in a signal handler,
   // where the record's lock could not be taken (the code the handler
   // interrupted may hold it): the rest of the record is stale until
@@ -155,7 +160,8 @@ struct alignas(64) FdRecord {
   bool short_read_drains() const noexcept { return flags.load(std::memory_order_relaxed) & short_read_drains_bit; }
   bool signalfd() const noexcept { return flags.load(std::memory_order_relaxed) & signalfd_bit; }
   bool counter() const noexcept { return flags.load(std::memory_order_relaxed) & counter_bit; }
-  bool refuses_nowait() const noexcept { return flags.load(std::memory_order_relaxed) & no_nowait_bit; }
+  bool refuses_nowait_reads() const noexcept { return flags.load(std::memory_order_relaxed) & no_nowait_read_bit; }
+  bool refuses_nowait_writes() const noexcept { return flags.load(std::memory_order_relaxed) & no_nowait_write_bit; }
   bool changed_in_handler() const noexcept { return flags.load(std::memory_order_relaxed) & changed_in_handler_bit; }
   void set_bit(std::uint32_t bit, bool on) noexcept {
     if (on)

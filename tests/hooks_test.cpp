@@ -1504,6 +1504,63 @@ TEST(HooksPipe, AReadTheKernelRefusesFailsAtOnce) {
   close(event);
 }
 
+// An eventfd takes RWF_NOWAIT for reads and refuses it for writes: once a
+// write has found that, reads still park. Two fibers read; a thread posts
+// once, then again only after a third fiber of the same worker (one, no
+// spares) has run. Before, one bit for both directions sent the reads to
+// the wait for readiness and the plain read: the reader beaten to the
+// first post blocked the worker in read(2), the third fiber could not run,
+// and only the watchdog's post (after 5 s) ended it.
+TEST(HooksPipe, AnEventfdsReadsParkAfterItsWriteRefusedNowait) {
+  Scheduler sched = one_worker();
+  const int event = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(event, 0);
+  std::atomic<int> readers_in{0};
+  std::atomic<int> read_done{0};
+  std::atomic<bool> third_ran{false};
+  bool watchdog_fired = false;
+  {
+    Watchdog watchdog([&] {
+      const std::uint64_t one = 1;
+      EXPECT_EQ(write(event, &one, sizeof one), ssize_t(sizeof one));
+    });
+    std::thread poster([&] {
+      while (readers_in.load() < 2) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(20ms);  // both in read
+      const std::uint64_t one = 1;
+      EXPECT_EQ(write(event, &one, sizeof one), ssize_t(sizeof one));
+      for (int i = 0; i < 5000 && !third_ran.load(); ++i) std::this_thread::sleep_for(1ms);
+      if (third_ran.load()) {
+        EXPECT_EQ(write(event, &one, sizeof one), ssize_t(sizeof one));
+      }
+    });
+    in_fiber(sched, [&] {
+      std::uint64_t count = 1;
+      EXPECT_EQ(write(event, &count, sizeof count), ssize_t(sizeof count));  // refuses RWF_NOWAIT
+      EXPECT_EQ(read(event, &count, sizeof count), ssize_t(sizeof count));
+      auto reader = [&] {
+        std::uint64_t got = 0;
+        ++readers_in;
+        EXPECT_EQ(read(event, &got, sizeof got), ssize_t(sizeof got));
+        ++read_done;
+      };
+      Fiber a = spawn(reader);
+      Fiber b = spawn(reader);
+      Fiber third = spawn([&] {
+        while (read_done.load() == 0) this_fiber::sleep_for(1ms);
+        third_ran = true;
+      });
+      a.join();
+      b.join();
+      third.join();
+    });
+    poster.join();
+    watchdog_fired = watchdog.fired();
+  }
+  close(event);
+  EXPECT_FALSE(watchdog_fired) << "a reader blocked the worker until the watchdog posted";
+}
+
 // A read or write of nothing is the driver's to answer, as on a thread:
 // EINVAL from an eventfd, a timerfd, a signalfd or an inotify fd (with an
 // event queued: without one, it waits for one first), 0 from a pipe.

@@ -150,7 +150,7 @@ class PollWait {
       if (failed == EBADF && open_now(fd)) return 0;
       if (failed != EPERM) return failed;
       // An fd epoll refuses (/dev/null; regular files and directories do
-      // not come here: watches_a_file) is ever as poll(2) reports it: the
+      // not come here: watches_what_only_its_thread_sees) is ever as poll(2) reports it: the
       // probe found it not ready for what was asked, and it never will
       // be. A thread waits the timeout out.
       sleep_parked(deadline);
@@ -283,20 +283,25 @@ int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, boo
   }
 }
 
-// Whether `fds` (readable) watch a regular file, directory or block device
-// (FdKind::unpollable). Most are ever ready, and the probe returns; but the
-// files of procfs, sysfs and cgroupfs that have a poll of their own report
-// an event once, to the first poll that asks: the mount table's
-// (/proc/self/mounts), a pressure trigger's (/proc/pressure/*), a cgroup's
-// events, a sysfs attribute's notification (POLLPRI). Parked on the
-// netpoller, such an fd's event went to the scheduler's epoll, and the
-// probe after the wake found none (a mount's POLLPRI waited out the
-// timeout). So a wait on one is the call itself (below).
-bool watches_a_file(const pollfd* fds, nfds_t count) noexcept {
+// Whether `fds` (readable) watch an fd whose readiness only the caller's
+// own call sees, which a wait is then made as (below):
+//   - A regular file, directory or block device (FdKind::unpollable). Most
+//     are ever ready, and the probe returns; but the files of procfs, sysfs
+//     and cgroupfs that have a poll of their own report an event once, to
+//     the first poll that asks: the mount table's (/proc/self/mounts), a
+//     pressure trigger's (/proc/pressure/*), a cgroup's events, a sysfs
+//     attribute's notification (POLLPRI). Parked on the netpoller, such an
+//     fd's event went to the scheduler's epoll, and the probe after the
+//     wake found none (a mount's POLLPRI waited out the timeout).
+//   - A signalfd, readable for the signals pending on the thread that
+//     polls it beside the process's (FdRecord::signalfd_bit): the
+//     netpoller's thread never saw one sent to the caller's thread alone
+//     (pthread_kill), and the wait lasted its timeout.
+bool watches_what_only_its_thread_sees(const pollfd* fds, nfds_t count) noexcept {
   for (nfds_t i = 0; i < count; ++i) {
     if (fds[i].fd < 0) continue;
     const FdRecord* const record = classified_fd_state(fds[i].fd);
-    if (record != nullptr && record->kind() == FdKind::unpollable) return true;
+    if (record != nullptr && (record->kind() == FdKind::unpollable || record->signalfd())) return true;
   }
   return false;
 }
@@ -385,12 +390,12 @@ int poll_hooked(pollfd* fds, nfds_t count, Clock::time_point deadline, const sig
   if (count != 0 && !on_live_stack(fds, count * sizeof(pollfd))) {
     const int ready = probe();
     if (ready != 0) return ready;
-    if (watches_a_file(fds, count)) return waited_as_on_a_thread(deadline, as_on_a_thread);
+    if (watches_what_only_its_thread_sees(fds, count)) return waited_as_on_a_thread(deadline, as_on_a_thread);
     return parked_or_as_on_a_thread(
         deadline, [&] { return poll_parked(fds, count, deadline, /*probed=*/true, mask, probe, fill); },
         as_on_a_thread);
   }
-  if (watches_a_file(fds, count)) return waited_as_on_a_thread(deadline, as_on_a_thread);
+  if (watches_what_only_its_thread_sees(fds, count)) return waited_as_on_a_thread(deadline, as_on_a_thread);
   // No fds: a sleep, nothing to probe, but for ppoll with a mask (a
   // pending signal it unblocks ends it at once: sigsuspend with a timeout).
   return parked_or_as_on_a_thread(
@@ -520,7 +525,7 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
     e0.restore(e);
     return real::pselect()(nfds, r, w, e, timeout, with_mask ? mask : nullptr);
   };
-  if (watches_a_file(fds.data(), fds.size())) return waited_as_on_a_thread(deadline, as_on_a_thread);
+  if (watches_what_only_its_thread_sees(fds.data(), fds.size())) return waited_as_on_a_thread(deadline, as_on_a_thread);
   // Fds closed while the fiber waited (their numbers not taken since),
   // which fail the probe with EBADF: a thread's select finds no file behind
   // such an fd when it next wakes and reports it ready in each set that

@@ -13,6 +13,7 @@
 #include <mqueue.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <resolv.h>
 #include <semaphore.h>
@@ -20,7 +21,9 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/select.h>
 #include <sys/sendfile.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -971,6 +974,61 @@ TEST(Announced, SigtimedwaitGivesWhatAPlainThreadGets) {
   EXPECT_EQ(fiber_error, thread_error);
   EXPECT_EQ(thread_error, EAGAIN);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+// A signalfd is readable for the signals pending on the thread that polls
+// it, beside the process's: a fiber's poll or select on one is the call
+// itself, on the fiber's own thread, announced, and sees a signal sent to
+// that thread alone. Before, it parked on the netpoller, whose thread
+// (another worker's, when the fiber's own was busy) never saw the signal:
+// the wait lasted its timeout.
+TEST(Announced, AWaitOnASignalfdIsTheCallOnItsOwnThread) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR2);
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &set, &old);  // here and in the workers it starts
+  const int fd = ::signalfd(-1, &set, SFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::string outcome;
+  std::uint32_t calls = 0;
+  {
+    Scheduler sched{test::config_with(1)};
+    sched
+        .spawn([&] {
+          const detail::Worker* worker = detail::current_worker();
+          const pthread_t own = ::pthread_self();
+          for (const bool use_select : {false, true}) {
+            const std::uint32_t before = worker->blocking_call();
+            std::thread sender([&] {
+              std::this_thread::sleep_for(50ms);
+              ::pthread_kill(own, SIGUSR2);  // to the fiber's thread alone
+            });
+            int ready;
+            if (use_select) {
+              fd_set r;
+              FD_ZERO(&r);
+              FD_SET(fd, &r);
+              timeval tv{5, 0};
+              ready = ::select(fd + 1, &r, nullptr, nullptr, &tv);
+            } else {
+              pollfd one{fd, POLLIN, 0};
+              ready = ::poll(&one, 1, 5000);
+            }
+            calls += worker->blocking_call() - before;
+            sender.join();
+            signalfd_siginfo info{};
+            outcome += std::to_string(ready) + " " +
+                       std::to_string(::read(fd, &info, sizeof info) == ssize_t(sizeof info) ? info.ssi_signo : 0) +
+                       "; ";
+          }
+        })
+        .join();
+  }
+  ::close(fd);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  EXPECT_EQ(outcome, "1 " + std::to_string(SIGUSR2) + "; 1 " + std::to_string(SIGUSR2) + "; ");
+  EXPECT_EQ(calls, 4u) << "poll and select on a signalfd were not announced";
 }
 
 // A call on an fd the user made non-blocking cannot sleep, so it is not

@@ -26,6 +26,7 @@
 #include <cstdio>
 
 #include "announced.h"
+#include "child_processes.h"
 #include "description_sharing.h"
 #include "fd_table.h"
 #include "hook_support.h"
@@ -125,6 +126,29 @@ int fcntl_hooked(Real real_fcntl, int fd, int cmd, void* arg) {
     default:
       return real_fcntl(fd, cmd, arg);
   }
+}
+
+// A spawned child holds every description that is not close-on-exec, and
+// the one a dup2 action names (hooks/description_sharing.h). It starts
+// with the thread's signal mask unless the attributes set one: without
+// the SIGCHLD block that another fiber's system() put on the thread
+// (child_mask_without_systems_block), which it kept across exec.
+template <class Spawn>
+int spawn_with_callers_mask(const posix_spawnattr_t* attributes, Spawn&& spawn) {
+  const SpawnUnderWay spawning;
+  short flags = 0;
+  if (attributes != nullptr) posix_spawnattr_getflags(attributes, &flags);
+  sigset_t mask;
+  if ((flags & POSIX_SPAWN_SETSIGMASK) != 0 || !child_mask_without_systems_block(mask)) return spawn(attributes);
+  // glibc's attributes are plain data: a copy keeps every setting.
+  posix_spawnattr_t adjusted;
+  if (attributes != nullptr)
+    adjusted = *attributes;
+  else
+    posix_spawnattr_init(&adjusted);
+  posix_spawnattr_setsigmask(&adjusted, &mask);
+  posix_spawnattr_setflags(&adjusted, static_cast<short>(flags | POSIX_SPAWN_SETSIGMASK));
+  return spawn(&adjusted);
 }
 
 }  // namespace
@@ -227,18 +251,18 @@ int ioctl(int fd, unsigned long request, ...) noexcept {
   return set_user_nonblock(fd, *static_cast<const int*>(arg) != 0, [&] { return real::ioctl()(fd, request, arg); });
 }
 
-// A spawned child holds every description that is not close-on-exec, and
-// the one a dup2 action names (hooks/description_sharing.h).
 int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
-  const SpawnUnderWay spawn;
-  return real::posix_spawn()(pid, path, actions, attributes, argv, envp);
+  return spawn_with_callers_mask(attributes, [&](const posix_spawnattr_t* used) {
+    return real::posix_spawn()(pid, path, actions, used, argv, envp);
+  });
 }
 
 int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
                  const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
-  const SpawnUnderWay spawn;
-  return real::posix_spawnp()(pid, file, actions, attributes, argv, envp);
+  return spawn_with_callers_mask(attributes, [&](const posix_spawnattr_t* used) {
+    return real::posix_spawnp()(pid, file, actions, used, argv, envp);
+  });
 }
 
 int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t* actions, int fd, int target) noexcept {

@@ -206,6 +206,32 @@ struct sigaction saved_quit;
 thread_local int systems_on_thread = 0;
 thread_local sigset_t mask_before_systems;
 
+const sigset_t& child_signal() {
+  static const sigset_t set = [] {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGCHLD);
+    return s;
+  }();
+  return set;
+}
+
+// A child forked by another fiber of a thread whose fibers are in
+// system(): those calls are the parent's, and so is their SIGCHLD block
+// (child_mask_without_systems_block).
+void leave_systems_in_child() noexcept {
+  if (systems_on_thread == 0) return;
+  if (sigismember(&mask_before_systems, SIGCHLD) == 0) pthread_sigmask(SIG_UNBLOCK, &child_signal(), nullptr);
+  systems_on_thread = 0;
+}
+// Registered at the first system(), after every constructor's: child
+// handlers run in the order they were registered, and the signal hooks'
+// (hooks_signals.cpp) puts back the mask the fork was made with.
+void register_fork_handler_once() {
+  static const bool registered = pthread_atfork(nullptr, nullptr, &leave_systems_in_child) == 0;
+  (void)registered;
+}
+
 // A system() cancelled while it waits for the shell (pthread_cancel of a
 // plain thread: waitpid is a cancellation point) kills the shell and reaps
 // it, as glibc's cancellation handler does: no shell outlives the call.
@@ -232,6 +258,7 @@ class ShellReapedOnCancel {
 class ChildSignalBlocked {
  public:
   ChildSignalBlocked() {
+    register_fork_handler_once();
     if (systems_on_thread++ > 0) return;
     pthread_sigmask(SIG_BLOCK, &child_signal(), &mask_before_systems);
   }
@@ -240,17 +267,6 @@ class ChildSignalBlocked {
   ~ChildSignalBlocked() {
     if (--systems_on_thread == 0 && sigismember(&mask_before_systems, SIGCHLD) == 0)
       pthread_sigmask(SIG_UNBLOCK, &child_signal(), nullptr);
-  }
-
- private:
-  static const sigset_t& child_signal() {
-    static const sigset_t set = [] {
-      sigset_t s;
-      sigemptyset(&s);
-      sigaddset(&s, SIGCHLD);
-      return s;
-    }();
-    return set;
   }
 };
 
@@ -328,6 +344,13 @@ int run_shell(const char* command) {
 }
 
 }  // namespace
+
+bool weft::detail::child_mask_without_systems_block(sigset_t& mask) noexcept {
+  if (systems_on_thread == 0 || sigismember(&mask_before_systems, SIGCHLD) != 0) return false;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+  sigdelset(&mask, SIGCHLD);
+  return true;
+}
 
 extern "C" {
 // libc's names, interposed: exported, unlike the rest of libweft

@@ -449,6 +449,58 @@ TEST(System, LeavesWhatAnotherFiberOfItsThreadBlockedMeanwhile) {
       .join();
 }
 
+// system() blocks SIGCHLD on its thread while the shell runs; a child
+// another fiber of that thread makes meanwhile (posix_spawn, fork) starts
+// without that block, as one made by another thread does, and keeps
+// what that fiber blocked itself. Before, such children started with
+// SIGCHLD blocked and kept it across exec.
+bool child_blocks(const char* how, int signal) {
+  if (std::strcmp(how, "fork") == 0) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {  // async-signal-safe calls only
+      sigset_t mask;
+      ::sigprocmask(SIG_SETMASK, nullptr, &mask);
+      ::_exit(sigismember(&mask, signal) == 1 ? 1 : 0);
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+  }
+  // posix_spawn of `sh -c 'exit N'`, N from the shell's own SigBlk bit.
+  const std::string command = "mask=$(sed -n 's/^SigBlk:[[:space:]]*//p' /proc/self/status); exit $(( (0x$mask >> " +
+                              std::to_string(signal - 1) + ") & 1 ))";
+  int status = -1;
+  const pid_t pid = spawn_shell(command.c_str());
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+}
+
+TEST(System, ChildrenOfAnotherFiberOfItsThreadDoNotInheritItsBlock) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> running{false};
+  Fiber caller = sched.spawn([&] {
+    running = true;
+    EXPECT_EQ(std::system("sleep 0.3"), 0);
+  });
+  std::string out;
+  sched
+      .spawn([&] {
+        while (!running.load()) this_fiber::sleep_for(std::chrono::milliseconds(1));
+        this_fiber::sleep_for(std::chrono::milliseconds(50));  // the shell runs
+        sigset_t usr2;
+        sigemptyset(&usr2);
+        sigaddset(&usr2, SIGUSR2);
+        pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
+        for (const char* how : {"posix_spawn", "fork"})
+          out += std::string(how) + ": SIGCHLD " + (child_blocks(how, SIGCHLD) ? "blocked" : "not blocked") +
+                 ", SIGUSR2 " + (child_blocks(how, SIGUSR2) ? "blocked" : "not blocked") + "; ";
+        pthread_sigmask(SIG_UNBLOCK, &usr2, nullptr);
+        caller.join();
+      })
+      .join();
+  EXPECT_EQ(out, "posix_spawn: SIGCHLD not blocked, SIGUSR2 blocked; fork: SIGCHLD not blocked, SIGUSR2 blocked; ");
+}
+
 TEST(System, KeepsItsSignalSemanticsAndStatus) {
   const auto [thread, fiber] = on_thread_and_fiber([] { return system_semantics(&std::system); });
   EXPECT_EQ(fiber, thread);

@@ -1,5 +1,6 @@
 #include "scheduler_core.h"
 
+#include <cxxabi.h>
 #include <pthread.h>
 #include <weft/detail/park.h>
 #include <weft/scheduler.h>
@@ -115,12 +116,32 @@ void abort_if_ends_holding_mutexes(const FiberControl& self) noexcept {
   std::exit(0);
 }
 
+// pthread_exit() or a thread's cancellation reached a fiber's base: the
+// unwinding of its thread, which glibc aborts the process for if caught
+// and not thrown on ("FATAL: exception not rethrown"). In the child of a
+// fork() the fiber made, its thread is the child's only one: the unwinding
+// goes on and ends it, and the process exits as after its last thread's
+// end. A worker's thread may not end under its scheduler: the process
+// stops, saying why.
+[[noreturn]] void thread_unwinding_reached(const FiberControl& self) {
+  if (current_worker() == nullptr) throw;
+  char name[48];
+  self.copy_name(name, sizeof name);
+  log_message(LogLevel::fatal,
+              "weft: pthread_exit() or a cancellation of the thread in fiber \"%s\" #%llu: a fiber cannot end its "
+              "worker's thread; return from the fiber's function instead",
+              name, static_cast<unsigned long long>(self.id));
+  std::abort();
+}
+
 // Every fiber starts here, on its own stack.
 transfer_t fiber_main(transfer_t transfer) {
   FiberControl* self = current_worker()->current();
   complete_switch(self->context, transfer);
   try {
     self->body(self->callable, true);
+  } catch (abi::__forced_unwind&) {
+    thread_unwinding_reached(*self);
   } catch (...) {
     self->exception = std::current_exception();
   }

@@ -5,6 +5,7 @@
 // stay held in the child. Every child _exits; the parent bounds its wait
 // for each and kills one that hangs.
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -295,6 +296,29 @@ TEST(HooksFork, APoolTasksForkChildEndsWithTheTask) {
     EXPECT_TRUE(exited) << "the child did not exit with 0 within 5 s (killed)";
     EXPECT_EQ(ran_in, std::vector<pid_t>{getpid()}) << "the queued task ran in the child too";
   }
+}
+
+// pthread_exit() in the child of a fiber's fork() ends the child's only
+// thread, as in the child of a thread's: the process exits with 0, its
+// atexit handlers run. Before, the fiber's base caught the unwinding and
+// glibc aborted the child ("FATAL: exception not rethrown").
+TEST(HooksFork, PthreadExitInAFibersForkChildEndsItAsAThreads) {
+  SKIP_UNDER_TSAN();
+  SKIP_IF_CHILDREN_CANNOT_ALLOCATE();
+  Scheduler sched(test::config_with(1));
+  pid_t child = -1;
+  sched
+      .spawn([&] {
+        std::fflush(nullptr);
+        child = fork();
+        if (child == 0) {
+          alarm(20);
+          pthread_exit(nullptr);
+        }
+      })
+      .join();
+  ASSERT_GT(child, 0);
+  EXPECT_TRUE(child_exited_cleanly(child, 5s)) << "the child did not exit with 0 within 5 s";
 }
 
 // The parent's waiters in a fork child: fibers and threads parked on a

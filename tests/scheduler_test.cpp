@@ -1,5 +1,6 @@
 // The scheduler: spawning, joining, yielding, sleeping, stealing, pinning,
 // counters and shutdown, over 1, 2, 4 and 8 workers.
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <weft/weft.h>
@@ -577,6 +578,20 @@ TEST(SchedulerDeathTest, DroppingAJoinableHandleTerminates) {
         Fiber f = s.spawn([] {});
       },
       "joinable weft::Fiber");
+}
+
+// pthread_exit() in a fiber would end its worker's thread under the
+// scheduler: the process stops, saying so. Before, glibc aborted it with
+// "FATAL: exception not rethrown".
+TEST(SchedulerDeathTest, PthreadExitInAFiberStopsTheProcessSayingWhy) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Scheduler s{test::config_with(1)};
+        s.spawn({.name = "exits"}, [] { pthread_exit(nullptr); }).join();
+      },
+      "pthread_exit\\(\\) or a cancellation of the thread in fiber \"exits\" #[0-9]+: a fiber cannot end its "
+      "worker's thread");
 }
 
 TEST(SchedulerDeathTest, ShutdownReportsStuckFibers) {

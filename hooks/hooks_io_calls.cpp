@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "announced.h"
@@ -126,8 +127,32 @@ class ParkDeadline {
   Clock::time_point at_{};
 };
 
+// A receive that only a blocking call answers: a datagram socket whose
+// reading side is shut down (shutdown(SHUT_RD), also the one that fails
+// with ENOTCONN on an unconnected UDP socket yet shuts it) says EAGAIN to
+// MSG_DONTWAIT, and its readiness (EPOLLIN | EPOLLRDHUP) comes once, while
+// a blocking receive returns at once: 0, the known way to stop a thread
+// blocked in recvfrom. Parked on, a fiber waited for good. Asked after a
+// datagram socket's read said EAGAIN: one poll(2).
+bool datagram_read_side_shut(int fd, const FdRecord& state) noexcept {
+  if (state.kind() != FdKind::socket || state.stream()) return false;
+  const int saved = errno_value();
+  pollfd one{fd, POLLRDHUP, 0};
+  const bool shut = real::poll()(&one, 1, 0) == 1 && (one.revents & POLLRDHUP) != 0;
+  set_errno(saved);
+  return shut;
+}
+
+// attempt_or_park's `blocking`, for a call that has no such answer.
+struct NoBlockingForm {
+  static constexpr bool present = false;
+  int operator()() const noexcept { return -1; }
+};
+
 // One socket call: `attempt()` makes it with MSG_DONTWAIT; on EAGAIN the
 // fiber parks until `fd` is ready in `direction` or the timeout passes.
+// `blocking()`, where given, is the call without MSG_DONTWAIT, made
+// instead of a park where only it answers (datagram_read_side_shut).
 // errno is the caller's own on success and set afresh on failure. The mark
 // taken before each attempt spares the wait its poll(fd, 0): the attempt
 // has just said what that poll would.
@@ -141,9 +166,9 @@ class ParkDeadline {
 // skipped attempt, so the timeout never hides bytes already there.
 // `deadline`: the call's, which a caller that parks again after it (accept
 // on a listener found shared) goes on with.
-template <class Wanted, class Attempt>
+template <class Wanted, class Attempt, class Blocking = NoBlockingForm>
 auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt,
-                     ParkDeadline& deadline) {
+                     ParkDeadline& deadline, Blocking&& blocking = {}) {
   using Result = decltype(attempt());
   const ErrnoHome home;
   const int saved = errno_value();
@@ -160,6 +185,12 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted want
         return result;
       }
       if (!would_block(errno_value()) || timed_out) return result;
+      if constexpr (std::remove_cvref_t<Blocking>::present) {
+        if (direction == FdDirection::read && datagram_read_side_shut(fd, state)) {
+          set_errno(saved);
+          return Result(announced(blocking, Sleeps::until_woken));
+        }
+      }
     }
     const int failed = park_on(fd, state, direction, deadline.get(), &mark);
     if (failed == EAGAIN && park_first) {
@@ -172,11 +203,23 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted want
   }
 }
 
-template <class Wanted, class Attempt>
-auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt) {
+template <class Wanted, class Attempt, class Blocking = NoBlockingForm>
+auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt,
+                     Blocking&& blocking = {}) {
   ParkDeadline deadline(fd, state, direction);
-  return attempt_or_park(fd, state, direction, wanted, std::forward<Attempt>(attempt), deadline);
+  return attempt_or_park(fd, state, direction, wanted, std::forward<Attempt>(attempt), deadline,
+                         std::forward<Blocking>(blocking));
 }
+
+// Marks a call's blocking form for attempt_or_park.
+template <class Call>
+struct BlockingForm {
+  static constexpr bool present = true;
+  Call call;
+  auto operator()() { return call(); }
+};
+template <class Call>
+BlockingForm(Call) -> BlockingForm<Call>;
 
 // A read the hooks pass straight through (a socket the user made
 // non-blocking, MSG_DONTWAIT): made as it is, and if it drained a socket a
@@ -541,8 +584,10 @@ ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockadd
       return real::recvfrom()(fd, buf, n, at_once ? (flags & ~MSG_WAITALL) | MSG_DONTWAIT : flags, addr, addr_len);
     });
   if ((!waits_for_all(state, flags) && target <= 1) || n == 0) {
-    return attempt_or_park(fd, state, FdDirection::read, stream_wanted(state, n, flags),
-                           [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); });
+    return attempt_or_park(
+        fd, state, FdDirection::read, stream_wanted(state, n, flags),
+        [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); },
+        BlockingForm{[&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); }});
   }
   // MSG_WAITALL: until all n bytes, EOF, an error or the timeout; with
   // SO_RCVLOWAT, until the target.
@@ -795,7 +840,8 @@ ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
   if (!state.refuses_nowait_reads()) {
     const ssize_t result = attempt_or_park(
         fd, state, FdDirection::read, [&] { return stream_wanted(state, iov_total(iov, count), 0); },
-        [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); });
+        [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); },
+        BlockingForm{[&] { return real::readv()(fd, iov, count); }});
     if (result >= 0 || !refused_nowait(state, FdDirection::read, saved)) return result;
   }
   // EINVAL for a count below 0 or above UIO_MAXIOV (a receive's would be
@@ -1186,8 +1232,9 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
     if (flags & MSG_PEEK) return peek_for(target);
     return recvmsg_all(fd, *state, msg, flags, target);
   }
-  return attempt_or_park(fd, *state, FdDirection::read, 0,
-                         [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); });
+  return attempt_or_park(
+      fd, *state, FdDirection::read, 0, [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); },
+      BlockingForm{[&] { return real::recvmsg()(fd, msg, flags); }});
 }
 
 int recvmmsg_hooked(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {

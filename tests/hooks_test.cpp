@@ -390,6 +390,60 @@ TEST(HooksSocket, AShutdownEndsTheCallsParkedOnItsUnixSocketAsOnAThread) {
   }
 }
 
+// shutdown(SHUT_RD) of a datagram socket ends a receive blocked on it with
+// 0, the known way to stop a thread's receive loop; UDP's shuts the socket
+// even where it fails with ENOTCONN (unconnected). The kernel answers so
+// only a blocking receive: MSG_DONTWAIT says EAGAIN, and the readiness
+// comes once. Before, a fiber's recv, recvfrom, recvmsg and readv parked
+// for good (here until the watchdog's datagram after 5 s).
+TEST(HooksSocket, AReadShutdownEndsADatagramReceiveAsOnAThread) {
+  for (const bool udp : {true, false}) {
+    const test::ThreadAndFiber got = test::on_thread_and_fiber([udp] {
+      std::string seen;
+      for (int call = 0; call < 4; ++call) {
+        int pair[2] = {-1, -1};
+        if (udp) {
+          pair[0] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+          pair[1] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+          sockaddr_in address{};
+          address.sin_family = AF_INET;
+          address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          EXPECT_EQ(bind(pair[0], reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+          socklen_t length = sizeof address;
+          EXPECT_EQ(getsockname(pair[0], reinterpret_cast<sockaddr*>(&address), &length), 0);
+          EXPECT_EQ(connect(pair[1], reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+        } else {
+          EXPECT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair), 0);
+        }
+        std::thread stopper([&] {
+          std::this_thread::sleep_for(50ms);
+          shutdown(pair[0], SHUT_RD);
+        });
+        char buf[16];
+        {
+          Watchdog watchdog([&] { (void)!send(pair[1], "late", 4, MSG_NOSIGNAL); });
+          long result = -1;
+          if (call == 0) result = recv(pair[0], buf, sizeof buf, 0);
+          if (call == 1) result = recvfrom(pair[0], buf, sizeof buf, 0, nullptr, nullptr);
+          iovec one{buf, sizeof buf};
+          msghdr msg{};
+          msg.msg_iov = &one;
+          msg.msg_iovlen = 1;
+          if (call == 2) result = recvmsg(pair[0], &msg, 0);
+          if (call == 3) result = readv(pair[0], &one, 1);
+          seen += test::outcome(result) + (watchdog.fired() ? " after the watchdog; " : "; ");
+        }
+        stopper.join();
+        close(pair[0]);
+        close(pair[1]);
+      }
+      return seen;
+    });
+    EXPECT_EQ(got.fiber, got.thread) << (udp ? "udp" : "unix");
+    EXPECT_EQ(got.thread, "0; 0; 0; 0; ") << (udp ? "udp" : "unix");
+  }
+}
+
 // A send parked on a full unix stream socket whose reader then closes with
 // bytes unread fails as a thread's blocking send does: ECONNRESET, and no
 // SIGPIPE. Before, the fiber's send made again after its park found the

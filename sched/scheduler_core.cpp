@@ -1,6 +1,5 @@
 #include "scheduler_core.h"
 
-#include <cxxabi.h>
 #include <pthread.h>
 #include <weft/detail/park.h>
 #include <weft/scheduler.h>
@@ -140,10 +139,12 @@ transfer_t fiber_main(transfer_t transfer) {
   complete_switch(self->context, transfer);
   try {
     self->body(self->callable, true);
-  } catch (abi::__forced_unwind&) {
-    thread_unwinding_reached(*self);
   } catch (...) {
+    // Not a C++ exception (no exception_ptr for it): glibc's unwinding of
+    // the thread. (A handler of abi::__forced_unwind& binds a reference to
+    // a null object, which UBSan reports.)
     self->exception = std::current_exception();
+    if (!self->exception) thread_unwinding_reached(*self);
   }
   destroy_fiber_locals(self);
   abort_if_ends_holding_mutexes(*self);

@@ -111,8 +111,14 @@ bool ErrnoHome::may_write_home() const noexcept {
   return releases == 0 || (releases == 1 && fiber_->released_from->still_in_the_call_released_behind(*fiber_));
 }
 
+// The write to errno on the thread the call was made on, from the thread
+// the released fiber runs on: ordered with that thread's own writes by
+// its sleep in the call (may_write_home), which ThreadSanitizer cannot
+// see, so it is unseen by it.
+WEFT_UNSEEN_BY_TSAN static void write_errno_at_home(int* home, int value) noexcept { *home = value; }
+
 [[gnu::noinline]] ErrnoHome::~ErrnoHome() {
-  if (&errno != home_ && may_write_home()) *home_ = errno;
+  if (&errno != home_ && may_write_home()) write_errno_at_home(home_, errno);
 }
 
 void CheckpointOnReturn::hook_checkpoint_slow() noexcept {

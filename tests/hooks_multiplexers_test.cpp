@@ -815,6 +815,9 @@ TEST(HooksMultiplexers, AWaitWhoseFdNumberIsTakenByAnotherFdWaitsItsTimeout) {
 // readiness (a fiber's select returns that when the close wakes it, a
 // thread's at its next wake: here the timeout).
 TEST(HooksMultiplexers, SelectReportsAnFdClosedWhileItWaitsReadyInEachSet) {
+#ifdef WEFT_UNDER_TSAN
+  GTEST_SKIP() << "ThreadSanitizer reports a close of an fd another thread waits on, which this test makes on purpose";
+#endif
   expect_same_on_thread_and_fiber([] {
     Pipe waited_on;
     Pipe quiet;

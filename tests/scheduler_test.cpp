@@ -584,6 +584,9 @@ TEST(SchedulerDeathTest, DroppingAJoinableHandleTerminates) {
 // scheduler: the process stops, saying so. Before, glibc aborted it with
 // "FATAL: exception not rethrown".
 TEST(SchedulerDeathTest, PthreadExitInAFiberStopsTheProcessSayingWhy) {
+#ifdef WEFT_UNDER_TSAN
+  GTEST_SKIP() << "ThreadSanitizer's pthread_exit interceptor fails its own check in a fiber, before weft sees it";
+#endif
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
       {

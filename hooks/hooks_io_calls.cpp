@@ -143,12 +143,6 @@ bool datagram_read_side_shut(int fd, const FdRecord& state) noexcept {
   return shut;
 }
 
-// attempt_or_park's `blocking`, for a call that has no such answer.
-struct NoBlockingForm {
-  static constexpr bool present = false;
-  int operator()() const noexcept { return -1; }
-};
-
 // One socket call: `attempt()` makes it with MSG_DONTWAIT; on EAGAIN the
 // fiber parks until `fd` is ready in `direction` or the timeout passes.
 // `blocking()`, where given, is the call without MSG_DONTWAIT, made
@@ -166,9 +160,9 @@ struct NoBlockingForm {
 // skipped attempt, so the timeout never hides bytes already there.
 // `deadline`: the call's, which a caller that parks again after it (accept
 // on a listener found shared) goes on with.
-template <class Wanted, class Attempt, class Blocking = NoBlockingForm>
+template <class Wanted, class Attempt, class Blocking = std::nullptr_t>
 auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt,
-                     ParkDeadline& deadline, Blocking&& blocking = {}) {
+                     ParkDeadline& deadline, Blocking&& blocking = nullptr) {
   using Result = decltype(attempt());
   const ErrnoHome home;
   const int saved = errno_value();
@@ -185,7 +179,7 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted want
         return result;
       }
       if (!would_block(errno_value()) || timed_out) return result;
-      if constexpr (std::remove_cvref_t<Blocking>::present) {
+      if constexpr (!std::is_null_pointer_v<std::remove_cvref_t<Blocking>>) {
         if (direction == FdDirection::read && datagram_read_side_shut(fd, state)) {
           set_errno(saved);
           return Result(announced(blocking, Sleeps::until_woken));
@@ -203,23 +197,13 @@ auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted want
   }
 }
 
-template <class Wanted, class Attempt, class Blocking = NoBlockingForm>
+template <class Wanted, class Attempt, class Blocking = std::nullptr_t>
 auto attempt_or_park(int fd, FdRecord& state, FdDirection direction, Wanted wanted, Attempt&& attempt,
-                     Blocking&& blocking = {}) {
+                     Blocking&& blocking = nullptr) {
   ParkDeadline deadline(fd, state, direction);
   return attempt_or_park(fd, state, direction, wanted, std::forward<Attempt>(attempt), deadline,
                          std::forward<Blocking>(blocking));
 }
-
-// Marks a call's blocking form for attempt_or_park.
-template <class Call>
-struct BlockingForm {
-  static constexpr bool present = true;
-  Call call;
-  auto operator()() { return call(); }
-};
-template <class Call>
-BlockingForm(Call) -> BlockingForm<Call>;
 
 // A read the hooks pass straight through (a socket the user made
 // non-blocking, MSG_DONTWAIT): made as it is, and if it drained a socket a
@@ -587,7 +571,7 @@ ssize_t receive(int fd, FdRecord& state, void* buf, size_t n, int flags, sockadd
     return attempt_or_park(
         fd, state, FdDirection::read, stream_wanted(state, n, flags),
         [&] { return real::recvfrom()(fd, buf, n, flags | MSG_DONTWAIT, addr, addr_len); },
-        BlockingForm{[&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); }});
+        [&] { return real::recvfrom()(fd, buf, n, flags, addr, addr_len); });
   }
   // MSG_WAITALL: until all n bytes, EOF, an error or the timeout; with
   // SO_RCVLOWAT, until the target.
@@ -840,8 +824,7 @@ ssize_t socket_readv(int fd, FdRecord& state, const iovec* iov, int count) {
   if (!state.refuses_nowait_reads()) {
     const ssize_t result = attempt_or_park(
         fd, state, FdDirection::read, [&] { return stream_wanted(state, iov_total(iov, count), 0); },
-        [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); },
-        BlockingForm{[&] { return real::readv()(fd, iov, count); }});
+        [&] { return real::preadv2()(fd, iov, count, -1, RWF_NOWAIT); }, [&] { return real::readv()(fd, iov, count); });
     if (result >= 0 || !refused_nowait(state, FdDirection::read, saved)) return result;
   }
   // EINVAL for a count below 0 or above UIO_MAXIOV (a receive's would be
@@ -1234,7 +1217,7 @@ ssize_t recvmsg_hooked(int fd, msghdr* msg, int flags) {
   }
   return attempt_or_park(
       fd, *state, FdDirection::read, 0, [&] { return real::recvmsg()(fd, msg, flags | MSG_DONTWAIT); },
-      BlockingForm{[&] { return real::recvmsg()(fd, msg, flags); }});
+      [&] { return real::recvmsg()(fd, msg, flags); });
 }
 
 int recvmmsg_hooked(int fd, mmsghdr* msgs, unsigned int count, int flags, timespec* timeout) {

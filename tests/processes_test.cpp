@@ -420,33 +420,46 @@ TEST(System, PutsTheMaskBackOnTheThreadItBlockedItOn) {
     EXPECT_FALSE(thread_blocks(worker.os_thread_id, SIGCHLD)) << "worker " << worker.index;
 }
 
+// Runs `during` in a fiber of a one-worker scheduler while another fiber
+// of that worker is in system(command) (the shell runs), with SIGUSR2
+// blocked by `during`'s fiber; then, that call ended, `after` in the same
+// fiber, before it unblocks SIGUSR2.
+void beside_a_system_call(const char* command, const std::function<void()>& during,
+                          const std::function<void()>& after) {
+  Scheduler sched{test::config_with(1)};
+  std::atomic<bool> running{false};
+  Fiber caller = sched.spawn([&] {
+    running = true;
+    EXPECT_EQ(std::system(command), 0);
+  });
+  sched
+      .spawn([&] {
+        while (!running.load()) this_fiber::sleep_for(std::chrono::milliseconds(1));
+        this_fiber::sleep_for(std::chrono::milliseconds(50));  // the shell runs
+        sigset_t usr2;
+        sigemptyset(&usr2);
+        sigaddset(&usr2, SIGUSR2);
+        pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
+        during();
+        caller.join();
+        after();
+        pthread_sigmask(SIG_UNBLOCK, &usr2, nullptr);
+      })
+      .join();
+}
+
 // A fiber of the same thread that blocks a signal while another's system()
 // runs keeps it blocked after that call ends: system() unblocks SIGCHLD
 // alone. Before, it put back the whole mask from before the call, and the
 // other fiber's SIGUSR2 was unblocked under it.
 TEST(System, LeavesWhatAnotherFiberOfItsThreadBlockedMeanwhile) {
-  Scheduler sched{test::config_with(1)};
-  std::atomic<bool> running{false};
-  Fiber caller = sched.spawn([&] {
-    running = true;
-    EXPECT_EQ(std::system("sleep 0.2"), 0);
-  });
   int tid = 0;
-  sched
-      .spawn([&] {
-        while (!running.load()) this_fiber::sleep_for(std::chrono::milliseconds(1));
-        this_fiber::sleep_for(std::chrono::milliseconds(50));  // the shell runs
-        tid = gettid();
-        sigset_t usr2;
-        sigemptyset(&usr2);
-        sigaddset(&usr2, SIGUSR2);
-        pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
-        caller.join();
+  beside_a_system_call(
+      "sleep 0.2", [&] { tid = gettid(); },
+      [&] {
         EXPECT_TRUE(thread_blocks(tid, SIGUSR2)) << "system() unblocked another fiber's SIGUSR2";
         EXPECT_FALSE(thread_blocks(tid, SIGCHLD));
-        pthread_sigmask(SIG_UNBLOCK, &usr2, nullptr);
-      })
-      .join();
+      });
 }
 
 // system() blocks SIGCHLD on its thread while the shell runs; a child
@@ -476,28 +489,15 @@ bool child_blocks(const char* how, int signal) {
 }
 
 TEST(System, ChildrenOfAnotherFiberOfItsThreadDoNotInheritItsBlock) {
-  Scheduler sched{test::config_with(1)};
-  std::atomic<bool> running{false};
-  Fiber caller = sched.spawn([&] {
-    running = true;
-    EXPECT_EQ(std::system("sleep 0.3"), 0);
-  });
   std::string out;
-  sched
-      .spawn([&] {
-        while (!running.load()) this_fiber::sleep_for(std::chrono::milliseconds(1));
-        this_fiber::sleep_for(std::chrono::milliseconds(50));  // the shell runs
-        sigset_t usr2;
-        sigemptyset(&usr2);
-        sigaddset(&usr2, SIGUSR2);
-        pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
+  beside_a_system_call(
+      "sleep 0.3",
+      [&] {
         for (const char* how : {"posix_spawn", "fork"})
           out += std::string(how) + ": SIGCHLD " + (child_blocks(how, SIGCHLD) ? "blocked" : "not blocked") +
                  ", SIGUSR2 " + (child_blocks(how, SIGUSR2) ? "blocked" : "not blocked") + "; ";
-        pthread_sigmask(SIG_UNBLOCK, &usr2, nullptr);
-        caller.join();
-      })
-      .join();
+      },
+      [] {});
   EXPECT_EQ(out, "posix_spawn: SIGCHLD not blocked, SIGUSR2 blocked; fork: SIGCHLD not blocked, SIGUSR2 blocked; ");
 }
 

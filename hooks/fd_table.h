@@ -38,6 +38,23 @@ FdRecord* classified_fd_state(int fd) noexcept;
 // may wait for another party to act, where a file's end by themselves.
 inline bool pollable_kind(FdKind kind) noexcept { return kind == FdKind::socket || kind == FdKind::pollable; }
 
+// Whether what a poll of this fd reports depends on the thread that asks,
+// so that only the caller's own call sees it: a regular file, directory
+// or block device (FdKind::unpollable; the files of procfs, sysfs and
+// cgroupfs with a poll of their own report an event once, to the first
+// poll that asks), a signalfd (readable for the signals pending on the
+// polling thread beside the process's), and an epoll that holds one of
+// these (FdRecord::holds_callers_readiness_bit). A fiber's wait on one is
+// the call itself on its own thread (hooks_multiplexers.cpp), never a park
+// on the netpoller, whose thread would ask instead.
+inline bool readiness_is_the_callers(const FdRecord& record) noexcept {
+  return record.kind() == FdKind::unpollable || record.signalfd() || record.holds_callers_readiness();
+}
+
+// After epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd) succeeded: marks epoll_fd
+// if `fd`'s readiness is the caller's (readiness_is_the_callers).
+void fd_added_to_epoll(int epoll_fd, int fd) noexcept;
+
 // The record a change to `fd`'s description or socket (O_NONBLOCK, a
 // timeout) goes into: fd_state(fd), or in a vfork child (whose fd is its
 // own, the records its parent's) the parent's record of a description the

@@ -456,6 +456,14 @@ int creat64(const char* path, mode_t mode) {
 int eventfd(unsigned int value, int flags) noexcept { return forget_new(real::eventfd()(value, flags)); }
 int epoll_create(int size) noexcept { return forget_new(real::epoll_create()(size)); }
 int epoll_create1(int flags) noexcept { return forget_new(real::epoll_create1()(flags)); }
+// An epoll given an fd whose readiness is the caller's own (a signalfd, a
+// procfs file) is marked, and a fiber's wait on it is then the call on its
+// own thread (hooks/fd_table.h, readiness_is_the_callers).
+int epoll_ctl(int epoll_fd, int op, int fd, epoll_event* event) noexcept {
+  const int result = real::epoll_ctl()(epoll_fd, op, fd, event);
+  if (result == 0 && op == EPOLL_CTL_ADD) fd_added_to_epoll(epoll_fd, fd);
+  return result;
+}
 int timerfd_create(int clock, int flags) noexcept { return forget_new(real::timerfd_create()(clock, flags)); }
 int signalfd(int fd, const sigset_t* mask, int flags) noexcept { return forget_new(real::signalfd()(fd, mask, flags)); }
 int inotify_init() noexcept { return forget_new(real::inotify_init()()); }

@@ -284,24 +284,17 @@ int poll_parked(const pollfd* fds, nfds_t count, Clock::time_point deadline, boo
 }
 
 // Whether `fds` (readable) watch an fd whose readiness only the caller's
-// own call sees, which a wait is then made as (below):
-//   - A regular file, directory or block device (FdKind::unpollable). Most
-//     are ever ready, and the probe returns; but the files of procfs, sysfs
-//     and cgroupfs that have a poll of their own report an event once, to
-//     the first poll that asks: the mount table's (/proc/self/mounts), a
-//     pressure trigger's (/proc/pressure/*), a cgroup's events, a sysfs
-//     attribute's notification (POLLPRI). Parked on the netpoller, such an
-//     fd's event went to the scheduler's epoll, and the probe after the
-//     wake found none (a mount's POLLPRI waited out the timeout).
-//   - A signalfd, readable for the signals pending on the thread that
-//     polls it beside the process's (FdRecord::signalfd_bit): the
-//     netpoller's thread never saw one sent to the caller's thread alone
-//     (pthread_kill), and the wait lasted its timeout.
+// own call sees (hooks/fd_table.h, readiness_is_the_callers), which a wait
+// is then made as (below). Parked on the netpoller, such a wait missed
+// events: a procfs file's event went to the scheduler's epoll, and the
+// probe after the wake found none (a mount's POLLPRI waited out the
+// timeout); a signal sent to the caller's thread alone (pthread_kill) was
+// never seen by the netpoller's thread, and the wait lasted its timeout.
 bool watches_what_only_its_thread_sees(const pollfd* fds, nfds_t count) noexcept {
   for (nfds_t i = 0; i < count; ++i) {
     if (fds[i].fd < 0) continue;
     const FdRecord* const record = classified_fd_state(fds[i].fd);
-    if (record != nullptr && (record->kind() == FdKind::unpollable || record->signalfd())) return true;
+    if (record != nullptr && readiness_is_the_callers(*record)) return true;
   }
   return false;
 }
@@ -580,6 +573,7 @@ int epoll_hooked(int epfd, Clock::time_point deadline, const sigset_t* mask, Pro
   // The first probe returns events, or an error (EBADF, EINVAL) as the
   // kernel gives it.
   const pollfd self{epfd, POLLIN, 0};
+  if (watches_what_only_its_thread_sees(&self, 1)) return waited_as_on_a_thread(deadline, as_on_a_thread);
   auto probe_and_signals = [&] {
     const int ready = probe();
     if (ready != 0 || mask == nullptr) return ready;

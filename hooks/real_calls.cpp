@@ -193,6 +193,9 @@ int sys_epoll_create(int size) {
   }
   return sys_epoll_create1(0);
 }
+int sys_epoll_ctl(int epfd, int op, int fd, epoll_event* event) {
+  return int(sys::call(SYS_epoll_ctl, epfd, op, fd, event));
+}
 int sys_timerfd_create(int clock, int flags) { return int(sys::call(SYS_timerfd_create, clock, flags)); }
 int sys_signalfd(int fd, const sigset_t* mask, int flags) {
   return int(sys::call(SYS_signalfd4, fd, mask, kKernelSigsetSize, flags));
@@ -362,6 +365,7 @@ const Fallback fallbacks[] = {
     entry("eventfd", &sys_eventfd),
     entry("epoll_create", &sys_epoll_create),
     entry("epoll_create1", &sys_epoll_create1),
+    entry("epoll_ctl", &sys_epoll_ctl),
     entry("timerfd_create", &sys_timerfd_create),
     entry("signalfd", &sys_signalfd),
     entry("inotify_init", &sys_inotify_init),

@@ -119,6 +119,12 @@ struct alignas(64) FdRecord {
   // call (waited for first, it parked until the counter moved: for good
   // if it never did).
   static constexpr std::uint32_t counter_bit = 8192;
+  // An epoll fd that holds, or held, an fd whose readiness is the asking
+  // thread's own (hooks/fd_table.h, readiness_is_the_callers): a signalfd,
+  // a file with a poll of its own, or another epoll marked so. Set by the
+  // epoll_ctl hook at an ADD and kept while the fd lives (a DEL of one
+  // such fd may leave another).
+  static constexpr std::uint32_t holds_callers_readiness_bit = 32768;
 
   std::atomic<std::uint32_t> flags{0};
   // Counts weft's O_NONBLOCK flips: a plain thread whose blocking accept
@@ -160,6 +166,9 @@ struct alignas(64) FdRecord {
   bool short_read_drains() const noexcept { return flags.load(std::memory_order_relaxed) & short_read_drains_bit; }
   bool signalfd() const noexcept { return flags.load(std::memory_order_relaxed) & signalfd_bit; }
   bool counter() const noexcept { return flags.load(std::memory_order_relaxed) & counter_bit; }
+  bool holds_callers_readiness() const noexcept {
+    return flags.load(std::memory_order_relaxed) & holds_callers_readiness_bit;
+  }
   bool refuses_nowait_reads() const noexcept { return flags.load(std::memory_order_relaxed) & no_nowait_read_bit; }
   bool refuses_nowait_writes() const noexcept { return flags.load(std::memory_order_relaxed) & no_nowait_write_bit; }
   bool changed_in_handler() const noexcept { return flags.load(std::memory_order_relaxed) & changed_in_handler_bit; }

@@ -185,7 +185,7 @@ Poller::Poller(SchedulerCore& core) : core_(core), id_(next_poller_id.fetch_add(
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.u64 = kWakeTag;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &event) != 0) {
+  if (sys::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &event) != 0) {
     const int error = errno;
     sys::close(event_fd_);
     sys::close(epoll_fd_);
@@ -218,7 +218,7 @@ void Poller::add_locked(FdRecord& record, int fd) {
   event.events = EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   event.data.u64 =
       (std::uint64_t{record.generation.load(std::memory_order_relaxed)} << 32) | static_cast<std::uint32_t>(fd);
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+  if (sys::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
     // Another scheduler's poller owns the record, and this one added the
     // fd before: it is still there (the record cannot say so).
     if (errno == EEXIST && record.poller_id != 0) return;
@@ -240,7 +240,7 @@ void Poller::remove(int fd, std::uint64_t owner, bool others) noexcept {
     if (poller->id_ != owner && !others) continue;
     // ENOENT when only another poller had it, or when the kernel dropped it
     // already (the last reference closed behind weft's back): both fine.
-    if (::epoll_ctl(poller->epoll_fd_, EPOLL_CTL_DEL, fd, nullptr) == 0)
+    if (sys::epoll_ctl(poller->epoll_fd_, EPOLL_CTL_DEL, fd, nullptr) == 0)
       poller->registered_.fetch_sub(1, std::memory_order_relaxed);
   }
 }

@@ -64,6 +64,9 @@ int poll(pollfd* fds, nfds_t count, int timeout_ms) noexcept {
 int eventfd(unsigned initial, int flags) noexcept { return static_cast<int>(call(SYS_eventfd2, initial, flags)); }
 
 int epoll_create1(int flags) noexcept { return static_cast<int>(call(SYS_epoll_create1, flags)); }
+int epoll_ctl(int epoll_fd, int op, int fd, epoll_event* event) noexcept {
+  return static_cast<int>(call(SYS_epoll_ctl, epoll_fd, op, fd, event));
+}
 
 // epoll_pwait with no signal mask is epoll_wait (the only one some
 // architectures have).

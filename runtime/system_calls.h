@@ -72,6 +72,7 @@ ssize_t read_small_file(const char* path, char* buffer, std::size_t size) noexce
 int poll(pollfd* fds, nfds_t count, int timeout_ms) noexcept;
 int eventfd(unsigned initial, int flags) noexcept;
 int epoll_create1(int flags) noexcept;
+int epoll_ctl(int epoll_fd, int op, int fd, epoll_event* event) noexcept;
 int epoll_wait(int epoll_fd, epoll_event* events, int max_events, int timeout_ms) noexcept;
 // Fails with ENOSYS before Linux 5.11.
 int epoll_pwait2(int epoll_fd, epoll_event* events, int max_events, const timespec* timeout) noexcept;

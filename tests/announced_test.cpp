@@ -18,6 +18,7 @@
 #include <resolv.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -1029,6 +1030,71 @@ TEST(Announced, AWaitOnASignalfdIsTheCallOnItsOwnThread) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   EXPECT_EQ(outcome, "1 " + std::to_string(SIGUSR2) + "; 1 " + std::to_string(SIGUSR2) + "; ");
   EXPECT_EQ(calls, 4u) << "poll and select on a signalfd were not announced";
+}
+
+// The same for a user's epoll that holds a signalfd, or holds an epoll
+// that does: the epoll_ctl hook marks it, and a fiber's epoll_wait,
+// epoll_pwait or poll on it is the call on its own thread, announced.
+// Before, the wait parked on the netpoller, whose epoll polled the user's
+// from another thread (where the fiber's own worker was busy), and a
+// signal sent to the fiber's thread alone was missed for the timeout.
+TEST(Announced, AWaitOnAnEpollHoldingASignalfdIsTheCallOnItsOwnThread) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR2);
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &set, &old);  // here and in the workers it starts
+  const int signals = ::signalfd(-1, &set, SFD_CLOEXEC);
+  const int inner = ::epoll_create1(EPOLL_CLOEXEC);
+  const int outer = ::epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(signals, 0);
+  ASSERT_GE(inner, 0);
+  ASSERT_GE(outer, 0);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  ASSERT_EQ(::epoll_ctl(inner, EPOLL_CTL_ADD, signals, &event), 0);
+  ASSERT_EQ(::epoll_ctl(outer, EPOLL_CTL_ADD, inner, &event), 0);  // nested
+  std::string outcome;
+  std::uint32_t calls = 0;
+  {
+    Scheduler sched{test::config_with(1)};
+    sched
+        .spawn([&] {
+          const detail::Worker* worker = detail::current_worker();
+          const pthread_t own = ::pthread_self();
+          for (const int way : {0, 1, 2}) {
+            const std::uint32_t before = worker->blocking_call();
+            std::thread sender([&] {
+              std::this_thread::sleep_for(50ms);
+              ::pthread_kill(own, SIGUSR2);  // to the fiber's thread alone
+            });
+            epoll_event got{};
+            int ready;
+            if (way == 0) {
+              ready = ::epoll_wait(inner, &got, 1, 5000);
+            } else if (way == 1) {
+              ready = ::epoll_pwait(outer, &got, 1, 5000, nullptr);
+            } else {
+              pollfd one{outer, POLLIN, 0};
+              ready = ::poll(&one, 1, 5000);
+            }
+            calls += worker->blocking_call() - before;
+            sender.join();
+            signalfd_siginfo info{};
+            outcome +=
+                std::to_string(ready) + " " +
+                std::to_string(::read(signals, &info, sizeof info) == ssize_t(sizeof info) ? info.ssi_signo : 0) + "; ";
+          }
+        })
+        .join();
+  }
+  ::close(outer);
+  ::close(inner);
+  ::close(signals);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  const std::string one = "1 " + std::to_string(SIGUSR2) + "; ";
+  EXPECT_EQ(outcome, one + one + one);
+  EXPECT_EQ(calls, 6u) << "waits on an epoll holding a signalfd were not announced";
 }
 
 // A call on an fd the user made non-blocking cannot sleep, so it is not

@@ -778,7 +778,9 @@ ssize_t pollable_read(int fd, FdRecord& state, const iovec* iov, int count) {
     if (not_pollable_after_all(fd, saved)) return ::readv(fd, iov, count);
     if (!refused_nowait(state, FdDirection::read, saved, EPERM)) return result;
   }
-  if (reads_without_waiting(fd)) return announced([&] { return real::readv()(fd, iov, count); });
+  // VTIME may be 25.5 s, waiting for the terminal's other end: a fiber its
+  // hook pins to this worker is released after 1 s (Sleeps::until_woken).
+  if (reads_without_waiting(fd)) return announced([&] { return real::readv()(fd, iov, count); }, Sleeps::until_woken);
   return wait_then_call(fd, state, FdDirection::read, [&] { return real::readv()(fd, iov, count); });
 }
 

@@ -893,6 +893,18 @@ TEST(Announced, ACallOnAPipeOrTerminalForAFiberParkedInAHookOfItsWorkerEnds) {
     expect_a_call_ends_beside_a_pinned_peer(
         [&] { return ::write(master, written.data(), written.size()) == ssize_t(kWritten); }, read_all, read_all);
   }
+  {
+    // VMIN 0 with a VTIME: the read returns what comes within VTIME, which
+    // the sleeper writes. It waited out VTIME (15 s here), announced as a
+    // call that ends by itself, which sysmon leaves pinned fibers behind.
+    SCOPED_TRACE("a terminal's read with VMIN 0 and a VTIME");
+    modes.c_cc[VMIN] = 0;
+    modes.c_cc[VTIME] = 150;
+    ASSERT_EQ(::tcsetattr(terminal, TCSANOW, &modes), 0);
+    const auto give = [&] { EXPECT_EQ(::write(master, "v", 1), 1); };
+    char got = 0;
+    expect_a_call_ends_beside_a_pinned_peer([&] { return ::read(terminal, &got, 1) == 1 && got == 'v'; }, give, give);
+  }
   ::close(terminal);
   ::close(master);
 }

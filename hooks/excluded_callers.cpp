@@ -6,6 +6,7 @@
 #include <unwind.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -20,6 +21,25 @@ std::atomic<int> listed_object_loaded{-1};
 
 namespace {
 
+// lock_caller_excluded's cache, and whether an object its lists name is
+// loaded (as listed_object_loaded is for the hooks' list).
+CallerCache lock_caller_cache;
+std::atomic<int> lock_listed_object_loaded{-1};
+
+bool listed_for_calls(std::string_view path) { return ExcludeList::from_environment().excludes(path); }
+bool listed_for_locks(std::string_view path) {
+  return listed_for_calls(path) || ExcludeList::locks_from_environment().excludes(path);
+}
+
+// A question asked of return addresses: the cache of its answers, and
+// which objects it excludes.
+struct Verdicts {
+  CallerCache& cache;
+  bool (*listed)(std::string_view path);
+};
+const Verdicts call_verdicts{caller_cache, &listed_for_calls};
+const Verdicts lock_verdicts{lock_caller_cache, &listed_for_locks};
+
 // Bumped by every forget_callers(), so that a classification made across a
 // dlclose is not left in the cache (kind_of).
 std::atomic<std::uint64_t> cache_generation{0};
@@ -29,8 +49,8 @@ std::string_view file_name(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-bool matches(const std::string& pattern, const std::string& text, int flags) {
-  return fnmatch(pattern.c_str(), text.c_str(), flags) == 0;
+bool matches(const std::string& pattern, const char* text, int flags) {
+  return fnmatch(pattern.c_str(), text, flags) == 0;
 }
 
 // The sanitizer runtimes a GCC build links to (libasan.so, libtsan.so...)
@@ -38,7 +58,7 @@ bool matches(const std::string& pattern, const std::string& text, int flags) {
 // interceptor's call, made for its own caller.
 bool is_sanitizer_runtime(std::string_view path) {
   const std::string name(file_name(path));
-  return matches("lib*san.so*", name, 0) || matches("libclang_rt.*", name, 0);
+  return matches("lib*san.so*", name.c_str(), 0) || matches("libclang_rt.*", name.c_str(), 0);
 }
 
 // A handle of the object libweft's code is in (the executable when it is
@@ -82,23 +102,23 @@ bool is_interposer_of_a_hook(const Dl_info& info) {
          object_at(ours) == object_at(reinterpret_cast<const void*>(&caller_excluded_slow));
 }
 
-CallerKind classify(std::uintptr_t address) {
+CallerKind classify(std::uintptr_t address, const Verdicts& verdicts) {
   Dl_info info{};
   // One byte back: inside the call instruction, so that a call ending an
   // object's text is still that object's.
   if (dladdr(reinterpret_cast<const void*>(address - 1), &info) == 0 || info.dli_fname == nullptr)
     return CallerKind::parks;  // no object: generated code
   if (is_sanitizer_runtime(info.dli_fname) || is_interposer_of_a_hook(info)) return CallerKind::interposer;
-  return ExcludeList::from_environment().excludes(info.dli_fname) ? CallerKind::excluded : CallerKind::parks;
+  return verdicts.listed(info.dli_fname) ? CallerKind::excluded : CallerKind::parks;
 }
 
 // The cached verdict for `address`, classifying it on a miss.
-CallerKind kind_of(std::uintptr_t address) {
-  std::atomic<std::uintptr_t>& slot = caller_cache.slots[caller_slot(address)];
+CallerKind kind_of(std::uintptr_t address, const Verdicts& verdicts) {
+  std::atomic<std::uintptr_t>& slot = verdicts.cache.slots[caller_slot(address)];
   const std::uintptr_t entry = slot.load(std::memory_order_relaxed);
   if (entry != 0 && (entry >> 2) == address) return static_cast<CallerKind>(entry & 3);
   const std::uint64_t generation = cache_generation.load(std::memory_order_seq_cst);
-  const CallerKind kind = classify(address);
+  const CallerKind kind = classify(address, verdicts);
   const std::uintptr_t made = caller_entry(address, kind);
   slot.store(made, std::memory_order_seq_cst);
   // A forget_callers() (a dlclose) during the classification: if its
@@ -130,13 +150,13 @@ _Unwind_Reason_Code record_frame(_Unwind_Context* context, void* arg) {
 // by the interposer's caller (and through further interposers), found by
 // unwinding, since a sanitizer's runtime keeps no frame pointers. Not
 // cached: the interposer is the same for every caller.
-bool excluded_beyond(std::uintptr_t address) {
+bool excluded_beyond(std::uintptr_t address, const Verdicts& verdicts) {
   StackWalk walk;
   _Unwind_Backtrace(&record_frame, &walk);
   int frame = 0;
   while (frame < walk.count && walk.addresses[frame] != address) ++frame;
   for (++frame; frame < walk.count; ++frame) {
-    switch (kind_of(walk.addresses[frame])) {
+    switch (kind_of(walk.addresses[frame], verdicts)) {
       case CallerKind::parks:
         return false;
       case CallerKind::excluded:
@@ -207,17 +227,25 @@ std::uintptr_t caller_outside_weft([[maybe_unused]] const void* frame) {
   return 0;
 }
 
-int find_listed_object(dl_phdr_info* info, std::size_t, void* found) {
+// Which lists name a loaded object.
+struct ListedObjects {
+  bool for_calls = false;
+  bool for_locks = false;
+};
+
+int find_listed_object(dl_phdr_info* info, std::size_t, void* arg) {
   // The executable's name is "" here; dladdr(3) names it by argv[0].
   const char* name = info->dlpi_name[0] != '\0' ? info->dlpi_name : program_invocation_name;
-  if (name == nullptr || !ExcludeList::from_environment().excludes(name)) return 0;
-  *static_cast<bool*>(found) = true;
-  return 1;
+  if (name == nullptr) return 0;
+  auto& found = *static_cast<ListedObjects*>(arg);
+  found.for_calls = found.for_calls || listed_for_calls(name);
+  found.for_locks = found.for_locks || listed_for_locks(name);
+  return found.for_calls && found.for_locks ? 1 : 0;
 }
 
 }  // namespace
 
-ExcludeList ExcludeList::parse(std::string_view text) {
+ExcludeList ExcludeList::parse(std::string_view text, std::string_view defaults_text) {
   ExcludeList list;
   bool defaults_added = false;
   while (!text.empty()) {
@@ -228,7 +256,7 @@ ExcludeList ExcludeList::parse(std::string_view text) {
     if (item == "default") {
       if (!defaults_added) {
         defaults_added = true;
-        const ExcludeList defaults = parse(kDefaultExclusions);
+        const ExcludeList defaults = parse(defaults_text, {});
         list.patterns_.insert(list.patterns_.end(), defaults.patterns_.begin(), defaults.patterns_.end());
       }
       continue;
@@ -246,9 +274,22 @@ const ExcludeList& ExcludeList::from_environment() {
   return list;
 }
 
+const ExcludeList& ExcludeList::locks_from_environment() {
+  static const ExcludeList list = [] {
+    const char* value = std::getenv("WEFT_HOOK_LOCKS_EXCLUDE");
+    return value == nullptr ? parse(kDefaultLockExclusions, {}) : parse(value, kDefaultLockExclusions);
+  }();
+  return list;
+}
+
+// Without allocating: asked on a contended lock's way to a wait too.
 bool ExcludeList::excludes(std::string_view object_path) const {
-  const std::string path(object_path);
-  const std::string name(file_name(object_path));
+  char path[PATH_MAX];
+  if (object_path.size() >= sizeof path) return false;
+  std::memcpy(path, object_path.data(), object_path.size());
+  path[object_path.size()] = '\0';
+  const char* const slash = std::strrchr(path, '/');
+  const char* const name = slash == nullptr ? path : slash + 1;
   for (const std::string& pattern : patterns_) {
     const bool whole_path = pattern.find('/') != std::string::npos;
     if (whole_path ? matches(pattern, path, FNM_PATHNAME) : matches(pattern, name, 0)) return true;
@@ -263,13 +304,14 @@ bool in_weft_code(const void* address) noexcept {
 }
 
 void notice_loaded_objects() noexcept {
-  bool found = false;
+  ListedObjects found;
   try {
     dl_iterate_phdr(&find_listed_object, &found);
   } catch (...) {
-    found = true;  // std::bad_alloc reading the list: let the calls be looked at one by one
+    found = {true, true};  // std::bad_alloc reading a list: let the calls be looked at one by one
   }
-  listed_object_loaded.store(found ? 1 : 0, std::memory_order_relaxed);
+  listed_object_loaded.store(found.for_calls ? 1 : 0, std::memory_order_relaxed);
+  lock_listed_object_loaded.store(found.for_locks ? 1 : 0, std::memory_order_relaxed);
 }
 
 bool caller_excluded_slow(const void* return_address, const void* frame) noexcept {
@@ -283,13 +325,13 @@ bool caller_excluded_slow(const void* return_address, const void* frame) noexcep
     if (address == 0) return false;
   }
   try {
-    switch (kind_of(address)) {
+    switch (kind_of(address, call_verdicts)) {
       case CallerKind::parks:
         return false;
       case CallerKind::excluded:
         return true;
       case CallerKind::interposer:
-        return excluded_beyond(address);
+        return excluded_beyond(address, call_verdicts);
     }
   } catch (...) {
     // std::bad_alloc reading the list: the call parks, as it would have
@@ -298,9 +340,29 @@ bool caller_excluded_slow(const void* return_address, const void* frame) noexcep
   return false;
 }
 
+bool lock_caller_excluded(const void* return_address) noexcept {
+  if (lock_listed_object_loaded.load(std::memory_order_relaxed) < 0) notice_loaded_objects();
+  if (lock_listed_object_loaded.load(std::memory_order_relaxed) == 0) return false;
+  const auto address = reinterpret_cast<std::uintptr_t>(return_address);
+  try {
+    switch (kind_of(address, lock_verdicts)) {
+      case CallerKind::parks:
+        return false;
+      case CallerKind::excluded:
+        return true;
+      case CallerKind::interposer:
+        return excluded_beyond(address, lock_verdicts);
+    }
+  } catch (...) {
+    // As caller_excluded_slow's: the wait parks.
+  }
+  return false;
+}
+
 void forget_callers() noexcept {
   cache_generation.fetch_add(1, std::memory_order_seq_cst);
-  for (std::atomic<std::uintptr_t>& slot : caller_cache.slots) slot.store(0, std::memory_order_seq_cst);
+  for (CallerCache* cache : {&caller_cache, &lock_caller_cache})
+    for (std::atomic<std::uintptr_t>& slot : cache->slots) slot.store(0, std::memory_order_seq_cst);
   notice_loaded_objects();
 }
 

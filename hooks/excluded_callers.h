@@ -58,15 +58,29 @@ namespace weft::detail {
 inline constexpr std::string_view kDefaultExclusions =
     "libgrpc*:libgpr.so*:libaddress_sorting.so*:libabsl_*:libcares.so*";
 
+// What WEFT_HOOK_LOCKS_EXCLUDE means when unset, and what `default` stands
+// for in it: the objects whose contended pthread locks (mutex, rwlock,
+// condition variable) are waited for as a thread waits, blocking the
+// fiber's thread, while their other calls park. OpenSSL's libcrypto: its
+// per-thread random generators are used without a lock, and one that
+// reseeds takes its parent's rwlock midway; parked there, another fiber
+// of the same thread used the half-reseeded generator, and RAND_bytes and
+// TLS handshakes failed ("reseed error").
+inline constexpr std::string_view kDefaultLockExclusions = "libcrypto.so*";
+
 // The parsed list of patterns.
 class ExcludeList {
  public:
   // Splits `text` at ':' and ','; empty items are skipped, `default` is
-  // expanded (once, however often it is named).
-  static ExcludeList parse(std::string_view text);
+  // expanded to `defaults` (once, however often it is named).
+  static ExcludeList parse(std::string_view text, std::string_view defaults = kDefaultExclusions);
 
   // WEFT_HOOKS_EXCLUDE's list (kDefaultExclusions when unset), parsed once.
   static const ExcludeList& from_environment();
+  // WEFT_HOOK_LOCKS_EXCLUDE's list (kDefaultLockExclusions when unset),
+  // parsed once. Its objects' locks wait as a thread's; so do those of
+  // WEFT_HOOKS_EXCLUDE's objects, all of whose calls do.
+  static const ExcludeList& locks_from_environment();
 
   // True if a pattern matches `object_path` (the file of a loaded object,
   // as dladdr(3) names it): its last component, or all of it for a
@@ -130,6 +144,13 @@ inline bool caller_excluded(const void* return_address, const void* frame) noexc
   if (entry == caller_entry(address, CallerKind::excluded)) return true;
   return caller_excluded_slow(return_address, frame);
 }
+
+// True if a contended lock call (hooks/locks.cpp, how_call_waits) that
+// returns to `return_address` must wait as a thread's: its caller lies in
+// an object either list names (ExcludeList::locks_from_environment). Its
+// own cache, asked only on a lock's way to a wait: the uncontended lock
+// asks nothing. Not for libweft's own calls, which never get here.
+bool lock_caller_excluded(const void* return_address) noexcept;
 
 // Looks at the loaded objects again (after a dlopen).
 void notice_loaded_objects() noexcept;

@@ -119,7 +119,12 @@ Waits how_call_waits(const void* return_address) noexcept {
   FiberControl* fiber = current_fiber();
   if (fiber == nullptr) return Waits::block_thread;
   if (in_vfork_child()) return Waits::block_thread;  // its worker is the parent's
-  return fiber->pin_count.load(std::memory_order_relaxed) == 0 ? Waits::park : Waits::block_fiber;
+  if (fiber->pin_count.load(std::memory_order_relaxed) != 0) return Waits::block_fiber;
+  // A caller in an object listed for its locks (WEFT_HOOKS_EXCLUDE,
+  // WEFT_HOOK_LOCKS_EXCLUDE) waits as a thread would: it may keep state of
+  // its thread's half-changed across the lock (OpenSSL's per-thread random
+  // generators), which another fiber of the thread would meet.
+  return lock_caller_excluded(return_address) ? Waits::block_fiber : Waits::park;
 }
 
 void lock_checkpoint_slow(const void* return_address) noexcept {

@@ -1,13 +1,15 @@
 // A stand-in for a library that must not park (tests/hooks_exclude_test.cpp):
-// built twice from this file, as libweft_test_excluded.so, which the test
-// lists in WEFT_HOOKS_EXCLUDE, and as libweft_test_parked.so, which it does
-// not. Built with _FORTIFY_SOURCE=2: fortified_read reaches the hooks
+// built three times from this file, as libweft_test_excluded.so, which the
+// test lists in WEFT_HOOKS_EXCLUDE, as libweft_test_locks_excluded.so,
+// which it lists in WEFT_HOOK_LOCKS_EXCLUDE, and as libweft_test_parked.so,
+// which it lists in neither. Built with _FORTIFY_SOURCE=2: fortified_read reaches the hooks
 // through __read_chk.
 //
 // Each function keeps the call's errno after it, as real libraries do: a
 // function that ended in its libc call would make it a tail call, which
 // returns to the library's caller and so is the caller's call (docs/io.md).
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +42,12 @@ int library_accept(int listener) {
   const int fd = accept(listener, nullptr, nullptr);
   last_error = errno;
   return fd;
+}
+
+int library_lock(pthread_mutex_t* mutex) {
+  const int error = pthread_mutex_lock(mutex);
+  last_error = error;
+  return error;
 }
 
 int wait_readable(int fd, int timeout_ms) {

@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@ using namespace std::chrono_literals;
 // Before main, and so before any fiber's first hooked call, which is when
 // the list is read.
 const bool exclusion_set = setenv("WEFT_HOOKS_EXCLUDE", "default:libweft_test_excluded*", 1) == 0;
+const bool lock_exclusion_set = setenv("WEFT_HOOK_LOCKS_EXCLUDE", "default:libweft_test_locks_excluded*", 1) == 0;
 
 // --- the list itself ------------------------------------------------------------
 
@@ -87,6 +89,24 @@ TEST(ExcludeList, ReadFromTheEnvironment) {
   EXPECT_FALSE(detail::ExcludeList::from_environment().excludes("/build/tests/libweft_test_parked.so"));
 }
 
+// The objects whose locks wait as a thread's, while their other calls park.
+TEST(ExcludeList, DefaultLockListCoversOpenSslsLibcrypto) {
+  const auto list = detail::ExcludeList::parse(detail::kDefaultLockExclusions, {});
+  EXPECT_TRUE(list.excludes("/lib/x86_64-linux-gnu/libcrypto.so.3"));
+  for (const char* path : {"/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libc.so.6",
+                           "/usr/lib/libweft.so.0", "/lib/x86_64-linux-gnu/libcurl.so.4"})
+    EXPECT_FALSE(list.excludes(path)) << path;
+}
+
+TEST(ExcludeList, LockListReadFromTheEnvironment) {
+  ASSERT_TRUE(lock_exclusion_set);
+  const auto& list = detail::ExcludeList::locks_from_environment();
+  EXPECT_TRUE(list.excludes("/build/tests/libweft_test_locks_excluded.so"));
+  EXPECT_TRUE(list.excludes("/lib/x86_64-linux-gnu/libcrypto.so.3"));  // `default`
+  EXPECT_FALSE(list.excludes("/build/tests/libweft_test_parked.so"));
+  EXPECT_FALSE(detail::ExcludeList::from_environment().excludes("/build/tests/libweft_test_locks_excluded.so"));
+}
+
 // --- calls from the library -----------------------------------------------------
 
 // One build of tests/exclude_lib.cpp, loaded with dlopen. A library or a
@@ -119,6 +139,7 @@ class TestLibrary {
 using ReadFn = ssize_t(int, void*, size_t);
 using AcceptFn = int(int);
 using WaitFn = int(int, int);
+using LockFn = int(pthread_mutex_t*);
 
 enum class Outcome { parked, blocked_the_thread };
 
@@ -218,6 +239,21 @@ Outcome poll_outcome(WaitFn* wait_fn) {
   return outcome;
 }
 
+// A mutex this plain thread holds, locked by the call: a contended lock.
+Outcome lock_outcome(LockFn* lock_fn) {
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  EXPECT_EQ(pthread_mutex_lock(&mutex), 0);
+  int locked = -1;
+  const Outcome outcome = run_call(
+      [&] {
+        locked = lock_fn(&mutex);
+        if (locked == 0) pthread_mutex_unlock(&mutex);
+      },
+      [&] { EXPECT_EQ(pthread_mutex_unlock(&mutex), 0); });
+  EXPECT_EQ(locked, 0);
+  return outcome;
+}
+
 class FromTheLibrary : public ::testing::TestWithParam<bool> {
  protected:
   bool excluded() const { return GetParam(); }
@@ -248,10 +284,26 @@ TEST_P(FromTheLibrary, Poll) {
   EXPECT_EQ(poll_outcome(library.function<WaitFn>("wait_readable")), expected());
 }
 
+// The lock hooks honour the list too: a contended mutex waits as a
+// thread's (before, it parked whatever the list said).
+TEST_P(FromTheLibrary, ContendedLock) {
+  TestLibrary library(path());
+  EXPECT_EQ(lock_outcome(library.function<LockFn>("library_lock")), expected());
+}
+
 INSTANTIATE_TEST_SUITE_P(Library, FromTheLibrary, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "Excluded" : "NotExcluded");
                          });
+
+// A library listed in WEFT_HOOK_LOCKS_EXCLUDE alone: its contended locks
+// wait as a thread's, and its other calls park (OpenSSL's libcrypto, in
+// the default list, reads its sockets parked).
+TEST(LocksExcludedLibrary, ItsReadParksAndItsContendedLockBlocksTheThread) {
+  TestLibrary library(WEFT_TEST_LOCKS_EXCLUDED_LIB);
+  EXPECT_EQ(read_outcome(library.function<ReadFn>("library_read")), Outcome::parked);
+  EXPECT_EQ(lock_outcome(library.function<LockFn>("library_lock")), Outcome::blocked_the_thread);
+}
 
 // The test's own calls (from the executable) park as ever.
 TEST(FromTheExecutable, ReadParks) { EXPECT_EQ(read_outcome(&::read), Outcome::parked); }

@@ -41,7 +41,14 @@ std::uint64_t new_fiber_id() noexcept {
 
 const Config& validated(const Config& config) {
   if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
-  if (config.time_slice.count() <= 0) throw std::invalid_argument("weft::Config::time_slice must be positive");
+  // At most an hour: sysmon compares twice the slice in nanoseconds, and a
+  // fiber that must never be preempted asks for Config::preemption = false.
+  if (config.time_slice.count() <= 0 || config.time_slice > std::chrono::hours(1))
+    throw std::invalid_argument("weft::Config::time_slice must be positive and at most an hour, got " +
+                                std::to_string(config.time_slice.count()) + " us");
+  if (config.shutdown_grace.count() <= 0)
+    throw std::invalid_argument("weft::Config::shutdown_grace must be positive, got " +
+                                std::to_string(config.shutdown_grace.count()) + " ms");
   check_stack_size(config.stack_size, "weft::Config::stack_size");
   if (config.max_blocking_threads == 0 || config.max_blocking_threads > 65536)
     throw std::invalid_argument("weft::Config::max_blocking_threads must be 1 to 65536, got " +
@@ -175,8 +182,21 @@ SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
   // (allocating, under ASan, whose allocator GCC 12 does not lock for fork:
   // the child would hang in its first malloc).
   RawLatch started(config_.workers + 1);
-  for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start(&started);
-  sysmon_.start(started);
+  try {
+    for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start(&started);
+    sysmon_.start(started);
+  } catch (const std::system_error& error) {
+    // Out of threads (RLIMIT_NPROC, a cgroup's pids.max): the threads
+    // started so far end before the members they use go, instead of
+    // std::terminate at a joinable std::thread's destruction.
+    stopping_.store(true, std::memory_order_seq_cst);
+    idle_.wake_all();
+    for (auto& worker : workers_) worker->join();
+    throw std::system_error(error.code(), "weft::Scheduler \"" + config_.name + "\": cannot start its " +
+                                              std::to_string(config_.workers) +
+                                              " worker threads and sysmon's (RLIMIT_NPROC, or a cgroup's "
+                                              "pids.max, may be reached)");
+  }
   started.wait();
   services_.attach(parts.services, *this);
 }
@@ -479,7 +499,7 @@ void SchedulerCore::shutdown() {
   shutting_down_.store(true, std::memory_order_seq_cst);
   for (;;) {
     std::unique_lock guard(shutdown_lock_);
-    const auto deadline = Clock::now() + config_.shutdown_grace;
+    const auto deadline = deadline_after(config_.shutdown_grace);  // saturated: a grace of years waits for good
     all_exited_.wait_until(guard, deadline, [this] { return live_sum() == 0; });
     if (live_sum() == 0) {
       stopping_.store(true, std::memory_order_seq_cst);

@@ -1,7 +1,9 @@
 // The scheduler: spawning, joining, yielding, sleeping, stealing, pinning,
 // counters and shutdown, over 1, 2, 4 and 8 workers.
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <weft/weft.h>
 
@@ -13,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -540,6 +543,55 @@ TEST(Scheduler, RejectsBadConfig) {
   Config tiny;
   tiny.stack_size = 1024;
   EXPECT_THROW(Scheduler{tiny}, std::invalid_argument);
+  // A grace of 0 or less made shutdown report stuck fibers in a busy loop
+  // (about 100,000 reports in 200 ms); a slice past an hour overflowed
+  // sysmon's comparisons and preempted at every tick.
+  for (const auto grace : {std::chrono::milliseconds(0), std::chrono::milliseconds(-1)}) {
+    Config config;
+    config.shutdown_grace = grace;
+    EXPECT_THROW(Scheduler{config}, std::invalid_argument) << grace.count();
+  }
+  for (const auto slice : {std::chrono::microseconds(3'600'000'001), std::chrono::microseconds::max()}) {
+    Config config;
+    config.time_slice = slice;
+    EXPECT_THROW(Scheduler{config}, std::invalid_argument) << slice.count();
+  }
+  Config hour;
+  hour.time_slice = std::chrono::hours(1);
+  hour.shutdown_grace = std::chrono::milliseconds::max();  // saturated, not wrapped
+  Scheduler{hour}.spawn([] {}).join();
+}
+
+// Out of threads at construction (RLIMIT_NPROC, a cgroup's pids.max):
+// the threads started so far end, and the constructor throws an error
+// that names weft and the limit. Before, the workers already started were
+// joinable std::threads destroyed in the unwinding: std::terminate. In a
+// child made for it, under a uid of its own (RLIMIT_NPROC counts the
+// user's threads; root is exempt from it), whose limit lets a few of the
+// workers start.
+TEST(Scheduler, OutOfThreadsAtConstructionThrowsANamedError) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to take a uid of its own";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit few{4, 4};
+    if (::setrlimit(RLIMIT_NPROC, &few) != 0 || ::setgid(54'321) != 0 || ::setuid(54'321) != 0) ::_exit(3);
+    Config config = test::config_with(8);
+    try {
+      Scheduler sched{config};
+      ::_exit(4);  // every thread started: the limit did not hold
+    } catch (const std::system_error& error) {
+      const std::string what = error.what();
+      ::_exit(what.find("weft::Scheduler") != std::string::npos && what.find("RLIMIT_NPROC") != std::string::npos ? 0
+                                                                                                                  : 5);
+    } catch (...) {
+      ::_exit(6);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no uid of its own, 4: no limit, 5: another message, 6: another error";
 }
 
 TEST(Scheduler, SpawnAfterShutdownThrows) {

@@ -64,7 +64,8 @@ struct Config {
   // (docs/benchmarks.md has skynet's figures). The cost is memory kept
   // after a peak: at most this many stacks' touched pages.
   std::size_t stack_pool_size = 65536;
-  // How long shutdown waits for fibers before reporting them.
+  // How long shutdown waits for fibers before reporting them (and again
+  // between reports). Positive; a huge one waits for good.
   std::chrono::milliseconds shutdown_grace{10'000};
   ShutdownPolicy shutdown_policy = ShutdownPolicy::wait;
   UnhandledExceptionHandler on_unhandled_exception;
@@ -75,7 +76,8 @@ struct Config {
   // than time_slice without a switch yields at its next checkpoint (any
   // weft call, a hooked libc call such as read() or poll() also when it
   // does not block, or weft::this_fiber::checkpoint(); docs/sync.md lists
-  // them).
+  // them). time_slice: positive, at most an hour (preemption = false turns
+  // it off).
   bool preemption = true;
   std::chrono::microseconds time_slice{10'000};
   // Off by default; see StuckWorker.

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 
+#include "../runtime/fast_clock.h"
 #include "../sched/scheduler_core.h"
 #include "netpoller.h"
 
@@ -29,7 +30,7 @@ constexpr unsigned kIoWorkers = 512;
 
 }  // namespace
 
-void FileRing::set_up() {
+bool FileRing::set_up() {
   ring_ = std::make_unique<io_uring>();
   io_uring_params params{};
   params.flags = IORING_SETUP_CQSIZE;
@@ -37,14 +38,14 @@ void FileRing::set_up() {
   // NODROP: no completion is lost when more are in flight than the queue
   // holds; RW_CUR_POS: offset -1 reads at the file position (read()).
   constexpr unsigned kNeeded = IORING_FEAT_NODROP | IORING_FEAT_RW_CUR_POS;
-  if (io_uring_queue_init_params(kEntries, ring_.get(), &params) != 0) {
+  if (const int failed = io_uring_queue_init_params(kEntries, ring_.get(), &params); failed != 0) {
     ring_.reset();
-    return;
+    return failed != -EMFILE && failed != -ENFILE && failed != -ENOMEM;
   }
   if ((params.features & kNeeded) != kNeeded) {
     io_uring_queue_exit(ring_.get());
     ring_.reset();
-    return;
+    return true;
   }
   ring_fd_ = ring_->ring_fd;
   // The kernel's io-wq runs the requests that wait (a read from the disk,
@@ -53,6 +54,7 @@ void FileRing::set_up() {
   // Bounded work gets as many as the blocking pool's default.
   unsigned workers[2] = {kIoWorkers, 0};
   io_uring_register_iowq_max_workers(ring_.get(), workers);
+  return true;
 }
 
 FileRing::~FileRing() {
@@ -68,9 +70,13 @@ FileRing* FileRing::of(SchedulerCore& core) {
   FileRing* ring = core.find_extension<FileRing>();
   if (ring == nullptr) return nullptr;
   if (!ring->set_up_done_.load(std::memory_order_acquire)) {
+    if (fast_now_ns() < ring->retry_set_up_at_ns_.load(std::memory_order_relaxed)) return nullptr;
     std::lock_guard guard(ring->set_up_lock_);
     if (!ring->set_up_done_.load(std::memory_order_relaxed)) {
-      ring->set_up();
+      if (!ring->set_up()) {
+        ring->retry_set_up_at_ns_.store(fast_now_ns() + 1'000'000'000, std::memory_order_relaxed);
+        return nullptr;
+      }
       ring->set_up_done_.store(true, std::memory_order_release);
     }
   }

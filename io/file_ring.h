@@ -97,15 +97,20 @@ class FileRing final : public Extension {
   void lead(Op& op);
   // Reaps every completion (the leader, with lock_ held).
   void reap_locked();
-  // io_uring_setup, once; ring_ stays null if it failed.
-  void set_up();
+  // io_uring_setup; ring_ stays null if it failed. False if it failed for
+  // want of an fd or memory (EMFILE, ENFILE, ENOMEM), which may pass: of()
+  // tries again a second later, instead of leaving the files' calls
+  // blocking for good.
+  bool set_up();
 
   // set_up's once: not std::call_once, since pthread_once is one of the
   // hooks' names (scripts/check-layers). set_up_done_ is stored (release)
-  // under set_up_lock_ once set_up has run.
+  // under set_up_lock_ once set_up has returned true; ring_ is read only
+  // after that.
   RawMutex set_up_lock_;
   std::atomic<bool> set_up_done_{false};
-  std::unique_ptr<io_uring> ring_;  // null until set up, and if that failed
+  std::atomic<std::int64_t> retry_set_up_at_ns_{0};  // runtime/fast_clock.h's clock
+  std::unique_ptr<io_uring> ring_;                   // null until set up, and if that failed
   int ring_fd_ = -1;
   mutable SpinLock lock_;
   WaitList waiting_;

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -608,6 +609,40 @@ TEST(Files, ManyFibersShareTheRing) {
   }
   ::close(fd);
   ::unlink(path.c_str());
+}
+
+// The ring's set-up, at the first call that wants it, failed for want of
+// an fd (EMFILE): it is tried again a second later. Before, the failure
+// was final, and the scheduler's uncached reads and fsyncs blocked their
+// worker for good after a moment out of fds.
+TEST(Files, ARingRefusedForWantOfAnFdIsSetUpLater) {
+  if (const char* why = no_ring_reads()) GTEST_SKIP() << why;
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  Scheduler sched{test::config_with(1)};
+  bool refused = false;
+  bool set_up_later = false;
+  sched
+      .spawn([&] {
+        detail::SchedulerCore& core = *detail::current_fiber()->scheduler;
+        const int spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        ASSERT_GE(spare, 0);
+        rlimit few = old;
+        few.rlim_cur = std::min<rlim_t>(old.rlim_cur, rlim_t(spare) + 64);
+        ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &few), 0);
+        std::vector<int> filler;
+        for (int fd; (fd = ::dup(spare)) >= 0;) filler.push_back(fd);
+        refused = detail::FileRing::of(core) == nullptr;
+        for (const int fd : filler) ::close(fd);
+        ::close(spare);
+        ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!(set_up_later = detail::FileRing::of(core) != nullptr) && std::chrono::steady_clock::now() < deadline)
+          this_fiber::sleep_for(std::chrono::milliseconds(50));
+      })
+      .join();
+  EXPECT_TRUE(refused) << "the set-up found an fd after all";
+  EXPECT_TRUE(set_up_later) << "the ring was never set up once fds were free";
 }
 
 // In a child whose io_uring_setup fails with ENOSYS (a seccomp filter, as

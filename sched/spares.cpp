@@ -68,13 +68,24 @@ bool Spares::start(Worker& spare, unsigned slot) noexcept {
   spare.spare_activations_.fetch_and(~kNoThread, std::memory_order_relaxed);
   try {
     spare.start();
-  } catch (...) {  // std::system_error: no thread to be had; sysmon tries again later
+  } catch (const std::exception& error) {  // std::system_error: no thread to be had; sysmon tries again later
     spare.spare_activations_.fetch_or(kNoThread, std::memory_order_relaxed);
     spare.spare_running_.store(false, std::memory_order_relaxed);
     active_.fetch_sub(1, std::memory_order_relaxed);
+    report_start_failure(error);
     return false;
   }
   return true;
+}
+
+void Spares::report_start_failure(const std::exception& error) noexcept {
+  if (start_failure_reported_) return;
+  start_failure_reported_ = true;
+  log_message(LogLevel::warning,
+              "weft: scheduler \"%s\" could not start a spare thread (%s): fibers queued behind threads blocked in "
+              "the kernel wait for one of them to return, and sysmon tries again at its next look. RLIMIT_NPROC, "
+              "or a cgroup's pids.max, may be reached; docs/sysmon.md",
+              core_.config().name.c_str(), error.what());
 }
 
 void Spares::set_short_of_threads(bool short_of_threads) noexcept {

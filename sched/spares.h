@@ -31,6 +31,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <memory>
 
 namespace weft::detail {
@@ -92,6 +93,8 @@ class Spares {
 
  private:
   bool start(Worker& spare, unsigned slot) noexcept;
+  // Once per scheduler: the system refused a spare's thread (`error`).
+  void report_start_failure(const std::exception& error) noexcept;
   // Waits for the next activation from `seen`; false when the keep-alive
   // ran out first (the thread then ends).
   bool wait_for_activation(Worker& spare, std::uint32_t& seen) noexcept;
@@ -105,7 +108,8 @@ class Spares {
   std::atomic<unsigned> target_{0};
   std::atomic<unsigned> active_{0};  // counted by start and retire_if_surplus
   std::atomic<bool> limit_reached_{false};
-  bool limit_reported_ = false;  // sysmon's
+  bool limit_reported_ = false;          // sysmon's
+  bool start_failure_reported_ = false;  // sysmon's: a thread the system refused (Spares::start)
 };
 
 }  // namespace weft::detail

@@ -3,7 +3,9 @@
 // could catch), sysmon starts spare threads that run the other fibers; the
 // spares retire once the workers return; the stuck report names the call.
 // Pass or fail rests on what ran before what; durations only bound loops.
+#include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <weft/io.h>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -428,6 +431,67 @@ TEST(SpareWorkersLimit, ReachingMaxThreadsIsReportedOnceAndShown) {
   EXPECT_NE(first, std::string::npos) << messages;
   EXPECT_EQ(messages.find(needle, first + 1), std::string::npos) << "reported more than once:\n" << messages;
   EXPECT_NE(messages.find("WEFT_MAX_THREADS"), std::string::npos) << messages;
+}
+
+// /proc/self/status's Threads.
+unsigned threads_of_this_process() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("Threads:")) return unsigned(std::stoul(line.substr(8)));
+  return 0;
+}
+
+// The system refuses a spare's thread (RLIMIT_NPROC, a cgroup's pids.max):
+// reported once, naming the error and the likely limit. Before, sysmon
+// tried again at every look and nothing said why the fibers waited. In a
+// child under a uid of its own (root is exempt from RLIMIT_NPROC), whose
+// limit is the threads it has once the scheduler runs.
+TEST(SpareWorkersLimit, ASpareThreadTheSystemRefusesIsReportedOnce) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to take a uid of its own";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(54'322) != 0 || ::setuid(54'322) != 0) ::_exit(3);
+    static std::mutex lock;
+    static std::string messages;
+    set_log_handler([](LogLevel, std::string_view text) {
+      std::lock_guard guard(lock);
+      messages.append(text).append("\n");
+    });
+    Pipe pipe;
+    int reported = 0;
+    {
+      Scheduler sched{test::config_with(1)};
+      const rlim_t threads = threads_of_this_process();
+      const rlimit none_more{threads, threads};
+      if (::setrlimit(RLIMIT_NPROC, &none_more) != 0) ::_exit(4);
+      Fiber blocker = sched.spawn([&] {
+        char c;
+        (void)::syscall(SYS_read, pipe.fds[0], &c, 1);  // raw: the worker's thread sleeps in the kernel
+      });
+      Fiber queued = sched.spawn([] {});
+      const auto seen = [&] {
+        std::lock_guard guard(lock);
+        return messages.find("could not start a spare thread") != std::string::npos;
+      };
+      const bool found = wait_until(seen);
+      pipe.release();
+      blocker.join();
+      queued.join();
+      std::lock_guard guard(lock);
+      const std::size_t first = messages.find("could not start a spare thread");
+      reported = !found                                                                            ? 5
+                 : messages.find("RLIMIT_NPROC", first) == std::string::npos                       ? 6
+                 : messages.find("could not start a spare thread", first + 1) != std::string::npos ? 7
+                                                                                                   : 0;
+    }
+    ::_exit(reported);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no uid of its own, 4: no limit, 5: not reported, 6: no limit named, "
+                                       "7: reported twice";
 }
 
 TEST(SpareWorkersLimit, MaxThreadsBelowWorkersIsRejected) {

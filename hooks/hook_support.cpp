@@ -10,6 +10,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "../runtime/environment_switch.h"
 #include "../sched/current.h"
 #include "../sched/worker.h"
 #include "fd_table.h"
@@ -23,19 +24,12 @@ namespace {
 // constructor.
 std::atomic<int> enabled_state{-1};
 
-// Whether the environment variable `name` says off: 0, off, false or no.
-bool env_says_off(const char* name) noexcept {
-  const char* value = std::getenv(name);
-  return value != nullptr && (std::strcmp(value, "0") == 0 || std::strcmp(value, "off") == 0 ||
-                              std::strcmp(value, "false") == 0 || std::strcmp(value, "no") == 0);
-}
-
 }  // namespace
 
 bool hooks_enabled() noexcept {
   int state = enabled_state.load(std::memory_order_relaxed);
   if (__builtin_expect(state < 0, 0)) {
-    state = env_says_off("WEFT_HOOKS") ? 0 : 1;
+    state = environment_says_off("WEFT_HOOKS") ? 0 : 1;
     enabled_state.store(state, std::memory_order_relaxed);
   }
   return state == 1;
@@ -44,7 +38,7 @@ bool hooks_enabled() noexcept {
 [[gnu::visibility("hidden")]] constinit std::atomic<int> lock_hooks_state{-1};
 
 bool read_lock_hooks_switch() noexcept {
-  const int state = hooks_enabled() && !env_says_off("WEFT_HOOK_LOCKS") ? 1 : 0;
+  const int state = hooks_enabled() && !environment_says_off("WEFT_HOOK_LOCKS") ? 1 : 0;
   lock_hooks_state.store(state, std::memory_order_relaxed);
   return state == 1;
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../pool/pool_registry.h"
+#include "../runtime/environment_switch.h"
 #include "../runtime/log.h"
 #include "../sched/scheduler_core.h"
 #include "deadlocks.h"
@@ -424,14 +425,7 @@ DumpServer& the_dump_server() { return DumpServer::the_server(); }
 
 }  // namespace
 
-bool dump_enabled_by_environment() noexcept {
-  const char* value = std::getenv("WEFT_DUMP");
-  if (value == nullptr) return true;
-  for (const char* off : {"0", "false", "off", "no"}) {
-    if (std::strcmp(value, off) == 0) return false;
-  }
-  return true;
-}
+bool dump_enabled_by_environment() noexcept { return !environment_says_off("WEFT_DUMP"); }
 
 void attach_to_dump_server(SchedulerCore& core) { the_dump_server().attach(core); }
 

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/environment_switch.h"
+
 namespace weft {
 namespace {
 
@@ -163,6 +165,35 @@ TEST(Log, HandlersMaySwapWhileThreadsWrite) {
   std::size_t lines = 0;
   for (std::size_t at = 0; (at = err.find("weft: message ", at)) != std::string::npos; ++at) ++lines;
   EXPECT_EQ(static_cast<int>(lines) + handled.load(), kThreads * kMessages);
+}
+
+// WEFT_HOOKS, WEFT_HOOK_LOCKS and WEFT_DUMP read one way
+// (runtime/environment_switch.h): the words in any case, blanks around
+// them ignored, and anything else said on stderr. Before, only the
+// lowercase words counted, and "OFF" or "0 " left the feature on without
+// a word.
+TEST(EnvironmentSwitch, ReadsTheWordsInAnyCaseAndSaysWhatItCannotRead) {
+  const char* const name = "WEFT_TEST_SWITCH";
+  const auto read = [&](const char* value, std::string* said = nullptr) {
+    ::setenv(name, value, 1);
+    ::testing::internal::CaptureStderr();
+    const bool off = detail::environment_says_off(name);
+    const std::string text = ::testing::internal::GetCapturedStderr();
+    if (said != nullptr) *said = text;
+    return off;
+  };
+  for (const char* off : {"0", "off", "OFF", "False", "no", "NO", " 0", "0 ", "\toff\n"}) EXPECT_TRUE(read(off)) << off;
+  for (const char* on : {"1", "on", "TRUE", "yes", "", " "}) {
+    std::string said;
+    EXPECT_FALSE(read(on, &said)) << on;
+    EXPECT_EQ(said, "") << on;
+  }
+  std::string said;
+  EXPECT_FALSE(read("disable", &said));
+  EXPECT_NE(said.find("WEFT_TEST_SWITCH=\"disable\""), std::string::npos) << said;
+  EXPECT_NE(said.find("taken as on"), std::string::npos) << said;
+  ::unsetenv(name);
+  EXPECT_FALSE(detail::environment_says_off(name));
 }
 
 TEST(LogDeathTest, AFatalMessageReachesTheHandlerBeforeTheProcessEnds) {

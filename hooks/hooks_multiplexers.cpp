@@ -314,11 +314,15 @@ int waited_as_on_a_thread(Clock::time_point deadline, Call&& call) {
 
 // Whether a failed wait's errno is the netpoller's refusal of an fd rather
 // than the call's: an fd in epolls nested too deep with the scheduler's on
-// top (ELOOP), a user out of epoll watches (ENOSPC, max_user_watches), no
-// memory for the registration (ENOMEM). A thread's call has none of these
-// (poll's own ENOMEM aside, which the call itself then reports): it is
-// made, as on a thread.
-bool refused_by_the_netpoller(int error) noexcept { return error == ELOOP || error == ENOSPC || error == ENOMEM; }
+// top (ELOOP), or with too many wake-up paths through them (EINVAL: the
+// kernel allows 500 at the depth the scheduler's epoll adds, as when one
+// eventfd sits in 600 users' epolls), a user out of epoll watches (ENOSPC,
+// max_user_watches), no memory for the registration (ENOMEM). A thread's
+// call has none of these (its own EINVAL, ENOMEM, came from the probe
+// before the park): it is made, as on a thread.
+bool refused_by_the_netpoller(int error) noexcept {
+  return error == ELOOP || error == EINVAL || error == ENOSPC || error == ENOMEM;
+}
 
 // poll_parked, or where the netpoller refused an fd, the call itself
 // (`as_on_a_thread`, waited_as_on_a_thread), errno as it was on entry.
@@ -568,13 +572,25 @@ int select_hooked(int nfds, fd_set* r, fd_set* w, fd_set* e, Clock::time_point d
 // `mask` ends with EINTR on a pending signal the mask unblocks, after its
 // handler ran: a probe that finds no events asks ppoll, with the mask, for
 // that.
+//
+// An epoll fd closed while the fiber waits: a thread's call waits on in the
+// epoll it took at its start, which weft cannot hold; the wait ends with
+// EBADF instead, and never asks a new fd that took the number (another
+// loop's epoll, whose events' data would be that loop's pointers). Told by
+// the fd record's generation, which every close and new fd moves.
 template <class Probe, class Call>
 int epoll_hooked(int epfd, Clock::time_point deadline, const sigset_t* mask, Probe&& probe, Call&& as_on_a_thread) {
   // The first probe returns events, or an error (EBADF, EINVAL) as the
   // kernel gives it.
   const pollfd self{epfd, POLLIN, 0};
   if (watches_what_only_its_thread_sees(&self, 1)) return waited_as_on_a_thread(deadline, as_on_a_thread);
+  const FdRecord* const record = fd_state(epfd);
+  const std::uint32_t generation = record != nullptr ? record->generation.load(std::memory_order_acquire) : 0;
   auto probe_and_signals = [&] {
+    if (record != nullptr && record->generation.load(std::memory_order_acquire) != generation) {
+      set_errno(EBADF);
+      return -1;
+    }
     const int ready = probe();
     if (ready != 0 || mask == nullptr) return ready;
     static const timespec zero{0, 0};

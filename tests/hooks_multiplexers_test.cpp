@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -549,6 +551,77 @@ TEST(HooksMultiplexers, AWaitOnEpollsNestedAsDeepAsTheKernelTakesEndsAtTheWrite)
     for (const int epoll : chain) ::close(epoll);
     return out;
   });
+}
+
+// One eventfd in 600 epolls, each waited on once: the scheduler's epoll
+// over each adds a wake-up path to the eventfd, and the kernel allows 500
+// at that depth (EINVAL past them). The waits past 500 are the call
+// itself, and time out as a thread's. Before, they failed at once with
+// EINVAL, which the wait itself never gives: a loop that retried spun.
+TEST(HooksMultiplexers, AWaitPastTheKernelsWakeUpPathsIsTheCallItself) {
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_cur < 700) GTEST_SKIP() << "RLIMIT_NOFILE " << files.rlim_cur << " is below 700";
+  expect_same_on_thread_and_fiber([] {
+    const int shared = ::eventfd(0, EFD_CLOEXEC);
+    std::vector<int> epolls;
+    std::map<std::string, int> results;
+    for (int i = 0; i < 600; ++i) {
+      const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+      epoll_event event{};
+      event.events = EPOLLIN;
+      if (epoll < 0 || ::epoll_ctl(epoll, EPOLL_CTL_ADD, shared, &event) != 0) return std::string("no epoll");
+      epolls.push_back(epoll);
+      epoll_event got[1];
+      ++results[outcome(::epoll_wait(epoll, got, 1, 1))];
+    }
+    for (const int epoll : epolls) ::close(epoll);
+    ::close(shared);
+    std::string out;
+    for (const auto& [result, count] : results) out += result + " x" + std::to_string(count) + "\n";
+    return out;
+  });
+}
+
+// An epoll closed while a fiber waits on it, its number taken at once by
+// another loop's epoll whose fd is ready (dup2): the wait ends with EBADF (a
+// thread's goes on in the epoll it took, which weft cannot hold). Before,
+// it returned the new epoll's event, whose data was the other loop's.
+TEST(HooksMultiplexers, AnEpollClosedWhileWaitedOnEndsItsWaitWithEbadf) {
+  Scheduler sched{test::config_with(1)};
+  const int watched = ::eventfd(0, EFD_CLOEXEC);
+  const int ready = ::eventfd(1, EFD_CLOEXEC);
+  const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = 1;
+  ASSERT_EQ(::epoll_ctl(epoll, EPOLL_CTL_ADD, watched, &event), 0);
+  std::atomic<bool> waiting{false};
+  int result = 0;
+  int error = 0;
+  epoll_event got{};
+  Fiber waiter = sched.spawn([&] {
+    waiting = true;
+    result = ::epoll_wait(epoll, &got, 1, 5'000);
+    error = errno;
+  });
+  while (!waiting.load()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(50ms);
+  const int other = ::epoll_create1(EPOLL_CLOEXEC);
+  event.data.u64 = 2;
+  ASSERT_EQ(::epoll_ctl(other, EPOLL_CTL_ADD, ready, &event), 0);
+  // Closed and taken in one call: the number names the other epoll before
+  // the waiter runs again.
+  ASSERT_EQ(::dup2(other, epoll), epoll);
+  const auto start = Clock::now();
+  waiter.join();
+  EXPECT_EQ(result, -1) << "the event's data: " << got.data.u64;
+  EXPECT_EQ(error, EBADF);
+  EXPECT_LT(Clock::now() - start, 4s);
+  ::close(epoll);
+  ::close(other);
+  ::close(ready);
+  ::close(watched);
 }
 
 // ppoll's, pselect's and epoll's refusals: an invalid timespec (EINVAL),

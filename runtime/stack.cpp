@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -32,6 +33,26 @@ std::string read_max_map_count() {
   std::ifstream in("/proc/sys/vm/max_map_count");
   std::string value;
   return (in >> value) ? value : std::string("unknown");
+}
+
+// The stacks a pool keeps where each guard is a mapping of its own
+// (mprotect: two mappings a stack): an eighth of vm.max_map_count, so that
+// kept stacks take at most a quarter of the mappings, and a process whose
+// burst of fibers has ended can still map its threads' stacks and its
+// allocator's arenas (a probe on an emulated Linux 6.1: 34,000 fibers'
+// stacks kept, and std::thread failed for good after they ended).
+std::size_t stacks_kept_with_mapped_guards() noexcept {
+  static const std::size_t kept = [] {
+    std::size_t max_map_count = 65'530;  // the kernel's default
+    try {
+      const std::string value = read_max_map_count();
+      if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos)
+        max_map_count = std::stoul(value);
+    } catch (...) {
+    }
+    return max_map_count / 8;
+  }();
+  return kept;
 }
 
 [[noreturn]] void throw_stack_error(const char* what, std::size_t size, int error) {
@@ -160,8 +181,14 @@ Stack StackPool::acquire(std::size_t size, unsigned cache) {
   return Stack::allocate(size == 0 ? stack_size_ : size);
 }
 
+std::size_t StackPool::kept_at_most() const noexcept {
+  if (guard_method.load(std::memory_order_relaxed) != GuardMethod::mprotect) return capacity_;
+  return std::min(capacity_, stacks_kept_with_mapped_guards());
+}
+
 void StackPool::release(Stack stack, unsigned cache) noexcept {
   if (!stack || stack.usable_size() != stack_size_) return;  // unmapped here
+  const std::size_t kept = kept_at_most();
   if (cache < worker_cache_count_) {
     std::vector<Stack>& local = worker_caches_[cache].stacks;
     if (local.capacity() == 0) local.reserve(kWorkerCacheSize);
@@ -171,7 +198,7 @@ void StackPool::release(Stack stack, unsigned cache) noexcept {
       std::lock_guard guard(lock_);
       if (shared_.capacity() == 0) shared_.reserve(capacity_ < 4096 ? capacity_ : 4096);
       for (std::size_t i = 0; i < kWorkerCacheSize / 2; ++i) {
-        if (shared_.size() < capacity_) shared_.push_back(std::move(local[i]));
+        if (shared_.size() < kept) shared_.push_back(std::move(local[i]));
       }
       local.erase(local.begin(), local.begin() + kWorkerCacheSize / 2);
     }
@@ -179,7 +206,7 @@ void StackPool::release(Stack stack, unsigned cache) noexcept {
     return;
   }
   std::lock_guard guard(lock_);
-  if (shared_.size() < capacity_) {
+  if (shared_.size() < kept) {
     if (shared_.capacity() == 0) shared_.reserve(capacity_ < 4096 ? capacity_ : 4096);
     shared_.push_back(std::move(stack));
   }

@@ -126,6 +126,10 @@ class StackPool {
  private:
   static constexpr std::size_t kWorkerCacheSize = 64;
 
+  // How many stacks the shared pool keeps: capacity_, fewer where guards
+  // are mappings of their own (runtime/stack.cpp).
+  std::size_t kept_at_most() const noexcept;
+
   const std::size_t stack_size_;  // rounded up to pages
   const std::size_t capacity_;
   // A cache line each, so that workers do not share one.

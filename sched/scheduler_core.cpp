@@ -40,7 +40,15 @@ std::uint64_t new_fiber_id() noexcept {
 }
 
 const Config& validated(const Config& config) {
-  if (config.workers == 0) throw std::invalid_argument("weft::Config::workers must be at least 1");
+  // The bounds WEFT_WORKERS and WEFT_MAX_THREADS take (compose/
+  // default_scheduler.cpp): beyond them a scheduler's tables (a slot per
+  // thread it may start) would take gigabytes, or fail with a bare
+  // std::bad_alloc.
+  if (config.workers == 0 || config.workers > 1024)
+    throw std::invalid_argument("weft::Config::workers must be 1 to 1024, got " + std::to_string(config.workers));
+  if (config.max_threads > 1'000'000)
+    throw std::invalid_argument("weft::Config::max_threads must be at most 1000000, got " +
+                                std::to_string(config.max_threads));
   // At most an hour: sysmon compares twice the slice in nanoseconds, and a
   // fiber that must never be preempted asks for Config::preemption = false.
   if (config.time_slice.count() <= 0 || config.time_slice > std::chrono::hours(1))

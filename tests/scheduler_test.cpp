@@ -556,6 +556,14 @@ TEST(Scheduler, RejectsBadConfig) {
     config.time_slice = slice;
     EXPECT_THROW(Scheduler{config}, std::invalid_argument) << slice.count();
   }
+  // workers and max_threads past their variables' bounds: a bare
+  // std::bad_alloc, or gigabytes for the spare threads' slots.
+  Config many;
+  many.workers = 1025;
+  EXPECT_THROW(Scheduler{many}, std::invalid_argument);
+  Config threads;
+  threads.max_threads = 1'000'001;
+  EXPECT_THROW(Scheduler{threads}, std::invalid_argument);
   Config hour;
   hour.time_slice = std::chrono::hours(1);
   hour.shutdown_grace = std::chrono::milliseconds::max();  // saturated, not wrapped

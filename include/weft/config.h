@@ -7,6 +7,7 @@
 //   weft::Scheduler sched{cfg};
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -52,8 +53,9 @@ struct StuckWorker {
 using StuckWorkerHandler = std::function<void(const StuckWorker&)>;
 
 struct Config {
-  // Worker threads (the M of M:N). 0 is rejected.
-  unsigned workers = std::thread::hardware_concurrency() == 0 ? 1 : std::thread::hardware_concurrency();
+  // Worker threads (the M of M:N): 1 to 1024. By default one per CPU, at
+  // most 1024.
+  unsigned workers = std::clamp(std::thread::hardware_concurrency(), 1u, 1024u);
   // Shown by weft-dump and in error messages.
   std::string name = "weft";
   // Default usable stack per fiber; address space only, committed as used.
@@ -99,8 +101,8 @@ struct Config {
   // kernel (docs/sysmon.md), started as blocked workers need them (Go's
   // debug.SetMaxThreads). Reaching it is reported once on stderr; fibers
   // then wait for a blocked thread to return. `workers` turns spares off;
-  // less than `workers` is rejected. The default scheduler reads
-  // WEFT_MAX_THREADS.
+  // less than `workers` is rejected, and so is more than 1,000,000. The
+  // default scheduler reads WEFT_MAX_THREADS.
   unsigned max_threads = 10'000;
   // How long a retired spare thread waits to be needed again before it
   // ends (tokio's thread_keep_alive).

@@ -6,6 +6,7 @@
 // sched/scheduler.cpp. docs/architecture.md draws it.
 #include <weft/scheduler.h>
 
+#include "../hooks/excluded_callers.h"
 #include "../introspect/services.h"
 #include "../introspect/snapshot.h"
 #include "../io/blocking_pool.h"
@@ -17,6 +18,10 @@ namespace weft {
 namespace {
 
 detail::SchedulerParts full_runtime() {
+  // Which loaded objects the hooks' lists name, before any fiber of this
+  // scheduler runs: a contended lock then never has to look
+  // (hooks/excluded_callers.h, lock_caller_excluded).
+  detail::notice_loaded_objects();
   detail::SchedulerParts parts;
   parts.make_poller = &detail::make_idle_poller;
   parts.extensions = {&detail::BlockingPool::make, &detail::FileRing::make};

@@ -6,7 +6,6 @@
 #include <unwind.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -21,24 +20,52 @@ std::atomic<int> listed_object_loaded{-1};
 
 namespace {
 
-// lock_caller_excluded's cache, and whether an object its lists name is
-// loaded (as listed_object_loaded is for the hooks' list).
-CallerCache lock_caller_cache;
+// Whether an object either lock list names is loaded (as
+// listed_object_loaded is for the hooks' list).
 std::atomic<int> lock_listed_object_loaded{-1};
 
-bool listed_for_calls(std::string_view path) { return ExcludeList::from_environment().excludes(path); }
-bool listed_for_locks(std::string_view path) {
-  return listed_for_calls(path) || ExcludeList::locks_from_environment().excludes(path);
-}
+bool listed_for_calls(const char* path) { return ExcludeList::from_environment().excludes(path); }
 
-// A question asked of return addresses: the cache of its answers, and
-// which objects it excludes.
-struct Verdicts {
-  CallerCache& cache;
-  bool (*listed)(std::string_view path);
-};
-const Verdicts call_verdicts{caller_cache, &listed_for_calls};
-const Verdicts lock_verdicts{lock_caller_cache, &listed_for_locks};
+// --- the lock callers' verdicts: code ranges --------------------------------
+//
+// lock_caller_excluded runs on a contended lock's way to a wait, where the
+// caller may be an allocator whose own locks are pthread mutexes (jemalloc)
+// and which holds another of them: it must not allocate, nor take the
+// loader's lock (dladdr). So the code of the objects the lock lists name,
+// and of the sanitizer runtimes that interpose on lock calls, is kept as
+// address ranges, found when the loaded objects are looked at
+// (notice_loaded_objects, at every scheduler's construction, dlopen and
+// dlclose), and a caller is a lookup among them. Written under
+// lock_ranges_writer; read under lock_ranges_sequence, odd while written
+// (a sequence lock).
+enum class RangeKind : std::uint8_t { none, listed, interposer };
+constexpr std::size_t kMaxLockRanges = 256;
+std::atomic<std::uintptr_t> lock_range_begin[kMaxLockRanges];
+std::atomic<std::uintptr_t> lock_range_end[kMaxLockRanges];
+std::atomic<RangeKind> lock_range_kind[kMaxLockRanges];
+std::atomic<std::size_t> lock_range_count{0};
+std::atomic<std::uint32_t> lock_ranges_sequence{0};
+SpinLock lock_ranges_writer;
+
+// The kind of code `address` lies in (one byte into its call instruction:
+// a return address, less one).
+RangeKind lock_range_at(std::uintptr_t address) noexcept {
+  for (;;) {
+    const std::uint32_t before = lock_ranges_sequence.load(std::memory_order_acquire);
+    if ((before & 1) != 0) continue;  // being written: a few stores
+    RangeKind kind = RangeKind::none;
+    const std::size_t count = lock_range_count.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (address >= lock_range_begin[i].load(std::memory_order_relaxed) &&
+          address < lock_range_end[i].load(std::memory_order_relaxed)) {
+        kind = lock_range_kind[i].load(std::memory_order_relaxed);
+        break;
+      }
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (lock_ranges_sequence.load(std::memory_order_relaxed) == before) return kind;
+  }
+}
 
 // Bumped by every forget_callers(), so that a classification made across a
 // dlclose is not left in the cache (kind_of).
@@ -102,23 +129,23 @@ bool is_interposer_of_a_hook(const Dl_info& info) {
          object_at(ours) == object_at(reinterpret_cast<const void*>(&caller_excluded_slow));
 }
 
-CallerKind classify(std::uintptr_t address, const Verdicts& verdicts) {
+CallerKind classify(std::uintptr_t address) {
   Dl_info info{};
   // One byte back: inside the call instruction, so that a call ending an
   // object's text is still that object's.
   if (dladdr(reinterpret_cast<const void*>(address - 1), &info) == 0 || info.dli_fname == nullptr)
     return CallerKind::parks;  // no object: generated code
   if (is_sanitizer_runtime(info.dli_fname) || is_interposer_of_a_hook(info)) return CallerKind::interposer;
-  return verdicts.listed(info.dli_fname) ? CallerKind::excluded : CallerKind::parks;
+  return listed_for_calls(info.dli_fname) ? CallerKind::excluded : CallerKind::parks;
 }
 
 // The cached verdict for `address`, classifying it on a miss.
-CallerKind kind_of(std::uintptr_t address, const Verdicts& verdicts) {
-  std::atomic<std::uintptr_t>& slot = verdicts.cache.slots[caller_slot(address)];
+CallerKind kind_of(std::uintptr_t address) {
+  std::atomic<std::uintptr_t>& slot = caller_cache.slots[caller_slot(address)];
   const std::uintptr_t entry = slot.load(std::memory_order_relaxed);
   if (entry != 0 && (entry >> 2) == address) return static_cast<CallerKind>(entry & 3);
   const std::uint64_t generation = cache_generation.load(std::memory_order_seq_cst);
-  const CallerKind kind = classify(address, verdicts);
+  const CallerKind kind = classify(address);
   const std::uintptr_t made = caller_entry(address, kind);
   slot.store(made, std::memory_order_seq_cst);
   // A forget_callers() (a dlclose) during the classification: if its
@@ -150,13 +177,13 @@ _Unwind_Reason_Code record_frame(_Unwind_Context* context, void* arg) {
 // by the interposer's caller (and through further interposers), found by
 // unwinding, since a sanitizer's runtime keeps no frame pointers. Not
 // cached: the interposer is the same for every caller.
-bool excluded_beyond(std::uintptr_t address, const Verdicts& verdicts) {
+bool excluded_beyond(std::uintptr_t address) {
   StackWalk walk;
   _Unwind_Backtrace(&record_frame, &walk);
   int frame = 0;
   while (frame < walk.count && walk.addresses[frame] != address) ++frame;
   for (++frame; frame < walk.count; ++frame) {
-    switch (kind_of(walk.addresses[frame], verdicts)) {
+    switch (kind_of(walk.addresses[frame])) {
       case CallerKind::parks:
         return false;
       case CallerKind::excluded:
@@ -227,10 +254,15 @@ std::uintptr_t caller_outside_weft([[maybe_unused]] const void* frame) {
   return 0;
 }
 
-// Which lists name a loaded object.
+// What the loaded objects are to the lists: whether either names one, and
+// the code ranges of the lock callers' verdicts.
 struct ListedObjects {
   bool for_calls = false;
   bool for_locks = false;
+  std::size_t ranges = 0;  // past kMaxLockRanges, an object's locks park as before
+  std::uintptr_t begin[kMaxLockRanges];
+  std::uintptr_t end[kMaxLockRanges];
+  RangeKind kind[kMaxLockRanges];
 };
 
 int find_listed_object(dl_phdr_info* info, std::size_t, void* arg) {
@@ -238,9 +270,59 @@ int find_listed_object(dl_phdr_info* info, std::size_t, void* arg) {
   const char* name = info->dlpi_name[0] != '\0' ? info->dlpi_name : program_invocation_name;
   if (name == nullptr) return 0;
   auto& found = *static_cast<ListedObjects*>(arg);
-  found.for_calls = found.for_calls || listed_for_calls(name);
-  found.for_locks = found.for_locks || listed_for_locks(name);
-  return found.for_calls && found.for_locks ? 1 : 0;
+  const bool for_calls = listed_for_calls(name);
+  const bool for_locks = for_calls || ExcludeList::locks_from_environment().excludes(name);
+  found.for_calls = found.for_calls || for_calls;
+  found.for_locks = found.for_locks || for_locks;
+  const RangeKind kind = for_locks                    ? RangeKind::listed
+                         : is_sanitizer_runtime(name) ? RangeKind::interposer
+                                                      : RangeKind::none;
+  if (kind == RangeKind::none) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+    if (segment.p_type != PT_LOAD || (segment.p_flags & PF_X) == 0) continue;
+    if (found.ranges == kMaxLockRanges) break;
+    found.begin[found.ranges] = info->dlpi_addr + segment.p_vaddr;
+    found.end[found.ranges] = info->dlpi_addr + segment.p_vaddr + segment.p_memsz;
+    found.kind[found.ranges] = kind;
+    ++found.ranges;
+  }
+  return 0;
+}
+
+void publish_lock_ranges(const ListedObjects& found) noexcept {
+  std::lock_guard guard(lock_ranges_writer);
+  lock_ranges_sequence.fetch_add(1, std::memory_order_relaxed);  // odd: readers wait
+  std::atomic_thread_fence(std::memory_order_release);
+  for (std::size_t i = 0; i < found.ranges; ++i) {
+    lock_range_begin[i].store(found.begin[i], std::memory_order_relaxed);
+    lock_range_end[i].store(found.end[i], std::memory_order_relaxed);
+    lock_range_kind[i].store(found.kind[i], std::memory_order_relaxed);
+  }
+  lock_range_count.store(found.ranges, std::memory_order_relaxed);
+  lock_ranges_sequence.fetch_add(1, std::memory_order_release);
+}
+
+// A lock call was made by an interposer (a sanitizer's interceptor) that
+// returns to `address`: decided by the first caller beyond the
+// interposers, found by unwinding (as excluded_beyond: only under a
+// sanitizer).
+bool lock_excluded_beyond(std::uintptr_t address) {
+  StackWalk walk;
+  _Unwind_Backtrace(&record_frame, &walk);
+  int frame = 0;
+  while (frame < walk.count && walk.addresses[frame] != address) ++frame;
+  for (++frame; frame < walk.count; ++frame) {
+    switch (lock_range_at(walk.addresses[frame] - 1)) {
+      case RangeKind::none:
+        return false;
+      case RangeKind::listed:
+        return true;
+      case RangeKind::interposer:
+        break;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -282,12 +364,7 @@ const ExcludeList& ExcludeList::locks_from_environment() {
   return list;
 }
 
-// Without allocating: asked on a contended lock's way to a wait too.
-bool ExcludeList::excludes(std::string_view object_path) const {
-  char path[PATH_MAX];
-  if (object_path.size() >= sizeof path) return false;
-  std::memcpy(path, object_path.data(), object_path.size());
-  path[object_path.size()] = '\0';
+bool ExcludeList::excludes(const char* path) const {
   const char* const slash = std::strrchr(path, '/');
   const char* const name = slash == nullptr ? path : slash + 1;
   for (const std::string& pattern : patterns_) {
@@ -304,12 +381,20 @@ bool in_weft_code(const void* address) noexcept {
 }
 
 void notice_loaded_objects() noexcept {
-  ListedObjects found;
+  static ListedObjects found;  // 6 KiB: not on a fiber's stack; guarded by looking_at_objects
+  static SpinLock looking_at_objects;
+  std::lock_guard guard(looking_at_objects);
+  found.for_calls = false;
+  found.for_locks = false;
+  found.ranges = 0;
   try {
     dl_iterate_phdr(&find_listed_object, &found);
   } catch (...) {
-    found = {true, true};  // std::bad_alloc reading a list: let the calls be looked at one by one
+    // std::bad_alloc reading a list: the calls are looked at one by one,
+    // and the locks' ranges are whatever was found.
+    found.for_calls = true;
   }
+  publish_lock_ranges(found);
   listed_object_loaded.store(found.for_calls ? 1 : 0, std::memory_order_relaxed);
   lock_listed_object_loaded.store(found.for_locks ? 1 : 0, std::memory_order_relaxed);
 }
@@ -325,13 +410,13 @@ bool caller_excluded_slow(const void* return_address, const void* frame) noexcep
     if (address == 0) return false;
   }
   try {
-    switch (kind_of(address, call_verdicts)) {
+    switch (kind_of(address)) {
       case CallerKind::parks:
         return false;
       case CallerKind::excluded:
         return true;
       case CallerKind::interposer:
-        return excluded_beyond(address, call_verdicts);
+        return excluded_beyond(address);
     }
   } catch (...) {
     // std::bad_alloc reading the list: the call parks, as it would have
@@ -341,28 +426,24 @@ bool caller_excluded_slow(const void* return_address, const void* frame) noexcep
 }
 
 bool lock_caller_excluded(const void* return_address) noexcept {
-  if (lock_listed_object_loaded.load(std::memory_order_relaxed) < 0) notice_loaded_objects();
-  if (lock_listed_object_loaded.load(std::memory_order_relaxed) == 0) return false;
+  // Looked at before any fiber ran (every scheduler's construction calls
+  // notice_loaded_objects): unset here is a process with no scheduler.
+  if (lock_listed_object_loaded.load(std::memory_order_relaxed) <= 0) return false;
   const auto address = reinterpret_cast<std::uintptr_t>(return_address);
-  try {
-    switch (kind_of(address, lock_verdicts)) {
-      case CallerKind::parks:
-        return false;
-      case CallerKind::excluded:
-        return true;
-      case CallerKind::interposer:
-        return excluded_beyond(address, lock_verdicts);
-    }
-  } catch (...) {
-    // As caller_excluded_slow's: the wait parks.
+  switch (lock_range_at(address - 1)) {
+    case RangeKind::none:
+      return false;
+    case RangeKind::listed:
+      return true;
+    case RangeKind::interposer:
+      return lock_excluded_beyond(address);
   }
   return false;
 }
 
 void forget_callers() noexcept {
   cache_generation.fetch_add(1, std::memory_order_seq_cst);
-  for (CallerCache* cache : {&caller_cache, &lock_caller_cache})
-    for (std::atomic<std::uintptr_t>& slot : cache->slots) slot.store(0, std::memory_order_seq_cst);
+  for (std::atomic<std::uintptr_t>& slot : caller_cache.slots) slot.store(0, std::memory_order_seq_cst);
   notice_loaded_objects();
 }
 

@@ -85,7 +85,7 @@ class ExcludeList {
   // True if a pattern matches `object_path` (the file of a loaded object,
   // as dladdr(3) names it): its last component, or all of it for a
   // pattern that has a '/'.
-  bool excludes(std::string_view object_path) const;
+  bool excludes(const char* object_path) const;
 
   const std::vector<std::string>& patterns() const { return patterns_; }
 
@@ -145,14 +145,19 @@ inline bool caller_excluded(const void* return_address, const void* frame) noexc
   return caller_excluded_slow(return_address, frame);
 }
 
-// True if a contended lock call (hooks/locks.cpp, how_call_waits) that
-// returns to `return_address` must wait as a thread's: its caller lies in
-// an object either list names (ExcludeList::locks_from_environment). Its
-// own cache, asked only on a lock's way to a wait: the uncontended lock
-// asks nothing. Not for libweft's own calls, which never get here.
+// True if a lock call (hooks/locks.cpp, how_call_waits) that returns to
+// `return_address` must wait as a thread's: its caller lies in an object
+// either list names (ExcludeList::locks_from_environment). Asked on a
+// contended lock's way to a wait and at a lock's checkpoint, never by an
+// uncontended lock: a lookup among the listed objects' code ranges, kept
+// by notice_loaded_objects, which allocates nothing and takes no lock (the
+// caller may be an allocator holding a lock of its own). Not for
+// libweft's own calls, which never get here.
 bool lock_caller_excluded(const void* return_address) noexcept;
 
-// Looks at the loaded objects again (after a dlopen).
+// Looks at the loaded objects again: at every scheduler's construction
+// (compose/scheduler.cpp; before any fiber, so that lock_caller_excluded
+// never has to), and after a dlopen.
 void notice_loaded_objects() noexcept;
 
 // Empties the cache and looks at the loaded objects again (after a

@@ -155,8 +155,9 @@ FdRecord* classified_fd_state(int fd) noexcept {
 void fd_added_to_epoll(int epoll_fd, int fd) noexcept {
   // Not in a vfork child (the records are the parent's) nor in a handler
   // (classifying may take the record's lock): an epoll marked there is
-  // missed, and its waits park as before.
-  if (in_vfork_child() || in_signal_handler()) return;
+  // missed, and its waits park as before. Nor with the hooks off, where no
+  // wait parks: no fstat for nothing.
+  if (in_vfork_child() || in_signal_handler() || !hooks_enabled()) return;
   const FdRecord* added = classified_fd_state(fd);
   if (added == nullptr || !readiness_is_the_callers(*added)) return;
   if (FdRecord* epoll = fd_state(epoll_fd)) epoll->set_bit(FdRecord::holds_callers_readiness_bit, true);

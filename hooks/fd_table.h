@@ -7,8 +7,9 @@
 // created on a plain thread is known when a fiber uses it.
 //
 // An fd weft did not see created (inherited, opened by open(), made inside
-// libc) is classified on its first use from a fiber with fstat, F_GETFL and
-// getsockopt; after that its record is as good as any other.
+// libc) is classified on its first use from a fiber, or when it is added
+// to an epoll (fd_added_to_epoll), with fstat, F_GETFL and getsockopt;
+// after that its record is as good as any other.
 #pragma once
 
 #include <sys/stat.h>

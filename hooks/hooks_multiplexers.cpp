@@ -318,8 +318,10 @@ int waited_as_on_a_thread(Clock::time_point deadline, Call&& call) {
 // kernel allows 500 at the depth the scheduler's epoll adds, as when one
 // eventfd sits in 600 users' epolls), a user out of epoll watches (ENOSPC,
 // max_user_watches), no memory for the registration (ENOMEM). A thread's
-// call has none of these (its own EINVAL, ENOMEM, came from the probe
-// before the park): it is made, as on a thread.
+// call has none of these: it is made, as on a thread. (The call's own
+// EINVAL, ENOMEM come from a probe: select's and poll's before the park,
+// which returns them; an epoll wait's first probe inside the park, after
+// which the call made here gives them again.)
 bool refused_by_the_netpoller(int error) noexcept {
   return error == ELOOP || error == EINVAL || error == ENOSPC || error == ENOMEM;
 }

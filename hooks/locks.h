@@ -87,10 +87,8 @@
 //    parking lot, the user's mutex released only once the waiter is
 //    queued and has left its worker), hooks/hooks_rwlock.cpp.
 //
-// 5. Under the sanitizers. Under TSan the hooks are off
-//    (read_lock_hooks_switch(), hooks/hook_support.cpp; docs/locks.md).
-//    ASan intercepts these calls and calls the next definition, libweft's.
-//    What stays for TSan: libweft's own calls, which no interceptor sees,
+// 5. Under the sanitizers. ASan and TSan intercept these calls and call
+//    the next definition, libweft's. For TSan: libweft's own calls, which no interceptor sees,
 //    tell it what its interceptor would have (lock_call below), and every
 //    wait runs inside a WaitingCall, with a TSan fiber of its own.
 //

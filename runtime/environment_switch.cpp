@@ -23,8 +23,9 @@ bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\n' || c 
 }  // namespace
 
 bool environment_says_off(const char* name) noexcept {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return false;
+  const char* const text = std::getenv(name);
+  if (text == nullptr) return false;
+  const char* value = text;
   // The word, without the blanks around it; one longer than any word is
   // none of them.
   while (is_blank(*value)) ++value;
@@ -40,7 +41,7 @@ bool environment_says_off(const char* name) noexcept {
   const int size = std::snprintf(message, sizeof message,
                                  "weft: %s=\"%.64s\" is none of 0, off, false, no (off) or 1, on, true, yes (on); "
                                  "taken as on\n",
-                                 name, std::getenv(name));
+                                 name, text);
   if (size > 0) write_stderr(message, std::size_t(size) < sizeof message ? std::size_t(size) : sizeof message - 1);
   return false;
 }

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 
 #include "context.h"
+#include "system_calls.h"
 
 namespace weft::detail {
 namespace {
@@ -40,19 +42,19 @@ std::string read_max_map_count() {
 // kept stacks take at most a quarter of the mappings, and a process whose
 // burst of fibers has ended can still map its threads' stacks and its
 // allocator's arenas (a probe on an emulated Linux 6.1: 34,000 fibers'
-// stacks kept, and std::thread failed for good after they ended).
+// stacks kept, and std::thread failed for good after they ended). Read
+// with the system call itself, at the pool's construction: libstdc++'s
+// streams would go through the hooks.
 std::size_t stacks_kept_with_mapped_guards() noexcept {
-  static const std::size_t kept = [] {
-    std::size_t max_map_count = 65'530;  // the kernel's default
-    try {
-      const std::string value = read_max_map_count();
-      if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos)
-        max_map_count = std::stoul(value);
-    } catch (...) {
-    }
-    return max_map_count / 8;
-  }();
-  return kept;
+  std::size_t max_map_count = 65'530;  // the kernel's default
+  char text[32];
+  const ssize_t n = sys::read_small_file("/proc/sys/vm/max_map_count", text, sizeof text - 1);
+  if (n > 0) {
+    std::size_t value = 0;
+    const auto [end, error] = std::from_chars(text, text + n, value);
+    if (error == std::errc() && end != text) max_map_count = value;
+  }
+  return max_map_count / 8;
 }
 
 [[noreturn]] void throw_stack_error(const char* what, std::size_t size, int error) {
@@ -146,6 +148,7 @@ void* Stack::park_sanitizer_fiber() {
 StackPool::StackPool(std::size_t stack_size, std::size_t capacity, unsigned worker_caches)
     : stack_size_((stack_size + page_size() - 1) / page_size() * page_size()),
       capacity_(capacity),
+      kept_with_mapped_guards_(std::min(capacity, stacks_kept_with_mapped_guards())),
       worker_caches_(std::make_unique<WorkerCache[]>(worker_caches)),
       worker_cache_count_(worker_caches) {}
 
@@ -182,8 +185,7 @@ Stack StackPool::acquire(std::size_t size, unsigned cache) {
 }
 
 std::size_t StackPool::kept_at_most() const noexcept {
-  if (guard_method.load(std::memory_order_relaxed) != GuardMethod::mprotect) return capacity_;
-  return std::min(capacity_, stacks_kept_with_mapped_guards());
+  return guard_method.load(std::memory_order_relaxed) == GuardMethod::mprotect ? kept_with_mapped_guards_ : capacity_;
 }
 
 void StackPool::release(Stack stack, unsigned cache) noexcept {

@@ -132,6 +132,7 @@ class StackPool {
 
   const std::size_t stack_size_;  // rounded up to pages
   const std::size_t capacity_;
+  const std::size_t kept_with_mapped_guards_;  // kept_at_most() before Linux 6.13
   // A cache line each, so that workers do not share one.
   struct alignas(64) WorkerCache {
     std::vector<Stack> stacks;

@@ -193,17 +193,22 @@ SchedulerCore::SchedulerCore(Config config, const SchedulerParts& parts)
   try {
     for (unsigned i = 0; i < config_.workers; ++i) workers_[i]->start(&started);
     sysmon_.start(started);
-  } catch (const std::system_error& error) {
-    // Out of threads (RLIMIT_NPROC, a cgroup's pids.max): the threads
-    // started so far end before the members they use go, instead of
-    // std::terminate at a joinable std::thread's destruction.
+  } catch (...) {
+    // Out of threads (RLIMIT_NPROC, a cgroup's pids.max), or of memory
+    // for one: the threads started so far end before the members they use
+    // go, instead of std::terminate at a joinable std::thread's
+    // destruction.
     stopping_.store(true, std::memory_order_seq_cst);
     idle_.wake_all();
     for (auto& worker : workers_) worker->join();
-    throw std::system_error(error.code(), "weft::Scheduler \"" + config_.name + "\": cannot start its " +
-                                              std::to_string(config_.workers) +
-                                              " worker threads and sysmon's (RLIMIT_NPROC, or a cgroup's "
-                                              "pids.max, may be reached)");
+    try {
+      throw;
+    } catch (const std::system_error& error) {
+      throw std::system_error(error.code(), "weft::Scheduler \"" + config_.name + "\": cannot start its " +
+                                                std::to_string(config_.workers) +
+                                                " worker threads and sysmon's (RLIMIT_NPROC, or a cgroup's "
+                                                "pids.max, may be reached)");
+    }
   }
   started.wait();
   services_.attach(parts.services, *this);

@@ -41,21 +41,37 @@
 namespace weft::test {
 
 // Waits for `child` up to `limit`; kills it if it is still running then.
-// True if it exited with status 0 by itself.
-inline bool child_exited_cleanly(pid_t child, std::chrono::seconds limit) {
+// Its exit status if it exited by itself; -1 if a signal ended it or it
+// was killed at the limit.
+inline int child_exit_status(pid_t child, std::chrono::seconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
   int status = 0;
   for (;;) {
     const pid_t done = waitpid(child, &status, WNOHANG);
-    if (done == child) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (done < 0) return false;
+    if (done == child) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (done < 0) return -1;
     if (std::chrono::steady_clock::now() >= until) {
       kill(child, SIGKILL);
       waitpid(child, &status, 0);
-      return false;
+      return -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// True if `child` exited with status 0 by itself within `limit`.
+inline bool child_exited_cleanly(pid_t child, std::chrono::seconds limit) {
+  return child_exit_status(child, limit) == 0;
+}
+
+// Whether a child may take a uid of its own (setuid to any uid): root in
+// the initial user namespace, whose uid_map maps every uid. Inside a user
+// namespace, root's setuid to an unmapped uid fails.
+inline bool children_can_take_another_uid() {
+  if (geteuid() != 0) return false;
+  std::ifstream map("/proc/self/uid_map");
+  unsigned long inside = 1, outside = 1, count = 0;
+  return static_cast<bool>(map >> inside >> outside >> count) && inside == 0 && outside == 0 && count == 4294967295ul;
 }
 
 // Closes the write end of `fds`, a pipe the child writes to, and returns

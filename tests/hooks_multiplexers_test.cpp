@@ -596,17 +596,17 @@ TEST(HooksMultiplexers, AnEpollClosedWhileWaitedOnEndsItsWaitWithEbadf) {
   event.events = EPOLLIN;
   event.data.u64 = 1;
   ASSERT_EQ(::epoll_ctl(epoll, EPOLL_CTL_ADD, watched, &event), 0);
-  std::atomic<bool> waiting{false};
+  std::atomic<int> worker_thread{0};
   int result = 0;
   int error = 0;
   epoll_event got{};
   Fiber waiter = sched.spawn([&] {
-    waiting = true;
+    worker_thread = ::gettid();
     result = ::epoll_wait(epoll, &got, 1, 5'000);
     error = errno;
   });
-  while (!waiting.load()) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(50ms);
+  while (worker_thread.load() == 0) std::this_thread::sleep_for(1ms);
+  test::await_asleep(worker_thread.load());  // the fiber parked, its one worker idle
   const int other = ::epoll_create1(EPOLL_CLOEXEC);
   event.data.u64 = 2;
   ASSERT_EQ(::epoll_ctl(other, EPOLL_CTL_ADD, ready, &event), 0);

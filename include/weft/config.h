@@ -64,7 +64,10 @@ struct Config {
   // they touched. Reuse avoids a page fault per touched page on spawn and an
   // munmap per finished fiber, whose TLB shootdown stalls every worker
   // (docs/benchmarks.md has skynet's figures). The cost is memory kept
-  // after a peak: at most this many stacks' touched pages.
+  // after a peak: at most this many stacks' touched pages. Before Linux
+  // 6.13, where each stack's guard is a mapping of its own, at most an
+  // eighth of vm.max_map_count's stacks are kept (per scheduler), so that
+  // the process keeps mappings for its threads.
   std::size_t stack_pool_size = 65536;
   // How long shutdown waits for fibers before reporting them (and again
   // between reports). Positive; a huge one waits for good.

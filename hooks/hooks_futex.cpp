@@ -52,6 +52,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <ctime>
+#include <mutex>
 
 #include "../sched/futex.h"
 #include "excluded_callers.h"
@@ -102,6 +103,20 @@ long futex_wait_parked(const long (&args)[6]) noexcept {
   return real_syscall(SYS_futex, args[0], args[1], args[2], args[3], args[4], args[5]);
 }
 
+// std::call_once's callable, as libstdc++ keeps it for __once_proxy in
+// thread_locals (<mutex>). Out of line, so that each asks for the running
+// thread's afresh: compiled code keeps a thread_local's address across a
+// call, and a fiber released from its worker may resume on another.
+struct CallOnceState {
+  void* callable = nullptr;
+  void (*call)() = nullptr;
+  [[gnu::noinline]] static CallOnceState of_this_thread() noexcept { return {std::__once_callable, std::__once_call}; }
+  [[gnu::noinline]] void restore_on_this_thread() const noexcept {
+    std::__once_callable = callable;
+    std::__once_call = call;
+  }
+};
+
 // glibc's pthread_once word (nptl/pthread_once.c): these two bits, and
 // above them the fork generation of the caller that set INPROGRESS.
 constexpr int kOnceInProgress = 1;
@@ -115,11 +130,24 @@ constexpr int kOnceDone = 2;
 // 0), then look again. A forked child's word, whose INPROGRESS may be
 // left from the parent, is glibc's to judge: parking_enabled() is false
 // there.
+//
+// std::call_once (libstdc++) hands its callable to pthread_once through two
+// thread_locals, std::__once_callable and std::__once_call, set just before
+// the call and cleared when its own call_once ends, which __once_proxy, the
+// routine, reads. While this fiber is parked, the other fibers of its thread
+// set and clear them with their own call_once: when the first caller's
+// callable threw and the word went back to 0, glibc ran __once_proxy with
+// another fiber's callable, or with none (SIGSEGV at address 0). This
+// caller's pair is kept at entry and put back before glibc's call.
 int once_parked(pthread_once_t* once, void (*init_routine)()) {
+  const CallOnceState own = init_routine == &std::__once_proxy ? CallOnceState::of_this_thread() : CallOnceState{};
   for (;;) {
     const int word = __atomic_load_n(once, __ATOMIC_ACQUIRE);
     if ((word & kOnceDone) != 0) return 0;
-    if ((word & kOnceInProgress) == 0) return real::pthread_once()(once, init_routine);
+    if ((word & kOnceInProgress) == 0) {
+      if (init_routine == &std::__once_proxy) own.restore_on_this_thread();
+      return real::pthread_once()(once, init_routine);
+    }
     const int saved = errno_value();
     const long args[6] = {reinterpret_cast<long>(once), FUTEX_WAIT_PRIVATE, word, 0, 0, 0};
     futex_wait_parked(args);

@@ -17,6 +17,8 @@
 #include <functional>
 #include <latch>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -117,6 +119,49 @@ TEST(HooksFutex, CallOnceWaitersParkWhileAnotherFiberRunsIt) {
       },
       [&] { std::call_once(flag, [&] { ++runs; }); });
   EXPECT_EQ(runs, 1);
+}
+
+// std::call_once whose first callable parks and throws, while another
+// fiber of the same worker waits on the flag and a third runs a call_once
+// of its own: the waiter then runs its own callable, as a thread would.
+// libstdc++ hands the callable to pthread_once in two thread_locals,
+// which the third fiber's call_once cleared while the waiter was parked:
+// glibc then ran __once_proxy with none (SIGSEGV at address 0) or with
+// another fiber's callable.
+TEST(HooksFutex, CallOnceWhoseFirstCallableThrowsRunsTheWaitersOwn) {
+#if defined(WEFT_UNDER_TSAN)
+  GTEST_SKIP() << "under TSan futex waits and pthread_once pass through (docs/io.md)";
+#endif
+  Scheduler sched{test::config_with(1)};
+  std::once_flag flag;
+  std::once_flag unrelated;
+  std::atomic<bool> first_entered{false};
+  std::string events;
+  Fiber first = sched.spawn([&] {
+    try {
+      std::call_once(flag, [&] {
+        first_entered = true;
+        ::usleep(50'000);  // parks: the other fibers run meanwhile
+        throw std::runtime_error("first attempt failed");
+      });
+    } catch (const std::runtime_error&) {
+      events += "first threw; ";
+    }
+  });
+  Fiber waiter = sched.spawn([&] {
+    while (!first_entered.load()) this_fiber::yield();
+    std::call_once(flag, [&] { events += "waiter's callable ran; "; });
+    events += "waiter returned; ";
+  });
+  Fiber other = sched.spawn([&] {
+    while (!first_entered.load()) this_fiber::yield();
+    this_fiber::yield();  // the waiter is parked on the flag
+    std::call_once(unrelated, [&] { events += "unrelated ran; "; });
+  });
+  first.join();
+  waiter.join();
+  other.join();
+  EXPECT_EQ(events, "unrelated ran; first threw; waiter's callable ran; waiter returned; ");
 }
 
 // C11's call_once (glibc's runs its internal pthread_once, which no hook

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "../runtime/fiber_control.h"
 #include "../runtime/stack.h"
@@ -173,17 +174,28 @@ _Unwind_Reason_Code record_frame(_Unwind_Context* context, void* arg) {
   return walk.count == StackWalk::kMaxFrames ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-// The hook was called by an interposer that returns to `address`: decides
-// by the interposer's caller (and through further interposers), found by
-// unwinding, since a sanitizer's runtime keeps no frame pointers. Not
-// cached: the interposer is the same for every caller.
-bool excluded_beyond(std::uintptr_t address) {
+// The hook was called by an interposer that returns to `address` (a
+// sanitizer's interceptor): the callers beyond it, innermost first, found
+// by unwinding (a sanitizer's runtime keeps no frame pointers), are asked
+// `decides(return address)` in turn until one answers; an interposer
+// answers nothing. False if none does. Not cached: the interposer is the
+// same for every caller.
+template <class Decides>
+bool decided_beyond(std::uintptr_t address, Decides&& decides) {
   StackWalk walk;
   _Unwind_Backtrace(&record_frame, &walk);
   int frame = 0;
   while (frame < walk.count && walk.addresses[frame] != address) ++frame;
   for (++frame; frame < walk.count; ++frame) {
-    switch (kind_of(walk.addresses[frame])) {
+    if (const std::optional<bool> verdict = decides(walk.addresses[frame])) return *verdict;
+  }
+  return false;
+}
+
+// The hooks' verdict through interposers (and further interposers).
+bool excluded_beyond(std::uintptr_t address) {
+  return decided_beyond(address, [](std::uintptr_t caller) -> std::optional<bool> {
+    switch (kind_of(caller)) {
       case CallerKind::parks:
         return false;
       case CallerKind::excluded:
@@ -191,8 +203,8 @@ bool excluded_beyond(std::uintptr_t address) {
       case CallerKind::interposer:
         break;
     }
-  }
-  return false;
+    return std::nullopt;
+  });
 }
 
 // The range of libweft's code: the executable segments of the object it
@@ -303,17 +315,11 @@ void publish_lock_ranges(const ListedObjects& found) noexcept {
   lock_ranges_sequence.fetch_add(1, std::memory_order_release);
 }
 
-// A lock call was made by an interposer (a sanitizer's interceptor) that
-// returns to `address`: decided by the first caller beyond the
-// interposers, found by unwinding (as excluded_beyond: only under a
-// sanitizer).
+// The lock callers' verdict through interposers: as excluded_beyond, by
+// code range.
 bool lock_excluded_beyond(std::uintptr_t address) {
-  StackWalk walk;
-  _Unwind_Backtrace(&record_frame, &walk);
-  int frame = 0;
-  while (frame < walk.count && walk.addresses[frame] != address) ++frame;
-  for (++frame; frame < walk.count; ++frame) {
-    switch (lock_range_at(walk.addresses[frame] - 1)) {
+  return decided_beyond(address, [](std::uintptr_t caller) -> std::optional<bool> {
+    switch (lock_range_at(caller - 1)) {
       case RangeKind::none:
         return false;
       case RangeKind::listed:
@@ -321,8 +327,8 @@ bool lock_excluded_beyond(std::uintptr_t address) {
       case RangeKind::interposer:
         break;
     }
-  }
-  return false;
+    return std::nullopt;
+  });
 }
 
 }  // namespace

@@ -989,6 +989,50 @@ TEST(Announced, SigtimedwaitGivesWhatAPlainThreadGets) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
+// Each of `waits` in turn, in a fiber on one worker, while a plain thread
+// sends SIGUSR2 to that fiber's thread alone
+// (pthread_kill) after 50 ms; SIGUSR2 is blocked everywhere and read from
+// `signals`, a signalfd for it. Returns each wait's result and the signal
+// read after it, and counts the worker's announced calls into `calls`.
+std::string waits_for_a_signal_to_its_thread(int signals, const std::vector<std::function<int()>>& waits,
+                                             std::uint32_t& calls) {
+  std::string outcome;
+  Scheduler sched{test::config_with(1)};
+  sched
+      .spawn([&] {
+        const detail::Worker* worker = detail::current_worker();
+        const pthread_t own = ::pthread_self();
+        for (const auto& wait : waits) {
+          const std::uint32_t before = worker->blocking_call();
+          std::thread sender([&] {
+            std::this_thread::sleep_for(50ms);
+            ::pthread_kill(own, SIGUSR2);  // to the fiber's thread alone
+          });
+          const int ready = wait();
+          calls += worker->blocking_call() - before;
+          sender.join();
+          signalfd_siginfo info{};
+          outcome += std::to_string(ready) + " " +
+                     std::to_string(::read(signals, &info, sizeof info) == ssize_t(sizeof info) ? info.ssi_signo : 0) +
+                     "; ";
+        }
+      })
+      .join();
+  return outcome;
+}
+
+// SIGUSR2 blocked for the scope, here and in the workers started in it.
+struct Sigusr2Blocked {
+  sigset_t set{};
+  sigset_t old{};
+  Sigusr2Blocked() {
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+  }
+  ~Sigusr2Blocked() { pthread_sigmask(SIG_SETMASK, &old, nullptr); }
+};
+
 // A signalfd is readable for the signals pending on the thread that polls
 // it, beside the process's: a fiber's poll or select on one is the call
 // itself, on the fiber's own thread, announced, and sees a signal sent to
@@ -996,50 +1040,24 @@ TEST(Announced, SigtimedwaitGivesWhatAPlainThreadGets) {
 // (another worker's, when the fiber's own was busy) never saw the signal:
 // the wait lasted its timeout.
 TEST(Announced, AWaitOnASignalfdIsTheCallOnItsOwnThread) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGUSR2);
-  sigset_t old;
-  pthread_sigmask(SIG_BLOCK, &set, &old);  // here and in the workers it starts
-  const int fd = ::signalfd(-1, &set, SFD_CLOEXEC);
+  const Sigusr2Blocked blocked;
+  const int fd = ::signalfd(-1, &blocked.set, SFD_CLOEXEC);
   ASSERT_GE(fd, 0);
-  std::string outcome;
   std::uint32_t calls = 0;
-  {
-    Scheduler sched{test::config_with(1)};
-    sched
-        .spawn([&] {
-          const detail::Worker* worker = detail::current_worker();
-          const pthread_t own = ::pthread_self();
-          for (const bool use_select : {false, true}) {
-            const std::uint32_t before = worker->blocking_call();
-            std::thread sender([&] {
-              std::this_thread::sleep_for(50ms);
-              ::pthread_kill(own, SIGUSR2);  // to the fiber's thread alone
-            });
-            int ready;
-            if (use_select) {
-              fd_set r;
-              FD_ZERO(&r);
-              FD_SET(fd, &r);
-              timeval tv{5, 0};
-              ready = ::select(fd + 1, &r, nullptr, nullptr, &tv);
-            } else {
-              pollfd one{fd, POLLIN, 0};
-              ready = ::poll(&one, 1, 5000);
-            }
-            calls += worker->blocking_call() - before;
-            sender.join();
-            signalfd_siginfo info{};
-            outcome += std::to_string(ready) + " " +
-                       std::to_string(::read(fd, &info, sizeof info) == ssize_t(sizeof info) ? info.ssi_signo : 0) +
-                       "; ";
-          }
-        })
-        .join();
-  }
+  const std::string outcome = waits_for_a_signal_to_its_thread(fd,
+                                                               {[&] {
+                                                                  pollfd one{fd, POLLIN, 0};
+                                                                  return ::poll(&one, 1, 5000);
+                                                                },
+                                                                [&] {
+                                                                  fd_set r;
+                                                                  FD_ZERO(&r);
+                                                                  FD_SET(fd, &r);
+                                                                  timeval tv{5, 0};
+                                                                  return ::select(fd + 1, &r, nullptr, nullptr, &tv);
+                                                                }},
+                                                               calls);
   ::close(fd);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   EXPECT_EQ(outcome, "1 " + std::to_string(SIGUSR2) + "; 1 " + std::to_string(SIGUSR2) + "; ");
   EXPECT_EQ(calls, 4u) << "poll and select on a signalfd were not announced";
 }
@@ -1051,12 +1069,8 @@ TEST(Announced, AWaitOnASignalfdIsTheCallOnItsOwnThread) {
 // from another thread (where the fiber's own worker was busy), and a
 // signal sent to the fiber's thread alone was missed for the timeout.
 TEST(Announced, AWaitOnAnEpollHoldingASignalfdIsTheCallOnItsOwnThread) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGUSR2);
-  sigset_t old;
-  pthread_sigmask(SIG_BLOCK, &set, &old);  // here and in the workers it starts
-  const int signals = ::signalfd(-1, &set, SFD_CLOEXEC);
+  const Sigusr2Blocked blocked;
+  const int signals = ::signalfd(-1, &blocked.set, SFD_CLOEXEC);
   const int inner = ::epoll_create1(EPOLL_CLOEXEC);
   const int outer = ::epoll_create1(EPOLL_CLOEXEC);
   ASSERT_GE(signals, 0);
@@ -1066,44 +1080,19 @@ TEST(Announced, AWaitOnAnEpollHoldingASignalfdIsTheCallOnItsOwnThread) {
   event.events = EPOLLIN;
   ASSERT_EQ(::epoll_ctl(inner, EPOLL_CTL_ADD, signals, &event), 0);
   ASSERT_EQ(::epoll_ctl(outer, EPOLL_CTL_ADD, inner, &event), 0);  // nested
-  std::string outcome;
   std::uint32_t calls = 0;
-  {
-    Scheduler sched{test::config_with(1)};
-    sched
-        .spawn([&] {
-          const detail::Worker* worker = detail::current_worker();
-          const pthread_t own = ::pthread_self();
-          for (const int way : {0, 1, 2}) {
-            const std::uint32_t before = worker->blocking_call();
-            std::thread sender([&] {
-              std::this_thread::sleep_for(50ms);
-              ::pthread_kill(own, SIGUSR2);  // to the fiber's thread alone
-            });
-            epoll_event got{};
-            int ready;
-            if (way == 0) {
-              ready = ::epoll_wait(inner, &got, 1, 5000);
-            } else if (way == 1) {
-              ready = ::epoll_pwait(outer, &got, 1, 5000, nullptr);
-            } else {
-              pollfd one{outer, POLLIN, 0};
-              ready = ::poll(&one, 1, 5000);
-            }
-            calls += worker->blocking_call() - before;
-            sender.join();
-            signalfd_siginfo info{};
-            outcome +=
-                std::to_string(ready) + " " +
-                std::to_string(::read(signals, &info, sizeof info) == ssize_t(sizeof info) ? info.ssi_signo : 0) + "; ";
-          }
-        })
-        .join();
-  }
+  epoll_event got{};
+  const std::string outcome = waits_for_a_signal_to_its_thread(
+      signals,
+      {[&] { return ::epoll_wait(inner, &got, 1, 5000); }, [&] { return ::epoll_pwait(outer, &got, 1, 5000, nullptr); },
+       [&] {
+         pollfd one{outer, POLLIN, 0};
+         return ::poll(&one, 1, 5000);
+       }},
+      calls);
   ::close(outer);
   ::close(inner);
   ::close(signals);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   const std::string one = "1 " + std::to_string(SIGUSR2) + "; ";
   EXPECT_EQ(outcome, one + one + one);
   EXPECT_EQ(calls, 6u) << "waits on an epoll holding a signalfd were not announced";

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fnmatch.h>
 #include <link.h>
+#include <pthread.h>
 #include <unwind.h>
 
 #include <cerrno>
@@ -37,8 +38,10 @@ bool listed_for_calls(const char* path) { return ExcludeList::from_environment()
 // address ranges, found when the loaded objects are looked at
 // (notice_loaded_objects, at every scheduler's construction, dlopen and
 // dlclose), and a caller is a lookup among them. Written under
-// lock_ranges_writer; read under lock_ranges_sequence, odd while written
-// (a sequence lock).
+// looking_at_objects; read under lock_ranges_sequence, odd while written
+// (a sequence lock). A fork waits for a look in progress (the atfork
+// handlers below): a child forked in the middle of one, its lock held and
+// its sequence odd for good, hung in its own scheduler's construction.
 enum class RangeKind : std::uint8_t { none, listed, interposer };
 constexpr std::size_t kMaxLockRanges = 256;
 std::atomic<std::uintptr_t> lock_range_begin[kMaxLockRanges];
@@ -46,7 +49,11 @@ std::atomic<std::uintptr_t> lock_range_end[kMaxLockRanges];
 std::atomic<RangeKind> lock_range_kind[kMaxLockRanges];
 std::atomic<std::size_t> lock_range_count{0};
 std::atomic<std::uint32_t> lock_ranges_sequence{0};
-SpinLock lock_ranges_writer;
+SpinLock looking_at_objects;
+
+void before_fork() noexcept { looking_at_objects.lock(); }
+void after_fork() noexcept { looking_at_objects.unlock(); }
+[[gnu::constructor]] void register_fork_handlers() { pthread_atfork(&before_fork, &after_fork, &after_fork); }
 
 // The kind of code `address` lies in (one byte into its call instruction:
 // a return address, less one).
@@ -303,7 +310,7 @@ int find_listed_object(dl_phdr_info* info, std::size_t, void* arg) {
 }
 
 void publish_lock_ranges(const ListedObjects& found) noexcept {
-  std::lock_guard guard(lock_ranges_writer);
+  // With looking_at_objects held.
   lock_ranges_sequence.fetch_add(1, std::memory_order_relaxed);  // odd: readers wait
   std::atomic_thread_fence(std::memory_order_release);
   for (std::size_t i = 0; i < found.ranges; ++i) {
@@ -388,7 +395,6 @@ bool in_weft_code(const void* address) noexcept {
 
 void notice_loaded_objects() noexcept {
   static ListedObjects found;  // 6 KiB: not on a fiber's stack; guarded by looking_at_objects
-  static SpinLock looking_at_objects;
   std::lock_guard guard(looking_at_objects);
   found.for_calls = false;
   found.for_locks = false;
